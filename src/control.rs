@@ -1,0 +1,294 @@
+//! The JSON control protocol spoken on `GET /ws` (sans-I/O).
+//!
+//! Client → server, one JSON object per text frame:
+//! ```json
+//! {"op":"subscribe","channel":"news","id":1}
+//! {"op":"unsubscribe","channel":"news","id":2}
+//! {"op":"publish","channel":"news","data":"hello","id":3}
+//! {"op":"publish","channel":"news","data_base64":"AAEC"}
+//! ```
+//! Server → client:
+//! ```json
+//! {"type":"subscribed","channel":"news","id":1}
+//! {"type":"unsubscribed","channel":"news","id":2}
+//! {"type":"published","channel":"news","subscribers":12,"id":3}
+//! {"type":"message","channel":"news","data":"hello"}
+//! {"type":"message","channel":"news","data_base64":"AAEC"}
+//! {"type":"error","code":"invalid_channel","message":"…","id":4}
+//! ```
+//! `id` is optional and echoed verbatim (any JSON scalar). Subscribe and
+//! unsubscribe are always acknowledged; publish only when it carries an
+//! `id`, so a high-rate publisher is not sent one ack per message.
+
+use base64::Engine as _;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::ws::frame::{encode_server_frame, encode_server_frame_parts, OpCode};
+
+/// A parsed client request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Start receiving a channel.
+    Subscribe {
+        /// Channel name.
+        channel: String,
+    },
+    /// Stop receiving a channel.
+    Unsubscribe {
+        /// Channel name.
+        channel: String,
+    },
+    /// Publish a message.
+    Publish {
+        /// Channel name.
+        channel: String,
+        /// Text or binary frame.
+        opcode: OpCode,
+        /// Message bytes (decoded from `data` or `data_base64`).
+        payload: Vec<u8>,
+    },
+}
+
+/// A request with its optional correlation id (raw JSON, echoed as is).
+#[derive(Debug)]
+pub struct Envelope {
+    /// The request.
+    pub request: Request,
+    /// The `id` member, if any, as raw JSON.
+    pub id: Option<Box<RawValue>>,
+}
+
+/// Machine-readable error codes sent in `{"type":"error"}` replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// Not JSON, not an object, unknown op, missing or mistyped member.
+    BadRequest,
+    /// Channel name fails validation.
+    InvalidChannel,
+    /// `max_subscriptions` reached.
+    TooManySubscriptions,
+    /// Unsubscribe from a channel not subscribed.
+    NotSubscribed,
+    /// A binary frame on the control connection.
+    BinaryNotSupported,
+}
+
+impl ErrorCode {
+    /// The code's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::InvalidChannel => "invalid_channel",
+            ErrorCode::TooManySubscriptions => "too_many_subscriptions",
+            ErrorCode::NotSubscribed => "not_subscribed",
+            ErrorCode::BinaryNotSupported => "binary_not_supported",
+        }
+    }
+}
+
+/// A request that could not be understood: the code, a human message, and
+/// the `id` when it could still be read.
+#[derive(Debug)]
+pub struct ControlError {
+    /// What went wrong.
+    pub code: ErrorCode,
+    /// Human-readable detail.
+    pub message: String,
+    /// The request's id, if it parsed that far.
+    pub id: Option<Box<RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct Wire<'a> {
+    op: Option<&'a str>,
+    channel: Option<String>,
+    data: Option<String>,
+    data_base64: Option<&'a str>,
+    id: Option<Box<RawValue>>,
+}
+
+/// Parses one control frame's text.
+pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
+    let wire: Wire<'_> = serde_json::from_slice(text).map_err(|e| ControlError {
+        code: ErrorCode::BadRequest,
+        message: format!("invalid JSON request: {e}"),
+        id: None,
+    })?;
+    let id = wire.id;
+    let fail = |code, message: &str, id| ControlError {
+        code,
+        message: message.to_string(),
+        id,
+    };
+    let Some(channel) = wire.channel else {
+        return Err(fail(ErrorCode::BadRequest, "missing \"channel\"", id));
+    };
+    let request = match wire.op {
+        Some("subscribe") => Request::Subscribe { channel },
+        Some("unsubscribe") => Request::Unsubscribe { channel },
+        Some("publish") => match (wire.data, wire.data_base64) {
+            (Some(d), None) => Request::Publish {
+                channel,
+                opcode: OpCode::Text,
+                payload: d.into_bytes(),
+            },
+            (None, Some(b)) => match base64::engine::general_purpose::STANDARD.decode(b) {
+                Ok(payload) => Request::Publish {
+                    channel,
+                    opcode: OpCode::Binary,
+                    payload,
+                },
+                Err(_) => return Err(fail(ErrorCode::BadRequest, "invalid data_base64", id)),
+            },
+            _ => {
+                let msg = "publish needs exactly one of \"data\" (string) or \"data_base64\"";
+                return Err(fail(ErrorCode::BadRequest, msg, id));
+            }
+        },
+        Some(_) => return Err(fail(ErrorCode::BadRequest, "unknown op", id)),
+        None => return Err(fail(ErrorCode::BadRequest, "missing \"op\"", id)),
+    };
+    Ok(Envelope { request, id })
+}
+
+#[derive(Serialize)]
+struct Reply<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channel: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subscribers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a RawValue>,
+}
+
+fn reply_frame(r: &Reply<'_>) -> Bytes {
+    let json = serde_json::to_vec(r).expect("replies always serialize");
+    encode_server_frame(OpCode::Text, &json)
+}
+
+/// `{"type":"subscribed"|"unsubscribed"|"published", ...}` as a text frame.
+pub fn ack(kind: &str, channel: &str, subscribers: Option<usize>, id: Option<&RawValue>) -> Bytes {
+    reply_frame(&Reply {
+        kind,
+        channel: Some(channel),
+        subscribers,
+        code: None,
+        message: None,
+        id,
+    })
+}
+
+/// `{"type":"error", ...}` as a text frame.
+pub fn error(code: ErrorCode, message: &str, id: Option<&RawValue>) -> Bytes {
+    reply_frame(&Reply {
+        kind: "error",
+        channel: None,
+        subscribers: None,
+        code: Some(code.as_str()),
+        message: Some(message),
+        id,
+    })
+}
+
+/// The envelope a multi-channel subscriber receives for one published
+/// message, encoded once per publish (not per subscriber).
+pub fn encode_delivery(channel: &str, opcode: OpCode, payload: &[u8]) -> Bytes {
+    // Channel names are restricted to characters that need no JSON escaping.
+    let head = format!("{{\"type\":\"message\",\"channel\":\"{channel}\",");
+    let body = if opcode == OpCode::Text {
+        let text = String::from_utf8_lossy(payload);
+        let quoted = serde_json::to_string(&text).expect("strings serialize");
+        format!("\"data\":{quoted}}}")
+    } else {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(payload);
+        format!("\"data_base64\":\"{b64}\"}}")
+    };
+    encode_server_frame_parts(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json_of(frame: &Bytes) -> serde_json::Value {
+        let hdr = if frame[1] & 0x7f == 126 { 4 } else { 2 };
+        serde_json::from_slice(&frame[hdr..]).unwrap()
+    }
+
+    #[test]
+    fn requests_parse() {
+        let e = parse(br#"{"op":"subscribe","channel":"a","id":7}"#).unwrap();
+        assert_eq!(
+            e.request,
+            Request::Subscribe {
+                channel: "a".into()
+            }
+        );
+        assert_eq!(e.id.unwrap().get(), "7");
+        let e = parse(br#"{"op":"publish","channel":"a","data":"h\u00e9"}"#).unwrap();
+        assert_eq!(
+            e.request,
+            Request::Publish {
+                channel: "a".into(),
+                opcode: OpCode::Text,
+                payload: "hé".as_bytes().to_vec()
+            }
+        );
+        let e = parse(br#"{"op":"publish","channel":"a","data_base64":"AAEC"}"#).unwrap();
+        assert!(
+            matches!(e.request, Request::Publish { opcode: OpCode::Binary, ref payload, .. } if payload == &[0, 1, 2])
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_errors_with_the_id_when_readable() {
+        let cases: [&[u8]; 7] = [
+            b"not json",
+            b"[1,2]",
+            br#"{"op":"dance","channel":"a","id":"x"}"#,
+            br#"{"channel":"a"}"#,
+            br#"{"op":"subscribe"}"#,
+            br#"{"op":"publish","channel":"a"}"#,
+            br#"{"op":"publish","channel":"a","data":5}"#,
+        ];
+        for c in cases {
+            let e = parse(c).unwrap_err();
+            assert_eq!(
+                e.code,
+                ErrorCode::BadRequest,
+                "{}",
+                String::from_utf8_lossy(c)
+            );
+        }
+        let e = parse(br#"{"op":"dance","channel":"a","id":"x"}"#).unwrap_err();
+        assert_eq!(e.id.unwrap().get(), "\"x\"");
+    }
+
+    #[test]
+    fn replies_and_deliveries_are_valid_json() {
+        let raw = RawValue::from_string("42".into()).unwrap();
+        let v = json_of(&ack("published", "c", Some(3), Some(&raw)));
+        assert_eq!(
+            v,
+            serde_json::json!({"type":"published","channel":"c","subscribers":3,"id":42})
+        );
+        let v = json_of(&error(ErrorCode::InvalidChannel, "bad \"name\"", None));
+        assert_eq!(v["code"], "invalid_channel");
+        let v = json_of(&encode_delivery(
+            "c",
+            OpCode::Text,
+            "line\n\"q\"".as_bytes(),
+        ));
+        assert_eq!(v["data"], "line\n\"q\"");
+        let v = json_of(&encode_delivery("c", OpCode::Binary, &[0xff, 0]));
+        assert_eq!(v["data_base64"], "/wA=");
+    }
+}

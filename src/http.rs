@@ -1,0 +1,388 @@
+//! HTTP/1.1 request heads, routing and responses (sans-I/O).
+//!
+//! Only what a WebSocket gateway needs: parse a head with `httparse`, decide
+//! the route and the upgrade, and encode small responses. Bodies are read by
+//! the edge using the `Content-Length` decided here.
+
+use crate::hub::valid_channel_name;
+use crate::ws::handshake::{validate_upgrade, HandshakeError};
+
+/// Most headers in one request; more is answered 431.
+pub const MAX_HEADERS: usize = 64;
+
+/// Request methods the router distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET
+    Get,
+    /// HEAD
+    Head,
+    /// POST
+    Post,
+    /// Anything else.
+    Other,
+}
+
+/// How the request body is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// No body.
+    None,
+    /// `Content-Length` bytes.
+    Length(usize),
+}
+
+/// A parsed request head.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The method.
+    pub method: Method,
+    /// The path, without the query.
+    pub path: String,
+    /// Bytes of the head, including the blank line.
+    pub head_len: usize,
+    /// Whether the connection stays open after the response.
+    pub keep_alive: bool,
+    /// Body framing.
+    pub body: Body,
+    /// For GETs: the `Sec-WebSocket-Accept` value, or why it is no upgrade.
+    pub upgrade: Result<String, HandshakeError>,
+}
+
+/// A request that cannot be served, with its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpError {
+    /// Status code.
+    pub status: u16,
+    /// Short reason, sent as `{"error": ...}`.
+    pub message: &'static str,
+}
+
+impl HttpError {
+    const fn new(status: u16, message: &'static str) -> Self {
+        HttpError { status, message }
+    }
+}
+
+/// Parses a request head from the start of `buf`. `Ok(None)`: incomplete,
+/// read more (the caller enforces `max_head` on what it buffers; this also
+/// refuses a complete head longer than that).
+pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, HttpError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= max_head => {
+            return Err(HttpError::new(431, "request head too large"))
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HttpError::new(431, "too many headers"))
+        }
+        Err(_) => return Err(HttpError::new(400, "malformed request")),
+    };
+    if head_len > max_head {
+        return Err(HttpError::new(431, "request head too large"));
+    }
+    let version = req.version.unwrap_or(0);
+    let method_str = req.method.unwrap_or("");
+    let method = match method_str {
+        "GET" => Method::Get,
+        "HEAD" => Method::Head,
+        "POST" => Method::Post,
+        _ => Method::Other,
+    };
+    let target = req.path.unwrap_or("/");
+    let path = target.split(['?', '#']).next().unwrap_or("/").to_string();
+    let body = body_framing(req.headers)?;
+    let keep_alive = keep_alive(version, req.headers);
+    let upgrade = validate_upgrade(method_str, version, req.headers);
+    Ok(Some(Request {
+        method,
+        path,
+        head_len,
+        keep_alive,
+        body,
+        upgrade,
+    }))
+}
+
+fn header<'h>(headers: &'h [httparse::Header<'_>], name: &str) -> Option<&'h [u8]> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
+}
+
+fn body_framing(headers: &[httparse::Header<'_>]) -> Result<Body, HttpError> {
+    if header(headers, "transfer-encoding").is_some() {
+        // Chunked uploads are not needed by any client of a publish API and
+        // refusing them removes the classic CL/TE smuggling ambiguity.
+        return Err(HttpError::new(411, "send a Content-Length body"));
+    }
+    let mut lengths = headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"));
+    let Some(first) = lengths.next() else {
+        return Ok(Body::None);
+    };
+    if lengths.any(|h| h.value != first.value) {
+        return Err(HttpError::new(400, "conflicting Content-Length"));
+    }
+    let n = std::str::from_utf8(first.value)
+        .ok()
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<usize>().ok())
+        .ok_or(HttpError::new(400, "invalid Content-Length"))?;
+    Ok(if n == 0 { Body::None } else { Body::Length(n) })
+}
+
+fn keep_alive(version: u8, headers: &[httparse::Header<'_>]) -> bool {
+    let has = |token: &str| {
+        header(headers, "connection").is_some_and(|v| {
+            v.split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        })
+    };
+    if version >= 1 {
+        !has("close")
+    } else {
+        has("keep-alive")
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// WebSocket upgrade into one channel (`/ws/{c}` or `/` with a root channel).
+    WsChannel(&'a str),
+    /// WebSocket upgrade into the JSON control mode (`/ws`).
+    WsMulti,
+    /// `POST /publish/{c}`.
+    Publish(&'a str),
+    /// `GET /healthz`.
+    Healthz,
+    /// `GET /stats`.
+    Stats,
+}
+
+/// Routes a method and path; errors carry their status (404, 405, 400).
+pub fn route<'a>(
+    method: Method,
+    path: &'a str,
+    root_channel: Option<&'a str>,
+) -> Result<Route<'a>, HttpError> {
+    let get = matches!(method, Method::Get | Method::Head);
+    let (route, allowed) = match path {
+        "/" => match root_channel {
+            Some(c) => (Route::WsChannel(c), method == Method::Get),
+            None => return Err(HttpError::new(404, "not found")),
+        },
+        "/ws" => (Route::WsMulti, method == Method::Get),
+        "/healthz" => (Route::Healthz, get),
+        "/stats" => (Route::Stats, get),
+        _ => {
+            if let Some(c) = path.strip_prefix("/ws/") {
+                (Route::WsChannel(channel(c)?), method == Method::Get)
+            } else if let Some(c) = path.strip_prefix("/publish/") {
+                (Route::Publish(channel(c)?), method == Method::Post)
+            } else {
+                return Err(HttpError::new(404, "not found"));
+            }
+        }
+    };
+    if !allowed {
+        return Err(HttpError::new(405, "method not allowed"));
+    }
+    Ok(route)
+}
+
+fn channel(name: &str) -> Result<&str, HttpError> {
+    if valid_channel_name(name) {
+        Ok(name)
+    } else {
+        Err(HttpError::new(400, "invalid channel name"))
+    }
+}
+
+/// The standard reason phrase of the statuses corecast sends.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        202 => "Accepted",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        426 => "Upgrade Required",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+/// Encodes a complete response with a body. `HEAD` responses pass
+/// `head_only` so the body is described but not sent.
+pub fn response(
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    keep_alive: bool,
+    extra: &[(&str, &str)],
+    head_only: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160 + body.len());
+    let conn = if keep_alive { "keep-alive" } else { "close" };
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {conn}\r\n",
+            reason(status),
+            body.len()
+        )
+        .as_bytes(),
+    );
+    for (k, v) in extra {
+        out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// A JSON error response: `{"error":"..."}`.
+pub fn error_response(err: &HttpError, keep_alive: bool) -> Vec<u8> {
+    let body = serde_json::json!({ "error": err.message }).to_string();
+    let extra: &[(&str, &str)] = match err.status {
+        426 => &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")],
+        405 => &[("Allow", "GET, HEAD, POST")],
+        _ => &[],
+    };
+    response(
+        err.status,
+        "application/json",
+        body.as_bytes(),
+        keep_alive,
+        extra,
+        false,
+    )
+}
+
+/// The error for a refused upgrade.
+pub fn handshake_error(e: &HandshakeError) -> HttpError {
+    let message = match e {
+        HandshakeError::NotGet => "WebSocket upgrades use GET",
+        HandshakeError::NotHttp11 => "WebSocket upgrades need HTTP/1.1",
+        HandshakeError::MissingUpgrade => "missing `Upgrade: websocket`",
+        HandshakeError::MissingConnectionUpgrade => "missing `Connection: upgrade`",
+        HandshakeError::UnsupportedVersion => "unsupported Sec-WebSocket-Version (need 13)",
+        HandshakeError::MissingKey => "missing Sec-WebSocket-Key",
+        HandshakeError::InvalidKey => "invalid Sec-WebSocket-Key",
+    };
+    HttpError::new(e.status(), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UPGRADE: &[u8] = b"GET /ws/news?x=1 HTTP/1.1\r\nHost: a\r\nUpgrade: WebSocket\r\n\
+        Connection: keep-alive, Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+        Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\nEXTRA";
+
+    #[test]
+    fn parses_an_upgrade_and_leaves_trailing_bytes() {
+        let r = parse_request(UPGRADE, 8192).unwrap().unwrap();
+        assert_eq!(r.path, "/ws/news");
+        assert_eq!(r.head_len, UPGRADE.len() - 5);
+        assert_eq!(r.upgrade.as_deref(), Ok("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
+        assert!(r.keep_alive);
+    }
+
+    #[test]
+    fn every_prefix_is_partial_not_an_error() {
+        for n in 0..UPGRADE.len() - 5 {
+            assert!(parse_request(&UPGRADE[..n], 8192).unwrap().is_none(), "{n}");
+        }
+    }
+
+    #[test]
+    fn oversized_and_malformed_heads_get_their_status() {
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(9000));
+        assert_eq!(parse_request(big.as_bytes(), 8192).unwrap_err().status, 431);
+        let many: String = (0..70).map(|i| format!("H{i}: v\r\n")).collect();
+        let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(
+            parse_request(many.as_bytes(), 8192).unwrap_err().status,
+            431
+        );
+        assert_eq!(
+            parse_request(b"GET\x01 / HTTP/1.1\r\n\r\n", 8192)
+                .unwrap_err()
+                .status,
+            400
+        );
+    }
+
+    #[test]
+    fn bodies_are_framed_strictly() {
+        let p = |h: &str| {
+            parse_request(
+                format!("POST /publish/c HTTP/1.1\r\n{h}\r\n").as_bytes(),
+                8192,
+            )
+        };
+        assert_eq!(
+            p("Content-Length: 5\r\n").unwrap().unwrap().body,
+            Body::Length(5)
+        );
+        assert_eq!(p("").unwrap().unwrap().body, Body::None);
+        assert_eq!(p("Content-Length: -1\r\n").unwrap_err().status, 400);
+        assert_eq!(
+            p("Content-Length: 1\r\nContent-Length: 2\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(p("Transfer-Encoding: chunked\r\n").unwrap_err().status, 411);
+        let r = parse_request(b"GET / HTTP/1.0\r\n\r\n", 64)
+            .unwrap()
+            .unwrap();
+        assert!(!r.keep_alive);
+    }
+
+    #[test]
+    fn routes_and_their_errors() {
+        use Method::*;
+        assert_eq!(route(Get, "/ws/a", None), Ok(Route::WsChannel("a")));
+        assert_eq!(route(Get, "/", Some("root")), Ok(Route::WsChannel("root")));
+        assert_eq!(route(Get, "/ws", None), Ok(Route::WsMulti));
+        assert_eq!(route(Post, "/publish/a", None), Ok(Route::Publish("a")));
+        assert_eq!(route(Head, "/healthz", None), Ok(Route::Healthz));
+        assert_eq!(route(Get, "/", None).unwrap_err().status, 404);
+        assert_eq!(route(Get, "/nope", None).unwrap_err().status, 404);
+        assert_eq!(route(Get, "/publish/a", None).unwrap_err().status, 405);
+        assert_eq!(route(Post, "/stats", None).unwrap_err().status, 405);
+        assert_eq!(route(Get, "/ws/bad%20name", None).unwrap_err().status, 400);
+        assert_eq!(route(Get, "/ws/", None).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn responses_are_well_formed() {
+        let r = error_response(&HttpError::new(426, "x"), true);
+        let text = String::from_utf8(r).unwrap();
+        assert!(text.starts_with("HTTP/1.1 426 Upgrade Required\r\n"));
+        assert!(text.contains("Sec-WebSocket-Version: 13\r\n"));
+        assert!(text.ends_with("\r\n\r\n{\"error\":\"x\"}"));
+        let head = response(200, "text/plain", b"abc", false, &[], true);
+        assert!(String::from_utf8(head)
+            .unwrap()
+            .ends_with("Content-Length: 3\r\nConnection: close\r\n\r\n"));
+    }
+}

@@ -1,0 +1,995 @@
+//! The per-worker connection table, channel registry and fan-out.
+//!
+//! Sans-I/O: the hub never touches a socket. It owns every connection's
+//! outbound queue and wakes that connection's writer task through a plain
+//! [`Waker`]; the network edge (`server`) drains the queues with vectored
+//! writes. That keeps the broadcast hot path a loop over a dense `Vec` of
+//! slab keys pushing reference-counted clones of one encoded frame — no
+//! per-subscriber allocation, copy or syscall — and makes it benchable and
+//! testable without a runtime.
+//!
+//! The hub is `!Send` on purpose: one lives inside each worker thread, and
+//! workers share nothing.
+
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use slab::Slab;
+
+use crate::config::{Config, SlowConsumerPolicy};
+use crate::stats::Stats;
+use crate::ws::frame::{encode_close_frame, encode_server_frame, OpCode};
+
+/// Index of a connection in the table.
+pub type ConnId = usize;
+/// Index of a channel in the registry.
+pub type ChannelId = usize;
+
+/// Longest channel name accepted.
+pub const MAX_CHANNEL_NAME: usize = 128;
+
+/// Most frames handed to one vectored write (the kernel's `IOV_MAX`).
+pub const MAX_BATCH: usize = 1024;
+
+/// Close code sent to a slow consumer (RFC 6455 "policy violation").
+pub const CLOSE_SLOW_CONSUMER: u16 = 1008;
+/// Close code sent on server shutdown ("going away").
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// Channel names: 1–128 bytes of `A-Z a-z 0-9 - _ . : @`.
+///
+/// The charset keeps names safe in URLs, log lines, JSON and (later) Redis
+/// keys without escaping.
+pub fn valid_channel_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_CHANNEL_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'))
+}
+
+/// How a connection receives what is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnKind {
+    /// A plain HTTP connection (never subscribed).
+    Http,
+    /// `GET /ws/{channel}`: gets the published frames as they were sent.
+    Simple,
+    /// `GET /ws`: gets JSON envelopes naming the channel.
+    Multi,
+}
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// Data flows both ways.
+    Open,
+    /// A close frame is queued or sent: no more data is queued for it.
+    Closing,
+}
+
+/// Why a connection is being closed by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The peer sent a close frame and this is our echo.
+    Echo,
+    /// The peer broke the protocol.
+    Protocol,
+    /// Outbound queue over its bound.
+    SlowConsumer,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// What a connection's writer should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterWork {
+    /// Frames are queued: take a batch and write it.
+    Write,
+    /// Nothing more will ever be written: stop.
+    Finish,
+}
+
+/// One connection in the table.
+#[derive(Debug)]
+pub struct Conn {
+    /// The socket, for `shutdown(2)` by the sweeper; never read or written here.
+    pub fd: i32,
+    kind: ConnKind,
+    state: ConnState,
+    /// Set when the final batch (containing the close frame) was taken, or
+    /// when the connection is being torn down without one.
+    finished: bool,
+    /// The peer's close frame arrived.
+    peer_closed: bool,
+    /// Subscriptions: (channel, index of this connection in its subscriber list).
+    subs: Vec<(ChannelId, u32)>,
+    /// One pending control frame (pong or ping). RFC 6455 5.5.3 lets us
+    /// answer only the latest ping, so a ping flood occupies one slot.
+    ctrl: Option<Bytes>,
+    queue: VecDeque<Bytes>,
+    /// Bytes in `queue` plus bytes taken by the writer and not yet written.
+    pending_bytes: usize,
+    writer: Option<Waker>,
+    /// Coarse time (ms) of the last byte received, for ping/idle checks.
+    last_recv_ms: u64,
+    /// Coarse time (ms) the current deadline started (request head, close).
+    since_ms: u64,
+    ping_outstanding: bool,
+    /// A deadline already fired; the edge is tearing it down.
+    expired: bool,
+}
+
+impl Conn {
+    /// The connection's kind.
+    pub fn kind(&self) -> ConnKind {
+        self.kind
+    }
+    /// The connection's state.
+    pub fn state(&self) -> ConnState {
+        self.state
+    }
+    /// Number of channels it is subscribed to.
+    pub fn subscription_count(&self) -> usize {
+        self.subs.len()
+    }
+    /// Bytes queued or in flight.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: Rc<str>,
+    subscribers: Vec<ConnId>,
+}
+
+/// Why a subscription was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscribeError {
+    /// The name is empty, too long, or has characters outside the charset.
+    InvalidChannel,
+    /// The connection is at `max_subscriptions`.
+    TooManySubscriptions,
+}
+
+/// A timed action the sweeper asks the edge to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// The handshake / request head / keep-alive deadline passed.
+    Handshake,
+    /// Nothing received for `idle_timeout`.
+    Idle,
+    /// The peer did not answer our close frame in time.
+    Close,
+}
+
+/// The limits the hub enforces, copied from [`Config`].
+#[derive(Debug, Clone)]
+pub struct HubLimits {
+    /// Per-connection outbound bound in bytes.
+    pub max_outbound_queue: usize,
+    /// What to do over the bound.
+    pub slow_consumer: SlowConsumerPolicy,
+    /// Channels per connection.
+    pub max_subscriptions: usize,
+    /// Connections in the table.
+    pub max_connections: usize,
+    /// Skip the publisher when fanning out its own message.
+    pub exclude_sender: bool,
+    /// Milliseconds; 0 disables.
+    pub ping_interval_ms: u64,
+    /// Milliseconds; 0 disables.
+    pub idle_timeout_ms: u64,
+    /// Milliseconds.
+    pub handshake_timeout_ms: u64,
+    /// Milliseconds.
+    pub close_timeout_ms: u64,
+}
+
+impl From<&Config> for HubLimits {
+    fn from(c: &Config) -> Self {
+        HubLimits {
+            max_outbound_queue: c.max_outbound_queue,
+            slow_consumer: c.slow_consumer,
+            max_subscriptions: c.max_subscriptions,
+            max_connections: c.max_connections,
+            exclude_sender: c.exclude_sender,
+            ping_interval_ms: c.ping_interval.as_millis() as u64,
+            idle_timeout_ms: c.idle_timeout.as_millis() as u64,
+            handshake_timeout_ms: c.handshake_timeout.as_millis() as u64,
+            close_timeout_ms: c.close_timeout.as_millis() as u64,
+        }
+    }
+}
+
+/// A message to fan out: encoded at most once per subscriber kind.
+struct Outgoing<'a> {
+    channel: &'a str,
+    opcode: OpCode,
+    payload: &'a [u8],
+    raw: Option<Bytes>,
+    envelope: Option<Bytes>,
+}
+
+impl Outgoing<'_> {
+    fn frame_for(&mut self, kind: ConnKind) -> &Bytes {
+        if kind == ConnKind::Multi {
+            let (ch, op, p) = (self.channel, self.opcode, self.payload);
+            self.envelope
+                .get_or_insert_with(|| crate::control::encode_delivery(ch, op, p))
+        } else {
+            let (op, p) = (self.opcode, self.payload);
+            self.raw.get_or_insert_with(|| encode_server_frame(op, p))
+        }
+    }
+}
+
+/// The connection table and channel registry of one worker.
+pub struct Hub {
+    conns: Slab<Conn>,
+    channels: Slab<Channel>,
+    by_name: HashMap<Rc<str>, ChannelId>,
+    limits: HubLimits,
+    now_ms: u64,
+    /// Counters, read by `/stats`.
+    pub stats: Stats,
+}
+
+impl Hub {
+    /// An empty hub enforcing `limits`.
+    pub fn new(limits: HubLimits) -> Self {
+        Hub {
+            conns: Slab::new(),
+            channels: Slab::new(),
+            by_name: HashMap::new(),
+            limits,
+            now_ms: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &HubLimits {
+        &self.limits
+    }
+
+    /// Advances the hub's coarse clock (milliseconds since the worker started).
+    pub fn set_now(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    /// The coarse clock.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Number of connections in the table.
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Number of channels with at least one subscriber.
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Subscribers of `name` on this worker.
+    pub fn subscriber_count(&self, name: &str) -> usize {
+        self.by_name
+            .get(name)
+            .map_or(0, |&c| self.channels[c].subscribers.len())
+    }
+
+    /// A connection, if it is still in the table.
+    pub fn conn(&self, id: ConnId) -> Option<&Conn> {
+        self.conns.get(id)
+    }
+
+    /// Adds an accepted socket as an HTTP connection; `None` at `max_connections`.
+    pub fn register(&mut self, fd: i32) -> Option<ConnId> {
+        if self.conns.len() >= self.limits.max_connections {
+            return None;
+        }
+        let now = self.now_ms;
+        let id = self.conns.insert(Conn {
+            fd,
+            kind: ConnKind::Http,
+            state: ConnState::Open,
+            finished: false,
+            peer_closed: false,
+            subs: Vec::new(),
+            ctrl: None,
+            queue: VecDeque::new(),
+            pending_bytes: 0,
+            writer: None,
+            last_recv_ms: now,
+            since_ms: now,
+            ping_outstanding: false,
+            expired: false,
+        });
+        self.stats.connections_opened += 1;
+        Some(id)
+    }
+
+    /// Marks the start of a new request head (its deadline starts now).
+    pub fn request_started(&mut self, id: ConnId) {
+        let now = self.now_ms;
+        if let Some(c) = self.conns.get_mut(id) {
+            c.since_ms = now;
+        }
+    }
+
+    /// Turns an HTTP connection into a WebSocket of `kind`.
+    pub fn upgrade(&mut self, id: ConnId, kind: ConnKind) {
+        let now = self.now_ms;
+        if let Some(c) = self.conns.get_mut(id) {
+            c.kind = kind;
+            c.last_recv_ms = now;
+            self.stats.websockets_opened += 1;
+        }
+    }
+
+    /// Records that bytes arrived from `id` (resets ping and idle timers).
+    pub fn received(&mut self, id: ConnId) {
+        let now = self.now_ms;
+        if let Some(c) = self.conns.get_mut(id) {
+            c.last_recv_ms = now;
+            c.ping_outstanding = false;
+        }
+    }
+
+    /// Subscribes `id` to `name`; subscribing twice is a no-op.
+    pub fn subscribe(&mut self, id: ConnId, name: &str) -> Result<(), SubscribeError> {
+        if !valid_channel_name(name) {
+            return Err(SubscribeError::InvalidChannel);
+        }
+        let Some(conn) = self.conns.get(id) else {
+            return Ok(());
+        };
+        let existing = self.by_name.get(name).copied();
+        if let Some(cid) = existing {
+            if conn.subs.iter().any(|&(c, _)| c == cid) {
+                return Ok(());
+            }
+        }
+        if conn.subs.len() >= self.limits.max_subscriptions {
+            return Err(SubscribeError::TooManySubscriptions);
+        }
+        let cid = existing.unwrap_or_else(|| self.add_channel(name));
+        let ch = &mut self.channels[cid];
+        let pos = ch.subscribers.len() as u32;
+        ch.subscribers.push(id);
+        self.conns[id].subs.push((cid, pos));
+        self.stats.subscriptions += 1;
+        Ok(())
+    }
+
+    fn add_channel(&mut self, name: &str) -> ChannelId {
+        let name: Rc<str> = Rc::from(name);
+        let cid = self.channels.insert(Channel {
+            name: name.clone(),
+            subscribers: Vec::new(),
+        });
+        self.by_name.insert(name, cid);
+        cid
+    }
+
+    /// Unsubscribes `id` from `name`; returns whether it was subscribed.
+    pub fn unsubscribe(&mut self, id: ConnId, name: &str) -> bool {
+        let Some(&cid) = self.by_name.get(name) else {
+            return false;
+        };
+        let Some(conn) = self.conns.get_mut(id) else {
+            return false;
+        };
+        let Some(i) = conn.subs.iter().position(|&(c, _)| c == cid) else {
+            return false;
+        };
+        let (_, pos) = conn.subs.swap_remove(i);
+        self.detach(cid, pos);
+        true
+    }
+
+    /// Removes slot `pos` of channel `cid`, fixing the back-pointer of the
+    /// subscriber moved into it; drops the channel when it empties. O(the
+    /// moved connection's subscriptions), bounded by `max_subscriptions`.
+    fn detach(&mut self, cid: ChannelId, pos: u32) {
+        let ch = &mut self.channels[cid];
+        ch.subscribers.swap_remove(pos as usize);
+        if let Some(&moved) = ch.subscribers.get(pos as usize) {
+            if let Some(slot) = self.conns[moved].subs.iter_mut().find(|s| s.0 == cid) {
+                slot.1 = pos;
+            }
+        }
+        if ch.subscribers.is_empty() {
+            let ch = self.channels.remove(cid);
+            self.by_name.remove(&ch.name);
+        }
+        self.stats.subscriptions -= 1;
+    }
+
+    /// Removes a connection and its subscriptions, O(its subscriptions), and
+    /// wakes its writer so it sees [`WriterWork::Finish`].
+    pub fn remove(&mut self, id: ConnId) {
+        let Some(mut conn) = self.conns.try_remove(id) else {
+            return;
+        };
+        for (cid, pos) in std::mem::take(&mut conn.subs) {
+            self.detach(cid, pos);
+        }
+        if conn.kind != ConnKind::Http {
+            self.stats.websockets_closed += 1;
+        }
+        self.stats.connections_closed += 1;
+        if let Some(w) = conn.writer.take() {
+            w.wake();
+        }
+    }
+
+    /// Fans a message out to every subscriber of `channel`; returns how many
+    /// local subscribers it was queued for.
+    ///
+    /// The frame is encoded once per subscriber kind and shared by reference
+    /// count; each subscriber costs one queue push and, if its writer sleeps,
+    /// one wake-up.
+    pub fn publish(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<ConnId>,
+    ) -> usize {
+        self.stats.messages_in += 1;
+        let Some(&cid) = self.by_name.get(channel) else {
+            return 0;
+        };
+        let mut out = Outgoing {
+            channel,
+            opcode,
+            payload,
+            raw: None,
+            envelope: None,
+        };
+        let skip = sender.filter(|_| self.limits.exclude_sender);
+        let mut queued = 0;
+        let Hub {
+            channels,
+            conns,
+            limits,
+            stats,
+            ..
+        } = self;
+        for &id in &channels[cid].subscribers {
+            if Some(id) == skip {
+                continue;
+            }
+            let conn = &mut conns[id];
+            let frame = out.frame_for(conn.kind);
+            if enqueue_data(conn, frame, limits, stats) {
+                queued += 1;
+            }
+        }
+        queued
+    }
+
+    /// Queues a data frame addressed to one connection (a control-protocol
+    /// reply), under the same bound and policy as broadcasts.
+    pub fn send_to(&mut self, id: ConnId, frame: Bytes) -> bool {
+        let Hub {
+            conns,
+            limits,
+            stats,
+            ..
+        } = self;
+        match conns.get_mut(id) {
+            Some(conn) => enqueue_data(conn, &frame, limits, stats),
+            None => false,
+        }
+    }
+
+    /// Queues a pong (replacing an unsent pong or ping: only the latest
+    /// ping needs an answer).
+    pub fn queue_pong(&mut self, id: ConnId, payload: &[u8]) {
+        self.queue_ctrl(id, encode_server_frame(OpCode::Pong, payload));
+    }
+
+    fn queue_ctrl(&mut self, id: ConnId, frame: Bytes) {
+        let Some(conn) = self.conns.get_mut(id) else {
+            return;
+        };
+        if conn.state != ConnState::Open {
+            return;
+        }
+        conn.ctrl = Some(frame);
+        wake(conn);
+    }
+
+    /// Starts the closing handshake: drops nothing already queued (so a
+    /// graceful close flushes), queues the close frame last, and refuses
+    /// further data. A second call is a no-op.
+    pub fn close(&mut self, id: ConnId, code: u16, reason: &str, why: CloseReason) {
+        self.close_with(id, encode_close_frame(code, reason), why);
+    }
+
+    fn close_with(&mut self, id: ConnId, frame: Bytes, why: CloseReason) {
+        let now = self.now_ms;
+        let Some(conn) = self.conns.get_mut(id) else {
+            return;
+        };
+        conn.peer_closed |= why == CloseReason::Echo;
+        if conn.state == ConnState::Closing {
+            return;
+        }
+        conn.state = ConnState::Closing;
+        conn.since_ms = now;
+        conn.pending_bytes += frame.len();
+        conn.queue.push_back(frame);
+        wake(conn);
+    }
+
+    /// The peer's close frame arrived: echo its code (an empty close for an
+    /// empty one), unless we sent our close already.
+    pub fn peer_closed(&mut self, id: ConnId, code: Option<u16>) {
+        let frame = match code {
+            Some(code) => encode_close_frame(code, ""),
+            None => encode_server_frame(OpCode::Close, b""),
+        };
+        self.close_with(id, frame, CloseReason::Echo);
+    }
+
+    /// Whether the peer's close frame has arrived.
+    pub fn is_peer_closed(&self, id: ConnId) -> bool {
+        self.conns.get(id).is_none_or(|c| c.peer_closed)
+    }
+
+    /// Tears the writer down without a close frame (the socket is gone).
+    pub fn abort(&mut self, id: ConnId) {
+        if let Some(conn) = self.conns.get_mut(id) {
+            conn.state = ConnState::Closing;
+            conn.finished = true;
+            conn.queue.clear();
+            conn.ctrl = None;
+            wake(conn);
+        }
+    }
+
+    /// The writer's wait: ready when there is something to write or nothing
+    /// ever will be.
+    pub fn poll_writer(&mut self, id: ConnId, cx: &mut Context<'_>) -> Poll<WriterWork> {
+        let Some(conn) = self.conns.get_mut(id) else {
+            return Poll::Ready(WriterWork::Finish);
+        };
+        if conn.ctrl.is_some() || !conn.queue.is_empty() {
+            return Poll::Ready(WriterWork::Write);
+        }
+        if conn.finished {
+            return Poll::Ready(WriterWork::Finish);
+        }
+        match &mut conn.writer {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Moves up to [`MAX_BATCH`] frames (control frame first) into `out`.
+    /// Returns whether this batch holds the close frame — the last bytes
+    /// this connection will ever send.
+    pub fn take_batch(&mut self, id: ConnId, out: &mut Vec<Bytes>) -> bool {
+        let Some(conn) = self.conns.get_mut(id) else {
+            return false;
+        };
+        if let Some(ctrl) = conn.ctrl.take() {
+            conn.pending_bytes += ctrl.len();
+            out.push(ctrl);
+        }
+        let n = conn.queue.len().min(MAX_BATCH.saturating_sub(out.len()));
+        out.extend(conn.queue.drain(..n));
+        let last = conn.state == ConnState::Closing && conn.queue.is_empty();
+        if last {
+            conn.finished = true;
+        }
+        last
+    }
+
+    /// The writer wrote `n` bytes.
+    pub fn wrote(&mut self, id: ConnId, n: usize) {
+        self.stats.bytes_out += n as u64;
+        if let Some(conn) = self.conns.get_mut(id) {
+            conn.pending_bytes = conn.pending_bytes.saturating_sub(n);
+        }
+    }
+
+    /// Starts graceful shutdown: every WebSocket gets close 1001 after what
+    /// is already queued; returns the fds of plain HTTP connections, which
+    /// the edge shuts down.
+    pub fn begin_shutdown(&mut self) -> Vec<i32> {
+        let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id).collect();
+        let mut http = Vec::new();
+        for id in ids {
+            if self.conns[id].kind == ConnKind::Http {
+                http.push(self.conns[id].fd);
+            } else {
+                self.close(
+                    id,
+                    CLOSE_GOING_AWAY,
+                    "server shutting down",
+                    CloseReason::Shutdown,
+                );
+            }
+        }
+        http
+    }
+
+    /// The periodic sweep: queues keepalive pings and returns the sockets
+    /// whose deadline passed, for the edge to shut down.
+    pub fn sweep(&mut self, expired: &mut Vec<(i32, Expired)>) {
+        let now = self.now_ms;
+        let l = &self.limits;
+        let first = expired.len();
+        for (_, conn) in self.conns.iter_mut() {
+            if conn.expired {
+                continue;
+            }
+            if let Some(why) = deadline_passed(conn, l, now) {
+                conn.expired = true;
+                expired.push((conn.fd, why));
+                continue;
+            }
+            let quiet = now.saturating_sub(conn.last_recv_ms);
+            let wants_ping = conn.kind != ConnKind::Http
+                && conn.state == ConnState::Open
+                && l.ping_interval_ms > 0
+                && quiet >= l.ping_interval_ms
+                && !conn.ping_outstanding
+                && conn.ctrl.is_none();
+            if wants_ping {
+                conn.ping_outstanding = true;
+                conn.ctrl = Some(encode_server_frame(OpCode::Ping, b""));
+                wake(conn);
+            }
+        }
+        for (_, why) in &expired[first..] {
+            match why {
+                Expired::Handshake => self.stats.handshake_timeouts += 1,
+                Expired::Idle => self.stats.idle_timeouts += 1,
+                Expired::Close => self.stats.close_timeouts += 1,
+            }
+        }
+    }
+}
+
+fn deadline_passed(conn: &Conn, l: &HubLimits, now: u64) -> Option<Expired> {
+    let since = now.saturating_sub(conn.since_ms);
+    match (conn.kind, conn.state) {
+        (ConnKind::Http, _) if since >= l.handshake_timeout_ms => Some(Expired::Handshake),
+        (ConnKind::Http, _) => None,
+        (_, ConnState::Closing) if since >= l.close_timeout_ms => Some(Expired::Close),
+        (_, ConnState::Closing) => None,
+        (_, ConnState::Open) => {
+            let quiet = now.saturating_sub(conn.last_recv_ms);
+            (l.idle_timeout_ms > 0 && quiet >= l.idle_timeout_ms).then_some(Expired::Idle)
+        }
+    }
+}
+
+fn wake(conn: &mut Conn) {
+    if let Some(w) = conn.writer.take() {
+        w.wake();
+    }
+}
+
+/// Queues one data frame under the slow-consumer policy; returns whether it
+/// was queued.
+fn enqueue_data(conn: &mut Conn, frame: &Bytes, limits: &HubLimits, stats: &mut Stats) -> bool {
+    if conn.state != ConnState::Open {
+        stats.messages_not_delivered += 1;
+        return false;
+    }
+    let len = frame.len();
+    // A frame larger than the whole bound still goes to an idle connection:
+    // the message-size limit, not the queue bound, governs single messages.
+    let over = conn.pending_bytes > 0
+        && conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue;
+    if over && !make_room(conn, len, limits, stats) {
+        return false;
+    }
+    conn.pending_bytes += len;
+    conn.queue.push_back(frame.clone());
+    stats.deliveries += 1;
+    wake(conn);
+    true
+}
+
+/// Applies the slow-consumer policy; returns whether the new frame may be queued.
+fn make_room(conn: &mut Conn, len: usize, limits: &HubLimits, stats: &mut Stats) -> bool {
+    match limits.slow_consumer {
+        SlowConsumerPolicy::Disconnect => {
+            let dropped = conn.queue.len() as u64 + 1;
+            let freed: usize = conn.queue.iter().map(Bytes::len).sum();
+            conn.queue.clear();
+            conn.pending_bytes -= freed;
+            stats.slow_consumer_disconnects += 1;
+            stats.messages_not_delivered += dropped;
+            crate::log!(
+                Info,
+                "slow consumer disconnected",
+                fd = conn.fd,
+                dropped = dropped
+            );
+            conn.state = ConnState::Closing;
+            let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
+            conn.pending_bytes += close.len();
+            conn.queue.push_back(close);
+            wake(conn);
+            false
+        }
+        SlowConsumerPolicy::DropOldest => {
+            while conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue {
+                let Some(old) = conn.queue.pop_front() else {
+                    // Everything left is in flight: drop the new frame instead.
+                    stats.slow_consumer_drops += 1;
+                    stats.messages_not_delivered += 1;
+                    return false;
+                };
+                conn.pending_bytes -= old.len();
+                stats.slow_consumer_drops += 1;
+                stats.messages_not_delivered += 1;
+            }
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    fn limits() -> HubLimits {
+        HubLimits::from(&Config::default())
+    }
+
+    struct Counter(AtomicUsize);
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn drain(hub: &mut Hub, id: ConnId) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        hub.take_batch(id, &mut out);
+        let n = out.iter().map(Bytes::len).sum();
+        hub.wrote(id, n);
+        out
+    }
+
+    fn ws(hub: &mut Hub, kind: ConnKind) -> ConnId {
+        let id = hub.register(-1).unwrap();
+        hub.upgrade(id, kind);
+        id
+    }
+
+    #[test]
+    fn channel_names_are_validated() {
+        assert!(valid_channel_name("news.eu-1:room_2@x"));
+        for bad in ["", "a b", "ä", "a/b", &"x".repeat(129)] {
+            assert!(!valid_channel_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn one_encoded_frame_is_shared_by_every_subscriber() {
+        let mut hub = Hub::new(limits());
+        let ids: Vec<_> = (0..3).map(|_| ws(&mut hub, ConnKind::Simple)).collect();
+        for &id in &ids {
+            hub.subscribe(id, "c").unwrap();
+        }
+        assert_eq!(hub.publish("c", OpCode::Text, b"hi", None), 3);
+        let frames: Vec<Bytes> = ids
+            .iter()
+            .map(|&id| drain(&mut hub, id).remove(0))
+            .collect();
+        assert_eq!(&frames[0][..], b"\x81\x02hi");
+        // Same allocation, not copies.
+        assert!(frames.iter().all(|f| f.as_ptr() == frames[0].as_ptr()));
+        assert_eq!(hub.stats.deliveries, 3);
+    }
+
+    #[test]
+    fn multi_mode_gets_an_envelope_naming_the_channel() {
+        let mut hub = Hub::new(limits());
+        let id = ws(&mut hub, ConnKind::Multi);
+        hub.subscribe(id, "room").unwrap();
+        hub.publish("room", OpCode::Text, b"x\"y", None);
+        let f = drain(&mut hub, id).remove(0);
+        let json: serde_json::Value = serde_json::from_slice(&f[2..]).unwrap();
+        assert_eq!(json["type"], "message");
+        assert_eq!(json["channel"], "room");
+        assert_eq!(json["data"], "x\"y");
+    }
+
+    #[test]
+    fn disconnect_cleans_up_only_its_subscriptions() {
+        let mut hub = Hub::new(limits());
+        let a = ws(&mut hub, ConnKind::Multi);
+        let b = ws(&mut hub, ConnKind::Multi);
+        let c = ws(&mut hub, ConnKind::Multi);
+        for id in [a, b, c] {
+            hub.subscribe(id, "x").unwrap();
+        }
+        hub.subscribe(a, "only-a").unwrap();
+        hub.remove(a);
+        assert_eq!(hub.subscriber_count("x"), 2);
+        assert_eq!(hub.channel_count(), 1, "empty channel dropped");
+        // Back-pointers survived the swap_remove: c can still leave cleanly.
+        assert!(hub.unsubscribe(c, "x"));
+        assert!(!hub.unsubscribe(c, "x"));
+        assert_eq!(hub.subscriber_count("x"), 1);
+        hub.remove(b);
+        assert_eq!((hub.channel_count(), hub.stats.subscriptions), (0, 0));
+    }
+
+    #[test]
+    fn subscriptions_are_bounded_and_idempotent() {
+        let mut l = limits();
+        l.max_subscriptions = 2;
+        let mut hub = Hub::new(l);
+        let id = ws(&mut hub, ConnKind::Multi);
+        hub.subscribe(id, "a").unwrap();
+        hub.subscribe(id, "a").unwrap();
+        hub.subscribe(id, "b").unwrap();
+        assert_eq!(
+            hub.subscribe(id, "c"),
+            Err(SubscribeError::TooManySubscriptions)
+        );
+        assert_eq!(
+            hub.subscribe(id, "bad name"),
+            Err(SubscribeError::InvalidChannel)
+        );
+        assert_eq!(hub.conn(id).unwrap().subscription_count(), 2);
+    }
+
+    #[test]
+    fn connections_are_bounded() {
+        let mut l = limits();
+        l.max_connections = 2;
+        let mut hub = Hub::new(l);
+        assert!(hub.register(1).is_some() && hub.register(2).is_some());
+        assert!(hub.register(3).is_none());
+    }
+
+    #[test]
+    fn slow_consumer_is_disconnected_with_1008_and_counted() {
+        let mut l = limits();
+        l.max_outbound_queue = 100;
+        let mut hub = Hub::new(l);
+        let slow = ws(&mut hub, ConnKind::Simple);
+        let fast = ws(&mut hub, ConnKind::Simple);
+        hub.subscribe(slow, "c").unwrap();
+        hub.subscribe(fast, "c").unwrap();
+        for _ in 0..5 {
+            hub.publish("c", OpCode::Binary, &[0; 40], None);
+            drain(&mut hub, fast);
+        }
+        assert_eq!(hub.stats.slow_consumer_disconnects, 1);
+        assert_eq!(hub.conn(slow).unwrap().state(), ConnState::Closing);
+        let out = drain(&mut hub, slow);
+        assert_eq!(out.len(), 1, "queue replaced by the close frame");
+        assert_eq!(&out[0][..4], &[0x88, 15, 0x03, 0xF0]);
+        assert!(hub.conn(slow).unwrap().pending_bytes() == 0);
+        assert_eq!(hub.stats.deliveries, 5 + 2);
+    }
+
+    #[test]
+    fn drop_oldest_keeps_the_queue_bounded_and_counts_drops() {
+        let mut l = limits();
+        l.max_outbound_queue = 100;
+        l.slow_consumer = SlowConsumerPolicy::DropOldest;
+        let mut hub = Hub::new(l);
+        let id = ws(&mut hub, ConnKind::Simple);
+        hub.subscribe(id, "c").unwrap();
+        for i in 0..10u8 {
+            hub.publish("c", OpCode::Binary, &[i; 40], None);
+            assert!(hub.conn(id).unwrap().pending_bytes() <= 100);
+        }
+        let out = drain(&mut hub, id);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1][2], 9, "newest kept");
+        assert_eq!(hub.stats.slow_consumer_drops, 8);
+        assert_eq!(hub.stats.messages_not_delivered, 8);
+    }
+
+    #[test]
+    fn a_ping_flood_occupies_one_control_slot() {
+        let mut hub = Hub::new(limits());
+        let id = ws(&mut hub, ConnKind::Simple);
+        for i in 0..10_000u32 {
+            hub.queue_pong(id, &i.to_be_bytes());
+        }
+        let out = drain(&mut hub, id);
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][2..], &9_999u32.to_be_bytes());
+    }
+
+    #[test]
+    fn writer_is_woken_once_per_burst_and_finishes_after_close() {
+        let mut hub = Hub::new(limits());
+        let id = ws(&mut hub, ConnKind::Simple);
+        hub.subscribe(id, "c").unwrap();
+        let counter = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(hub.poll_writer(id, &mut cx).is_pending());
+        for _ in 0..3 {
+            hub.publish("c", OpCode::Text, b"m", None);
+        }
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        assert_eq!(hub.poll_writer(id, &mut cx), Poll::Ready(WriterWork::Write));
+        assert_eq!(drain(&mut hub, id).len(), 3, "three messages, one batch");
+        hub.close(id, 1001, "bye", CloseReason::Shutdown);
+        hub.publish("c", OpCode::Text, b"late", None);
+        let mut out = Vec::new();
+        assert!(
+            hub.take_batch(id, &mut out),
+            "close frame is the last batch"
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            hub.poll_writer(id, &mut cx),
+            Poll::Ready(WriterWork::Finish)
+        );
+        assert_eq!(hub.stats.messages_not_delivered, 1);
+    }
+
+    #[test]
+    fn exclude_sender_skips_the_publisher() {
+        let mut l = limits();
+        l.exclude_sender = true;
+        let mut hub = Hub::new(l);
+        let a = ws(&mut hub, ConnKind::Simple);
+        let b = ws(&mut hub, ConnKind::Simple);
+        hub.subscribe(a, "c").unwrap();
+        hub.subscribe(b, "c").unwrap();
+        assert_eq!(hub.publish("c", OpCode::Text, b"m", Some(a)), 1);
+        assert!(drain(&mut hub, a).is_empty());
+    }
+
+    #[test]
+    fn sweep_pings_quiet_peers_then_expires_dead_ones() {
+        let mut l = limits();
+        l.ping_interval_ms = 1000;
+        l.idle_timeout_ms = 3000;
+        l.handshake_timeout_ms = 500;
+        let mut hub = Hub::new(l);
+        let http = hub.register(7).unwrap();
+        let id = hub.register(8).unwrap();
+        hub.upgrade(id, ConnKind::Simple);
+        let mut expired = Vec::new();
+        hub.set_now(1000);
+        hub.sweep(&mut expired);
+        assert_eq!(expired, vec![(7, Expired::Handshake)]);
+        let ping = drain(&mut hub, id);
+        assert_eq!(&ping[0][..], &[0x89, 0]);
+        hub.remove(http);
+        expired.clear();
+        hub.set_now(2500);
+        hub.sweep(&mut expired);
+        assert!(expired.is_empty());
+        assert!(
+            drain(&mut hub, id).is_empty(),
+            "one ping outstanding at a time"
+        );
+        hub.set_now(3000);
+        hub.sweep(&mut expired);
+        assert_eq!(expired, vec![(8, Expired::Idle)]);
+        assert_eq!(hub.stats.idle_timeouts, 1);
+    }
+}

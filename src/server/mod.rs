@@ -1,0 +1,249 @@
+//! The network edge: boot a pinned worker, accept, sweep, shut down.
+//!
+//! One worker thread, pinned with `bind_to_cpu_set` before its runtime is
+//! built, runs monoio on io_uring (or epoll where io_uring is unavailable or
+//! `--legacy-driver` is set). Everything the worker owns — the hub, its
+//! connections, its scratch buffer — is `!Send` and lives inside it, so more
+//! workers can be added later by starting more of them (with `SO_REUSEPORT`)
+//! without touching the per-connection code.
+
+mod conn;
+mod iovec;
+pub mod sys;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+
+pub use conn::stats_json;
+use conn::Ctx;
+
+use crate::config::Config;
+use crate::hub::Expired;
+use crate::log;
+
+/// How often deadlines, keepalive pings and the stop flag are checked.
+const TICK: Duration = Duration::from_millis(100);
+/// Pause after `accept` fails for lack of descriptors.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Listen backlog.
+const BACKLOG: i32 = 4096;
+
+/// The I/O driver a worker runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    /// io_uring.
+    IoUring,
+    /// epoll.
+    Legacy,
+}
+
+/// A running server: its address, a stop switch and its worker thread.
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    worker: JoinHandle<io::Result<()>>,
+}
+
+impl Server {
+    /// Binds the listener (so bind errors surface here and port 0 resolves),
+    /// then starts the pinned worker.
+    pub fn start(cfg: Config) -> io::Result<Server> {
+        let listener = std::net::TcpListener::bind(cfg.listen)?;
+        sys::set_backlog(listener.as_raw_fd(), BACKLOG)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let worker = std::thread::Builder::new()
+            .name("corecast-worker-0".into())
+            .spawn(move || run_worker(cfg, listener, flag))?;
+        Ok(Server { addr, stop, worker })
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Asks the worker to shut down gracefully (as SIGTERM does).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the worker has exited.
+    pub fn is_finished(&self) -> bool {
+        self.worker.is_finished()
+    }
+
+    /// Waits for the worker to exit.
+    pub fn join(self) -> io::Result<()> {
+        self.worker
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("worker panicked")))
+    }
+}
+
+fn run_worker(
+    cfg: Config,
+    listener: std::net::TcpListener,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
+    let cpu = cfg.cpu.or_else(sys::first_allowed_cpu).unwrap_or(0);
+    if let Err(e) = monoio::utils::bind_to_cpu_set([cpu]) {
+        if cfg.cpu.is_some() {
+            return Err(io::Error::other(format!("cannot pin to CPU {cpu}: {e:?}")));
+        }
+        log!(Warn, "cannot pin worker", cpu = cpu, error = log::Dbg(e));
+    }
+    let driver = if !cfg.force_legacy_driver && monoio::utils::detect_uring() {
+        DriverKind::IoUring
+    } else {
+        DriverKind::Legacy
+    };
+    if driver == DriverKind::Legacy {
+        listener.set_nonblocking(true)?;
+    }
+    log!(
+        Info,
+        "corecast listening",
+        addr = listener.local_addr()?,
+        driver = log::Dbg(driver),
+        cpu = cpu,
+        version = env!("CARGO_PKG_VERSION"),
+    );
+    let serve = worker_main(cfg, listener, stop);
+    match driver {
+        DriverKind::IoUring => RuntimeBuilder::<IoUringDriver>::new()
+            .enable_timer()
+            .with_entries(4096)
+            .build()?
+            .block_on(serve),
+        DriverKind::Legacy => RuntimeBuilder::<LegacyDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(serve),
+    }
+}
+
+async fn worker_main(
+    cfg: Config,
+    listener: std::net::TcpListener,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
+    let shutdown_timeout = cfg.shutdown_timeout;
+    let ctx = Ctx::new(cfg);
+    let listener = monoio::net::TcpListener::from_std(listener)?;
+    let started = Instant::now();
+    monoio::spawn(sweeper(ctx.clone(), started));
+    race(accept_loop(ctx.clone(), listener), wait_for_stop(&stop)).await;
+    // The listener is dropped here: no new connections from now on.
+    graceful_shutdown(&ctx, shutdown_timeout).await;
+    Ok(())
+}
+
+/// Runs `a` until `b` completes (or `a` ends first), dropping the other.
+async fn race(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    std::future::poll_fn(|cx| {
+        if b.as_mut().poll(cx).is_ready() || a.as_mut().poll(cx).is_ready() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+async fn wait_for_stop(stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) && !sys::signalled() {
+        monoio::time::sleep(TICK).await;
+    }
+}
+
+async fn accept_loop(ctx: Rc<Ctx>, listener: monoio::net::TcpListener) {
+    let mut last_warn: Option<Instant> = None;
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                monoio::spawn(conn::handle(ctx.clone(), stream));
+            }
+            Err(e) if is_fd_exhaustion(&e) => {
+                // Out of descriptors: back off instead of spinning, and log
+                // once per interval rather than once per failed accept.
+                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    log!(Warn, "accept failed, backing off", error = e);
+                    last_warn = Some(Instant::now());
+                }
+                monoio::time::sleep(ACCEPT_BACKOFF).await;
+            }
+            Err(e) => log!(Debug, "accept failed", error = e),
+        }
+    }
+}
+
+fn is_fd_exhaustion(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Advances the hub's clock, sends keepalive pings, and cuts connections
+/// whose deadline passed.
+async fn sweeper(ctx: Rc<Ctx>, started: Instant) {
+    let mut expired = Vec::new();
+    loop {
+        monoio::time::sleep(TICK).await;
+        {
+            let mut hub = ctx.hub.borrow_mut();
+            hub.set_now(started.elapsed().as_millis() as u64);
+            hub.sweep(&mut expired);
+        }
+        for (fd, why) in expired.drain(..) {
+            log!(Debug, "deadline passed", fd = fd, reason = log::Dbg(why));
+            if why != Expired::Close {
+                log!(Trace, "closing", fd = fd);
+            }
+            sys::shutdown(fd);
+        }
+    }
+}
+
+/// Sends close 1001 to every WebSocket after what is queued, closes idle
+/// HTTP connections, and waits for the table to empty or the deadline.
+async fn graceful_shutdown(ctx: &Rc<Ctx>, timeout: Duration) {
+    let http_fds = ctx.hub.borrow_mut().begin_shutdown();
+    let count = ctx.hub.borrow().connection_count();
+    log!(
+        Info,
+        "shutting down",
+        connections = count,
+        timeout = log::Dbg(timeout)
+    );
+    for fd in http_fds {
+        sys::shutdown(fd);
+    }
+    let deadline = Instant::now() + timeout;
+    while ctx.hub.borrow().connection_count() > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left = ctx.hub.borrow().connection_count();
+    if left > 0 {
+        log!(
+            Warn,
+            "shutdown deadline passed, cutting connections",
+            connections = left
+        );
+    }
+    log!(Info, "stopped");
+}

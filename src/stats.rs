@@ -1,0 +1,52 @@
+//! Per-worker counters, served as JSON by `GET /stats`.
+//!
+//! Plain integers, not atomics: each worker owns its counters and nothing
+//! else ever touches them.
+
+use serde::Serialize;
+
+/// Counters of one worker. Monotonic unless noted.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Stats {
+    /// TCP connections accepted into the table.
+    pub connections_opened: u64,
+    /// TCP connections removed from the table.
+    pub connections_closed: u64,
+    /// Connections refused at `max_connections` (answered 503).
+    pub connections_rejected: u64,
+    /// Successful WebSocket upgrades.
+    pub websockets_opened: u64,
+    /// WebSockets that ended.
+    pub websockets_closed: u64,
+    /// Upgrades refused (bad handshake), by any reason.
+    pub handshake_failures: u64,
+    /// Request heads not completed within `handshake_timeout`.
+    pub handshake_timeouts: u64,
+    /// WebSockets closed for silence (`idle_timeout`).
+    pub idle_timeouts: u64,
+    /// Peers that did not answer our close frame in time.
+    pub close_timeouts: u64,
+    /// WebSockets failed for breaking RFC 6455 (1002/1007/1009 sent).
+    pub protocol_errors: u64,
+    /// Plain HTTP requests answered.
+    pub http_requests: u64,
+    /// Current subscriptions (gauge).
+    pub subscriptions: u64,
+    /// Messages published (WebSocket or HTTP).
+    pub messages_in: u64,
+    /// Messages queued to a subscriber (one per subscriber per message).
+    pub deliveries: u64,
+    /// Deliveries that could not be made: dropped by the slow-consumer
+    /// policy, or addressed to a connection already closing.
+    pub messages_not_delivered: u64,
+    /// Bytes received from clients.
+    pub bytes_in: u64,
+    /// Bytes written to clients.
+    pub bytes_out: u64,
+    /// Subscribers cut off with close 1008 for exceeding their queue bound.
+    pub slow_consumer_disconnects: u64,
+    /// Queued messages dropped under the `drop-oldest` policy.
+    pub slow_consumer_drops: u64,
+    /// Vectored writes issued.
+    pub writes: u64,
+}

@@ -1,0 +1,798 @@
+//! The receiving half of a connection: bytes in, messages out.
+//!
+//! [`Receiver::next`] takes frames from the front of the read buffer,
+//! enforces the framing rules that depend on the role and on earlier frames
+//! (masking, fragmentation order, size limits, UTF-8), and hands back whole
+//! messages and control frames. Replies it implies (a pong for a ping, a
+//! close for a close or an error) are the caller's to send: the receiver
+//! never writes.
+
+use std::mem;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use super::close::{parse_close_bytes, CloseFrame};
+use super::error::ProtocolError;
+use super::frame::{FrameHeader, OpCode};
+use super::mask::apply_mask;
+use super::utf8::Utf8Validator;
+
+/// Which end of the connection we are; decides which frames must be masked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// We accepted the connection: frames from the client must be masked.
+    Server,
+    /// We opened the connection: frames from the server must not be masked.
+    Client,
+}
+
+/// Size limits on what a peer may make us buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest accepted frame payload, in bytes. Checked against the header
+    /// before any payload is buffered. Default: 1 MiB.
+    pub max_frame_size: usize,
+    /// Largest accepted message (all fragments together), in bytes. Default:
+    /// 1 MiB. The Autobahn 9.x performance cases need 16 MiB.
+    pub max_message_size: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_frame_size: 1 << 20,
+            max_message_size: 1 << 20,
+        }
+    }
+}
+
+/// A complete message or control frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A text message; the bytes are valid UTF-8.
+    Text(Bytes),
+    /// A binary message.
+    Binary(Bytes),
+    /// A ping: "Upon receipt of a Ping frame, an endpoint MUST send a Pong
+    /// frame in response" (5.5.2), with the same payload.
+    Ping(Bytes),
+    /// A pong.
+    Pong(Bytes),
+    /// A close frame and its body, if it had one. The caller answers with a
+    /// close frame and stops reading (5.5.1).
+    Close(Option<CloseFrame>),
+}
+
+/// The type of the fragmented message being assembled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fragmented {
+    Text,
+    Binary,
+}
+
+/// Turns a byte stream into [`Message`]s; see the [module docs](self).
+///
+/// Holds no heap memory while no fragmented message is open.
+#[derive(Debug)]
+pub struct Receiver {
+    role: Role,
+    limits: Limits,
+    /// Fragments of the open message; `BytesMut::new()` (no allocation)
+    /// otherwise.
+    assembly: BytesMut,
+    /// The open fragmented message, if any.
+    fragmented: Option<Fragmented>,
+    /// UTF-8 state across the fragments of a text message.
+    utf8: Utf8Validator,
+    /// The first error; once set, every call returns it.
+    poisoned: Option<ProtocolError>,
+}
+
+impl Receiver {
+    /// A receiver for `role`, enforcing `limits`.
+    pub fn new(role: Role, limits: Limits) -> Self {
+        Self {
+            role,
+            limits,
+            assembly: BytesMut::new(),
+            fragmented: None,
+            utf8: Utf8Validator::new(),
+            poisoned: None,
+        }
+    }
+
+    /// Consumes complete frames from the front of `buf` and returns the next
+    /// complete message or control frame.
+    ///
+    /// Payloads are unmasked in place and split off `buf`, so an
+    /// unfragmented message shares `buf`'s memory (zero-copy). `Ok(None)`
+    /// means more bytes are needed: a partial frame is left in `buf`
+    /// untouched (data fragments that were complete have been moved into
+    /// the assembly buffer). Limits are checked against the header, before
+    /// the payload is waited for. After an error the receiver is poisoned
+    /// and returns the same error on every call; the caller closes with
+    /// [`ProtocolError::close_code`].
+    pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Message>, ProtocolError> {
+        if let Some(err) = &self.poisoned {
+            return Err(err.clone());
+        }
+        self.read(buf).inspect_err(|err| self.poison(err.clone()))
+    }
+
+    /// True while a fragmented message is being assembled (bytes are held).
+    pub fn is_assembling(&self) -> bool {
+        self.fragmented.is_some()
+    }
+
+    /// Reads frames until one completes a message or `buf` runs out.
+    fn read(&mut self, buf: &mut BytesMut) -> Result<Option<Message>, ProtocolError> {
+        loop {
+            let Some((header, header_len)) = FrameHeader::parse(buf)? else {
+                return Ok(None);
+            };
+            let payload_len = self.admit(&header)?;
+            let frame_len =
+                header_len
+                    .checked_add(payload_len)
+                    .ok_or(ProtocolError::FrameTooBig {
+                        size: header.payload_len,
+                        max: self.limits.max_frame_size,
+                    })?;
+            if buf.len() < frame_len {
+                return Ok(None);
+            }
+            let mut payload = buf.split_to(frame_len);
+            payload.advance(header_len);
+            if let Some(key) = header.mask {
+                apply_mask(&mut payload, key);
+            }
+            if let Some(message) = self.on_frame(&header, payload)? {
+                return Ok(Some(message));
+            }
+        }
+    }
+
+    /// Every check a header allows before its payload is buffered; returns
+    /// the payload length.
+    fn admit(&self, header: &FrameHeader) -> Result<usize, ProtocolError> {
+        self.check_masking(header)?;
+        let payload_len = self.check_frame_size(header.payload_len)?;
+        self.check_sequence(header.opcode)?;
+        self.check_message_size(header.opcode, header.payload_len)?;
+        Ok(payload_len)
+    }
+
+    fn check_masking(&self, header: &FrameHeader) -> Result<(), ProtocolError> {
+        match (self.role, header.mask.is_some()) {
+            // "The server MUST close the connection upon receiving a frame
+            // that is not masked." (5.1)
+            (Role::Server, false) => Err(ProtocolError::UnmaskedClientFrame),
+            // "A client MUST close a connection if it detects a masked
+            // frame." (5.1)
+            (Role::Client, true) => Err(ProtocolError::MaskedServerFrame),
+            _ => Ok(()),
+        }
+    }
+
+    /// Fails at once on an oversized header, so a 2^63-byte announcement
+    /// costs nothing.
+    fn check_frame_size(&self, size: u64) -> Result<usize, ProtocolError> {
+        let max = self.limits.max_frame_size;
+        match usize::try_from(size) {
+            Ok(len) if len <= max => Ok(len),
+            _ => Err(ProtocolError::FrameTooBig { size, max }),
+        }
+    }
+
+    /// "A fragmented message consists of a single frame with the FIN bit
+    /// clear and an opcode other than 0, followed by zero or more frames with
+    /// the FIN bit clear and the opcode set to 0, and terminated by a single
+    /// frame with the FIN bit set and an opcode of 0." (5.4) Control frames
+    /// "MAY be injected in the middle of a fragmented message".
+    fn check_sequence(&self, opcode: OpCode) -> Result<(), ProtocolError> {
+        match (opcode, self.fragmented) {
+            (OpCode::Continuation, None) => Err(ProtocolError::UnexpectedContinuation),
+            (OpCode::Text | OpCode::Binary, Some(_)) => Err(ProtocolError::ExpectedContinuation),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks what the message would grow to with this frame's payload.
+    fn check_message_size(&self, opcode: OpCode, payload_len: u64) -> Result<(), ProtocolError> {
+        let held = match opcode {
+            OpCode::Continuation => self.assembly.len(),
+            OpCode::Text | OpCode::Binary => 0,
+            OpCode::Close | OpCode::Ping | OpCode::Pong => return Ok(()),
+        };
+        let size = u64::try_from(held).map_or(u64::MAX, |held| held.saturating_add(payload_len));
+        let max = self.limits.max_message_size;
+        match usize::try_from(size) {
+            Ok(len) if len <= max => Ok(()),
+            _ => Err(ProtocolError::MessageTooBig { size, max }),
+        }
+    }
+
+    /// Handles a complete, unmasked frame; returns a message if it finished
+    /// one.
+    fn on_frame(
+        &mut self,
+        header: &FrameHeader,
+        payload: BytesMut,
+    ) -> Result<Option<Message>, ProtocolError> {
+        let message = match header.opcode {
+            OpCode::Ping => Message::Ping(payload.freeze()),
+            OpCode::Pong => Message::Pong(payload.freeze()),
+            OpCode::Close => Message::Close(parse_close_bytes(payload.freeze())?),
+            OpCode::Text if header.fin => Message::Text(validated_text(payload.freeze())?),
+            OpCode::Binary if header.fin => Message::Binary(payload.freeze()),
+            OpCode::Text => return self.start(Fragmented::Text, &payload).map(|()| None),
+            OpCode::Binary => return self.start(Fragmented::Binary, &payload).map(|()| None),
+            OpCode::Continuation => return self.continue_with(header.fin, &payload),
+        };
+        Ok(Some(message))
+    }
+
+    /// Opens a fragmented message with its first fragment.
+    fn start(&mut self, kind: Fragmented, payload: &[u8]) -> Result<(), ProtocolError> {
+        self.fragmented = Some(kind);
+        self.utf8.reset();
+        self.append(payload)
+    }
+
+    /// Adds a continuation fragment; returns the message after the last one.
+    fn continue_with(
+        &mut self,
+        fin: bool,
+        payload: &[u8],
+    ) -> Result<Option<Message>, ProtocolError> {
+        self.append(payload)?;
+        if !fin {
+            return Ok(None);
+        }
+        let kind = self
+            .fragmented
+            .take()
+            .ok_or(ProtocolError::UnexpectedContinuation)?;
+        // Hand over the assembled bytes and go back to holding no memory.
+        let data = mem::take(&mut self.assembly).freeze();
+        match kind {
+            Fragmented::Text => self.utf8.finish().map(|()| Some(Message::Text(data))),
+            Fragmented::Binary => Ok(Some(Message::Binary(data))),
+        }
+    }
+
+    /// Copies a fragment into the assembly buffer, validating text as it
+    /// arrives so invalid UTF-8 fails before the message is complete.
+    fn append(&mut self, payload: &[u8]) -> Result<(), ProtocolError> {
+        if self.fragmented == Some(Fragmented::Text) {
+            self.utf8.feed(payload)?;
+        }
+        self.assembly.extend_from_slice(payload);
+        Ok(())
+    }
+
+    /// Records the error and releases everything held for the message.
+    fn poison(&mut self, err: ProtocolError) {
+        self.poisoned = Some(err);
+        self.assembly = BytesMut::new();
+        self.fragmented = None;
+        self.utf8.reset();
+    }
+}
+
+/// "When an endpoint is to interpret a byte stream as UTF-8 but finds that
+/// the byte stream is not, in fact, a valid UTF-8 stream, that endpoint MUST
+/// _Fail the WebSocket Connection_." (8.1)
+fn validated_text(data: Bytes) -> Result<Bytes, ProtocolError> {
+    match std::str::from_utf8(&data) {
+        Ok(_) => Ok(data),
+        Err(_) => Err(ProtocolError::InvalidUtf8),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+mod tests {
+    use super::*;
+    use crate::ws::frame::{encode_client_frame, encode_server_frame, MAX_HEADER_LEN};
+
+    const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+    const LIMITS: Limits = Limits {
+        max_frame_size: 1 << 20,
+        max_message_size: 1 << 20,
+    };
+
+    /// A frame with any FIN/opcode, masked if `mask` is given.
+    fn frame(fin: bool, opcode: OpCode, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+        let header = FrameHeader {
+            fin,
+            rsv: 0,
+            opcode,
+            mask,
+            payload_len: payload.len() as u64,
+        };
+        let mut head = [0u8; MAX_HEADER_LEN];
+        let n = header.encode(&mut head);
+        let mut out = head[..n].to_vec();
+        let start = out.len();
+        out.extend_from_slice(payload);
+        if let Some(key) = mask {
+            apply_mask(&mut out[start..], key);
+        }
+        out
+    }
+
+    /// A masked client frame, as a server receives it.
+    fn client(fin: bool, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+        frame(fin, opcode, payload, Some(MASK))
+    }
+
+    /// Runs `next` until it needs more bytes, collecting the messages.
+    fn drain(rx: &mut Receiver, buf: &mut BytesMut) -> Result<Vec<Message>, ProtocolError> {
+        let mut out = Vec::new();
+        while let Some(message) = rx.next(buf)? {
+            out.push(message);
+        }
+        Ok(out)
+    }
+
+    fn receive_all(
+        role: Role,
+        limits: Limits,
+        bytes: &[u8],
+    ) -> Result<Vec<Message>, ProtocolError> {
+        let mut rx = Receiver::new(role, limits);
+        drain(&mut rx, &mut BytesMut::from(bytes))
+    }
+
+    fn text(s: &str) -> Message {
+        Message::Text(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn rfc_6455_5_7_examples() {
+        let hello = Ok(vec![text("Hello")]);
+        let unmasked = [0x81, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f];
+        assert_eq!(receive_all(Role::Client, LIMITS, &unmasked), hello);
+        let masked = [
+            0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
+        ];
+        assert_eq!(receive_all(Role::Server, LIMITS, &masked), hello);
+        let fragmented = [0x01, 0x03, 0x48, 0x65, 0x6c, 0x80, 0x02, 0x6c, 0x6f];
+        assert_eq!(receive_all(Role::Client, LIMITS, &fragmented), hello);
+        let ping = [0x89, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f];
+        let expected = Message::Ping(Bytes::from_static(b"Hello"));
+        assert_eq!(receive_all(Role::Client, LIMITS, &ping), Ok(vec![expected]));
+        let pong = [
+            0x8a, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
+        ];
+        let expected = Message::Pong(Bytes::from_static(b"Hello"));
+        assert_eq!(receive_all(Role::Server, LIMITS, &pong), Ok(vec![expected]));
+    }
+
+    #[test]
+    fn rfc_6455_5_7_binary_length_classes() {
+        for (len, head) in [
+            (256usize, vec![0x82, 0x7E, 0x01, 0x00]),
+            (65536, vec![0x82, 0x7F, 0, 0, 0, 0, 0, 1, 0, 0]),
+        ] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut bytes = head;
+            bytes.extend_from_slice(&payload);
+            let expected = Message::Binary(Bytes::from(payload));
+            assert_eq!(
+                receive_all(Role::Client, LIMITS, &bytes),
+                Ok(vec![expected])
+            );
+        }
+    }
+
+    #[test]
+    fn every_protocol_error_from_bytes_with_its_close_code() {
+        use ProtocolError as E;
+        let small = Limits {
+            max_frame_size: 100,
+            max_message_size: 150,
+        };
+        let fragments = [
+            client(false, OpCode::Binary, &[0; 100]),
+            client(true, OpCode::Continuation, &[0; 100]),
+        ]
+        .concat();
+        let mut huge = vec![0x82, 0xFF];
+        huge.extend_from_slice(&((1u64 << 63) - 1).to_be_bytes());
+        huge.extend_from_slice(&MASK);
+        let cases: Vec<(Role, Vec<u8>, E, u16)> = vec![
+            (Role::Server, vec![0xC1, 0x80], E::ReservedBitsSet, 1002),
+            (Role::Server, vec![0x83, 0x80], E::UnknownOpcode(3), 1002),
+            (Role::Server, vec![0x81, 0x00], E::UnmaskedClientFrame, 1002),
+            (
+                Role::Client,
+                client(true, OpCode::Text, b"x"),
+                E::MaskedServerFrame,
+                1002,
+            ),
+            (
+                Role::Server,
+                vec![0x89, 0xFE, 0x00, 0x7E],
+                E::ControlFrameTooBig(126),
+                1002,
+            ),
+            (
+                Role::Server,
+                client(false, OpCode::Ping, b""),
+                E::FragmentedControlFrame,
+                1002,
+            ),
+            (
+                Role::Server,
+                vec![0x82, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0],
+                E::InvalidLength,
+                1002,
+            ),
+            (
+                Role::Server,
+                huge,
+                E::FrameTooBig {
+                    size: (1 << 63) - 1,
+                    max: 100,
+                },
+                1009,
+            ),
+            (
+                Role::Server,
+                fragments,
+                E::MessageTooBig {
+                    size: 200,
+                    max: 150,
+                },
+                1009,
+            ),
+            (
+                Role::Server,
+                client(true, OpCode::Continuation, b"x"),
+                E::UnexpectedContinuation,
+                1002,
+            ),
+            (
+                Role::Server,
+                [
+                    client(false, OpCode::Text, b"a"),
+                    client(true, OpCode::Text, b"b"),
+                ]
+                .concat(),
+                E::ExpectedContinuation,
+                1002,
+            ),
+            (
+                Role::Server,
+                client(true, OpCode::Text, &[0xFF]),
+                E::InvalidUtf8,
+                1007,
+            ),
+            (
+                Role::Server,
+                client(true, OpCode::Close, &[0x03, 0xE8, 0xC0]),
+                E::InvalidUtf8,
+                1007,
+            ),
+            (
+                Role::Server,
+                client(true, OpCode::Close, &[0x03]),
+                E::InvalidClosePayload,
+                1002,
+            ),
+            (
+                Role::Server,
+                client(true, OpCode::Close, &1005u16.to_be_bytes()),
+                E::InvalidCloseCode(1005),
+                1002,
+            ),
+        ];
+        for (role, bytes, err, code) in cases {
+            assert_eq!(
+                receive_all(role, small, &bytes),
+                Err(err.clone()),
+                "{bytes:x?}"
+            );
+            assert_eq!(err.close_code(), code, "{err}");
+        }
+    }
+
+    #[test]
+    fn oversized_frame_fails_on_the_header_alone() {
+        // 2^63-1 announced, no payload at all: must fail at once, not wait.
+        let mut bytes = vec![0x82, 0xFF];
+        bytes.extend_from_slice(&((1u64 << 63) - 1).to_be_bytes());
+        bytes.extend_from_slice(&MASK);
+        let err = receive_all(Role::Server, LIMITS, &bytes).unwrap_err();
+        assert!(matches!(err, ProtocolError::FrameTooBig { .. }));
+        assert_eq!(err.close_code(), 1009);
+    }
+
+    #[test]
+    fn oversized_message_fails_before_the_payload_arrives() {
+        let limits = Limits {
+            max_frame_size: 100,
+            max_message_size: 150,
+        };
+        let mut bytes = client(false, OpCode::Text, &[b'a'; 100]);
+        bytes.extend_from_slice(&client(true, OpCode::Continuation, &[b'a'; 51])[..6]);
+        let err = ProtocolError::MessageTooBig {
+            size: 151,
+            max: 150,
+        };
+        assert_eq!(receive_all(Role::Server, limits, &bytes), Err(err));
+        // Exactly at the limit is fine.
+        let mut bytes = client(false, OpCode::Text, &[b'a'; 100]);
+        bytes.extend_from_slice(&client(true, OpCode::Continuation, &[b'a'; 50]));
+        let expected = Message::Text(Bytes::from(vec![b'a'; 150]));
+        assert_eq!(
+            receive_all(Role::Server, limits, &bytes),
+            Ok(vec![expected])
+        );
+    }
+
+    #[test]
+    fn unfragmented_message_over_the_message_limit() {
+        let limits = Limits {
+            max_frame_size: 100,
+            max_message_size: 10,
+        };
+        let bytes = client(true, OpCode::Binary, &[0; 11]);
+        let err = ProtocolError::MessageTooBig { size: 11, max: 10 };
+        assert_eq!(receive_all(Role::Server, limits, &bytes), Err(err));
+    }
+
+    #[test]
+    fn fragmented_message_with_interleaved_ping() {
+        let bytes = [
+            client(false, OpCode::Text, "Hel".as_bytes()),
+            client(true, OpCode::Ping, b"are you there?"),
+            client(false, OpCode::Continuation, "lo, w\u{f6}".as_bytes()),
+            client(true, OpCode::Pong, b""),
+            client(true, OpCode::Continuation, "rld".as_bytes()),
+        ]
+        .concat();
+        let mut rx = Receiver::new(Role::Server, LIMITS);
+        let mut buf = BytesMut::from(&bytes[..]);
+        let ping = Message::Ping(Bytes::from_static(b"are you there?"));
+        assert_eq!(rx.next(&mut buf), Ok(Some(ping)));
+        assert!(rx.is_assembling());
+        assert_eq!(rx.next(&mut buf), Ok(Some(Message::Pong(Bytes::new()))));
+        assert!(rx.is_assembling());
+        assert_eq!(rx.next(&mut buf), Ok(Some(text("Hello, w\u{f6}rld"))));
+        assert!(!rx.is_assembling());
+        assert_eq!(rx.next(&mut buf), Ok(None));
+        assert!(buf.is_empty());
+    }
+
+    /// Several messages whose UTF-8 characters straddle fragment borders.
+    fn mixed_stream() -> (Vec<u8>, Vec<Message>) {
+        let euro = "\u{20ac}".as_bytes();
+        let bytes = [
+            client(true, OpCode::Text, "h\u{e9}llo".as_bytes()),
+            client(false, OpCode::Text, &euro[..1]),
+            client(true, OpCode::Ping, b"p"),
+            client(false, OpCode::Continuation, &euro[1..]),
+            client(true, OpCode::Continuation, "\u{1f600}".as_bytes()),
+            client(false, OpCode::Binary, &[1, 2]),
+            client(true, OpCode::Continuation, &[3]),
+            client(true, OpCode::Binary, &[9; 300]),
+            client(true, OpCode::Close, &[0x03, 0xE8, b'o', b'k']),
+        ]
+        .concat();
+        let messages = vec![
+            text("h\u{e9}llo"),
+            Message::Ping(Bytes::from_static(b"p")),
+            text("\u{20ac}\u{1f600}"),
+            Message::Binary(Bytes::from_static(&[1, 2, 3])),
+            Message::Binary(Bytes::from(vec![9; 300])),
+            Message::Close(Some(CloseFrame {
+                code: 1000,
+                reason: Bytes::from_static(b"ok"),
+            })),
+        ];
+        (bytes, messages)
+    }
+
+    #[test]
+    fn split_at_every_byte_boundary_decodes_identically() {
+        let (bytes, expected) = mixed_stream();
+        assert_eq!(
+            receive_all(Role::Server, LIMITS, &bytes),
+            Ok(expected.clone())
+        );
+        for cut in 0..=bytes.len() {
+            let mut rx = Receiver::new(Role::Server, LIMITS);
+            let mut buf = BytesMut::from(&bytes[..cut]);
+            let mut got = drain(&mut rx, &mut buf).unwrap();
+            buf.extend_from_slice(&bytes[cut..]);
+            got.extend(drain(&mut rx, &mut buf).unwrap());
+            assert_eq!(got, expected, "cut at {cut}");
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn byte_by_byte_decodes_identically() {
+        let (bytes, expected) = mixed_stream();
+        let mut rx = Receiver::new(Role::Server, LIMITS);
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &byte in &bytes {
+            buf.extend_from_slice(&[byte]);
+            got.extend(drain(&mut rx, &mut buf).unwrap());
+        }
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn partial_frame_is_left_untouched() {
+        let bytes = client(true, OpCode::Binary, &[5; 40]);
+        for cut in 0..bytes.len() {
+            let mut rx = Receiver::new(Role::Server, LIMITS);
+            let mut buf = BytesMut::from(&bytes[..cut]);
+            assert_eq!(rx.next(&mut buf), Ok(None));
+            assert_eq!(&buf[..], &bytes[..cut]);
+        }
+    }
+
+    #[test]
+    fn unfragmented_message_is_zero_copy() {
+        let mut buf = BytesMut::from(&encode_server_frame(OpCode::Binary, &[1; 64])[..]);
+        let range = buf.as_ptr_range();
+        let mut rx = Receiver::new(Role::Client, LIMITS);
+        let Ok(Some(Message::Binary(data))) = rx.next(&mut buf) else {
+            panic!("expected a binary message");
+        };
+        assert!(range.contains(&data.as_ptr()));
+        assert_eq!(&data[..], &[1; 64]);
+    }
+
+    #[test]
+    fn invalid_utf8_fails_before_the_message_completes() {
+        // The first fragment ends with ED, the second starts with A0: a
+        // surrogate. The error comes with the second fragment, although the
+        // final one never arrives.
+        let bytes = [
+            client(false, OpCode::Text, &[b'a', 0xED]),
+            client(false, OpCode::Continuation, &[0xA0, 0x80]),
+        ]
+        .concat();
+        assert_eq!(
+            receive_all(Role::Server, LIMITS, &bytes),
+            Err(ProtocolError::InvalidUtf8)
+        );
+        // A message ending inside a code point fails on its last fragment.
+        let bytes = [
+            client(false, OpCode::Text, b"a"),
+            client(true, OpCode::Continuation, &[0xE2, 0x82]),
+        ]
+        .concat();
+        assert_eq!(
+            receive_all(Role::Server, LIMITS, &bytes),
+            Err(ProtocolError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn binary_messages_are_not_utf8_checked() {
+        let bytes = [
+            client(false, OpCode::Binary, &[0xFF]),
+            client(true, OpCode::Continuation, &[0xC0]),
+        ]
+        .concat();
+        let expected = Message::Binary(Bytes::from_static(&[0xFF, 0xC0]));
+        assert_eq!(
+            receive_all(Role::Server, LIMITS, &bytes),
+            Ok(vec![expected])
+        );
+    }
+
+    #[test]
+    fn close_frames() {
+        let empty = client(true, OpCode::Close, b"");
+        assert_eq!(
+            receive_all(Role::Server, LIMITS, &empty),
+            Ok(vec![Message::Close(None)])
+        );
+        let from_server = encode_server_frame(OpCode::Close, &[0x0F, 0xA0]);
+        let expected = Message::Close(Some(CloseFrame {
+            code: 4000,
+            reason: Bytes::new(),
+        }));
+        assert_eq!(
+            receive_all(Role::Client, LIMITS, &from_server),
+            Ok(vec![expected])
+        );
+    }
+
+    #[test]
+    fn errors_poison_the_receiver() {
+        let mut rx = Receiver::new(Role::Server, LIMITS);
+        let mut buf =
+            BytesMut::from(&[client(false, OpCode::Text, b"abc"), vec![0x81, 0x00]].concat()[..]);
+        assert_eq!(rx.next(&mut buf), Err(ProtocolError::UnmaskedClientFrame));
+        assert_eq!(rx.assembly.capacity(), 0, "held fragments are released");
+        let mut good = BytesMut::from(&client(true, OpCode::Text, b"fine")[..]);
+        assert_eq!(rx.next(&mut good), Err(ProtocolError::UnmaskedClientFrame));
+    }
+
+    #[test]
+    fn idle_receiver_holds_no_heap_memory() {
+        assert!(
+            mem::size_of::<Receiver>() <= 96,
+            "{}",
+            mem::size_of::<Receiver>()
+        );
+        let mut rx = Receiver::new(Role::Server, LIMITS);
+        assert_eq!(rx.assembly.capacity(), 0);
+        let bytes = [
+            client(false, OpCode::Binary, &[1; 1000]),
+            client(true, OpCode::Continuation, &[2; 1000]),
+        ]
+        .concat();
+        let mut buf = BytesMut::from(&bytes[..]);
+        assert!(matches!(rx.next(&mut buf), Ok(Some(Message::Binary(data))) if data.len() == 2000));
+        assert_eq!(rx.assembly.capacity(), 0);
+        assert!(!rx.is_assembling());
+    }
+
+    #[test]
+    fn client_role_reads_unmasked_and_writes_masked() {
+        let mut out = BytesMut::new();
+        encode_client_frame(OpCode::Binary, b"to server", MASK, &mut out);
+        let expected = Message::Binary(Bytes::from_static(b"to server"));
+        assert_eq!(receive_all(Role::Server, LIMITS, &out), Ok(vec![expected]));
+        let unmasked = frame(true, OpCode::Text, b"hi", None);
+        assert_eq!(
+            receive_all(Role::Client, LIMITS, &unmasked),
+            Ok(vec![text("hi")])
+        );
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A cheap stand-in for the fuzzer: random and mutated-valid streams,
+        // fed in random chunk sizes, must only ever produce values.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (valid, _) = mixed_stream();
+        let limits = Limits {
+            max_frame_size: 256,
+            max_message_size: 512,
+        };
+        for round in 0..3000 {
+            let mut bytes = if round % 2 == 0 {
+                valid.clone()
+            } else {
+                (0..next() % 200).map(|_| next() as u8).collect()
+            };
+            for _ in 0..next() % 4 {
+                if !bytes.is_empty() {
+                    let at = (next() as usize) % bytes.len();
+                    bytes[at] = next() as u8;
+                }
+            }
+            for role in [Role::Server, Role::Client] {
+                let mut rx = Receiver::new(role, limits);
+                let mut buf = BytesMut::new();
+                let mut rest = &bytes[..];
+                while !rest.is_empty() {
+                    let take = 1 + (next() as usize) % rest.len();
+                    buf.extend_from_slice(&rest[..take]);
+                    rest = &rest[take..];
+                    if drain(&mut rx, &mut buf).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
