@@ -33,6 +33,9 @@ pub const MAX_CHANNEL_NAME: usize = 128;
 /// Most frames handed to one vectored write (the kernel's `IOV_MAX`).
 pub const MAX_BATCH: usize = 1024;
 
+/// Most control frames (pongs) waiting to be written for one connection.
+pub const MAX_PENDING_CONTROL: usize = 16;
+
 /// Close code sent to a slow consumer (RFC 6455 "policy violation").
 pub const CLOSE_SLOW_CONSUMER: u16 = 1008;
 /// Close code sent on server shutdown ("going away").
@@ -106,9 +109,11 @@ pub struct Conn {
     peer_closed: bool,
     /// Subscriptions: (channel, index of this connection in its subscriber list).
     subs: Vec<(ChannelId, u32)>,
-    /// One pending control frame (pong or ping). RFC 6455 5.5.3 lets us
-    /// answer only the latest ping, so a ping flood occupies one slot.
-    ctrl: Option<Bytes>,
+    /// Pending control frames (pongs, our ping), written before data. At
+    /// most [`MAX_PENDING_CONTROL`]: past that the newest replaces the last
+    /// (RFC 6455 5.5.3 lets us answer only the latest ping), so a ping
+    /// flood cannot grow memory.
+    ctrl: VecDeque<Bytes>,
     queue: VecDeque<Bytes>,
     /// Bytes in `queue` plus bytes taken by the writer and not yet written.
     pending_bytes: usize,
@@ -302,7 +307,7 @@ impl Hub {
             finished: false,
             peer_closed: false,
             subs: Vec::new(),
-            ctrl: None,
+            ctrl: VecDeque::new(),
             queue: VecDeque::new(),
             pending_bytes: 0,
             writer: None,
@@ -504,7 +509,10 @@ impl Hub {
         if conn.state != ConnState::Open {
             return;
         }
-        conn.ctrl = Some(frame);
+        if conn.ctrl.len() >= MAX_PENDING_CONTROL {
+            conn.ctrl.pop_back();
+        }
+        conn.ctrl.push_back(frame);
         wake(conn);
     }
 
@@ -552,7 +560,7 @@ impl Hub {
             conn.state = ConnState::Closing;
             conn.finished = true;
             conn.queue.clear();
-            conn.ctrl = None;
+            conn.ctrl.clear();
             wake(conn);
         }
     }
@@ -563,7 +571,7 @@ impl Hub {
         let Some(conn) = self.conns.get_mut(id) else {
             return Poll::Ready(WriterWork::Finish);
         };
-        if conn.ctrl.is_some() || !conn.queue.is_empty() {
+        if !conn.ctrl.is_empty() || !conn.queue.is_empty() {
             return Poll::Ready(WriterWork::Write);
         }
         if conn.finished {
@@ -583,7 +591,7 @@ impl Hub {
         let Some(conn) = self.conns.get_mut(id) else {
             return false;
         };
-        if let Some(ctrl) = conn.ctrl.take() {
+        for ctrl in conn.ctrl.drain(..) {
             conn.pending_bytes += ctrl.len();
             out.push(ctrl);
         }
@@ -646,10 +654,10 @@ impl Hub {
                 && l.ping_interval_ms > 0
                 && quiet >= l.ping_interval_ms
                 && !conn.ping_outstanding
-                && conn.ctrl.is_none();
+                && conn.ctrl.is_empty();
             if wants_ping {
                 conn.ping_outstanding = true;
-                conn.ctrl = Some(encode_server_frame(OpCode::Ping, b""));
+                conn.ctrl.push_back(encode_server_frame(OpCode::Ping, b""));
                 wake(conn);
             }
         }
@@ -908,15 +916,24 @@ mod tests {
     }
 
     #[test]
-    fn a_ping_flood_occupies_one_control_slot() {
+    fn a_ping_flood_occupies_a_bounded_number_of_control_slots() {
         let mut hub = Hub::new(limits());
         let id = ws(&mut hub, ConnKind::Simple);
         for i in 0..10_000u32 {
             hub.queue_pong(id, &i.to_be_bytes());
         }
         let out = drain(&mut hub, id);
-        assert_eq!(out.len(), 1);
-        assert_eq!(&out[0][2..], &9_999u32.to_be_bytes());
+        assert_eq!(out.len(), MAX_PENDING_CONTROL);
+        assert_eq!(
+            &out[0][2..],
+            &0u32.to_be_bytes(),
+            "oldest answered in order"
+        );
+        assert_eq!(
+            &out[15][2..],
+            &9_999u32.to_be_bytes(),
+            "latest always answered"
+        );
     }
 
     #[test]

@@ -130,14 +130,7 @@ impl Receiver {
             let Some((header, header_len)) = FrameHeader::parse(buf)? else {
                 return Ok(None);
             };
-            let payload_len = self.admit(&header)?;
-            let frame_len =
-                header_len
-                    .checked_add(payload_len)
-                    .ok_or(ProtocolError::FrameTooBig {
-                        size: header.payload_len,
-                        max: self.limits.max_frame_size,
-                    })?;
+            let frame_len = self.admit(&header, header_len)?;
             if buf.len() < frame_len {
                 return Ok(None);
             }
@@ -153,13 +146,13 @@ impl Receiver {
     }
 
     /// Every check a header allows before its payload is buffered; returns
-    /// the payload length.
-    fn admit(&self, header: &FrameHeader) -> Result<usize, ProtocolError> {
+    /// the length of the whole frame.
+    fn admit(&self, header: &FrameHeader, header_len: usize) -> Result<usize, ProtocolError> {
         self.check_masking(header)?;
-        let payload_len = self.check_frame_size(header.payload_len)?;
+        let frame_len = self.check_frame_size(header.payload_len, header_len)?;
         self.check_sequence(header.opcode)?;
         self.check_message_size(header.opcode, header.payload_len)?;
-        Ok(payload_len)
+        Ok(frame_len)
     }
 
     fn check_masking(&self, header: &FrameHeader) -> Result<(), ProtocolError> {
@@ -175,13 +168,14 @@ impl Receiver {
     }
 
     /// Fails at once on an oversized header, so a 2^63-byte announcement
-    /// costs nothing.
-    fn check_frame_size(&self, size: u64) -> Result<usize, ProtocolError> {
+    /// costs nothing; returns header + payload length.
+    fn check_frame_size(&self, size: u64, header_len: usize) -> Result<usize, ProtocolError> {
         let max = self.limits.max_frame_size;
-        match usize::try_from(size) {
-            Ok(len) if len <= max => Ok(len),
-            _ => Err(ProtocolError::FrameTooBig { size, max }),
-        }
+        let frame_len = usize::try_from(size)
+            .ok()
+            .filter(|&len| len <= max)
+            .and_then(|len| len.checked_add(header_len));
+        frame_len.ok_or(ProtocolError::FrameTooBig { size, max })
     }
 
     /// "A fragmented message consists of a single frame with the FIN bit
