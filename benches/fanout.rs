@@ -1,0 +1,93 @@
+//! Fan-out of one message to many in-memory subscribers: the hub's hot
+//! path without sockets. Reports time per delivery (criterion) and counts
+//! heap allocations per delivery with a counting allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+use corecast::config::Config;
+use corecast::hub::{ConnKind, Hub, HubLimits};
+use corecast::ws::OpCode;
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; the
+// counter is a relaxed atomic increment with no effect on the allocation.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn hub_with(n: usize, kind: ConnKind) -> (Hub, Vec<usize>) {
+    let mut cfg = Config::default();
+    cfg.max_connections = n + 1;
+    let mut hub = Hub::new(HubLimits::from(&cfg));
+    let ids: Vec<usize> = (0..n)
+        .map(|_| {
+            let id = hub.register(-1).unwrap();
+            hub.upgrade(id, kind);
+            hub.subscribe(id, "bench").unwrap();
+            id
+        })
+        .collect();
+    (hub, ids)
+}
+
+/// Publishes one message and empties every queue, as the writers would.
+fn publish_and_drain(hub: &mut Hub, ids: &[usize], payload: &[u8], batch: &mut Vec<Bytes>) {
+    black_box(hub.publish("bench", OpCode::Binary, payload, None));
+    for &id in ids {
+        hub.take_batch(id, batch);
+        let n = batch.iter().map(Bytes::len).sum();
+        batch.clear();
+        hub.wrote(id, n);
+    }
+}
+
+fn fanout(c: &mut Criterion) {
+    let payload = [0x42u8; 128];
+    let mut g = c.benchmark_group("fanout_128B");
+    for n in [1_000usize, 10_000] {
+        for (name, kind) in [("simple", ConnKind::Simple), ("json", ConnKind::Multi)] {
+            let (mut hub, ids) = hub_with(n, kind);
+            let mut batch = Vec::with_capacity(16);
+            g.throughput(Throughput::Elements(n as u64));
+            g.bench_function(BenchmarkId::new(name, n), |b| {
+                b.iter(|| publish_and_drain(&mut hub, &ids, &payload, &mut batch))
+            });
+            let before = ALLOCS.load(Ordering::Relaxed);
+            let rounds = 20;
+            for _ in 0..rounds {
+                publish_and_drain(&mut hub, &ids, &payload, &mut batch);
+            }
+            let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+            eprintln!(
+                "fanout_128B/{name}/{n}: {:.4} allocations per delivery",
+                allocs as f64 / (rounds * n) as f64
+            );
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, fanout);
+criterion_main!(benches);
