@@ -394,6 +394,28 @@ fn apply(opt: &OptionSpec, cfg: &mut Config, v: &str, origin: &str) -> Result<()
     (opt.set)(cfg, v).map_err(|e| ConfigError(format!("{origin}: invalid value `{v}`: {e}")))
 }
 
+/// The README's configuration table, generated from [`OPTIONS`] (a test
+/// checks the README carries exactly these rows).
+pub fn markdown_table() -> String {
+    let mut out = String::from("| flag | environment | default | meaning |\n|---|---|---|---|\n");
+    for o in OPTIONS {
+        let flag = if o.value.is_empty() {
+            format!("`--{}`", o.flag)
+        } else {
+            format!("`--{} {}`", o.flag, o.value)
+        };
+        let default = o
+            .default
+            .unwrap_or(if o.value.is_empty() { "off" } else { "unset" });
+        out.push_str(&format!(
+            "| {flag} | `{}` | `{default}` | {} |\n",
+            o.env,
+            o.help.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
 /// The `--help` text, generated from [`OPTIONS`].
 pub fn help_text() -> String {
     let mut out = String::from(
@@ -409,7 +431,9 @@ pub fn help_text() -> String {
         } else {
             format!("--{} {}", o.flag, o.value)
         };
-        let default = o.default.unwrap_or("unset");
+        let default = o
+            .default
+            .unwrap_or(if o.value.is_empty() { "off" } else { "unset" });
         out.push_str(&format!(
             "  {flag:<30} {}\n  {:<30} env {}, default {default}\n",
             o.help, "", o.env
@@ -558,6 +582,17 @@ mod tests {
             assert!(h.contains(o.env), "{}", o.env);
         }
         assert!(h.contains("default 127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn readme_documents_every_option_as_generated() {
+        let readme = include_str!("../README.md");
+        for row in markdown_table().lines().skip(2) {
+            assert!(
+                readme.contains(row),
+                "README.md config table is stale; missing row:\n{row}\n(regenerate from config::markdown_table)"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,3 @@
+fn main() {
+    print!("{}", corecast::config::markdown_table());
+}
