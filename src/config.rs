@@ -65,6 +65,20 @@ pub struct Config {
     pub force_legacy_driver: bool,
     /// Log level.
     pub log_level: Level,
+    /// Redis mode: publishes go through Redis pub/sub (None = in-process).
+    pub redis_url: Option<crate::redis::RedisUrl>,
+    /// Prefix of the Redis channels corecast uses.
+    pub redis_prefix: String,
+    /// Bytes of publishes held while Redis is unreachable.
+    pub redis_publish_buffer: usize,
+    /// Timeout of a Redis connection attempt.
+    pub redis_connect_timeout: Duration,
+    /// Time Redis has to answer a command before the connection is dropped.
+    pub redis_command_timeout: Duration,
+    /// Interval of the readiness canary.
+    pub redis_canary_interval: Duration,
+    /// Pause after (re)subscribing before buffered publishes are sent.
+    pub redis_resume_delay: Duration,
 }
 
 impl Default for Config {
@@ -89,6 +103,13 @@ impl Default for Config {
             exclude_sender: false,
             force_legacy_driver: false,
             log_level: Level::Info,
+            redis_url: None,
+            redis_prefix: String::new(),
+            redis_publish_buffer: 0,
+            redis_connect_timeout: Duration::ZERO,
+            redis_command_timeout: Duration::ZERO,
+            redis_canary_interval: Duration::ZERO,
+            redis_resume_delay: Duration::ZERO,
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -280,6 +301,71 @@ pub const OPTIONS: &[OptionSpec] = &[
         set: |c, v| set_bool(&mut c.force_legacy_driver, v),
     },
     OptionSpec {
+        flag: "redis-url",
+        env: "REDIS_URL",
+        value: "URL",
+        default: None,
+        help: "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub (default: in-process)",
+        set: |c, v| {
+            c.redis_url = Some(v.parse().map_err(|e| format!("{e}"))?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "redis-prefix",
+        env: "CORECAST_REDIS_PREFIX",
+        value: "PREFIX",
+        default: Some("corecast:"),
+        help: "prefix of corecast's Redis channel names",
+        set: |c, v| {
+            if v.len() > 64 || v.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+                return Err("at most 64 bytes, no whitespace".into());
+            }
+            c.redis_prefix = v.to_string();
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "redis-publish-buffer",
+        env: "CORECAST_REDIS_PUBLISH_BUFFER",
+        value: "BYTES",
+        default: Some("8MiB"),
+        help: "publishes held while Redis is unreachable; beyond it publishes are refused (503 / in-band error / close 1013)",
+        set: |c, v| set_size(&mut c.redis_publish_buffer, v),
+    },
+    OptionSpec {
+        flag: "redis-connect-timeout",
+        env: "CORECAST_REDIS_CONNECT_TIMEOUT",
+        value: "DURATION",
+        default: Some("2s"),
+        help: "timeout of one Redis connection attempt (retries back off exponentially to 1s, with jitter)",
+        set: |c, v| set_duration(&mut c.redis_connect_timeout, v),
+    },
+    OptionSpec {
+        flag: "redis-command-timeout",
+        env: "CORECAST_REDIS_COMMAND_TIMEOUT",
+        value: "DURATION",
+        default: Some("2s"),
+        help: "time Redis has to answer before the connection is considered dead",
+        set: |c, v| set_duration(&mut c.redis_command_timeout, v),
+    },
+    OptionSpec {
+        flag: "redis-canary-interval",
+        env: "CORECAST_REDIS_CANARY_INTERVAL",
+        value: "DURATION",
+        default: Some("1s"),
+        help: "interval of the round-trip canary behind /readyz (ready while one returned within 3 intervals)",
+        set: |c, v| set_duration(&mut c.redis_canary_interval, v),
+    },
+    OptionSpec {
+        flag: "redis-resume-delay",
+        env: "CORECAST_REDIS_RESUME_DELAY",
+        value: "DURATION",
+        default: Some("1s"),
+        help: "after (re)subscribing, wait this long before sending buffered publishes, so other instances can re-subscribe first",
+        set: |c, v| set_duration(&mut c.redis_resume_delay, v),
+    },
+    OptionSpec {
         flag: "log-level",
         env: "CORECAST_LOG",
         value: "LEVEL",
@@ -374,6 +460,11 @@ impl Config {
         }
         if self.max_connections == 0 {
             return Err(ConfigError("max-connections must be > 0".into()));
+        }
+        if self.redis_canary_interval.is_zero() || self.redis_command_timeout.is_zero() {
+            return Err(ConfigError(
+                "redis intervals and timeouts must be > 0".into(),
+            ));
         }
         if self.max_handshake_bytes < 256 {
             return Err(ConfigError("max-handshake-bytes must be >= 256".into()));

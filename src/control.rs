@@ -73,6 +73,8 @@ pub enum ErrorCode {
     NotSubscribed,
     /// A binary frame on the control connection.
     BinaryNotSupported,
+    /// Redis is unreachable and the publish buffer is full: not published.
+    Unavailable,
 }
 
 impl ErrorCode {
@@ -84,6 +86,7 @@ impl ErrorCode {
             ErrorCode::TooManySubscriptions => "too_many_subscriptions",
             ErrorCode::NotSubscribed => "not_subscribed",
             ErrorCode::BinaryNotSupported => "binary_not_supported",
+            ErrorCode::Unavailable => "unavailable",
         }
     }
 }

@@ -164,6 +164,8 @@ pub enum Route<'a> {
     Healthz,
     /// `GET /stats`.
     Stats,
+    /// `GET /readyz`.
+    Readyz,
 }
 
 /// Routes a method and path; errors carry their status (404, 405, 400).
@@ -181,6 +183,7 @@ pub fn route<'a>(
         "/ws" => (Route::WsMulti, method == Method::Get),
         "/healthz" => (Route::Healthz, get),
         "/stats" => (Route::Stats, get),
+        "/readyz" => (Route::Readyz, get),
         _ => {
             if let Some(c) = path.strip_prefix("/ws/") {
                 (Route::WsChannel(channel(c)?), method == Method::Get)
@@ -219,6 +222,7 @@ pub fn reason(status: u16) -> &'static str {
         411 => "Length Required",
         413 => "Content Too Large",
         426 => "Upgrade Required",
+        502 => "Bad Gateway",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -365,6 +369,7 @@ mod tests {
         assert_eq!(route(Get, "/ws", None), Ok(Route::WsMulti));
         assert_eq!(route(Post, "/publish/a", None), Ok(Route::Publish("a")));
         assert_eq!(route(Head, "/healthz", None), Ok(Route::Healthz));
+        assert_eq!(route(Get, "/readyz", None), Ok(Route::Readyz));
         assert_eq!(route(Get, "/", None).unwrap_err().status, 404);
         assert_eq!(route(Get, "/nope", None).unwrap_err().status, 404);
         assert_eq!(route(Get, "/publish/a", None).unwrap_err().status, 405);

@@ -84,6 +84,8 @@ pub enum CloseReason {
     SlowConsumer,
     /// The server is shutting down.
     Shutdown,
+    /// The server cannot take the peer's messages now (publish buffer full).
+    Overloaded,
 }
 
 /// What a connection's writer should do next.
@@ -125,6 +127,9 @@ pub struct Conn {
     ping_outstanding: bool,
     /// A deadline already fired; the edge is tearing it down.
     expired: bool,
+    /// Unique for the hub's life (slab keys are reused): identifies the
+    /// publisher for `--exclude-sender`, also across the Redis hop.
+    serial: u64,
 }
 
 impl Conn {
@@ -144,6 +149,18 @@ impl Conn {
     pub fn pending_bytes(&self) -> usize {
         self.pending_bytes
     }
+    /// The connection's serial number (never reused, never 0).
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+}
+
+/// Channels gained and lost, for an upstream (Redis) that subscribes only
+/// to what has local subscribers.
+#[derive(Debug, Default)]
+struct Interest {
+    changes: Vec<(Rc<str>, bool)>,
+    waker: Option<Waker>,
 }
 
 #[derive(Debug)]
@@ -240,6 +257,8 @@ pub struct Hub {
     by_name: HashMap<Rc<str>, ChannelId>,
     limits: HubLimits,
     now_ms: u64,
+    next_serial: u64,
+    interest: Option<Interest>,
     /// Counters, read by `/stats`.
     pub stats: Stats,
 }
@@ -253,6 +272,8 @@ impl Hub {
             by_name: HashMap::new(),
             limits,
             now_ms: 0,
+            next_serial: 0,
+            interest: None,
             stats: Stats::default(),
         }
     }
@@ -300,6 +321,8 @@ impl Hub {
             return None;
         }
         let now = self.now_ms;
+        self.next_serial += 1;
+        let serial = self.next_serial;
         let id = self.conns.insert(Conn {
             fd,
             kind: ConnKind::Http,
@@ -315,6 +338,7 @@ impl Hub {
             since_ms: now,
             ping_outstanding: false,
             expired: false,
+            serial,
         });
         self.stats.connections_opened += 1;
         Some(id)
@@ -379,8 +403,59 @@ impl Hub {
             name: name.clone(),
             subscribers: Vec::new(),
         });
-        self.by_name.insert(name, cid);
+        self.by_name.insert(name.clone(), cid);
+        self.note_interest(name, true);
         cid
+    }
+
+    fn note_interest(&mut self, name: Rc<str>, gained: bool) {
+        if let Some(i) = &mut self.interest {
+            i.changes.push((name, gained));
+            if let Some(w) = i.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Wakes whoever waits in [`Hub::poll_interest`] (to make it notice it
+    /// should stop).
+    pub fn wake_interest(&mut self) {
+        if let Some(w) = self.interest.as_mut().and_then(|i| i.waker.take()) {
+            w.wake();
+        }
+    }
+
+    /// Starts recording channels gained and lost (Redis mode).
+    pub fn track_interest(&mut self) {
+        self.interest.get_or_insert_with(Interest::default);
+    }
+
+    /// Every channel with local subscribers now; clears the change log, as
+    /// the snapshot supersedes it (used when an upstream connection is
+    /// (re)established).
+    pub fn interest_snapshot(&mut self) -> Vec<Rc<str>> {
+        if let Some(i) = &mut self.interest {
+            i.changes.clear();
+        }
+        self.channels.iter().map(|(_, c)| c.name.clone()).collect()
+    }
+
+    /// Moves pending interest changes into `out`, in order; pending when
+    /// there are none (the waker is woken on the next change).
+    pub fn poll_interest(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Vec<(Rc<str>, bool)>,
+    ) -> Poll<()> {
+        let Some(i) = &mut self.interest else {
+            return Poll::Pending;
+        };
+        if i.changes.is_empty() {
+            i.waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        out.append(&mut i.changes);
+        Poll::Ready(())
     }
 
     /// Unsubscribes `id` from `name`; returns whether it was subscribed.
@@ -413,6 +488,7 @@ impl Hub {
         if ch.subscribers.is_empty() {
             let ch = self.channels.remove(cid);
             self.by_name.remove(&ch.name);
+            self.note_interest(ch.name, false);
         }
         self.stats.subscriptions -= 1;
     }
@@ -446,7 +522,7 @@ impl Hub {
         channel: &str,
         opcode: OpCode,
         payload: &[u8],
-        sender: Option<ConnId>,
+        sender: Option<u64>,
     ) -> usize {
         self.stats.messages_in += 1;
         let Some(&cid) = self.by_name.get(channel) else {
@@ -469,10 +545,10 @@ impl Hub {
             ..
         } = self;
         for &id in &channels[cid].subscribers {
-            if Some(id) == skip {
+            let conn = &mut conns[id];
+            if Some(conn.serial) == skip {
                 continue;
             }
-            let conn = &mut conns[id];
             let frame = out.frame_for(conn.kind);
             if enqueue_data(conn, frame, limits, stats) {
                 queued += 1;
@@ -846,6 +922,32 @@ mod tests {
     }
 
     #[test]
+    fn interest_changes_are_logged_in_order_once_tracked() {
+        let mut hub = Hub::new(limits());
+        let a = ws(&mut hub, ConnKind::Multi);
+        hub.subscribe(a, "before").unwrap();
+        hub.track_interest();
+        assert_eq!(&*hub.interest_snapshot()[0], "before");
+        let b = ws(&mut hub, ConnKind::Multi);
+        hub.subscribe(b, "x").unwrap();
+        hub.subscribe(a, "x").unwrap();
+        hub.remove(b);
+        hub.remove(a);
+        let counter = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut out = Vec::new();
+        assert!(hub.poll_interest(&mut cx, &mut out).is_ready());
+        let got: Vec<(&str, bool)> = out.iter().map(|(n, g)| (&**n, *g)).collect();
+        assert_eq!(got, vec![("x", true), ("x", false), ("before", false)]);
+        out.clear();
+        assert!(hub.poll_interest(&mut cx, &mut out).is_pending());
+        let c = ws(&mut hub, ConnKind::Multi);
+        hub.subscribe(c, "y").unwrap();
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1, "upstream woken");
+    }
+
+    #[test]
     fn subscriptions_are_bounded_and_idempotent() {
         let mut l = limits();
         l.max_subscriptions = 2;
@@ -975,7 +1077,8 @@ mod tests {
         let b = ws(&mut hub, ConnKind::Simple);
         hub.subscribe(a, "c").unwrap();
         hub.subscribe(b, "c").unwrap();
-        assert_eq!(hub.publish("c", OpCode::Text, b"m", Some(a)), 1);
+        let serial = hub.conn(a).unwrap().serial();
+        assert_eq!(hub.publish("c", OpCode::Text, b"m", Some(serial)), 1);
         assert!(drain(&mut hub, a).is_empty());
     }
 

@@ -22,6 +22,7 @@ pub mod control;
 pub mod http;
 pub mod hub;
 pub mod log;
+pub mod redis;
 pub mod server;
 pub mod stats;
 pub mod ws;

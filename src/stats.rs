@@ -49,4 +49,20 @@ pub struct Stats {
     pub slow_consumer_drops: u64,
     /// Vectored writes issued.
     pub writes: u64,
+    /// Redis mode: 1 while the command connection is up (gauge).
+    pub redis_connected: u64,
+    /// Redis mode: command connections lost and re-established.
+    pub redis_reconnects: u64,
+    /// Redis mode: publishes queued for Redis.
+    pub redis_publishes: u64,
+    /// Redis mode: publishes waiting to be written or confirmed (gauge).
+    pub redis_publishes_buffered: u64,
+    /// Redis mode: publishes refused because the buffer was full.
+    pub redis_publishes_rejected: u64,
+    /// Redis mode: PUBLISH commands Redis answered with an error.
+    pub redis_publish_errors: u64,
+    /// Redis mode: messages received from Redis and fanned out.
+    pub redis_messages_received: u64,
+    /// Redis mode: round trip of the last canary, in microseconds.
+    pub redis_canary_rtt_us: u64,
 }

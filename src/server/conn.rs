@@ -22,6 +22,7 @@ use crate::http::{self, Body, HttpError, Method, Route};
 use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
 use crate::server::iovec::IoVecs;
+use crate::server::redis_link::{RedisLink, ReplyWaiter};
 use crate::server::sys;
 use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 
@@ -34,6 +35,8 @@ pub struct Ctx {
     pub hub: RefCell<Hub>,
     /// The configuration.
     pub cfg: Config,
+    /// Redis mode's connections, when `--redis-url` is set.
+    pub redis: Option<Rc<RedisLink>>,
     scratch: RefCell<Box<[u8]>>,
 }
 
@@ -42,6 +45,7 @@ impl Ctx {
     pub fn new(cfg: Config) -> Rc<Ctx> {
         Rc::new(Ctx {
             hub: RefCell::new(Hub::new((&cfg).into())),
+            redis: RedisLink::new(&cfg),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
         })
@@ -160,7 +164,7 @@ async fn http_phase(
         let head_only = req.method == Method::Head;
         let resp = match route {
             Route::Publish(channel) => match read_body(ctx, stream, buf, req.body).await? {
-                Ok(body) => publish_http(ctx, channel, &body, req.keep_alive),
+                Ok(body) => publish_http(ctx, channel, &body, req.keep_alive).await,
                 Err(e) => {
                     reply_error(ctx, stream, &e, false).await?;
                     return Ok(None);
@@ -168,8 +172,27 @@ async fn http_phase(
             },
             Route::Healthz => json(200, br#"{"status":"ok"}"#, req.keep_alive, head_only),
             Route::Stats => {
+                if let Some(link) = &ctx.redis {
+                    ctx.hub.borrow_mut().stats.redis_publishes_buffered = link.buffered() as u64;
+                }
                 let body = stats_json(&ctx.hub.borrow());
                 json(200, body.as_bytes(), req.keep_alive, head_only)
+            }
+            Route::Readyz => {
+                let ready = ctx.redis.as_ref().map_or(Ok(()), |l| l.readiness());
+                let (status, body) = match ready {
+                    Ok(()) => (200, serde_json::json!({ "status": "ready" })),
+                    Err(why) => (
+                        503,
+                        serde_json::json!({ "status": "not ready", "reason": why }),
+                    ),
+                };
+                json(
+                    status,
+                    body.to_string().as_bytes(),
+                    req.keep_alive,
+                    head_only,
+                )
             }
             Route::WsChannel(_) | Route::WsMulti => unreachable!("handled above"),
         };
@@ -239,7 +262,12 @@ async fn read_body(
     Ok(Ok(buf.split_to(len).freeze()))
 }
 
-fn publish_http(ctx: &Ctx, channel: &str, body: &[u8], keep_alive: bool) -> Vec<u8> {
+/// `POST /publish/{channel}`. In Redis mode the answer waits (at most the
+/// command timeout) for Redis to confirm the PUBLISH: `200` with the number
+/// of instances that received it; `202 {"buffered":true}` while Redis is
+/// unreachable and the message waits in the publish buffer; `503` when
+/// that buffer is full.
+async fn publish_http(ctx: &Ctx, channel: &str, body: &[u8], keep_alive: bool) -> Vec<u8> {
     if std::str::from_utf8(body).is_err() {
         let e = HttpError {
             status: 400,
@@ -247,12 +275,93 @@ fn publish_http(ctx: &Ctx, channel: &str, body: &[u8], keep_alive: bool) -> Vec<
         };
         return http::error_response(&e, keep_alive);
     }
-    let n = ctx
-        .hub
-        .borrow_mut()
-        .publish(channel, OpCode::Text, body, None);
-    let body = serde_json::json!({ "channel": channel, "subscribers": n }).to_string();
-    json(200, body.as_bytes(), keep_alive, false)
+    let outcome = {
+        let mut hub = ctx.hub.borrow_mut();
+        route_publish(
+            &mut hub,
+            ctx.redis.as_deref(),
+            channel,
+            OpCode::Text,
+            body,
+            0,
+            true,
+        )
+    };
+    let local = ctx.hub.borrow().subscriber_count(channel);
+    let reply = match outcome {
+        Published::Local(n) => serde_json::json!({ "channel": channel, "subscribers": n }),
+        Published::Rejected => {
+            let e = HttpError {
+                status: 503,
+                message: "redis unavailable and the publish buffer is full",
+            };
+            return http::error_response(&e, keep_alive);
+        }
+        Published::Queued(waiter) => {
+            let link = ctx.redis.as_ref().expect("queued implies redis mode");
+            let confirmed = match waiter {
+                Some(w) if link.readiness().is_ok() => {
+                    monoio::time::timeout(ctx.cfg.redis_command_timeout, w.wait())
+                        .await
+                        .ok()
+                }
+                _ => None,
+            };
+            match confirmed {
+                Some(Ok(n)) => serde_json::json!({
+                    "channel": channel, "subscribers": local, "instances": n
+                }),
+                Some(Err(e)) => {
+                    let body = serde_json::json!({ "error": format!("redis: {e}") }).to_string();
+                    return json(502, body.as_bytes(), keep_alive, false);
+                }
+                None => {
+                    let body = serde_json::json!({
+                        "channel": channel, "subscribers": local, "buffered": true
+                    });
+                    return json(202, body.to_string().as_bytes(), keep_alive, false);
+                }
+            }
+        }
+    };
+    json(200, reply.to_string().as_bytes(), keep_alive, false)
+}
+
+/// What became of a publish.
+pub enum Published {
+    /// Fanned out in-process to this many local subscribers.
+    Local(usize),
+    /// Queued for Redis (with a waiter when a reply was asked for).
+    Queued(Option<Rc<ReplyWaiter>>),
+    /// Redis mode, buffer full: not published.
+    Rejected,
+}
+
+/// Publishes in-process, or through Redis in Redis mode (then local
+/// delivery happens when the message comes back, so every instance sees a
+/// channel's messages in the same order).
+pub fn route_publish(
+    hub: &mut Hub,
+    redis: Option<&RedisLink>,
+    channel: &str,
+    opcode: OpCode,
+    payload: &[u8],
+    sender: u64,
+    want_reply: bool,
+) -> Published {
+    let Some(link) = redis else {
+        return Published::Local(hub.publish(channel, opcode, payload, Some(sender)));
+    };
+    match link.publish(channel, opcode, payload, sender, want_reply) {
+        Ok(waiter) => {
+            hub.stats.redis_publishes += 1;
+            Published::Queued(waiter)
+        }
+        Err(_) => {
+            hub.stats.redis_publishes_rejected += 1;
+            Published::Rejected
+        }
+    }
 }
 
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
@@ -283,9 +392,11 @@ async fn websocket(
     // submitted op. monoio's `Split` contract declares reads and writes of a
     // TcpStream independent, and both halves live on this one thread.
     let read_stream: &TcpStream = unsafe { &*rd.0.get() };
+    let serial = ctx.hub.borrow().conn(id).map_or(0, |c| c.serial());
     let mut reader = WsReader {
         ctx,
         id,
+        serial,
         channel: channel.as_deref(),
         rx: Receiver::new(Role::Server, ctx.cfg.ws_limits()),
     };
@@ -311,6 +422,7 @@ enum ReadEnd {
 struct WsReader<'a> {
     ctx: &'a Rc<Ctx>,
     id: ConnId,
+    serial: u64,
     channel: Option<&'a str>,
     rx: Receiver,
 }
@@ -388,17 +500,39 @@ impl WsReader<'_> {
     }
 
     fn on_data(&self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
-        match self.channel {
-            Some(c) => {
-                hub.publish(c, opcode, &payload, Some(self.id));
-            }
-            None => on_control(hub, self.id, opcode, &payload),
+        let redis = self.ctx.redis.as_deref();
+        let Some(c) = self.channel else {
+            return on_control(hub, redis, self.id, self.serial, opcode, &payload);
+        };
+        let outcome = route_publish(hub, redis, c, opcode, &payload, self.serial, false);
+        if let Published::Rejected = outcome {
+            // A plain WebSocket has no way to carry an error reply: tell
+            // the publisher with close 1013 rather than drop its message.
+            log!(
+                Info,
+                "publish refused, closing publisher",
+                conn = self.id,
+                channel = c
+            );
+            hub.close(
+                self.id,
+                1013,
+                "publish buffer full",
+                CloseReason::Overloaded,
+            );
         }
     }
 }
 
 /// One request of the JSON control protocol; replies go through the queue.
-fn on_control(hub: &mut Hub, id: ConnId, opcode: OpCode, payload: &[u8]) {
+fn on_control(
+    hub: &mut Hub,
+    redis: Option<&RedisLink>,
+    id: ConnId,
+    serial: u64,
+    opcode: OpCode,
+    payload: &[u8],
+) {
     if opcode == OpCode::Binary {
         let msg = "binary frames are not part of the control protocol; use data_base64";
         hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
@@ -435,8 +569,20 @@ fn on_control(hub: &mut Hub, id: ConnId, opcode: OpCode, payload: &[u8]) {
             if !crate::hub::valid_channel_name(&channel) {
                 Some(invalid_channel(idv))
             } else {
-                let n = hub.publish(&channel, opcode, &payload, Some(id));
-                idv.map(|i| control::ack("published", &channel, Some(n), Some(i)))
+                match route_publish(hub, redis, &channel, opcode, &payload, serial, false) {
+                    Published::Rejected => Some(control::error(
+                        ErrorCode::Unavailable,
+                        "redis unavailable and the publish buffer is full; not published",
+                        idv,
+                    )),
+                    outcome => {
+                        let n = match outcome {
+                            Published::Local(n) => n,
+                            _ => hub.subscriber_count(&channel),
+                        };
+                        idv.map(|i| control::ack("published", &channel, Some(n), Some(i)))
+                    }
+                }
             }
         }
     };

@@ -9,6 +9,7 @@
 
 mod conn;
 mod iovec;
+mod redis_link;
 pub mod sys;
 
 use std::future::Future;
@@ -145,6 +146,9 @@ async fn worker_main(
     let listener = monoio::net::TcpListener::from_std(listener)?;
     let started = Instant::now();
     monoio::spawn(sweeper(ctx.clone(), started));
+    if let Some(link) = &ctx.redis {
+        redis_link::RedisLink::spawn(&ctx, link);
+    }
     race(accept_loop(ctx.clone(), listener), wait_for_stop(&stop)).await;
     // The listener is dropped here: no new connections from now on.
     graceful_shutdown(&ctx, shutdown_timeout).await;

@@ -1,0 +1,101 @@
+//! How a corecast message travels through Redis.
+//!
+//! `0xCC 0x01 opcode instance(8, BE) sender(8, BE) payload…`: a 19-byte
+//! header carrying the frame type (text or binary) and the origin, so that
+//! `--exclude-sender` holds across the Redis hop. A message without the
+//! magic (published by another application with a plain `PUBLISH`) is
+//! delivered as text when it is UTF-8, else as binary.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::ws::OpCode;
+
+const MAGIC: [u8; 2] = [0xCC, 0x01];
+/// Bytes before the payload.
+pub const HEADER_LEN: usize = 19;
+
+/// Where a message came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The publishing instance.
+    pub instance: u64,
+    /// The publishing connection's serial on that instance (0 = HTTP).
+    pub sender: u64,
+}
+
+/// A message decoded from Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// Text or binary.
+    pub opcode: OpCode,
+    /// Origin, when published by corecast.
+    pub origin: Option<Origin>,
+    /// The message bytes (a view into the read buffer).
+    pub payload: Bytes,
+}
+
+/// Writes the header for `opcode` from `origin`.
+pub fn put_header(out: &mut BytesMut, opcode: OpCode, origin: Origin) {
+    out.put_slice(&MAGIC);
+    out.put_u8(opcode as u8);
+    out.put_u64(origin.instance);
+    out.put_u64(origin.sender);
+}
+
+/// Decodes a message received from Redis.
+pub fn decode(mut raw: Bytes) -> Envelope {
+    let ours = raw.len() >= HEADER_LEN && raw[..2] == MAGIC;
+    let opcode = if ours { OpCode::from_u8(raw[2]) } else { None };
+    match opcode {
+        Some(op @ (OpCode::Text | OpCode::Binary)) => {
+            let header = raw.split_to(HEADER_LEN);
+            let instance = u64::from_be_bytes(header[3..11].try_into().expect("8 bytes"));
+            let sender = u64::from_be_bytes(header[11..19].try_into().expect("8 bytes"));
+            Envelope {
+                opcode: op,
+                origin: Some(Origin { instance, sender }),
+                payload: raw,
+            }
+        }
+        _ => {
+            let opcode = if std::str::from_utf8(&raw).is_ok() {
+                OpCode::Text
+            } else {
+                OpCode::Binary
+            };
+            Envelope {
+                opcode,
+                origin: None,
+                payload: raw,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_foreign_messages() {
+        let origin = Origin {
+            instance: 0xDEAD_BEEF,
+            sender: 42,
+        };
+        let mut b = BytesMut::new();
+        put_header(&mut b, OpCode::Binary, origin);
+        b.put_slice(b"\x00\xff");
+        let e = decode(b.freeze());
+        assert_eq!(e.opcode, OpCode::Binary);
+        assert_eq!(e.origin, Some(origin));
+        assert_eq!(&e.payload[..], b"\x00\xff");
+        let plain = decode(Bytes::from_static(b"hello from redis-cli"));
+        assert_eq!((plain.opcode, plain.origin), (OpCode::Text, None));
+        assert_eq!(
+            decode(Bytes::from_static(b"\xff\xfe")).opcode,
+            OpCode::Binary
+        );
+        // A truncated header is foreign bytes, not a panic.
+        assert_eq!(decode(Bytes::from_static(b"\xcc\x01\x01")).origin, None);
+    }
+}

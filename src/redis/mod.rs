@@ -1,0 +1,16 @@
+//! The Redis side, sans-I/O: URLs, RESP encoding/decoding and pipelining
+//! (on the `redis-protocol` crate), and the envelope corecast messages wear
+//! on Redis channels. The monoio connections live in `server::redis_link`.
+//!
+//! # Layout
+//! - [`url`]: `redis://[user:password@]host:port[/db]`.
+//! - [`resp`]: command encoding, zero-copy reply decoding, pub/sub event
+//!   classification, and [`resp::Pipeline`] — in-order reply matching with
+//!   a byte bound and requeue-on-reconnect.
+//! - [`envelope`]: opcode and origin carried through Redis.
+
+pub mod envelope;
+pub mod resp;
+pub mod url;
+
+pub use url::RedisUrl;

@@ -1,0 +1,352 @@
+//! RESP2, sans-I/O, on the `redis-protocol` crate: commands encoded
+//! straight into the write buffer, replies decoded zero-copy out of the
+//! read buffer, and the bookkeeping of a pipelined connection.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use bytes::{Bytes, BytesMut};
+use redis_protocol::resp2::decode::decode_bytes_mut;
+use redis_protocol::resp2::encode::extend_encode_borrowed;
+use redis_protocol::resp2::types::{BorrowedFrame, BytesFrame};
+
+/// A decoded reply (a view into the read buffer, no copies).
+pub type Reply = BytesFrame;
+
+/// Errors of the RESP layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RespError {
+    /// The bytes are not RESP2.
+    Protocol(String),
+    /// A reply arrived with no command waiting for it.
+    UnexpectedReply,
+    /// A subscriber connection got something that is not a pub/sub event.
+    NotPubSub,
+}
+
+impl fmt::Display for RespError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RespError::Protocol(e) => write!(f, "RESP protocol error: {e}"),
+            RespError::UnexpectedReply => f.write_str("reply without a pending command"),
+            RespError::NotPubSub => f.write_str("unexpected reply on a subscriber connection"),
+        }
+    }
+}
+
+impl std::error::Error for RespError {}
+
+/// Most arguments in one encoded command (SUBSCRIBE batches stay below it).
+pub const MAX_ARGS: usize = 1025;
+
+/// Appends `args` as a RESP2 array of bulk strings. Allocation-free for up
+/// to 8 arguments (a stack array of borrowed frames); larger commands
+/// (multi-channel SUBSCRIBE) build one small Vec.
+pub fn encode_command(args: &[&[u8]], out: &mut BytesMut) {
+    let encode = |frames: &[BorrowedFrame<'_>], out: &mut BytesMut| {
+        extend_encode_borrowed(out, &BorrowedFrame::Array(frames), false)
+            .expect("encoding bulk strings into a growable buffer cannot fail");
+    };
+    if args.len() <= 8 {
+        let mut frames = [
+            BorrowedFrame::Null,
+            BorrowedFrame::Null,
+            BorrowedFrame::Null,
+            BorrowedFrame::Null,
+            BorrowedFrame::Null,
+            BorrowedFrame::Null,
+            BorrowedFrame::Null,
+            BorrowedFrame::Null,
+        ];
+        for (f, a) in frames.iter_mut().zip(args) {
+            *f = BorrowedFrame::BulkString(a);
+        }
+        encode(&frames[..args.len()], out);
+    } else {
+        let frames: Vec<_> = args.iter().map(|a| BorrowedFrame::BulkString(a)).collect();
+        encode(&frames, out);
+    }
+}
+
+/// Encodes a command into its own `Bytes` (for pipelines that keep each
+/// command until its reply, to resend after a reconnect).
+pub fn command(args: &[&[u8]]) -> Bytes {
+    let mut out = BytesMut::new();
+    encode_command(args, &mut out);
+    out.freeze()
+}
+
+/// Takes one complete reply from the front of `buf`; `Ok(None)` = need
+/// more bytes (nothing consumed).
+pub fn decode(buf: &mut BytesMut) -> Result<Option<Reply>, RespError> {
+    match decode_bytes_mut(buf) {
+        Ok(Some((frame, _, _))) => Ok(Some(frame)),
+        Ok(None) => Ok(None),
+        Err(e) => Err(RespError::Protocol(format!("{e:?}"))),
+    }
+}
+
+/// An event on a subscriber connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PubSubEvent {
+    /// `message channel payload`.
+    Message {
+        /// Redis channel.
+        channel: Bytes,
+        /// Message bytes.
+        payload: Bytes,
+    },
+    /// SUBSCRIBE confirmed for one channel.
+    Subscribed(Bytes),
+    /// UNSUBSCRIBE confirmed for one channel.
+    Unsubscribed(Bytes),
+    /// Reply to PING in subscribe mode.
+    Pong,
+    /// An error reply (e.g. NOAUTH).
+    Error(String),
+}
+
+/// Classifies a reply received in subscribe mode.
+pub fn pubsub_event(reply: Reply) -> Result<PubSubEvent, RespError> {
+    let parts = match reply {
+        BytesFrame::Array(parts) => parts,
+        BytesFrame::Error(e) => return Ok(PubSubEvent::Error(e.to_string())),
+        BytesFrame::SimpleString(s) if s.eq_ignore_ascii_case(b"PONG") => {
+            return Ok(PubSubEvent::Pong)
+        }
+        _ => return Err(RespError::NotPubSub),
+    };
+    let mut it = parts.into_iter();
+    let kind = match it.next() {
+        Some(BytesFrame::BulkString(k)) => k,
+        _ => return Err(RespError::NotPubSub),
+    };
+    let channel = match it.next() {
+        Some(BytesFrame::BulkString(c)) => c,
+        _ => return Err(RespError::NotPubSub),
+    };
+    match &kind[..] {
+        b"message" => match it.next() {
+            Some(BytesFrame::BulkString(payload)) => Ok(PubSubEvent::Message { channel, payload }),
+            _ => Err(RespError::NotPubSub),
+        },
+        b"subscribe" => Ok(PubSubEvent::Subscribed(channel)),
+        b"unsubscribe" => Ok(PubSubEvent::Unsubscribed(channel)),
+        b"pong" => Ok(PubSubEvent::Pong),
+        _ => Err(RespError::NotPubSub),
+    }
+}
+
+/// The pipeline was at its byte bound: the command was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipelineFull;
+
+/// The commands of one pipelined connection: those not yet written and
+/// those written and awaiting their reply, each with what to do with the
+/// reply (`K`). Replies are matched in order, as Redis sends them.
+///
+/// Bounded in bytes: while Redis is unreachable, publishes wait here and
+/// further ones are refused once `max_bytes` is reached. After a lost
+/// connection the commands still awaiting replies are put back in front of
+/// the unsent ones, so they are sent again (at least once) in their order.
+#[derive(Debug)]
+pub struct Pipeline<K> {
+    unsent: VecDeque<(Bytes, K)>,
+    inflight: VecDeque<(Bytes, K)>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl<K> Pipeline<K> {
+    /// An empty pipeline holding at most `max_bytes` of commands.
+    pub fn new(max_bytes: usize) -> Self {
+        Pipeline {
+            unsent: VecDeque::new(),
+            inflight: VecDeque::new(),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    /// Queues a command unless the byte bound would be crossed.
+    pub fn push(&mut self, cmd: Bytes, kind: K) -> Result<(), PipelineFull> {
+        if self.bytes.saturating_add(cmd.len()) > self.max_bytes {
+            return Err(PipelineFull);
+        }
+        self.bytes += cmd.len();
+        self.unsent.push_back((cmd, kind));
+        Ok(())
+    }
+
+    /// Whether there are commands to write.
+    pub fn has_unsent(&self) -> bool {
+        !self.unsent.is_empty()
+    }
+
+    /// Commands queued or awaiting replies.
+    pub fn len(&self) -> usize {
+        self.unsent.len() + self.inflight.len()
+    }
+
+    /// Whether nothing is queued or awaiting a reply.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of commands held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Moves every unsent command (at most `max`) to in-flight and appends
+    /// its bytes to `out`, for one vectored write.
+    pub fn take_unsent(&mut self, out: &mut Vec<Bytes>, max: usize) {
+        let n = self.unsent.len().min(max);
+        for (cmd, kind) in self.unsent.drain(..n) {
+            out.push(cmd.clone());
+            self.inflight.push_back((cmd, kind));
+        }
+    }
+
+    /// The oldest in-flight command's reply arrived: returns its kind.
+    pub fn on_reply(&mut self) -> Result<K, RespError> {
+        let (cmd, kind) = self
+            .inflight
+            .pop_front()
+            .ok_or(RespError::UnexpectedReply)?;
+        self.bytes -= cmd.len();
+        Ok(kind)
+    }
+
+    /// The connection was lost: everything in flight goes back in front of
+    /// the unsent commands, in order, to be written again.
+    pub fn requeue_inflight(&mut self) {
+        while let Some(item) = self.inflight.pop_back() {
+            self.unsent.push_front(item);
+        }
+    }
+
+    /// Whether any command awaits a reply.
+    pub fn has_inflight(&self) -> bool {
+        !self.inflight.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_replies(bytes: &[u8]) -> Vec<Reply> {
+        let mut buf = BytesMut::from(bytes);
+        let mut out = Vec::new();
+        while let Some(r) = decode(&mut buf).unwrap() {
+            out.push(r);
+        }
+        assert!(buf.is_empty());
+        out
+    }
+
+    #[test]
+    fn commands_encode_as_bulk_string_arrays() {
+        let mut out = BytesMut::new();
+        encode_command(&[b"PUBLISH", b"ch", b"hi"], &mut out);
+        assert_eq!(&out[..], b"*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$2\r\nhi\r\n");
+        let many: Vec<Vec<u8>> = (0..20).map(|i| format!("c{i}").into_bytes()).collect();
+        let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+        args.extend(many.iter().map(|v| v.as_slice()));
+        let cmd = command(&args);
+        assert!(cmd.starts_with(b"*21\r\n$9\r\nSUBSCRIBE\r\n"));
+    }
+
+    const STREAM: &[u8] = b"+OK\r\n:3\r\n-ERR wrong\r\n$5\r\nhello\r\n$-1\r\n\
+        *3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nabc\r\n";
+
+    #[test]
+    fn replies_split_at_every_byte_boundary_parse_the_same() {
+        let whole = all_replies(STREAM);
+        assert_eq!(whole.len(), 6);
+        for cut in 0..STREAM.len() {
+            let mut buf = BytesMut::from(&STREAM[..cut]);
+            let mut got = Vec::new();
+            while let Some(r) = decode(&mut buf).unwrap() {
+                got.push(r);
+            }
+            buf.extend_from_slice(&STREAM[cut..]);
+            while let Some(r) = decode(&mut buf).unwrap() {
+                got.push(r);
+            }
+            assert_eq!(got, whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error() {
+        let mut buf = BytesMut::from(&b"?what\r\n"[..]);
+        assert!(matches!(decode(&mut buf), Err(RespError::Protocol(_))));
+    }
+
+    #[test]
+    fn pubsub_events_are_classified() {
+        let r = all_replies(STREAM);
+        assert_eq!(
+            pubsub_event(r[5].clone()).unwrap(),
+            PubSubEvent::Message {
+                channel: Bytes::from_static(b"ch"),
+                payload: Bytes::from_static(b"abc")
+            }
+        );
+        assert_eq!(
+            pubsub_event(r[2].clone()).unwrap(),
+            PubSubEvent::Error("ERR wrong".into())
+        );
+        let sub = all_replies(b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(
+            pubsub_event(sub[0].clone()).unwrap(),
+            PubSubEvent::Subscribed(Bytes::from_static(b"a"))
+        );
+        assert_eq!(pubsub_event(r[1].clone()), Err(RespError::NotPubSub));
+    }
+
+    #[test]
+    fn pipelined_replies_are_matched_in_order_across_interleaving() {
+        let mut p = Pipeline::new(1 << 20);
+        let mut out = Vec::new();
+        p.push(command(&[b"PING"]), 1).unwrap();
+        p.push(command(&[b"PING"]), 2).unwrap();
+        p.take_unsent(&mut out, usize::MAX);
+        p.push(command(&[b"PING"]), 3).unwrap();
+        assert_eq!(p.on_reply(), Ok(1));
+        p.take_unsent(&mut out, usize::MAX);
+        assert_eq!(out.len(), 3);
+        assert_eq!(p.on_reply(), Ok(2));
+        assert_eq!(p.on_reply(), Ok(3));
+        assert_eq!(p.on_reply(), Err(RespError::UnexpectedReply));
+        assert_eq!(p.bytes(), 0);
+    }
+
+    #[test]
+    fn lost_connection_requeues_inflight_first_in_order() {
+        let mut p = Pipeline::new(1 << 20);
+        let mut out = Vec::new();
+        for k in 1..=3 {
+            p.push(command(&[b"PUBLISH", b"c", &[k]]), k).unwrap();
+        }
+        p.take_unsent(&mut out, 2);
+        p.push(command(&[b"PUBLISH", b"c", b"4"]), 4).unwrap();
+        p.requeue_inflight();
+        out.clear();
+        p.take_unsent(&mut out, usize::MAX);
+        let kinds: Vec<_> = std::iter::from_fn(|| p.on_reply().ok()).collect();
+        assert_eq!(kinds, vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn the_pipeline_is_bounded_in_bytes() {
+        let cmd = command(&[b"PUBLISH", b"c", &[0; 100]]);
+        let mut p = Pipeline::new(cmd.len() * 2);
+        p.push(cmd.clone(), ()).unwrap();
+        p.push(cmd.clone(), ()).unwrap();
+        assert_eq!(p.push(cmd, ()), Err(PipelineFull));
+        assert_eq!(p.len(), 2);
+    }
+}

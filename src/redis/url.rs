@@ -1,0 +1,170 @@
+//! `redis://[user:password@]host:port[/db]` URLs.
+
+use std::fmt;
+
+/// Where and how to reach Redis.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port (default 6379).
+    pub port: u16,
+    /// ACL user for `AUTH user password` (Redis 6+).
+    pub username: Option<String>,
+    /// Password for `AUTH [user] password`.
+    pub password: Option<String>,
+    /// Database for `SELECT` (default 0; pub/sub ignores it, the cache uses it).
+    pub db: u32,
+}
+
+impl fmt::Debug for RedisUrl {
+    /// Never prints the password: URLs end up in logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("redis://")?;
+        match (&self.username, &self.password) {
+            (Some(u), Some(_)) => write!(f, "{u}:***@")?,
+            (None, Some(_)) => f.write_str(":***@")?,
+            (Some(u), None) => write!(f, "{u}@")?,
+            (None, None) => {}
+        }
+        write!(f, "{}:{}/{}", self.host, self.port, self.db)
+    }
+}
+
+/// A URL that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlError(pub &'static str);
+
+impl fmt::Display for UrlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for UrlError {}
+
+impl std::str::FromStr for RedisUrl {
+    type Err = UrlError;
+
+    fn from_str(s: &str) -> Result<Self, UrlError> {
+        let rest = s
+            .strip_prefix("redis://")
+            .ok_or(UrlError("expected redis://[user:password@]host:port[/db]"))?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((user, pass)) => (non_empty(user), non_empty(pass)),
+                None => (non_empty(u), None),
+            },
+        };
+        let (host, port) = split_host_port(hostport)?;
+        let db = match path {
+            "" => 0,
+            p => p
+                .parse()
+                .map_err(|_| UrlError("database must be a number"))?,
+        };
+        Ok(RedisUrl {
+            host,
+            port,
+            username: username.map(percent_decode).transpose()?,
+            password: password.map(percent_decode).transpose()?,
+            db,
+        })
+    }
+}
+
+fn non_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+fn split_host_port(hostport: &str) -> Result<(String, u16), UrlError> {
+    // [::1]:6379 style IPv6 literals keep their brackets off the host.
+    let (host, port) = if let Some(rest) = hostport.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or(UrlError("unclosed IPv6 bracket"))?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(UrlError("missing host"));
+    }
+    let port = match port {
+        None => 6379,
+        Some(p) => p.parse().map_err(|_| UrlError("invalid port"))?,
+    };
+    Ok((host.to_string(), port))
+}
+
+/// Decodes `%XX` escapes (passwords may contain `@`, `:` or `/`).
+fn percent_decode(s: &str) -> Result<String, UrlError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or(UrlError("bad % escape"))?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| UrlError("bad % escape"))?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| UrlError("credentials must be UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_form() {
+        let u: RedisUrl = "redis://127.0.0.1:6380".parse().unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.db), ("127.0.0.1", 6380, 0));
+        assert!(u.username.is_none() && u.password.is_none());
+        let u: RedisUrl = "redis://:s%40cret@redis/2".parse().unwrap();
+        assert_eq!((u.host.as_str(), u.port, u.db), ("redis", 6379, 2));
+        assert_eq!(u.password.as_deref(), Some("s@cret"));
+        let u: RedisUrl = "redis://app:pw@[::1]:7000/3".parse().unwrap();
+        assert_eq!(u.username.as_deref(), Some("app"));
+        assert_eq!((u.host.as_str(), u.port, u.db), ("::1", 7000, 3));
+    }
+
+    #[test]
+    fn rejects_bad_urls_clearly() {
+        for bad in [
+            "http://x",
+            "redis://",
+            "redis://h:port",
+            "redis://h:1/db",
+            "redis://:%zz@h",
+            "redis://[::1:6379",
+        ] {
+            assert!(bad.parse::<RedisUrl>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn display_hides_the_password() {
+        let u: RedisUrl = "redis://app:hunter2@h:1/0".parse().unwrap();
+        assert_eq!(u.to_string(), "redis://app:***@h:1/0");
+        assert!(!format!("{u:?}").contains("hunter2"));
+    }
+}
