@@ -939,7 +939,7 @@ mod tests {
         let mut out = Vec::new();
         assert!(hub.poll_interest(&mut cx, &mut out).is_ready());
         let got: Vec<(&str, bool)> = out.iter().map(|(n, g)| (&**n, *g)).collect();
-        assert_eq!(got, vec![("x", true), ("x", false), ("before", false)]);
+        assert_eq!(got, vec![("x", true), ("before", false), ("x", false)]);
         out.clear();
         assert!(hub.poll_interest(&mut cx, &mut out).is_pending());
         let c = ws(&mut hub, ConnKind::Multi);
