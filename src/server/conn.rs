@@ -308,9 +308,14 @@ async fn publish_http(ctx: &Ctx, channel: &str, body: &[u8], keep_alive: bool) -
                 _ => None,
             };
             match confirmed {
-                Some(Ok(n)) => serde_json::json!({
+                Some(Ok(crate::redis::resp::Reply::Integer(n))) => serde_json::json!({
                     "channel": channel, "subscribers": local, "instances": n
                 }),
+                Some(Ok(other)) => {
+                    let e = format!("redis: unexpected reply {other:?}");
+                    let body = serde_json::json!({ "error": e }).to_string();
+                    return json(502, body.as_bytes(), keep_alive, false);
+                }
                 Some(Err(e)) => {
                     let body = serde_json::json!({ "error": format!("redis: {e}") }).to_string();
                     return json(502, body.as_bytes(), keep_alive, false);

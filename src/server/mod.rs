@@ -9,7 +9,7 @@
 
 mod conn;
 mod iovec;
-mod redis_link;
+pub mod redis_link;
 pub mod sys;
 
 use std::future::Future;

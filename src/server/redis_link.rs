@@ -91,26 +91,27 @@ pub struct Health {
 enum CmdKind {
     Publish(Option<Rc<ReplyWaiter>>),
     Canary,
+    /// Any other command (cache GET/SET…): hand the reply to the waiter.
+    Command(Rc<ReplyWaiter>),
 }
 
-/// Where an HTTP publisher waits for Redis to confirm its `PUBLISH`.
+/// Where a task waits for Redis to answer its command.
 #[derive(Default)]
 pub struct ReplyWaiter {
-    reply: RefCell<Option<Result<i64, String>>>,
+    reply: RefCell<Option<Result<Reply, String>>>,
     waker: RefCell<Option<Waker>>,
 }
 
 impl ReplyWaiter {
-    fn complete(&self, r: Result<i64, String>) {
+    fn complete(&self, r: Result<Reply, String>) {
         *self.reply.borrow_mut() = Some(r);
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
         }
     }
 
-    /// Waits for the reply: the number of Redis subscribers (instances)
-    /// that received the message, or Redis's error.
-    pub async fn wait(&self) -> Result<i64, String> {
+    /// Waits for the reply (an error reply becomes `Err` with its text).
+    pub async fn wait(&self) -> Result<Reply, String> {
         poll_fn(|cx| match self.reply.borrow_mut().take() {
             Some(r) => Poll::Ready(r),
             None => {
@@ -217,6 +218,26 @@ impl RedisLink {
         out.put_slice(payload);
         out.put_slice(b"\r\n");
         out.freeze()
+    }
+
+    /// Queues any command (not a publish) and returns where to wait for
+    /// its reply; refused while the pipeline is full. Callers bound their
+    /// wait with a timeout: while Redis is down the command waits in the
+    /// pipeline like a publish.
+    pub fn command(&self, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let waiter = Rc::new(ReplyWaiter::default());
+        self.pipeline
+            .borrow_mut()
+            .push(resp::command(args), CmdKind::Command(waiter.clone()))?;
+        self.wake_writer();
+        Ok(waiter)
+    }
+
+    /// Whether commands are being written to Redis right now (connected,
+    /// subscriptions restored).
+    pub fn is_up(&self) -> bool {
+        let h = self.health.borrow();
+        h.cmd_connected && h.restored
     }
 
     fn wake_writer(&self) {
@@ -460,11 +481,11 @@ fn drain_replies(ctx: &Ctx, link: &RedisLink, buf: &mut BytesMut) -> Result<(), 
             .on_reply()
             .map_err(|e| LinkError::Protocol(e.to_string()))?;
         let result = match reply {
-            Reply::Integer(n) => Ok(n),
             Reply::Error(e) => Err(e.to_string()),
-            other => Err(format!("unexpected reply {other:?}")),
+            other => Ok(other),
         };
         match kind {
+            CmdKind::Command(waiter) => waiter.complete(result),
             CmdKind::Publish(waiter) => {
                 if let Err(e) = &result {
                     ctx.hub.borrow_mut().stats.redis_publish_errors += 1;
