@@ -38,8 +38,10 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn hub_with(n: usize, kind: ConnKind) -> (Hub, Vec<usize>) {
-    let mut cfg = Config::default();
-    cfg.max_connections = n + 1;
+    let cfg = Config {
+        max_connections: n + 1,
+        ..Config::default()
+    };
     let mut hub = Hub::new(HubLimits::from(&cfg));
     let ids: Vec<usize> = (0..n)
         .map(|_| {

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: what CI runs and what the README tells you to run.
+# The whole test suite: what CI runs (.ci/run) and what the README tells you
+# to run on a fresh Debian machine with Rust.
 #
-# Installs what it needs when missing (redis-server from Debian, a Python
-# venv with the Autobahn runner `kosoku`), then: format check, clippy with
-# -D warnings, every cargo test, benches compiled, and the Autobahn
-# conformance cases diffed against the committed baseline.
+# Installs what it needs when missing: redis-server, chromium and nginx from
+# Debian; a Python venv (.venv) with kosoku (Autobahn cases) and
+# check-jsonschema; playwright-core from npm; cargo-fuzz. Then: format
+# check, clippy -D warnings, every cargo test (benches run once), Autobahn
+# against the committed baseline, headless-browser tests, a fuzz smoke run
+# of every target, deployment-file checks, and the performance gate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,9 +27,9 @@ need_apt() {
     fi
 }
 
-command -v redis-server >/dev/null || need_apt redis-server
-if [ ! -x .venv/bin/kosoku ]; then
-    step "creating .venv with kosoku"
+need_apt redis-server nginx chromium openssl python3-venv
+if [ ! -x .venv/bin/kosoku ] || [ ! -x .venv/bin/check-jsonschema ]; then
+    step "creating .venv (kosoku, check-jsonschema)"
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
 fi
@@ -49,6 +52,18 @@ set -e
 
 step "Autobahn conformance (kosoku, sections 1-10)"
 scripts/autobahn.sh
+
+step "headless Chromium: status page and browser WebSocket interop"
+scripts/browser_test.sh
+
+step "fuzz smoke (every target, ${FUZZ_SECONDS:-5}s each)"
+scripts/fuzz.sh "${FUZZ_SECONDS:-5}"
+
+step "deployment files (workflow and compose schemas, nginx -t)"
+scripts/check_deploy.sh
+
+step "performance gate (perf/thresholds.json)"
+scripts/perf_gate.sh
 
 passed=$(grep -o 'test result: ok. [0-9]* passed' target/test-output.txt | awk '{s+=$4} END {print s+0}')
 printf '\nsummary: %s passed, 0 failed\n' "$passed"

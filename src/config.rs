@@ -24,6 +24,29 @@ pub enum SlowConsumerPolicy {
     DropOldest,
 }
 
+/// A secret from the configuration: printed as `***` by `Debug` so it never
+/// reaches a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one comparison that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The server's whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -65,6 +88,16 @@ pub struct Config {
     pub force_legacy_driver: bool,
     /// Log level.
     pub log_level: Level,
+    /// Bearer key required by `POST /publish` (None = open).
+    pub publish_key: Option<Secret>,
+    /// HS256 secret of connection tokens (None = no token required).
+    pub token_secret: Option<Secret>,
+    /// Browser origins allowed to upgrade (empty = any).
+    pub allowed_origins: Vec<String>,
+    /// Messages per second one connection may publish (0 = unlimited).
+    pub publish_rate: u32,
+    /// Outbound bytes queued across all connections of the worker.
+    pub max_total_outbound: usize,
     /// Redis mode: publishes go through Redis pub/sub (None = in-process).
     pub redis_url: Option<crate::redis::RedisUrl>,
     /// Prefix of the Redis channels corecast uses.
@@ -79,6 +112,49 @@ pub struct Config {
     pub redis_canary_interval: Duration,
     /// Pause after (re)subscribing before buffered publishes are sent.
     pub redis_resume_delay: Duration,
+    /// The HTTP cache in front of `--origin`.
+    pub cache: CacheConfig,
+}
+
+/// The HTTP response cache (`--origin` and the `--cache-*` options).
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// The origin; without it the cache prefix is not routed.
+    pub origin: Option<crate::cache::origin::OriginUrl>,
+    /// Paths under this prefix are cached (`GET`/`HEAD`).
+    pub prefix: String,
+    /// Largest origin response body; larger ones are a 502.
+    pub origin_max_body: usize,
+    /// Largest origin response head (also bounds chunk extensions and
+    /// trailers together).
+    pub origin_max_head: usize,
+    /// Timeout of one connection attempt to the origin (504).
+    pub origin_connect_timeout: Duration,
+    /// Time for a whole origin exchange, from waiting for a connection to
+    /// the last body byte (504).
+    pub origin_timeout: Duration,
+    /// Idle keep-alive connections kept per worker.
+    pub origin_pool_size: usize,
+    /// An idle pooled connection older than this is closed, not reused.
+    pub origin_idle_timeout: Duration,
+    /// Origin requests in flight at once per worker; more wait.
+    pub origin_max_connections: usize,
+    /// Bytes of the in-memory store (without Redis).
+    pub max_bytes: usize,
+    /// Freshness when the origin gives neither `max-age` nor `s-maxage`.
+    pub default_ttl: Duration,
+    /// Longest wait for another request's fetch of the same key.
+    pub coalesce_timeout: Duration,
+    /// `stale-while-revalidate` when the origin gives none.
+    pub stale_while_revalidate: Duration,
+    /// `stale-if-error` when the origin gives none.
+    pub stale_if_error: Duration,
+    /// Bound of every Redis wait on the request path.
+    pub redis_timeout: Duration,
+    /// Bearer token of `POST /cache/purge` (unset: purge is not routed).
+    pub purge_token: Option<Secret>,
+    /// Most keys one prefix purge deletes.
+    pub purge_max_keys: usize,
 }
 
 impl Default for Config {
@@ -103,6 +179,11 @@ impl Default for Config {
             exclude_sender: false,
             force_legacy_driver: false,
             log_level: Level::Info,
+            publish_key: None,
+            token_secret: None,
+            allowed_origins: Vec::new(),
+            publish_rate: 0,
+            max_total_outbound: 0,
             redis_url: None,
             redis_prefix: String::new(),
             redis_publish_buffer: 0,
@@ -110,6 +191,25 @@ impl Default for Config {
             redis_command_timeout: Duration::ZERO,
             redis_canary_interval: Duration::ZERO,
             redis_resume_delay: Duration::ZERO,
+            cache: CacheConfig {
+                origin: None,
+                prefix: String::new(),
+                origin_max_body: 0,
+                origin_max_head: 0,
+                origin_connect_timeout: Duration::ZERO,
+                origin_timeout: Duration::ZERO,
+                origin_pool_size: 0,
+                origin_idle_timeout: Duration::ZERO,
+                origin_max_connections: 0,
+                max_bytes: 0,
+                default_ttl: Duration::ZERO,
+                coalesce_timeout: Duration::ZERO,
+                stale_while_revalidate: Duration::ZERO,
+                stale_if_error: Duration::ZERO,
+                redis_timeout: Duration::ZERO,
+                purge_token: None,
+                purge_max_keys: 0,
+            },
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -253,6 +353,63 @@ pub const OPTIONS: &[OptionSpec] = &[
         set: |c, v| set_num(&mut c.max_subscriptions, v),
     },
     OptionSpec {
+        flag: "max-total-outbound",
+        env: "CORECAST_MAX_TOTAL_OUTBOUND",
+        value: "BYTES",
+        default: Some("1GiB"),
+        help: "outbound bytes queued across all connections; past it the subscriber being queued to is treated as slow",
+        set: |c, v| set_size(&mut c.max_total_outbound, v),
+    },
+    OptionSpec {
+        flag: "publish-rate",
+        env: "CORECAST_PUBLISH_RATE",
+        value: "N",
+        default: Some("10000"),
+        help: "messages/s one connection may publish (burst: one second's worth); faster publishers are read more slowly, nothing is dropped (0 = unlimited)",
+        set: |c, v| {
+            c.publish_rate = v.trim().parse().map_err(|e| format!("{e}"))?;
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "publish-key",
+        env: "CORECAST_PUBLISH_KEY",
+        value: "SECRET",
+        default: None,
+        help: "require `Authorization: Bearer SECRET` on POST /publish (default: open)",
+        set: |c, v| {
+            c.publish_key = non_empty_secret(v)?;
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "token-secret",
+        env: "CORECAST_TOKEN_SECRET",
+        value: "SECRET",
+        default: None,
+        help: "require a JWT (HS256, signed with SECRET) on every WebSocket upgrade, as ?token= or Authorization: Bearer (default: none required)",
+        set: |c, v| {
+            c.token_secret = non_empty_secret(v)?;
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "allowed-origins",
+        env: "CORECAST_ALLOWED_ORIGINS",
+        value: "LIST",
+        default: None,
+        help: "comma-separated Origins allowed to upgrade, e.g. https://app.example (default: any)",
+        set: |c, v| {
+            c.allowed_origins = v
+                .split(',')
+                .map(str::trim)
+                .filter(|o| !o.is_empty())
+                .map(str::to_string)
+                .collect();
+            Ok(())
+        },
+    },
+    OptionSpec {
         flag: "ping-interval",
         env: "CORECAST_PING_INTERVAL",
         value: "DURATION",
@@ -366,6 +523,157 @@ pub const OPTIONS: &[OptionSpec] = &[
         set: |c, v| set_duration(&mut c.redis_resume_delay, v),
     },
     OptionSpec {
+        flag: "origin",
+        env: "CORECAST_ORIGIN",
+        value: "URL",
+        default: None,
+        help: "http://host:port[/base-path]: cache GET/HEAD under --cache-prefix in front of this origin (default: no cache, 404)",
+        set: |c, v| {
+            c.cache.origin = Some(v.parse()?);
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "cache-prefix",
+        env: "CORECAST_CACHE_PREFIX",
+        value: "PATH",
+        default: Some("/api/"),
+        help: "requests under this path prefix are cached; the rest of the path and the query go to the origin",
+        set: |c, v| {
+            if !v.starts_with('/') || !v.ends_with('/') || v.bytes().any(|b| b <= b' ' || b == b'?') {
+                return Err("a path starting and ending with /".into());
+            }
+            c.cache.prefix = v.to_string();
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "origin-max-body",
+        env: "CORECAST_ORIGIN_MAX_BODY",
+        value: "BYTES",
+        default: Some("8MiB"),
+        help: "largest origin response body; larger ones are answered 502",
+        set: |c, v| set_size(&mut c.cache.origin_max_body, v),
+    },
+    OptionSpec {
+        flag: "origin-max-head",
+        env: "CORECAST_ORIGIN_MAX_HEAD",
+        value: "BYTES",
+        default: Some("16KiB"),
+        help: "largest origin response head (and chunk extensions + trailers); larger ones are answered 502",
+        set: |c, v| set_size(&mut c.cache.origin_max_head, v),
+    },
+    OptionSpec {
+        flag: "origin-connect-timeout",
+        env: "CORECAST_ORIGIN_CONNECT_TIMEOUT",
+        value: "DURATION",
+        default: Some("1s"),
+        help: "timeout of one connection attempt to the origin (504)",
+        set: |c, v| set_duration(&mut c.cache.origin_connect_timeout, v),
+    },
+    OptionSpec {
+        flag: "origin-timeout",
+        env: "CORECAST_ORIGIN_TIMEOUT",
+        value: "DURATION",
+        default: Some("5s"),
+        help: "time for a whole origin exchange, connection to last body byte (504); below --handshake-timeout",
+        set: |c, v| set_duration(&mut c.cache.origin_timeout, v),
+    },
+    OptionSpec {
+        flag: "origin-pool-size",
+        env: "CORECAST_ORIGIN_POOL_SIZE",
+        value: "N",
+        default: Some("16"),
+        help: "idle keep-alive connections to the origin kept for reuse",
+        set: |c, v| set_num(&mut c.cache.origin_pool_size, v),
+    },
+    OptionSpec {
+        flag: "origin-idle-timeout",
+        env: "CORECAST_ORIGIN_IDLE_TIMEOUT",
+        value: "DURATION",
+        default: Some("30s"),
+        help: "pooled origin connections idle longer than this are closed, not reused",
+        set: |c, v| set_duration(&mut c.cache.origin_idle_timeout, v),
+    },
+    OptionSpec {
+        flag: "origin-max-connections",
+        env: "CORECAST_ORIGIN_MAX_CONNECTIONS",
+        value: "N",
+        default: Some("256"),
+        help: "origin requests in flight at once; more wait (within --origin-timeout)",
+        set: |c, v| set_num(&mut c.cache.origin_max_connections, v),
+    },
+    OptionSpec {
+        flag: "cache-max-bytes",
+        env: "CORECAST_CACHE_MAX_BYTES",
+        value: "BYTES",
+        default: Some("64MiB"),
+        help: "size of the in-memory store used without Redis (least recently used entries are evicted)",
+        set: |c, v| set_size(&mut c.cache.max_bytes, v),
+    },
+    OptionSpec {
+        flag: "cache-default-ttl",
+        env: "CORECAST_CACHE_DEFAULT_TTL",
+        value: "DURATION",
+        default: Some("60s"),
+        help: "freshness of a response whose Cache-Control has neither max-age nor s-maxage",
+        set: |c, v| set_duration(&mut c.cache.default_ttl, v),
+    },
+    OptionSpec {
+        flag: "cache-coalesce-timeout",
+        env: "CORECAST_CACHE_COALESCE_TIMEOUT",
+        value: "DURATION",
+        default: Some("5s"),
+        help: "longest wait for a concurrent request's origin fetch of the same key before fetching itself",
+        set: |c, v| set_duration(&mut c.cache.coalesce_timeout, v),
+    },
+    OptionSpec {
+        flag: "cache-stale-while-revalidate",
+        env: "CORECAST_CACHE_STALE_WHILE_REVALIDATE",
+        value: "DURATION",
+        default: Some("10s"),
+        help: "stale-while-revalidate window when the origin gives none",
+        set: |c, v| set_duration(&mut c.cache.stale_while_revalidate, v),
+    },
+    OptionSpec {
+        flag: "cache-stale-if-error",
+        env: "CORECAST_CACHE_STALE_IF_ERROR",
+        value: "DURATION",
+        default: Some("300s"),
+        help: "stale-if-error window when the origin gives none",
+        set: |c, v| set_duration(&mut c.cache.stale_if_error, v),
+    },
+    OptionSpec {
+        flag: "cache-redis-timeout",
+        env: "CORECAST_CACHE_REDIS_TIMEOUT",
+        value: "DURATION",
+        default: Some("100ms"),
+        help: "bound of every Redis cache read/write on the request path; slower = a miss, not stored",
+        set: |c, v| set_duration(&mut c.cache.redis_timeout, v),
+    },
+    OptionSpec {
+        flag: "cache-purge-token",
+        env: "CORECAST_CACHE_PURGE_TOKEN",
+        value: "TOKEN",
+        default: None,
+        help: "bearer token of POST /cache/purge (default: purge disabled, 404)",
+        set: |c, v| {
+            if v.is_empty() || v.bytes().any(|b| !b.is_ascii_graphic()) {
+                return Err("a non-empty token of visible ASCII".into());
+            }
+            c.cache.purge_token = Some(Secret(v.to_string()));
+            Ok(())
+        },
+    },
+    OptionSpec {
+        flag: "cache-purge-max-keys",
+        env: "CORECAST_CACHE_PURGE_MAX_KEYS",
+        value: "N",
+        default: Some("10000"),
+        help: "most keys one prefix purge deletes (the reply says whether more are left)",
+        set: |c, v| set_num(&mut c.cache.purge_max_keys, v),
+    },
+    OptionSpec {
         flag: "log-level",
         env: "CORECAST_LOG",
         value: "LEVEL",
@@ -399,6 +707,41 @@ pub enum Command {
     Help,
     /// Print the version and exit.
     Version,
+    /// `check-config`: print the effective configuration and exit.
+    CheckConfig(Box<Config>),
+    /// `healthcheck [URL]`: probe a running server (for container health
+    /// checks in images without curl).
+    Healthcheck(String),
+}
+
+/// Default URL of `corecast healthcheck`.
+pub const DEFAULT_HEALTHCHECK_URL: &str = "http://127.0.0.1:8080/healthz";
+
+/// Applies a TOML configuration file: keys are the flag names
+/// (`max-frame-size = "16MiB"`, `cpu = 0`, `exclude-sender = true`).
+pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), ConfigError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| ConfigError(format!("{origin}: {e}")))?;
+    for (key, value) in &table {
+        let opt = OPTIONS
+            .iter()
+            .find(|o| o.flag == key)
+            .ok_or_else(|| ConfigError(format!("{origin}: unknown key `{key}`")))?;
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(ConfigError(format!(
+                    "{origin}: `{key}` must be a string, integer or boolean, not {}",
+                    other.type_str()
+                )))
+            }
+        };
+        apply(opt, cfg, &text, &format!("{origin}: {key}"))?;
+    }
+    Ok(())
 }
 
 impl Config {
@@ -412,16 +755,37 @@ impl Config {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let args: Vec<String> = args.into_iter().map(Into::into).collect();
+        let mut args = args.into_iter().peekable();
+        let sub = match args.peek().map(String::as_str) {
+            Some(s @ ("serve" | "check-config" | "healthcheck")) => {
+                let s = s.to_string();
+                args.next();
+                s
+            }
+            _ => "serve".to_string(),
+        };
+        if sub == "healthcheck" {
+            let url = args
+                .next()
+                .unwrap_or_else(|| DEFAULT_HEALTHCHECK_URL.to_string());
+            return Ok(Command::Healthcheck(url));
+        }
+        let rest: Vec<String> = args.collect();
+        // Precedence: flags > environment > config file > defaults.
         let mut cfg = Config::default();
+        let file = config_file_arg(&rest).or_else(|| env("CORECAST_CONFIG"));
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| ConfigError(format!("--config {path}: {e}")))?;
+            apply_toml(&mut cfg, &text, &path)?;
+        }
         for opt in OPTIONS {
             if let Some(v) = env(opt.env) {
                 apply(opt, &mut cfg, &v, opt.env)?;
             }
         }
-        let mut args = args.into_iter().map(Into::into).peekable();
-        if args.peek().map(String::as_str) == Some("serve") {
-            args.next();
-        }
+        let mut args = rest.into_iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "-h" | "--help" => return Ok(Command::Help),
@@ -437,6 +801,13 @@ impl Config {
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (body, None),
             };
+            if name == "config" {
+                // Already applied, before the environment.
+                if inline.is_none() {
+                    args.next();
+                }
+                continue;
+            }
             let opt = OPTIONS
                 .iter()
                 .find(|o| o.flag == name)
@@ -451,7 +822,10 @@ impl Config {
             apply(opt, &mut cfg, &value, &arg)?;
         }
         cfg.validate()?;
-        Ok(Command::Serve(Box::new(cfg)))
+        Ok(match sub.as_str() {
+            "check-config" => Command::CheckConfig(Box::new(cfg)),
+            _ => Command::Serve(Box::new(cfg)),
+        })
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -469,6 +843,32 @@ impl Config {
         if self.max_handshake_bytes < 256 {
             return Err(ConfigError("max-handshake-bytes must be >= 256".into()));
         }
+        self.validate_cache()
+    }
+
+    /// A request's deadline (`--handshake-timeout`) is renewed when it goes
+    /// to the origin or starts waiting for another request's fetch, so each
+    /// of those waits must fit inside it.
+    fn validate_cache(&self) -> Result<(), ConfigError> {
+        let c = &self.cache;
+        if c.origin.is_none() {
+            return Ok(());
+        }
+        if c.origin_timeout.is_zero() || c.origin_connect_timeout.is_zero() {
+            return Err(ConfigError("origin timeouts must be > 0".into()));
+        }
+        if c.origin_max_connections == 0 || c.origin_max_head < 256 {
+            return Err(ConfigError(
+                "origin-max-connections must be > 0 and origin-max-head >= 256".into(),
+            ));
+        }
+        if c.origin_timeout >= self.handshake_timeout
+            || c.coalesce_timeout >= self.handshake_timeout
+        {
+            return Err(ConfigError(
+                "origin-timeout and cache-coalesce-timeout must be below handshake-timeout".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -479,6 +879,20 @@ impl Config {
             max_message_size: self.max_message_size,
         }
     }
+}
+
+/// The value of `--config FILE` / `--config=FILE`, if given.
+fn config_file_arg(args: &[String]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--config" {
+            return it.next().cloned();
+        }
+        if let Some(v) = a.strip_prefix("--config=") {
+            return Some(v.to_string());
+        }
+    }
+    None
 }
 
 fn apply(opt: &OptionSpec, cfg: &mut Config, v: &str, origin: &str) -> Result<(), ConfigError> {
@@ -511,7 +925,9 @@ pub fn markdown_table() -> String {
 pub fn help_text() -> String {
     let mut out = String::from(
         "corecast: a pinned, thread-per-core WebSocket pub/sub gateway\n\n\
-         Usage: corecast [serve] [OPTIONS]\n\n\
+         Usage: corecast [serve] [OPTIONS]\n\
+         \x20      corecast check-config [OPTIONS]   print the effective configuration\n\
+         \x20      corecast healthcheck [URL]        exit 0 if URL answers 200 (default http://127.0.0.1:8080/healthz)\n\n\
          Endpoints: GET /ws/{channel}, GET /ws (JSON control), POST /publish/{channel},\n\
          GET /healthz, GET /stats.\n\n\
          Options (flag / environment variable / default):\n",
@@ -530,12 +946,20 @@ pub fn help_text() -> String {
             o.help, "", o.env
         ));
     }
+    out.push_str("  --config FILE                  TOML file of options (keys = flag names); env CORECAST_CONFIG\n");
     out.push_str("  -h, --help                     print this help\n");
     out.push_str("  -V, --version                  print the version\n");
     out.push_str(
         "\nSizes take an optional KiB/MiB/GiB suffix; durations ms, s or m (bare = seconds).\n",
     );
     out
+}
+
+fn non_empty_secret(v: &str) -> Result<Option<Secret>, String> {
+    if v.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(Some(Secret(v.to_string())))
 }
 
 fn parse_num(v: &str) -> Result<usize, String> {
@@ -682,6 +1106,79 @@ mod tests {
             assert!(
                 readme.contains(row),
                 "README.md config table is stale; missing row:\n{row}\n(regenerate from config::markdown_table)"
+            );
+        }
+    }
+
+    #[test]
+    fn a_toml_file_sits_between_defaults_and_env() {
+        let dir = std::env::temp_dir().join(format!("corecast-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("corecast.toml");
+        std::fs::write(
+            &path,
+            "listen = \"0.0.0.0:9000\"\nmax-frame-size = \"64KiB\"\ncpu = 1\nexclude-sender = true\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let env = |k: &str| (k == "CORECAST_MAX_FRAME_SIZE").then(|| "2KiB".to_string());
+        let c = serve(&["--config", p, "--cpu", "0"], env);
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000", "file over default");
+        assert_eq!(c.max_frame_size, 2048, "env over file");
+        assert_eq!(c.cpu, Some(0), "flag over file");
+        assert!(c.exclude_sender);
+        std::fs::write(&path, "nope = 1\n").unwrap();
+        let err = Config::from_args(["--config", p], no_env).unwrap_err();
+        assert!(err.0.contains("unknown key `nope`"), "{err}");
+        std::fs::write(&path, "cpu = [1]\n").unwrap();
+        assert!(Config::from_args(["--config", p], no_env).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        match Config::from_args(["check-config", "--cpu", "1"], no_env).unwrap() {
+            Command::CheckConfig(c) => assert_eq!(c.cpu, Some(1)),
+            other => panic!("{other:?}"),
+        }
+        match Config::from_args(["healthcheck"], no_env).unwrap() {
+            Command::Healthcheck(u) => assert_eq!(u, DEFAULT_HEALTHCHECK_URL),
+            other => panic!("{other:?}"),
+        }
+        let c = Config::from_args(["check-config", "--token-secret", "s3cr3t"], no_env).unwrap();
+        assert!(
+            !format!("{c:?}").contains("s3cr3t"),
+            "secrets never printed"
+        );
+    }
+
+    #[test]
+    fn cache_options_default_validate_and_hide_the_token() {
+        let c = serve(&[], no_env).cache;
+        assert!(c.origin.is_none() && c.purge_token.is_none());
+        assert_eq!((c.prefix.as_str(), c.origin_max_body), ("/api/", 8 << 20));
+        assert_eq!(c.max_bytes, 64 << 20);
+        assert_eq!(c.default_ttl, Duration::from_secs(60));
+        assert_eq!(c.coalesce_timeout, Duration::from_secs(5));
+        assert_eq!(c.stale_while_revalidate, Duration::from_secs(10));
+        assert_eq!(c.stale_if_error, Duration::from_secs(300));
+        assert_eq!(c.redis_timeout, Duration::from_millis(100));
+        let env = |k: &str| (k == "CORECAST_CACHE_PURGE_TOKEN").then(|| "t0ken".to_string());
+        let c = serve(&["--origin", "http://127.0.0.1:9/v1"], env).cache;
+        assert_eq!(c.origin.unwrap().to_string(), "http://127.0.0.1:9/v1");
+        assert_eq!(c.purge_token.as_ref().map(Secret::expose), Some("t0ken"));
+        assert!(!format!("{:?}", c.purge_token).contains("t0ken"));
+        for args in [
+            &["--origin", "https://a"][..],
+            &["--cache-prefix", "api"],
+            &["--cache-prefix", "/api"],
+            &["--cache-purge-token", ""],
+            &["--origin", "http://a", "--origin-timeout", "10s"],
+            &["--origin", "http://a", "--cache-coalesce-timeout", "20s"],
+        ] {
+            assert!(
+                Config::from_args(args.iter().copied(), no_env).is_err(),
+                "{args:?} should fail"
             );
         }
     }

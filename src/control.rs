@@ -75,6 +75,8 @@ pub enum ErrorCode {
     BinaryNotSupported,
     /// Redis is unreachable and the publish buffer is full: not published.
     Unavailable,
+    /// The connection token does not grant the channel.
+    Forbidden,
 }
 
 impl ErrorCode {
@@ -87,6 +89,7 @@ impl ErrorCode {
             ErrorCode::NotSubscribed => "not_subscribed",
             ErrorCode::BinaryNotSupported => "binary_not_supported",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 }

@@ -39,6 +39,15 @@ pub struct Request {
     pub method: Method,
     /// The path, without the query.
     pub path: String,
+    /// The query string (after `?`), if any.
+    pub query: Option<String>,
+    /// The `Authorization` header value.
+    pub authorization: Option<Vec<u8>>,
+    /// The `Origin` header value (browsers send it on upgrades).
+    pub origin: Option<Vec<u8>>,
+    /// `Expect: 100-continue` on an HTTP/1.1 request: the client waits for
+    /// `100 Continue` (or a final status) before sending the body.
+    pub expect_continue: bool,
     /// Bytes of the head, including the blank line.
     pub head_len: usize,
     /// Whether the connection stays open after the response.
@@ -93,13 +102,26 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, Htt
         _ => Method::Other,
     };
     let target = req.path.unwrap_or("/");
-    let path = target.split(['?', '#']).next().unwrap_or("/").to_string();
+    let target = target.split('#').next().unwrap_or("/");
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p.to_string(), Some(q.to_string())),
+        None => (target.to_string(), None),
+    };
+    let authorization = header(req.headers, "authorization").map(<[u8]>::to_vec);
+    let origin = header(req.headers, "origin").map(<[u8]>::to_vec);
+    let expect_continue = version >= 1
+        && header(req.headers, "expect")
+            .is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"));
     let body = body_framing(req.headers)?;
     let keep_alive = keep_alive(version, req.headers);
     let upgrade = validate_upgrade(method_str, version, req.headers);
     Ok(Some(Request {
         method,
         path,
+        query,
+        authorization,
+        origin,
+        expect_continue,
         head_len,
         keep_alive,
         body,
@@ -166,6 +188,16 @@ pub enum Route<'a> {
     Stats,
     /// `GET /readyz`.
     Readyz,
+    /// `GET /metrics` (Prometheus).
+    Metrics,
+    /// `GET /status`: the live status page.
+    Status,
+    /// `GET /status/ws`: the status page's WebSocket feed.
+    StatusWs,
+    /// `GET`/`HEAD` under the cache prefix (the whole path).
+    Cache(&'a str),
+    /// `POST /cache/purge`.
+    CachePurge,
 }
 
 /// Routes a method and path; errors carry their status (404, 405, 400).
@@ -184,6 +216,9 @@ pub fn route<'a>(
         "/healthz" => (Route::Healthz, get),
         "/stats" => (Route::Stats, get),
         "/readyz" => (Route::Readyz, get),
+        "/metrics" => (Route::Metrics, get),
+        "/status" => (Route::Status, get),
+        "/status/ws" => (Route::StatusWs, method == Method::Get),
         _ => {
             if let Some(c) = path.strip_prefix("/ws/") {
                 (Route::WsChannel(channel(c)?), method == Method::Get)
@@ -193,6 +228,49 @@ pub fn route<'a>(
                 return Err(HttpError::new(404, "not found"));
             }
         }
+    };
+    if !allowed {
+        return Err(HttpError::new(405, "method not allowed"));
+    }
+    Ok(route)
+}
+
+/// Path of the cache's purge endpoint.
+pub const PURGE_PATH: &str = "/cache/purge";
+
+/// The cache's routes, present when an origin is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheRoutes<'a> {
+    /// Paths starting with this are cached.
+    pub prefix: &'a str,
+    /// Whether `POST /cache/purge` is served (a token is configured).
+    pub purge: bool,
+}
+
+/// [`route`], then the cache's routes for paths the gateway does not serve
+/// itself (so no prefix can shadow `/ws`, `/publish`, `/healthz`...).
+pub fn route_with_cache<'a>(
+    method: Method,
+    path: &'a str,
+    root_channel: Option<&'a str>,
+    cache: Option<CacheRoutes<'_>>,
+) -> Result<Route<'a>, HttpError> {
+    let builtin = route(method, path, root_channel);
+    let Some(cache) = cache else {
+        return builtin;
+    };
+    if !matches!(&builtin, Err(e) if e.status == 404) {
+        return builtin;
+    }
+    let (route, allowed) = if cache.purge && path == PURGE_PATH {
+        (Route::CachePurge, method == Method::Post)
+    } else if path.starts_with(cache.prefix) {
+        (
+            Route::Cache(path),
+            matches!(method, Method::Get | Method::Head),
+        )
+    } else {
+        return builtin;
     };
     if !allowed {
         return Err(HttpError::new(405, "method not allowed"));
@@ -266,6 +344,7 @@ pub fn error_response(err: &HttpError, keep_alive: bool) -> Vec<u8> {
     let extra: &[(&str, &str)] = match err.status {
         426 => &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")],
         405 => &[("Allow", "GET, HEAD, POST")],
+        401 => &[("WWW-Authenticate", "Bearer")],
         _ => &[],
     };
     response(
@@ -376,6 +455,62 @@ mod tests {
         assert_eq!(route(Post, "/stats", None).unwrap_err().status, 405);
         assert_eq!(route(Get, "/ws/bad%20name", None).unwrap_err().status, 400);
         assert_eq!(route(Get, "/ws/", None).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn cache_routes_come_after_the_gateway_s_own() {
+        use Method::*;
+        let c = Some(CacheRoutes {
+            prefix: "/",
+            purge: true,
+        });
+        assert_eq!(
+            route_with_cache(Get, "/api/x", None, c),
+            Ok(Route::Cache("/api/x"))
+        );
+        assert_eq!(route_with_cache(Head, "/", None, c), Ok(Route::Cache("/")));
+        assert_eq!(
+            route_with_cache(Get, "/healthz", None, c),
+            Ok(Route::Healthz)
+        );
+        assert_eq!(
+            route_with_cache(Post, "/api/x", None, c)
+                .unwrap_err()
+                .status,
+            405
+        );
+        assert_eq!(
+            route_with_cache(Post, PURGE_PATH, None, c),
+            Ok(Route::CachePurge)
+        );
+        assert_eq!(
+            route_with_cache(Get, PURGE_PATH, None, c)
+                .unwrap_err()
+                .status,
+            405
+        );
+        let api = Some(CacheRoutes {
+            prefix: "/api/",
+            purge: false,
+        });
+        assert_eq!(
+            route_with_cache(Post, PURGE_PATH, None, api)
+                .unwrap_err()
+                .status,
+            404
+        );
+        assert_eq!(
+            route_with_cache(Get, "/apix", None, api)
+                .unwrap_err()
+                .status,
+            404
+        );
+        assert_eq!(
+            route_with_cache(Get, "/api/x", None, None)
+                .unwrap_err()
+                .status,
+            404
+        );
     }
 
     #[test]

@@ -127,6 +127,11 @@ pub struct Conn {
     ping_outstanding: bool,
     /// A deadline already fired; the edge is tearing it down.
     expired: bool,
+    /// When the oldest frame now in `queue` was published (ns since the
+    /// hub's epoch; 0 = none), and the same for the batch being written:
+    /// the fan-out delay histogram's raw data.
+    queued_since_ns: u64,
+    batch_since_ns: u64,
     /// Unique for the hub's life (slab keys are reused): identifies the
     /// publisher for `--exclude-sender`, also across the Redis hop.
     serial: u64,
@@ -200,6 +205,8 @@ pub struct HubLimits {
     pub max_subscriptions: usize,
     /// Connections in the table.
     pub max_connections: usize,
+    /// Outbound bytes across all connections.
+    pub max_total_outbound: usize,
     /// Skip the publisher when fanning out its own message.
     pub exclude_sender: bool,
     /// Milliseconds; 0 disables.
@@ -219,6 +226,7 @@ impl From<&Config> for HubLimits {
             slow_consumer: c.slow_consumer,
             max_subscriptions: c.max_subscriptions,
             max_connections: c.max_connections,
+            max_total_outbound: c.max_total_outbound,
             exclude_sender: c.exclude_sender,
             ping_interval_ms: c.ping_interval.as_millis() as u64,
             idle_timeout_ms: c.idle_timeout.as_millis() as u64,
@@ -257,6 +265,10 @@ pub struct Hub {
     by_name: HashMap<Rc<str>, ChannelId>,
     limits: HubLimits,
     now_ms: u64,
+    epoch: std::time::Instant,
+    /// Bytes queued or in flight across every connection (the process-wide
+    /// outbound budget).
+    total_pending: usize,
     next_serial: u64,
     interest: Option<Interest>,
     /// Counters, read by `/stats`.
@@ -272,6 +284,8 @@ impl Hub {
             by_name: HashMap::new(),
             limits,
             now_ms: 0,
+            epoch: std::time::Instant::now(),
+            total_pending: 0,
             next_serial: 0,
             interest: None,
             stats: Stats::default(),
@@ -338,6 +352,8 @@ impl Hub {
             since_ms: now,
             ping_outstanding: false,
             expired: false,
+            queued_since_ns: 0,
+            batch_since_ns: 0,
             serial,
         });
         self.stats.connections_opened += 1;
@@ -458,6 +474,23 @@ impl Hub {
         Poll::Ready(())
     }
 
+    /// Subscribes to an internal channel (name outside the client charset,
+    /// e.g. the status feed's `!status`), skipping name validation.
+    pub fn subscribe_internal(&mut self, id: ConnId, name: &str) {
+        if self.conns.contains(id) {
+            let cid = self
+                .by_name
+                .get(name)
+                .copied()
+                .unwrap_or_else(|| self.add_channel(name));
+            let ch = &mut self.channels[cid];
+            let pos = ch.subscribers.len() as u32;
+            ch.subscribers.push(id);
+            self.conns[id].subs.push((cid, pos));
+            self.stats.subscriptions += 1;
+        }
+    }
+
     /// Unsubscribes `id` from `name`; returns whether it was subscribed.
     pub fn unsubscribe(&mut self, id: ConnId, name: &str) -> bool {
         let Some(&cid) = self.by_name.get(name) else {
@@ -499,6 +532,7 @@ impl Hub {
         let Some(mut conn) = self.conns.try_remove(id) else {
             return;
         };
+        self.total_pending -= conn.pending_bytes;
         for (cid, pos) in std::mem::take(&mut conn.subs) {
             self.detach(cid, pos);
         }
@@ -536,12 +570,15 @@ impl Hub {
             envelope: None,
         };
         let skip = sender.filter(|_| self.limits.exclude_sender);
+        let t0 = self.clock_ns();
         let mut queued = 0;
         let Hub {
             channels,
             conns,
             limits,
             stats,
+            now_ms,
+            total_pending,
             ..
         } = self;
         for &id in &channels[cid].subscribers {
@@ -550,7 +587,11 @@ impl Hub {
                 continue;
             }
             let frame = out.frame_for(conn.kind);
-            if enqueue_data(conn, frame, limits, stats) {
+            if enqueue_data(conn, frame, limits, stats, *now_ms, total_pending) {
+                if conn.queued_since_ns == 0 {
+                    conn.queued_since_ns = t0;
+                }
+                stats.deliveries += 1;
                 queued += 1;
             }
         }
@@ -564,10 +605,12 @@ impl Hub {
             conns,
             limits,
             stats,
+            now_ms,
+            total_pending,
             ..
         } = self;
         match conns.get_mut(id) {
-            Some(conn) => enqueue_data(conn, &frame, limits, stats),
+            Some(conn) => enqueue_data(conn, &frame, limits, stats, *now_ms, total_pending),
             None => false,
         }
     }
@@ -611,6 +654,7 @@ impl Hub {
         conn.state = ConnState::Closing;
         conn.since_ms = now;
         conn.pending_bytes += frame.len();
+        self.total_pending += frame.len();
         conn.queue.push_back(frame);
         wake(conn);
     }
@@ -669,10 +713,17 @@ impl Hub {
         };
         for ctrl in conn.ctrl.drain(..) {
             conn.pending_bytes += ctrl.len();
+            self.total_pending += ctrl.len();
             out.push(ctrl);
         }
         let n = conn.queue.len().min(MAX_BATCH.saturating_sub(out.len()));
         out.extend(conn.queue.drain(..n));
+        if conn.batch_since_ns == 0 {
+            conn.batch_since_ns = conn.queued_since_ns;
+        }
+        if conn.queue.is_empty() {
+            conn.queued_since_ns = 0;
+        }
         let last = conn.state == ConnState::Closing && conn.queue.is_empty();
         if last {
             conn.finished = true;
@@ -683,9 +734,27 @@ impl Hub {
     /// The writer wrote `n` bytes.
     pub fn wrote(&mut self, id: ConnId, n: usize) {
         self.stats.bytes_out += n as u64;
+        let now = self.epoch.elapsed().as_nanos() as u64;
         if let Some(conn) = self.conns.get_mut(id) {
-            conn.pending_bytes = conn.pending_bytes.saturating_sub(n);
+            let n = n.min(conn.pending_bytes);
+            conn.pending_bytes -= n;
+            self.total_pending -= n;
+            if conn.batch_since_ns != 0 {
+                let delay = now.saturating_sub(conn.batch_since_ns);
+                self.stats.fanout_delay.observe_ns(delay);
+                conn.batch_since_ns = 0;
+            }
         }
+    }
+
+    /// Nanoseconds since the hub was created (never 0, so 0 can mean "none").
+    fn clock_ns(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// Bytes queued or in flight across every connection.
+    pub fn total_pending(&self) -> usize {
+        self.total_pending
     }
 
     /// Starts graceful shutdown: every WebSocket gets close 1001 after what
@@ -769,7 +838,14 @@ fn wake(conn: &mut Conn) {
 
 /// Queues one data frame under the slow-consumer policy; returns whether it
 /// was queued.
-fn enqueue_data(conn: &mut Conn, frame: &Bytes, limits: &HubLimits, stats: &mut Stats) -> bool {
+fn enqueue_data(
+    conn: &mut Conn,
+    frame: &Bytes,
+    limits: &HubLimits,
+    stats: &mut Stats,
+    now_ms: u64,
+    total: &mut usize,
+) -> bool {
     if conn.state != ConnState::Open {
         stats.messages_not_delivered += 1;
         return false;
@@ -777,26 +853,46 @@ fn enqueue_data(conn: &mut Conn, frame: &Bytes, limits: &HubLimits, stats: &mut 
     let len = frame.len();
     // A frame larger than the whole bound still goes to an idle connection:
     // the message-size limit, not the queue bound, governs single messages.
-    let over = conn.pending_bytes > 0
-        && conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue;
-    if over && !make_room(conn, len, limits, stats) {
-        return false;
+    if over_limits(conn, len, *total, limits) {
+        if total.saturating_add(len) > limits.max_total_outbound {
+            stats.outbound_budget_exceeded += 1;
+        }
+        if !make_room(conn, len, limits, stats, now_ms, total) {
+            return false;
+        }
     }
     conn.pending_bytes += len;
+    *total += len;
     conn.queue.push_back(frame.clone());
-    stats.deliveries += 1;
     wake(conn);
     true
 }
 
+/// Whether queueing `len` more bytes to `conn` would cross its own bound or
+/// the worker's total budget. A frame larger than the bound still goes to
+/// an idle connection: the message-size limit governs single messages.
+fn over_limits(conn: &Conn, len: usize, total: usize, limits: &HubLimits) -> bool {
+    conn.pending_bytes > 0
+        && (conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue
+            || total.saturating_add(len) > limits.max_total_outbound)
+}
+
 /// Applies the slow-consumer policy; returns whether the new frame may be queued.
-fn make_room(conn: &mut Conn, len: usize, limits: &HubLimits, stats: &mut Stats) -> bool {
+fn make_room(
+    conn: &mut Conn,
+    len: usize,
+    limits: &HubLimits,
+    stats: &mut Stats,
+    now_ms: u64,
+    total: &mut usize,
+) -> bool {
     match limits.slow_consumer {
         SlowConsumerPolicy::Disconnect => {
             let dropped = conn.queue.len() as u64 + 1;
             let freed: usize = conn.queue.iter().map(Bytes::len).sum();
             conn.queue.clear();
             conn.pending_bytes -= freed;
+            *total -= freed;
             stats.slow_consumer_disconnects += 1;
             stats.messages_not_delivered += dropped;
             crate::log!(
@@ -806,14 +902,18 @@ fn make_room(conn: &mut Conn, len: usize, limits: &HubLimits, stats: &mut Stats)
                 dropped = dropped
             );
             conn.state = ConnState::Closing;
+            // The close deadline runs from now, as for every other close
+            // (`close_with`), not from when the connection was opened.
+            conn.since_ms = now_ms;
             let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
             conn.pending_bytes += close.len();
+            *total += close.len();
             conn.queue.push_back(close);
             wake(conn);
             false
         }
         SlowConsumerPolicy::DropOldest => {
-            while conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue {
+            while over_limits(conn, len, *total, limits) {
                 let Some(old) = conn.queue.pop_front() else {
                     // Everything left is in flight: drop the new frame instead.
                     stats.slow_consumer_drops += 1;
@@ -821,6 +921,7 @@ fn make_room(conn: &mut Conn, len: usize, limits: &HubLimits, stats: &mut Stats)
                     return false;
                 };
                 conn.pending_bytes -= old.len();
+                *total -= old.len();
                 stats.slow_consumer_drops += 1;
                 stats.messages_not_delivered += 1;
             }
@@ -996,6 +1097,59 @@ mod tests {
         assert_eq!(&out[0][..4], &[0x88, 15, 0x03, 0xF0]);
         assert!(hub.conn(slow).unwrap().pending_bytes() == 0);
         assert_eq!(hub.stats.deliveries, 5 + 2);
+    }
+
+    #[test]
+    fn slow_consumer_close_deadline_starts_when_it_is_cut() {
+        let mut l = limits();
+        l.max_outbound_queue = 100;
+        l.close_timeout_ms = 1000;
+        let mut hub = Hub::new(l);
+        let slow = ws(&mut hub, ConnKind::Simple);
+        hub.subscribe(slow, "c").unwrap();
+        hub.set_now(60_000);
+        for _ in 0..3 {
+            hub.publish("c", OpCode::Binary, &[0; 40], None);
+        }
+        assert_eq!(hub.conn(slow).unwrap().state(), ConnState::Closing);
+        let mut expired = Vec::new();
+        hub.set_now(60_999);
+        hub.sweep(&mut expired);
+        assert!(
+            expired.is_empty(),
+            "close deadline counted from the connect"
+        );
+        hub.set_now(61_000);
+        hub.sweep(&mut expired);
+        assert_eq!(expired, vec![(-1, Expired::Close)]);
+    }
+
+    #[test]
+    fn the_worker_wide_budget_bounds_all_queues_together() {
+        let mut l = limits();
+        l.max_outbound_queue = 1000;
+        l.max_total_outbound = 250;
+        let mut hub = Hub::new(l);
+        let ids: Vec<_> = (0..4).map(|_| ws(&mut hub, ConnKind::Simple)).collect();
+        for &id in &ids {
+            hub.subscribe(id, "c").unwrap();
+        }
+        // 4 × 42 B = 168 B fits; the second round would make 336 B.
+        hub.publish("c", OpCode::Binary, &[0; 40], None);
+        assert_eq!(hub.total_pending(), 168);
+        hub.publish("c", OpCode::Binary, &[0; 40], None);
+        assert!(
+            hub.total_pending() <= 250 + 4 * 4,
+            "{}",
+            hub.total_pending()
+        );
+        assert!(hub.stats.outbound_budget_exceeded >= 1);
+        assert!(hub.stats.slow_consumer_disconnects >= 1);
+        for &id in &ids {
+            drain(&mut hub, id);
+            hub.remove(id);
+        }
+        assert_eq!(hub.total_pending(), 0, "every byte accounted for");
     }
 
     #[test]

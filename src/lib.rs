@@ -12,16 +12,29 @@
 //! - [`server`]: the network edge — monoio runtime boot and CPU pinning,
 //!   accept loop, per-connection reader and writer tasks, vectored writes,
 //!   the sweeper for deadlines and keepalive, graceful shutdown.
+//! - [`auth`]: publish keys, JWT (HS256) connection tokens, `Origin`
+//!   allow-list, token-bucket publish rates (sans-I/O).
+//! - [`cache`]: the HTTP response cache in front of `--origin`, sans-I/O —
+//!   `Cache-Control` policy, keys, entry encoding, the LRU memory store,
+//!   chunked decoding, origin response heads (edge in `server::cache_edge`).
 //! - [`config`]: every limit and knob, flags and environment variables.
-//! - [`stats`], [`log`]: counters and logfmt logging.
+//! - [`redis`]: RESP (redis-protocol), pipelining, URLs, the envelope of
+//!   messages on Redis channels (sans-I/O; connections in `server::redis_link`).
+//! - [`stats`], [`log`], [`metrics`]: counters, logfmt logging, and the
+//!   Prometheus exposition with latency histograms.
+//! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast).
 //!
 //! Protocol modules never import the runtime; only `server` awaits sockets.
 
+pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod control;
 pub mod http;
 pub mod hub;
+pub mod loadgen;
 pub mod log;
+pub mod metrics;
 pub mod redis;
 pub mod server;
 pub mod stats;

@@ -5,6 +5,8 @@
 
 use serde::Serialize;
 
+use crate::metrics::Histogram;
+
 /// Counters of one worker. Monotonic unless noted.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Stats {
@@ -47,8 +49,22 @@ pub struct Stats {
     pub slow_consumer_disconnects: u64,
     /// Queued messages dropped under the `drop-oldest` policy.
     pub slow_consumer_drops: u64,
+    /// Times the worker-wide outbound budget (`--max-total-outbound`) was
+    /// reached; the subscriber being queued to is then treated as slow.
+    pub outbound_budget_exceeded: u64,
+    /// Times a publisher was paused by `--publish-rate`.
+    pub publish_rate_limited: u64,
+    /// Upgrades refused for a missing/invalid token (401), a channel the
+    /// token does not grant or a disallowed Origin (403).
+    pub auth_failures: u64,
     /// Vectored writes issued.
     pub writes: u64,
+    /// Publish → completed write, per subscriber write (`/metrics` only).
+    #[serde(skip)]
+    pub fanout_delay: Histogram,
+    /// Lateness of the housekeeping timer (`/metrics` only).
+    #[serde(skip)]
+    pub loop_lag: Histogram,
     /// Redis mode: 1 while the command connection is up (gauge).
     pub redis_connected: u64,
     /// Redis mode: command connections lost and re-established.
@@ -65,4 +81,32 @@ pub struct Stats {
     pub redis_messages_received: u64,
     /// Redis mode: round trip of the last canary, in microseconds.
     pub redis_canary_rtt_us: u64,
+    /// Cache: requests answered from a fresh stored response.
+    pub cache_hits: u64,
+    /// Cache: requests that fetched from the origin themselves (nothing
+    /// usable stored, or the wait for another fetch ran out).
+    pub cache_misses: u64,
+    /// Cache: stale responses served (stale-while-revalidate or
+    /// stale-if-error).
+    pub cache_stale_served: u64,
+    /// Cache: requests that waited for another request's origin fetch.
+    pub cache_coalesced_waiters: u64,
+    /// Cache: origin fetches that failed (unreachable, timeout, malformed,
+    /// too large) or answered 500/502/503/504.
+    pub cache_origin_errors: u64,
+    /// Cache: requests sent to the origin (foreground and background).
+    pub cache_origin_requests: u64,
+    /// Cache: new connections opened to the origin (the rest reused one).
+    pub cache_origin_connects: u64,
+    /// Cache: bytes of entries written to the store (cumulative).
+    pub cache_bytes_stored: u64,
+    /// Cache: entries written to the store.
+    pub cache_stores: u64,
+    /// Cache: store reads/writes that failed or timed out (Redis down,
+    /// slow, or its pipeline full); each was treated as a miss / no store.
+    pub cache_store_errors: u64,
+    /// Cache: bytes held by the in-memory store (gauge).
+    pub cache_memory_bytes: u64,
+    /// Cache: keys removed by `POST /cache/purge`.
+    pub cache_purged: u64,
 }

@@ -1,7 +1,10 @@
 //! The `corecast` binary: parse the configuration, start the server, wait
 //! for it. Everything else lives in the library.
 
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use corecast::config::{help_text, Command, Config};
 use corecast::log;
@@ -18,17 +21,25 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cfg = match cmd {
+    match cmd {
         Command::Help => {
             print!("{}", help_text());
-            return ExitCode::SUCCESS;
+            ExitCode::SUCCESS
         }
         Command::Version => {
             println!("corecast {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
+            ExitCode::SUCCESS
         }
-        Command::Serve(cfg) => *cfg,
-    };
+        Command::CheckConfig(cfg) => {
+            println!("{cfg:#?}");
+            ExitCode::SUCCESS
+        }
+        Command::Healthcheck(url) => healthcheck(&url),
+        Command::Serve(cfg) => serve(*cfg),
+    }
+}
+
+fn serve(cfg: Config) -> ExitCode {
     log::set_level(cfg.log_level);
     if let Err(e) = sys::install_signal_handlers() {
         log::emit(
@@ -57,4 +68,47 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `GET` an `http://host:port/path` URL with a 3 s budget; exit 0 on 200.
+fn healthcheck(url: &str) -> ExitCode {
+    match probe(url) {
+        Ok(200) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("corecast healthcheck: {url} answered {status}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("corecast healthcheck: {url}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn probe(url: &str) -> std::io::Result<u16> {
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "expected http://host:port/path",
+        )
+    };
+    let rest = url.strip_prefix("http://").ok_or_else(bad)?;
+    let (hostport, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let addr = hostport.to_socket_addrs()?.next().ok_or_else(bad)?;
+    let budget = Duration::from_secs(3);
+    let mut s = TcpStream::connect_timeout(&addr, budget)?;
+    s.set_read_timeout(Some(budget))?;
+    s.set_write_timeout(Some(budget))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 64];
+    let n = s.read(&mut head)?;
+    let line = std::str::from_utf8(&head[..n]).unwrap_or("");
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response"))
 }

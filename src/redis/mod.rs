@@ -3,7 +3,7 @@
 //! on Redis channels. The monoio connections live in `server::redis_link`.
 //!
 //! # Layout
-//! - [`url`]: `redis://[user:password@]host:port[/db]`.
+//! - [`url`]: `redis://` URLs with optional credentials and database.
 //! - [`resp`]: command encoding, zero-copy reply decoding, pub/sub event
 //!   classification, and [`resp::Pipeline`] — in-order reply matching with
 //!   a byte bound and requeue-on-reconnect.

@@ -10,21 +10,31 @@ use std::future::poll_fn;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::tcp::TcpOwnedWriteHalf;
 use monoio::net::TcpStream;
 
+use crate::auth::{self, Grants, TokenBucket};
 use crate::config::Config;
 use crate::control::{self, ErrorCode};
 use crate::http::{self, Body, HttpError, Method, Route};
 use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
+use crate::metrics::Histogram;
+use crate::server::cache_edge::{self, CacheEdge};
 use crate::server::iovec::IoVecs;
 use crate::server::redis_link::{RedisLink, ReplyWaiter};
 use crate::server::sys;
 use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
+
+/// The internal channel of the status feed (`!` keeps clients out of it).
+pub const STATUS_CHANNEL: &str = "!status";
+
+/// The live status page, embedded in the binary.
+const STATUS_PAGE: &str = include_str!("status.html");
 
 /// Size of the per-worker scratch buffer every read goes through.
 const SCRATCH: usize = 64 * 1024;
@@ -37,18 +47,32 @@ pub struct Ctx {
     pub cfg: Config,
     /// Redis mode's connections, when `--redis-url` is set.
     pub redis: Option<Rc<RedisLink>>,
+    /// The HTTP cache, when `--origin` is set.
+    pub cache: Option<Rc<CacheEdge>>,
+    started: std::time::Instant,
     scratch: RefCell<Box<[u8]>>,
 }
 
 impl Ctx {
     /// A fresh worker context.
     pub fn new(cfg: Config) -> Rc<Ctx> {
+        let redis = RedisLink::new(&cfg);
         Rc::new(Ctx {
             hub: RefCell::new(Hub::new((&cfg).into())),
-            redis: RedisLink::new(&cfg),
+            cache: CacheEdge::new(&cfg, redis.clone()),
+            redis,
+            started: std::time::Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
         })
+    }
+}
+
+impl Ctx {
+    /// Milliseconds since the worker started (a precise clock, unlike the
+    /// hub's coarse one).
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 }
 
@@ -63,16 +87,45 @@ pub async fn handle(ctx: Rc<Ctx>, mut stream: TcpStream) {
             message: "too many connections",
         };
         let _ = stream.write_all(http::error_response(&err, false)).await;
+        linger_close(&stream).await;
         return;
     };
     let _ = stream.set_nodelay(true);
     let mut buf = BytesMut::new();
     match http_phase(&ctx, &mut stream, id, &mut buf).await {
-        Ok(Some((kind, channel))) => websocket(&ctx, stream, id, kind, channel, buf).await,
+        Ok(Some((kind, channel, grants))) => {
+            websocket(&ctx, stream, id, (kind, channel, grants), buf).await
+        }
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }
     ctx.hub.borrow_mut().remove(id);
+}
+
+/// Closes gracefully after a final response to a request we did not read:
+/// half-close, then drain what the client sent (bounded in bytes and
+/// time), so the kernel sends FIN rather than RST and the client can read
+/// the response.
+async fn linger_close(stream: &TcpStream) {
+    sys::shutdown_write(stream.as_raw_fd());
+    let mut scratch = [0u8; 4096];
+    let deadline = std::time::Instant::now() + Duration::from_millis(200);
+    for _ in 0..16 {
+        match sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if monoio::time::timeout(left, stream.readable(false))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
 }
 
 /// Reads more bytes into `buf`: `Ok(0)` at end of stream. Tries the socket
@@ -99,7 +152,9 @@ async fn read_more(ctx: &Ctx, stream: &TcpStream, buf: &mut BytesMut) -> io::Res
     }
 }
 
-type Upgrade = (ConnKind, Option<String>);
+/// An accepted upgrade: the mode, the channel of `/ws/{channel}`, and
+/// what the connection's token allows.
+type Upgrade = (ConnKind, Option<String>, Grants);
 
 /// Serves plain HTTP requests until one upgrades, the peer leaves, or an
 /// error ends the connection.
@@ -125,10 +180,16 @@ async fn http_phase(
                 return Ok(None);
             }
         };
+        let root = ctx.cfg.root_channel.as_deref();
+        let cache_routes = ctx.cache.as_ref().map(|c| c.routes());
+        let route = http::route_with_cache(req.method, &req.path, root, cache_routes);
+        // The cache re-reads the head (query, Vary'd headers); only its
+        // routes pay for the copy.
+        let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge))
+            .then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
         buf.advance(req.head_len);
         ctx.hub.borrow_mut().stats.http_requests += 1;
-        let root = ctx.cfg.root_channel.as_deref();
-        let route = match http::route(req.method, &req.path, root) {
+        let route = match route {
             Ok(r) => r,
             Err(e) => {
                 let keep = req.keep_alive && req.body == Body::None;
@@ -142,9 +203,33 @@ async fn http_phase(
         let upgrade = match route {
             Route::WsChannel(c) => Some((ConnKind::Simple, Some(c.to_string()))),
             Route::WsMulti => Some((ConnKind::Multi, None)),
+            Route::StatusWs => Some((ConnKind::Simple, Some(STATUS_CHANNEL.to_string()))),
             _ => None,
         };
-        if let Some(up) = upgrade {
+        if let Some((kind, channel)) = upgrade {
+            let status_feed = route == Route::StatusWs;
+            let checked = if status_feed {
+                None
+            } else {
+                channel.as_deref()
+            };
+            let grants = match auth::authorize_upgrade(&ctx.cfg, &req, checked) {
+                Ok(_) if status_feed => Grants::read_only(),
+                Ok(g) => g,
+                Err((status, message)) => {
+                    ctx.hub.borrow_mut().stats.auth_failures += 1;
+                    log!(
+                        Debug,
+                        "upgrade refused",
+                        conn = id,
+                        status = status,
+                        reason = message
+                    );
+                    reply_error(ctx, stream, &HttpError { status, message }, false).await?;
+                    return Ok(None);
+                }
+            };
+            let up = (kind, channel, grants);
             match &req.upgrade {
                 Ok(accept) => {
                     let (res, _) = stream
@@ -163,7 +248,13 @@ async fn http_phase(
         }
         let head_only = req.method == Method::Head;
         let resp = match route {
-            Route::Publish(channel) => match read_body(ctx, stream, buf, req.body).await? {
+            Route::Publish(_) if auth::authorize_publish(&ctx.cfg, &req).is_err() => {
+                let (status, message) = auth::authorize_publish(&ctx.cfg, &req).unwrap_err();
+                ctx.hub.borrow_mut().stats.auth_failures += 1;
+                reply_error(ctx, stream, &HttpError { status, message }, false).await?;
+                return Ok(None);
+            }
+            Route::Publish(channel) => match read_body(ctx, stream, buf, &req).await? {
                 Ok(body) => publish_http(ctx, channel, &body, req.keep_alive).await,
                 Err(e) => {
                     reply_error(ctx, stream, &e, false).await?;
@@ -177,6 +268,16 @@ async fn http_phase(
                 }
                 let body = stats_json(&ctx.hub.borrow());
                 json(200, body.as_bytes(), req.keep_alive, head_only)
+            }
+            Route::Status => {
+                let page = STATUS_PAGE.as_bytes();
+                let ct = "text/html; charset=utf-8";
+                http::response(200, ct, page, req.keep_alive, &[], head_only)
+            }
+            Route::Metrics => {
+                let body = metrics_text(ctx);
+                let ct = "text/plain; version=0.0.4; charset=utf-8";
+                http::response(200, ct, body.as_bytes(), req.keep_alive, &[], head_only)
             }
             Route::Readyz => {
                 let ready = ctx.redis.as_ref().map_or(Ok(()), |l| l.readiness());
@@ -194,7 +295,19 @@ async fn http_phase(
                     head_only,
                 )
             }
-            Route::WsChannel(_) | Route::WsMulti => unreachable!("handled above"),
+            Route::Cache(_) | Route::CachePurge => match read_body(ctx, stream, buf, &req).await? {
+                Ok(body) => {
+                    let inc = cache_edge::Incoming::new(id, &req, head.unwrap_or_default(), body);
+                    cache_edge::respond(ctx, &route, inc).await
+                }
+                Err(e) => {
+                    reply_error(ctx, stream, &e, false).await?;
+                    return Ok(None);
+                }
+            },
+            Route::WsChannel(_) | Route::WsMulti | Route::StatusWs => {
+                unreachable!("handled above")
+            }
         };
         let (res, _) = stream.write_all(resp).await;
         res?;
@@ -206,6 +319,52 @@ async fn http_phase(
 
 fn json(status: u16, body: &[u8], keep_alive: bool, head_only: bool) -> Vec<u8> {
     http::response(status, "application/json", body, keep_alive, &[], head_only)
+}
+
+/// `/metrics`: the Prometheus exposition of this worker.
+pub fn metrics_text(ctx: &Ctx) -> String {
+    let redis = ctx.redis.as_ref();
+    let mut hub = ctx.hub.borrow_mut();
+    if let Some(link) = redis {
+        hub.stats.redis_publishes_buffered = link.buffered() as u64;
+    }
+    let gauges = crate::metrics::Gauges {
+        connections: hub.connection_count() as u64,
+        channels: hub.channel_count() as u64,
+        outbound_bytes: hub.total_pending() as u64,
+        redis_enabled: redis.is_some(),
+        ready: redis.is_none_or(|l| l.readiness().is_ok()),
+    };
+    crate::metrics::render(&hub.stats, &gauges)
+}
+
+/// Publishes one status sample to the status page's feed, if anyone
+/// watches: counters, gauges, and fan-out / loop-lag quantiles over the
+/// interval since `prev` (updated in place).
+pub fn publish_status(ctx: &Ctx, prev: &mut (Histogram, Histogram)) {
+    let mut hub = ctx.hub.borrow_mut();
+    if hub.subscriber_count(STATUS_CHANNEL) == 0 {
+        return;
+    }
+    let fanout = hub.stats.fanout_delay.since(&prev.0);
+    let lag = hub.stats.loop_lag.since(&prev.1);
+    *prev = (hub.stats.fanout_delay.clone(), hub.stats.loop_lag.clone());
+    let ms = |h: &Histogram, q| h.quantile(q).map(|s| s * 1000.0);
+    let sample = serde_json::json!({
+        "t_ms": ctx.now_ms(),
+        "connections": hub.connection_count(),
+        "channels": hub.channel_count(),
+        "messages_in": hub.stats.messages_in,
+        "deliveries": hub.stats.deliveries,
+        "bytes_out": hub.stats.bytes_out,
+        "slow_consumer_disconnects": hub.stats.slow_consumer_disconnects,
+        "fanout_p50_ms": ms(&fanout, 0.5),
+        "fanout_p99_ms": ms(&fanout, 0.99),
+        "loop_lag_p99_ms": ms(&lag, 0.99),
+        "ready": ctx.redis.as_ref().is_none_or(|l| l.readiness().is_ok()),
+    })
+    .to_string();
+    hub.publish(STATUS_CHANNEL, OpCode::Text, sample.as_bytes(), None);
 }
 
 /// `/stats`: the worker's counters plus current gauges.
@@ -237,13 +396,15 @@ async fn reply_error(
 }
 
 /// Reads a `Content-Length` body, refusing it (413) before reading when it
-/// is over `max_body_size`.
+/// is over `max_body_size`. A client that sent `Expect: 100-continue` is
+/// told to go on first (RFC 9110 10.1.1), unless the body is already here.
 async fn read_body(
     ctx: &Ctx,
-    stream: &TcpStream,
+    stream: &mut TcpStream,
     buf: &mut BytesMut,
-    body: Body,
+    req: &http::Request,
 ) -> io::Result<Result<Bytes, HttpError>> {
+    let body = req.body;
     let len = match body {
         Body::None => 0,
         Body::Length(n) => n,
@@ -253,6 +414,12 @@ async fn read_body(
             status: 413,
             message: "request body too large",
         }));
+    }
+    if req.expect_continue && buf.len() < len {
+        let (res, _) = stream
+            .write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
+            .await;
+        res?;
     }
     while buf.len() < len {
         if read_more(ctx, stream, buf).await? == 0 {
@@ -371,18 +538,14 @@ pub fn route_publish(
 
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
 /// the close handshake or the socket ends, then waits for the writer.
-async fn websocket(
-    ctx: &Rc<Ctx>,
-    stream: TcpStream,
-    id: ConnId,
-    kind: ConnKind,
-    channel: Option<String>,
-    buf: BytesMut,
-) {
+async fn websocket(ctx: &Rc<Ctx>, stream: TcpStream, id: ConnId, up: Upgrade, buf: BytesMut) {
+    let (kind, channel, grants) = up;
     {
         let mut hub = ctx.hub.borrow_mut();
         hub.upgrade(id, kind);
-        if let Some(c) = &channel {
+        if let Some(c) = channel.as_deref().filter(|c| c.starts_with('!')) {
+            hub.subscribe_internal(id, c);
+        } else if let Some(c) = &channel {
             if hub.subscribe(id, c).is_err() {
                 // Only possible with max_subscriptions = 0.
                 hub.close(id, 1008, "subscription refused", CloseReason::Protocol);
@@ -403,6 +566,9 @@ async fn websocket(
         id,
         serial,
         channel: channel.as_deref(),
+        grants,
+        bucket: TokenBucket::new(ctx.cfg.publish_rate, ctx.cfg.publish_rate, ctx.now_ms()),
+        held: None,
         rx: Receiver::new(Role::Server, ctx.cfg.ws_limits()),
     };
     let outcome = reader.run(read_stream, buf).await;
@@ -413,6 +579,16 @@ async fn websocket(
     }
     let _ = writer.await;
     drop(rd);
+}
+
+/// What draining the read buffer came to.
+enum Drained {
+    /// Everything complete was handled; read more.
+    NeedMore,
+    /// Over `--publish-rate`: wait this many milliseconds.
+    Throttled(u64),
+    /// The connection is ending.
+    End(ReadEnd),
 }
 
 enum ReadEnd {
@@ -430,13 +606,25 @@ struct WsReader<'a> {
     serial: u64,
     channel: Option<&'a str>,
     rx: Receiver,
+    grants: Grants,
+    /// `--publish-rate`: over it, the connection is simply read later.
+    bucket: TokenBucket,
+    /// A data message waiting for a publish token.
+    held: Option<Message>,
 }
 
 impl WsReader<'_> {
     async fn run(&mut self, stream: &TcpStream, mut buf: BytesMut) -> ReadEnd {
         loop {
-            if let Some(end) = self.drain(&mut buf) {
-                return end;
+            match self.drain(&mut buf) {
+                Drained::End(end) => return end,
+                Drained::Throttled(ms) => {
+                    // Backpressure instead of loss: stop reading until the
+                    // bucket refills; the peer's TCP window does the rest.
+                    monoio::time::sleep(Duration::from_millis(ms)).await;
+                    continue;
+                }
+                Drained::NeedMore => {}
             }
             if buf.is_empty() {
                 // Idle connections keep no read buffer.
@@ -451,16 +639,25 @@ impl WsReader<'_> {
 
     /// Handles every complete message in `buf`; all of them are fanned out
     /// before any writer runs, so a burst shares writes.
-    fn drain(&mut self, buf: &mut BytesMut) -> Option<ReadEnd> {
+    fn drain(&mut self, buf: &mut BytesMut) -> Drained {
         loop {
-            match self.rx.next(buf) {
-                Ok(None) => return None,
-                Ok(Some(msg)) => {
-                    if let Some(end) = self.on_message(msg) {
-                        return Some(end);
-                    }
+            let msg = match self.held.take() {
+                Some(msg) => msg,
+                None => match self.rx.next(buf) {
+                    Ok(None) => return Drained::NeedMore,
+                    Ok(Some(msg)) => msg,
+                    Err(e) => return Drained::End(self.fail(&e)),
+                },
+            };
+            if matches!(msg, Message::Text(_) | Message::Binary(_)) {
+                if let Err(wait_ms) = self.bucket.take(self.ctx.now_ms()) {
+                    self.ctx.hub.borrow_mut().stats.publish_rate_limited += 1;
+                    self.held = Some(msg);
+                    return Drained::Throttled(wait_ms);
                 }
-                Err(e) => return Some(self.fail(&e)),
+            }
+            if let Some(end) = self.on_message(msg) {
+                return Drained::End(end);
             }
         }
     }
@@ -507,8 +704,19 @@ impl WsReader<'_> {
     fn on_data(&self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
         let redis = self.ctx.redis.as_deref();
         let Some(c) = self.channel else {
-            return on_control(hub, redis, self.id, self.serial, opcode, &payload);
+            let who = (self.id, self.serial, &self.grants);
+            return on_control(hub, redis, who, opcode, &payload);
         };
+        if !self.grants.may_publish(c) {
+            hub.stats.auth_failures += 1;
+            hub.close(
+                self.id,
+                1008,
+                "token does not grant publishing here",
+                CloseReason::Protocol,
+            );
+            return;
+        }
         let outcome = route_publish(hub, redis, c, opcode, &payload, self.serial, false);
         if let Published::Rejected = outcome {
             // A plain WebSocket has no way to carry an error reply: tell
@@ -533,8 +741,7 @@ impl WsReader<'_> {
 fn on_control(
     hub: &mut Hub,
     redis: Option<&RedisLink>,
-    id: ConnId,
-    serial: u64,
+    (id, serial, grants): (ConnId, u64, &Grants),
     opcode: OpCode,
     payload: &[u8],
 ) {
@@ -552,6 +759,12 @@ fn on_control(
     };
     let idv = env.id.as_deref();
     let reply = match env.request {
+        control::Request::Subscribe { channel } if !grants.may_subscribe(&channel) => {
+            Some(forbidden(idv))
+        }
+        control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
+            Some(forbidden(idv))
+        }
         control::Request::Subscribe { channel } => match hub.subscribe(id, &channel) {
             Ok(()) => Some(control::ack("subscribed", &channel, None, idv)),
             Err(SubscribeError::InvalidChannel) => Some(invalid_channel(idv)),
@@ -594,6 +807,14 @@ fn on_control(
     if let Some(frame) = reply {
         hub.send_to(id, frame);
     }
+}
+
+fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
+    control::error(
+        ErrorCode::Forbidden,
+        "the connection token does not grant this channel",
+        id,
+    )
 }
 
 fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {

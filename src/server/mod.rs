@@ -7,6 +7,7 @@
 //! workers can be added later by starting more of them (with `SO_REUSEPORT`)
 //! without touching the per-connection code.
 
+mod cache_edge;
 mod conn;
 mod iovec;
 pub mod redis_link;
@@ -206,10 +207,20 @@ fn is_fd_exhaustion(e: &io::Error) -> bool {
 /// whose deadline passed.
 async fn sweeper(ctx: Rc<Ctx>, started: Instant) {
     let mut expired = Vec::new();
-    loop {
+    let mut due = Instant::now() + TICK;
+    let mut status_prev = Default::default();
+    for tick in 1u64.. {
         monoio::time::sleep(TICK).await;
+        if tick % 10 == 0 {
+            conn::publish_status(&ctx, &mut status_prev);
+        }
         {
+            let now = Instant::now();
             let mut hub = ctx.hub.borrow_mut();
+            // Lateness of this timer = how long the loop was busy elsewhere.
+            let lag = now.saturating_duration_since(due);
+            hub.stats.loop_lag.observe_ns(lag.as_nanos() as u64);
+            due = now + TICK;
             hub.set_now(started.elapsed().as_millis() as u64);
             hub.sweep(&mut expired);
         }

@@ -259,9 +259,9 @@ impl RedisLink {
             format!("redis not connected: {e}")
         } else if !h.restored {
             "redis subscriptions not yet restored".to_string()
-        } else if !h
+        } else if h
             .last_canary
-            .is_some_and(|t| t.elapsed() <= self.canary_deadline())
+            .is_none_or(|t| t.elapsed() > self.canary_deadline())
         {
             "redis canary has not made the round trip in time".to_string()
         } else {
@@ -377,11 +377,13 @@ async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> 
     }
 }
 
-/// Records a failed attempt; logs a given error once, not every retry.
-fn note_failure(link: &RedisLink, what: &str, e: &LinkError) {
+/// Records a failed attempt for `/readyz`; logs it only when it differs
+/// from the last failure this connection logged (`logged`), not on every
+/// retry. Kept per connection because both share `last_error`: compared
+/// against that, their messages alternate and every attempt is logged.
+fn note_failure(link: &RedisLink, what: &str, e: &LinkError, logged: &mut Option<String>) {
     let msg = format!("{what}: {e}");
-    let mut h = link.health.borrow_mut();
-    if h.last_error.as_deref() != Some(msg.as_str()) {
+    if logged.as_deref() != Some(msg.as_str()) {
         match e {
             LinkError::Refused(_) => log!(
                 Error,
@@ -396,16 +398,19 @@ fn note_failure(link: &RedisLink, what: &str, e: &LinkError) {
                 error = msg
             ),
         }
-        h.last_error = Some(msg);
+        *logged = Some(msg.clone());
     }
+    link.health.borrow_mut().last_error = Some(msg);
 }
 
 async fn command_loop(ctx: Rc<Ctx>, link: Rc<RedisLink>) {
     let mut backoff = Backoff::new(link.instance);
+    let mut logged = None;
     loop {
         match open(&link, Role::Command).await {
             Ok((stream, buf)) => {
                 backoff.reset();
+                logged = None;
                 link.health.borrow_mut().cmd_connected = true;
                 ctx.hub.borrow_mut().stats.redis_connected = 1;
                 log!(Info, "redis command connection up", url = link.url);
@@ -413,6 +418,9 @@ async fn command_loop(ctx: Rc<Ctx>, link: Rc<RedisLink>) {
                 {
                     let mut h = link.health.borrow_mut();
                     h.cmd_connected = false;
+                    // A canary from before the loss says nothing about the
+                    // next connection (see `canary_loop`).
+                    h.last_canary = None;
                     h.last_error = Some(format!("command connection: {err}"));
                 }
                 let mut hub = ctx.hub.borrow_mut();
@@ -422,7 +430,7 @@ async fn command_loop(ctx: Rc<Ctx>, link: Rc<RedisLink>) {
                 log!(Warn, "redis command connection lost", error = err);
             }
             Err(e) => {
-                note_failure(&link, "command connection", &e);
+                note_failure(&link, "command connection", &e, &mut logged);
                 if matches!(e, LinkError::Refused(_)) {
                     monoio::time::sleep(AUTH_BACKOFF).await;
                     continue;
@@ -553,10 +561,12 @@ fn poll_command_work(link: &RedisLink, stop: &Cell<bool>, cx: &mut Context<'_>) 
 
 async fn subscriber_loop(ctx: Rc<Ctx>, link: Rc<RedisLink>) {
     let mut backoff = Backoff::new(link.instance.rotate_left(17));
+    let mut logged = None;
     loop {
         match open(&link, Role::Subscriber).await {
             Ok((stream, buf)) => {
                 backoff.reset();
+                logged = None;
                 link.health.borrow_mut().sub_connected = true;
                 link.sub_fd.set(Some(stream.as_raw_fd()));
                 let err = run_subscriber(&ctx, &link, stream, buf).await;
@@ -565,12 +575,17 @@ async fn subscriber_loop(ctx: Rc<Ctx>, link: Rc<RedisLink>) {
                     let mut h = link.health.borrow_mut();
                     h.sub_connected = false;
                     h.restored = false;
+                    // Left set, an old canary would make `/readyz` 200 before
+                    // one made the trip on the new connection, and after a
+                    // long outage `canary_loop` would take it for a stale
+                    // canary and cut the fresh connection.
+                    h.last_canary = None;
                     h.last_error = Some(format!("subscriber connection: {err}"));
                 }
                 log!(Warn, "redis subscriber connection lost", error = err);
             }
             Err(e) => {
-                note_failure(&link, "subscriber connection", &e);
+                note_failure(&link, "subscriber connection", &e, &mut logged);
                 if matches!(e, LinkError::Refused(_)) {
                     monoio::time::sleep(AUTH_BACKOFF).await;
                     continue;

@@ -32,6 +32,14 @@ pub fn shutdown(fd: RawFd) {
     }
 }
 
+/// `shutdown(2)` of the write side only: our FIN goes out, reads go on.
+pub fn shutdown_write(fd: RawFd) {
+    // SAFETY: as in `shutdown`: no pointers, errors are harmless.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_WR);
+    }
+}
+
 /// Raises the listen backlog of a bound listener (std uses 128, too small
 /// for a burst of thousands of connects).
 pub fn set_backlog(fd: RawFd, backlog: i32) -> io::Result<()> {

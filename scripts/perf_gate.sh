@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Performance gate: runs the broadcast scenario in perf/thresholds.json
+# against a release build (server on CPU 0, load generator on CPU 1) and
+# fails when deliveries are lost, p99 latency (kernel receive time) is over
+# its threshold, or throughput is under its floor. The report is kept in
+# target/perf/broadcast.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cfg=perf/thresholds.json
+get() { python3 -c "import json,sys; print(json.load(open('$cfg'))['$1'])"; }
+cargo build --release --quiet --bin corecast --bin corecast-bench
+mkdir -p target/perf
+ncpu=$(nproc)
+server_cpu=0; load_cpu=$(( ncpu > 1 ? 1 : 0 ))
+./target/release/corecast --listen 127.0.0.1:0 --cpu "$server_cpu" --log-level warn \
+    2>target/perf/server.log &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+addr=""
+for _ in $(seq 1 100); do
+    addr=$(grep -o 'addr=127.0.0.1:[0-9]*' target/perf/server.log | head -1 | cut -d= -f2 || true)
+    [ -n "$addr" ] && break
+    sleep 0.1
+done
+if [ -z "$addr" ]; then
+    # --log-level warn hides the start line; ask the kernel instead.
+    addr=$(ss -ltnp 2>/dev/null | awk -v p="pid=$pid," '$0 ~ p {print $4}' | head -1)
+fi
+[ -n "$addr" ] || { echo "server did not start"; cat target/perf/server.log; exit 1; }
+./target/release/corecast-bench broadcast --url "ws://$addr/ws/perf" \
+    -n "$(get subscribers)" -p "$(get publishers)" --rate "$(get rate)" --size "$(get size)" \
+    --duration "$(get duration_seconds)" --warmup "$(get warmup_seconds)" \
+    --cpu "$load_cpu" --server-pid "$pid" --json --quiet > target/perf/broadcast.json
+python3 - "$cfg" target/perf/broadcast.json <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+r = json.load(open(sys.argv[2]))
+p99 = r["latency_kernel"]["p99_us"]
+rate = r["delivered_per_second"]
+checks = [
+    ("lost deliveries", r["lost"], "<=", t["max_lost"]),
+    ("p99 latency at kernel receive (us)", p99, "<=", t["max_p99_kernel_us"]),
+    ("delivered per second", rate, ">=", t["min_delivered_per_second"]),
+]
+failed = 0
+for name, got, op, limit in checks:
+    ok = got <= limit if op == "<=" else got >= limit
+    failed += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {got:.1f} (limit {op} {limit})")
+print(f"perf_gate: {len(checks) - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
+PY

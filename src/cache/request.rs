@@ -1,0 +1,174 @@
+//! The client's request as the cache needs it: path, normalized query and
+//! header lines, all slices of the head the HTTP phase already validated.
+
+use bytes::Bytes;
+
+use crate::http::MAX_HEADERS;
+
+use super::key;
+
+/// Request headers never forwarded to the origin: hop-by-hop ones (RFC
+/// 9110 7.6.1), `Host` (the origin's own is sent), framing, and the
+/// conditional and range headers — the cache fetches whole responses and
+/// answers conditionals itself.
+const NOT_FORWARDED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "expect",
+    "if-none-match",
+    "if-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "if-range",
+    "range",
+];
+
+/// A cacheable request.
+#[derive(Debug, Clone)]
+pub struct ClientRequest {
+    /// The path, as received.
+    pub path: String,
+    /// The query with parameters sorted (see [`key::normalize_query`]).
+    pub query: String,
+    /// Header lines, slices of the head.
+    pub headers: Vec<(Bytes, Bytes)>,
+}
+
+/// The head is not a request (cannot happen for a head the HTTP phase
+/// parsed; kept as an error rather than a panic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadHead;
+
+impl ClientRequest {
+    /// Parses a complete request head.
+    pub fn parse(head: &Bytes) -> Result<ClientRequest, BadHead> {
+        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut storage);
+        match req.parse(head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            _ => return Err(BadHead),
+        }
+        let target = req.path.ok_or(BadHead)?;
+        let target = target.split('#').next().unwrap_or(target);
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let headers = req
+            .headers
+            .iter()
+            .map(|h| (head.slice_ref(h.name.as_bytes()), head.slice_ref(h.value)))
+            .collect();
+        Ok(ClientRequest {
+            path: path.to_string(),
+            query: key::normalize_query(query),
+            headers,
+        })
+    }
+
+    /// Whether the path has a `.` or `..` segment (also percent-encoded):
+    /// the origin would resolve it and could leave its base path, so such
+    /// requests are refused rather than forwarded.
+    pub fn has_dot_segment(&self) -> bool {
+        self.path.split('/').any(|seg| {
+            let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+            seg == "." || seg == ".."
+        })
+    }
+
+    /// The values of header `name` (case-insensitive).
+    pub fn values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s [u8]> + 's {
+        self.headers
+            .iter()
+            .filter(move |(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| &v[..])
+    }
+
+    /// The first value of header `name`.
+    pub fn header<'s>(&'s self, name: &'s str) -> Option<&'s [u8]> {
+        self.values(name).next()
+    }
+
+    /// The base cache key.
+    pub fn base_key(&self) -> Vec<u8> {
+        key::base_key(&self.path, &self.query)
+    }
+
+    /// This request's values of the `Vary` names (see [`key::vary_values`]).
+    pub fn vary_values(&self, names: &[String]) -> Vec<u8> {
+        key::vary_values(names, &self.headers)
+    }
+
+    /// Header lines to forward to the origin: all but [`NOT_FORWARDED`]
+    /// and those the `Connection` header names.
+    pub fn forwarded(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let listed: Vec<&[u8]> = self
+            .values("connection")
+            .flat_map(|v| v.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .collect();
+        self.headers
+            .iter()
+            .filter(move |(k, _)| {
+                !NOT_FORWARDED
+                    .iter()
+                    .any(|n| k.eq_ignore_ascii_case(n.as_bytes()))
+                    && !listed.iter().any(|l| k.eq_ignore_ascii_case(l))
+            })
+            .map(|(k, v)| (&k[..], &v[..]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_target_query_and_headers_as_slices() {
+        let head = Bytes::from_static(
+            b"GET /api/a%20b?z=1&a=2 HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\n\
+              Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nIf-None-Match: \"e\"\r\n\
+              Accept-Language: de\r\n\r\n",
+        );
+        let r = ClientRequest::parse(&head).unwrap();
+        assert_eq!(r.path, "/api/a%20b");
+        assert_eq!(r.query, "a=2&z=1");
+        assert_eq!(r.base_key(), b"GET /api/a%20b?a=2&z=1");
+        assert_eq!(r.header("if-none-match"), Some(&b"\"e\""[..]));
+        let fwd: Vec<_> = r.forwarded().map(|(k, _)| k.to_vec()).collect();
+        assert_eq!(fwd, vec![b"Accept".to_vec(), b"Accept-Language".to_vec()]);
+        assert_eq!(
+            r.vary_values(&["accept-language".into()]),
+            b"accept-language:de\n"
+        );
+        let (name, _) = &r.headers[0];
+        assert!(head.as_ptr_range().contains(&name.as_ptr()), "zero-copy");
+    }
+
+    #[test]
+    fn dot_segments_are_spotted() {
+        let parse = |t: &str| {
+            let head = format!("GET {t} HTTP/1.1\r\n\r\n");
+            ClientRequest::parse(&Bytes::from(head)).unwrap()
+        };
+        for bad in ["/api/../x", "/api/./x", "/api/%2E%2e/x", "/api/.."] {
+            assert!(parse(bad).has_dot_segment(), "{bad}");
+        }
+        for ok in ["/api/x", "/api/..x/y", "/api/x.y", "/api/x?a=..", "/api/"] {
+            assert!(!parse(ok).has_dot_segment(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn incomplete_heads_are_errors() {
+        assert_eq!(
+            ClientRequest::parse(&Bytes::from_static(b"GET / HTTP/1.1\r\n")).unwrap_err(),
+            BadHead
+        );
+    }
+}

@@ -1,0 +1,487 @@
+//! Command-line parsing for `corecast-bench`, sans-I/O: strings in, a
+//! [`Command`] or a message for the user out.
+
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// Usage text printed by `--help` and after argument errors.
+pub const USAGE: &str = "\
+corecast-bench: load generator for corecast (and any RFC 6455 pub/sub server)
+
+USAGE:
+  corecast-bench connect   --url ws://HOST:PORT/ws/CHAN -n N [options]
+  corecast-bench broadcast --url ws://HOST:PORT/ws/CHAN [--url URL2 ...] -n SUBS
+                           -p PUBS --rate MSGS_PER_SEC [options]
+
+COMMON OPTIONS:
+  --json                 print the report as JSON on stdout
+  --cpu N                pin the generator to CPU N
+  --quiet                no progress lines on stderr
+  --legacy-driver        use epoll instead of io_uring
+  --plain-uring          io_uring without DEFER_TASKRUN (for comparison)
+  --connect-timeout SECS per-connection connect + handshake deadline [10]
+  --concurrency N        connection attempts in flight at once [256]
+  --source-ips A-B|A,B   bind connections to these local IPv4 addresses,
+                         round-robin (e.g. 127.0.0.2-127.0.0.40)
+  --server-pid PID       sample the server's RSS / CPU from /proc/PID
+
+CONNECT:
+  -n N                   connections to open
+  --rate R               open at most R connections per second [unlimited]
+  --hold SECS            keep them open this long once all are up [0]
+
+BROADCAST:
+  -n SUBS                subscriber connections (round-robin over the URLs)
+  -p PUBS                publishers among them (ws) or extra HTTP clients (http)
+  --rate R               total messages per second over all publishers
+  --size BYTES           message size [128]
+  --duration SECS        measured window [10]
+  --warmup SECS          unmeasured lead-in (losses still count) [2]
+  --drain SECS           wait at most this long for stragglers [2]
+  --via ws|http          publish over the WebSocket or POST /publish [ws]
+
+Durations accept a plain number of seconds or a suffix: 500ms, 20s, 2m.
+";
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Print usage.
+    Help,
+    /// Open, hold and close connections.
+    Connect(ConnectOpts),
+    /// Fan-out throughput and latency.
+    Broadcast(BroadcastOpts),
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Common {
+    /// JSON report on stdout.
+    pub json: bool,
+    /// CPU to pin to.
+    pub cpu: Option<usize>,
+    /// No progress lines.
+    pub quiet: bool,
+    /// Force epoll.
+    pub legacy_driver: bool,
+    /// io_uring without `DEFER_TASKRUN`.
+    pub plain_uring: bool,
+    /// Connect + handshake deadline per connection.
+    pub connect_timeout: Duration,
+    /// Connection attempts in flight at once.
+    pub concurrency: usize,
+    /// Local addresses to bind before connecting (empty: let the kernel pick).
+    pub source_ips: Vec<Ipv4Addr>,
+    /// Server process to sample.
+    pub server_pid: Option<u32>,
+}
+
+impl Default for Common {
+    fn default() -> Self {
+        Common {
+            json: false,
+            cpu: None,
+            quiet: false,
+            legacy_driver: false,
+            plain_uring: false,
+            connect_timeout: Duration::from_secs(10),
+            concurrency: 256,
+            source_ips: Vec::new(),
+            server_pid: None,
+        }
+    }
+}
+
+/// `connect` options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectOpts {
+    /// Shared options.
+    pub common: Common,
+    /// Target.
+    pub url: WsUrl,
+    /// Connections to open.
+    pub n: usize,
+    /// Opening rate limit (connections per second).
+    pub rate: Option<f64>,
+    /// How long to hold them once all are up.
+    pub hold: Duration,
+}
+
+/// How publishers reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// Binary frames on the publisher's own subscriber connection.
+    Ws,
+    /// `POST /publish/{channel}` on separate keep-alive connections.
+    Http,
+}
+
+/// `broadcast` options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BroadcastOpts {
+    /// Shared options.
+    pub common: Common,
+    /// Targets; subscribers are spread over them round-robin.
+    pub urls: Vec<WsUrl>,
+    /// Subscriber connections.
+    pub subscribers: usize,
+    /// Publishers.
+    pub publishers: usize,
+    /// Total messages per second over all publishers.
+    pub rate: f64,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Measured window.
+    pub duration: Duration,
+    /// Unmeasured lead-in.
+    pub warmup: Duration,
+    /// Bound on the wait for stragglers after the publishers stop.
+    pub drain: Duration,
+    /// Publishing path.
+    pub via: Via,
+}
+
+/// A `ws://host:port/path` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WsUrl {
+    /// Host as written (name or IP literal).
+    pub host: String,
+    /// Port (80 if absent).
+    pub port: u16,
+    /// Path, starting with `/`.
+    pub path: String,
+}
+
+impl WsUrl {
+    /// Parses `ws://host[:port][/path]`. `wss` is refused: the generator
+    /// measures the server, not a TLS stack.
+    pub fn parse(s: &str) -> Result<WsUrl, String> {
+        let rest = s
+            .strip_prefix("ws://")
+            .ok_or_else(|| format!("`{s}`: only ws:// URLs are supported"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, "/"),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
+                (h, p.parse().map_err(|_| format!("`{s}`: bad port `{p}`"))?)
+            }
+            _ => (authority, 80),
+        };
+        if host.is_empty() {
+            return Err(format!("`{s}`: missing host"));
+        }
+        Ok(WsUrl {
+            host: host.to_string(),
+            port,
+            path: path.to_string(),
+        })
+    }
+
+    /// The `Host` header value.
+    pub fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// The channel of a `/ws/{channel}` path (for `POST /publish/{channel}`).
+    pub fn channel(&self) -> Option<&str> {
+        self.path.strip_prefix("/ws/").filter(|c| !c.is_empty())
+    }
+
+    /// Resolves the host (IP literals resolve without DNS).
+    pub fn resolve(&self) -> std::io::Result<SocketAddr> {
+        let host = self.host.trim_start_matches('[').trim_end_matches(']');
+        (host, self.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{}: no address", self.host)))
+    }
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let mut it = args.into_iter();
+    let sub = match it.next() {
+        None => return Err("missing subcommand".into()),
+        Some(s) => s,
+    };
+    let rest: Vec<String> = it.collect();
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        return Ok(Command::Help);
+    }
+    match sub.as_str() {
+        "connect" => parse_connect(&rest).map(Command::Connect),
+        "broadcast" => parse_broadcast(&rest).map(Command::Broadcast),
+        "help" | "--help" | "-h" => Ok(Command::Help),
+        other => Err(format!("unknown subcommand `{other}`")),
+    }
+}
+
+/// Flag/value pairs; switches get an empty value.
+fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
+    const SWITCHES: [&str; 4] = ["--json", "--quiet", "--legacy-driver", "--plain-uring"];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(flag) = args.get(i) {
+        if !flag.starts_with('-') {
+            return Err(format!("unexpected argument `{flag}`"));
+        }
+        if let Some((f, v)) = flag.split_once('=') {
+            out.push((f, v));
+            i += 1;
+        } else if SWITCHES.contains(&flag.as_str()) {
+            out.push((flag.as_str(), ""));
+            i += 1;
+        } else {
+            let v = args
+                .get(i + 1)
+                .ok_or_else(|| format!("`{flag}` needs a value"))?;
+            out.push((flag.as_str(), v.as_str()));
+            i += 2;
+        }
+    }
+    Ok(out)
+}
+
+/// Applies a common option; `Ok(false)` if `flag` is not one.
+fn common_flag(c: &mut Common, flag: &str, v: &str) -> Result<bool, String> {
+    match flag {
+        "--json" => c.json = true,
+        "--quiet" => c.quiet = true,
+        "--legacy-driver" => c.legacy_driver = true,
+        "--plain-uring" => c.plain_uring = true,
+        "--cpu" => c.cpu = Some(num(flag, v)?),
+        "--connect-timeout" => c.connect_timeout = duration(flag, v)?,
+        "--concurrency" => c.concurrency = num::<usize>(flag, v)?.max(1),
+        "--source-ips" => c.source_ips = ip_list(v)?,
+        "--server-pid" => c.server_pid = Some(num(flag, v)?),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn parse_connect(args: &[String]) -> Result<ConnectOpts, String> {
+    let mut common = Common::default();
+    let (mut url, mut n, mut rate, mut hold) = (None, None, None, Duration::ZERO);
+    for (flag, v) in pairs(args)? {
+        if common_flag(&mut common, flag, v)? {
+            continue;
+        }
+        match flag {
+            "--url" => url = Some(WsUrl::parse(v)?),
+            "-n" => n = Some(num(flag, v)?),
+            "--rate" => rate = Some(positive(flag, v)?),
+            "--hold" => hold = duration(flag, v)?,
+            _ => return Err(format!("unknown option `{flag}` for connect")),
+        }
+    }
+    Ok(ConnectOpts {
+        common,
+        url: url.ok_or("connect needs --url")?,
+        n: n.ok_or("connect needs -n")?,
+        rate,
+        hold,
+    })
+}
+
+fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
+    let mut o = BroadcastOpts {
+        common: Common::default(),
+        urls: Vec::new(),
+        subscribers: 0,
+        publishers: 1,
+        rate: 0.0,
+        size: 128,
+        duration: Duration::from_secs(10),
+        warmup: Duration::from_secs(2),
+        drain: Duration::from_secs(2),
+        via: Via::Ws,
+    };
+    for (flag, v) in pairs(args)? {
+        if common_flag(&mut o.common, flag, v)? {
+            continue;
+        }
+        match flag {
+            "--url" => o.urls.push(WsUrl::parse(v)?),
+            "-n" => o.subscribers = num(flag, v)?,
+            "-p" => o.publishers = num(flag, v)?,
+            "--rate" => o.rate = positive(flag, v)?,
+            "--size" => o.size = num(flag, v)?,
+            "--duration" => o.duration = duration(flag, v)?,
+            "--warmup" => o.warmup = duration(flag, v)?,
+            "--drain" => o.drain = duration(flag, v)?,
+            "--via" => o.via = via(v)?,
+            _ => return Err(format!("unknown option `{flag}` for broadcast")),
+        }
+    }
+    check_broadcast(&o)?;
+    Ok(o)
+}
+
+fn check_broadcast(o: &BroadcastOpts) -> Result<(), String> {
+    if o.urls.is_empty() {
+        return Err("broadcast needs --url".into());
+    }
+    if o.subscribers == 0 || o.publishers == 0 {
+        return Err("broadcast needs -n >= 1 and -p >= 1".into());
+    }
+    if o.via == Via::Ws && o.publishers > o.subscribers {
+        return Err("with --via ws publishers are subscribers: need -p <= -n".into());
+    }
+    if o.rate <= 0.0 {
+        return Err("broadcast needs --rate > 0".into());
+    }
+    if o.via == Via::Http && o.urls.iter().any(|u| u.channel().is_none()) {
+        return Err("--via http needs URLs of the form ws://HOST:PORT/ws/CHANNEL".into());
+    }
+    Ok(())
+}
+
+fn via(v: &str) -> Result<Via, String> {
+    match v {
+        "ws" => Ok(Via::Ws),
+        "http" => Ok(Via::Http),
+        _ => Err(format!("--via: expected ws or http, got `{v}`")),
+    }
+}
+
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.replace('_', "")
+        .parse()
+        .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
+}
+
+fn positive(flag: &str, v: &str) -> Result<f64, String> {
+    match num::<f64>(flag, v)? {
+        r if r > 0.0 && r.is_finite() => Ok(r),
+        _ => Err(format!("{flag}: must be a positive number")),
+    }
+}
+
+/// `20`, `20s`, `500ms`, `2m`, `1.5` (seconds).
+pub fn duration(flag: &str, v: &str) -> Result<Duration, String> {
+    let (digits, scale) = if let Some(d) = v.strip_suffix("ms") {
+        (d, 0.001)
+    } else if let Some(d) = v.strip_suffix('s') {
+        (d, 1.0)
+    } else if let Some(d) = v.strip_suffix('m') {
+        (d, 60.0)
+    } else {
+        (v, 1.0)
+    };
+    match digits.parse::<f64>() {
+        Ok(x) if x >= 0.0 && x.is_finite() => Ok(Duration::from_secs_f64(x * scale)),
+        _ => Err(format!("{flag}: `{v}` is not a duration")),
+    }
+}
+
+/// `127.0.0.2-127.0.0.40`, `10.0.0.1,10.0.0.2`, or a single address.
+pub fn ip_list(v: &str) -> Result<Vec<Ipv4Addr>, String> {
+    let mut out = Vec::new();
+    for part in v.split(',').filter(|p| !p.is_empty()) {
+        let ip = |s: &str| {
+            s.trim()
+                .parse::<Ipv4Addr>()
+                .map_err(|_| format!("--source-ips: `{s}` is not an IPv4 address"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (u32::from(ip(a)?), u32::from(ip(b)?));
+                if b < a || b - a >= 1 << 16 {
+                    return Err(format!("--source-ips: bad range `{part}`"));
+                }
+                out.extend((a..=b).map(Ipv4Addr::from));
+            }
+            None => out.push(ip(part)?),
+        }
+    }
+    if out.is_empty() {
+        return Err("--source-ips: empty list".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn urls() {
+        let u = WsUrl::parse("ws://127.0.0.1:9000/ws/news").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("127.0.0.1", 9000, "/ws/news")
+        );
+        assert_eq!(u.channel(), Some("news"));
+        assert_eq!(u.authority(), "127.0.0.1:9000");
+        let u = WsUrl::parse("ws://localhost").unwrap();
+        assert_eq!((u.port, u.path.as_str(), u.channel()), (80, "/", None));
+        let u = WsUrl::parse("ws://[::1]:81/ws/x").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("[::1]", 81));
+        assert!(WsUrl::parse("wss://h/x").is_err());
+        assert!(WsUrl::parse("ws://h:notaport/x").is_err());
+        assert!(WsUrl::parse("ws:///x").is_err());
+    }
+
+    #[test]
+    fn connect_command() {
+        let cmd = parse(args(
+            "connect --url ws://127.0.0.1:1/ws/a -n 19_000 --rate 5000 --hold 30s \
+             --source-ips 127.0.0.2-127.0.0.4 --server-pid 42 --json --cpu 1",
+        ))
+        .unwrap();
+        let Command::Connect(c) = cmd else { panic!() };
+        assert_eq!(c.n, 19_000);
+        assert_eq!(c.rate, Some(5000.0));
+        assert_eq!(c.hold, Duration::from_secs(30));
+        assert_eq!(c.common.source_ips.len(), 3);
+        assert_eq!(c.common.server_pid, Some(42));
+        assert!(c.common.json);
+        assert_eq!(c.common.cpu, Some(1));
+    }
+
+    #[test]
+    fn broadcast_command_and_checks() {
+        let cmd = parse(args(
+            "broadcast --url ws://h:1/ws/a --url=ws://h:2/ws/a -n 1000 -p 2 --rate 100 \
+             --size 128 --duration 20 --warmup 5 --via http",
+        ))
+        .unwrap();
+        let Command::Broadcast(b) = cmd else { panic!() };
+        assert_eq!(b.urls.len(), 2);
+        assert_eq!((b.subscribers, b.publishers, b.size), (1000, 2, 128));
+        assert_eq!(b.via, Via::Http);
+        assert_eq!(b.warmup, Duration::from_secs(5));
+        for bad in [
+            "broadcast -n 1 -p 1 --rate 1",
+            "broadcast --url ws://h:1/ws/a -n 1 -p 2 --rate 1",
+            "broadcast --url ws://h:1/ws/a -n 1 -p 1",
+            "broadcast --url ws://h:1/ -n 1 -p 1 --rate 1 --via http",
+            "broadcast --url ws://h:1/ws/a -n 1 -p 1 --rate 1 --bogus 3",
+            "broadcast --url ws://h:1/ws/a -n",
+            "frobnicate",
+        ] {
+            assert!(parse(args(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(parse(args("broadcast --help")), Ok(Command::Help));
+    }
+
+    #[test]
+    fn durations_and_ip_lists() {
+        assert_eq!(duration("", "500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("", "2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration("", "1.5"), Ok(Duration::from_millis(1500)));
+        assert!(duration("", "-1").is_err());
+        let ips = ip_list("127.0.0.254-127.0.1.1,10.0.0.1").unwrap();
+        assert_eq!(ips.len(), 5);
+        assert_eq!(ips[2], Ipv4Addr::new(127, 0, 1, 0));
+        assert!(ip_list("127.0.0.9-127.0.0.1").is_err());
+        assert!(ip_list("").is_err());
+    }
+}

@@ -1,0 +1,137 @@
+//! `connect`: open N WebSockets, hold them (answering pings), close them,
+//! and say what it cost the server.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::args::ConnectOpts;
+use super::client::{
+    close_frame, receive_loop, spawn_progress, FrameSink, ReadEnd, Shared, Signal, WsConn,
+};
+use super::open::{open_all, OpenPlan, OpenProgress};
+use super::report::{ConnectReport, LatencySummary, ServerSample};
+use super::wire::FastRng;
+use super::{probe, sys, target_of, BenchError};
+use crate::ws::OpCode;
+
+/// Time allowed for the close handshakes at the end.
+const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Runs the `connect` subcommand.
+pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
+    let target = target_of(&opts.url)?;
+    probe(&target, opts.common.connect_timeout).await?;
+    let pid = opts.common.server_pid;
+    let rss = move || pid.and_then(|p| sys::rss_kib(p).ok());
+    let rss_before = rss();
+    let progress = Rc::new(OpenProgress::default());
+    let hold = Rc::new(Hold::default());
+    let started = Instant::now();
+    {
+        let (p, h, n) = (progress.clone(), hold.clone(), opts.n);
+        spawn_progress(opts.common.quiet, started, move || {
+            format!(
+                "connected {}/{n}, failed {}, open {}",
+                p.opened.get(),
+                p.failed.get(),
+                h.alive.get()
+            )
+        });
+    }
+    let mut plan = OpenPlan::new(opts.n, vec![target], &opts.common);
+    plan.rate = opts.rate;
+    let opened = open_all(plan, progress).await;
+    let rss_connected = rss();
+    let connected = opened.conns.iter().flatten().count();
+
+    let shared = Shared::new(false);
+    let streams: Vec<_> = opened
+        .conns
+        .into_iter()
+        .flatten()
+        .map(|conn| {
+            let stream = conn.stream.clone();
+            monoio::spawn(hold_one(shared.clone(), conn, hold.clone()));
+            stream
+        })
+        .collect();
+    hold.alive.set(streams.len());
+    let held_from = Instant::now();
+    monoio::time::sleep(opts.hold).await;
+    let held_seconds = held_from.elapsed().as_secs_f64();
+    let rss_held = rss();
+
+    hold.closing.set(true);
+    let mut rng = FastRng::new(sys::realtime_ns());
+    let frame = close_frame(&mut rng);
+    for s in &streams {
+        // A close frame is 8 bytes on an idle socket: it always fits.
+        let _ = sys::send_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&**s), &frame);
+    }
+    drop(streams);
+    let deadline = Instant::now() + CLOSE_DEADLINE;
+    hold.signal
+        .until_or(deadline, || hold.alive.get() == 0)
+        .await;
+
+    let server = pid.map(|pid| ServerSample {
+        pid,
+        rss_before_kib: rss_before,
+        rss_connected_kib: rss_connected,
+        rss_held_kib: rss_held,
+        rss_bytes_per_connection: match (rss_before, rss_connected) {
+            (Some(b), Some(a)) if connected > 0 => {
+                Some((a as f64 - b as f64) * 1024.0 / connected as f64)
+            }
+            _ => None,
+        },
+        ..ServerSample::default()
+    });
+    let open_seconds = opened.elapsed.as_secs_f64();
+    Ok(ConnectReport {
+        command: "connect",
+        url: format!("ws://{}{}", opts.url.authority(), opts.url.path),
+        requested: opts.n,
+        connected,
+        failed: opts.n - connected,
+        failures: opened.failures,
+        open_seconds,
+        open_rate: connected as f64 / open_seconds.max(1e-9),
+        handshake: LatencySummary::from_ns(&opened.handshake_ns),
+        held_seconds,
+        dropped_during_hold: hold.dropped.get(),
+        closed_clean: hold.clean.get(),
+        server,
+    })
+}
+
+/// What the holders share with the main task.
+#[derive(Default)]
+struct Hold {
+    alive: Cell<usize>,
+    closing: Cell<bool>,
+    dropped: Cell<usize>,
+    clean: Cell<usize>,
+    signal: Signal,
+}
+
+/// Data on an idle connection is unexpected but harmless.
+struct Ignore;
+
+impl FrameSink for Ignore {
+    fn data(&mut self, _: OpCode, _: &[u8], _: Option<u64>, _: u64) {}
+}
+
+/// Keeps one connection open (answering pings) until the server closes it.
+async fn hold_one(shared: Rc<Shared>, conn: WsConn, hold: Rc<Hold>) {
+    let mut rng = FastRng::new(conn.stream.as_ref() as *const _ as u64);
+    let end = receive_loop(&shared, &conn.stream, conn.leftover, &mut Ignore, &mut rng).await;
+    if !hold.closing.get() {
+        hold.dropped.set(hold.dropped.get() + 1);
+    } else if matches!(end, ReadEnd::Closed) {
+        hold.clean.set(hold.clean.get() + 1);
+    }
+    hold.alive.set(hold.alive.get().saturating_sub(1));
+    hold.signal.notify();
+}

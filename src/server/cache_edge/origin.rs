@@ -1,0 +1,429 @@
+//! The origin client on monoio: HTTP/1.1 `GET`s over a small per-worker
+//! pool of keep-alive connections, bounded in concurrency, time and size.
+//!
+//! Protocol work (request encoding, response heads, body framing, chunked
+//! decoding) is the sans-I/O `cache::origin`; this file only moves bytes.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use monoio::io::AsyncWriteRentExt;
+use monoio::net::TcpStream;
+
+use crate::cache::origin::{parse_response_head, BodyDecoder, OriginUrl, ResponseError};
+use crate::config::CacheConfig;
+use crate::log;
+use crate::server::sys;
+
+/// Bytes read from a socket per `recv`.
+const READ_CHUNK: usize = 32 * 1024;
+
+/// A complete origin response.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// Status code.
+    pub status: u16,
+    /// Header lines.
+    pub headers: Vec<(Bytes, Bytes)>,
+    /// The decoded body.
+    pub body: Bytes,
+}
+
+/// Why no response came back, mapped to a status at the edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    /// Connecting failed, or the connection broke (502).
+    Unreachable(String),
+    /// Connecting or the exchange took too long (504).
+    Timeout,
+    /// The origin broke HTTP/1.1 or a size bound (502).
+    Invalid(ResponseError),
+}
+
+impl FetchError {
+    /// The status the client gets.
+    pub fn status(&self) -> u16 {
+        match self {
+            FetchError::Timeout => 504,
+            _ => 502,
+        }
+    }
+
+    /// The short message of the client's `{"error": ...}`.
+    pub fn message(&self) -> &'static str {
+        match self {
+            FetchError::Unreachable(_) => "origin unreachable",
+            FetchError::Timeout => "origin timed out",
+            FetchError::Invalid(ResponseError::BodyTooLarge) => "origin response too large",
+            FetchError::Invalid(_) => "malformed origin response",
+        }
+    }
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchError::Unreachable(e) => write!(f, "origin unreachable: {e}"),
+            FetchError::Timeout => f.write_str("origin timed out"),
+            FetchError::Invalid(e) => write!(f, "invalid origin response: {e}"),
+        }
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+/// How one exchange on one connection ended badly.
+enum Attempt {
+    /// The connection was dead before any response byte: a pooled
+    /// connection the origin had closed. Worth one retry on a new one.
+    Stale(io::Error),
+    /// A real failure.
+    Failed(FetchError),
+}
+
+/// One worker's client for the configured origin.
+pub struct OriginClient {
+    url: OriginUrl,
+    addrs: RefCell<Vec<SocketAddr>>,
+    idle: RefCell<Vec<(Conn, Instant)>>,
+    slots: Slots,
+    connect_timeout: Duration,
+    timeout: Duration,
+    pool_size: usize,
+    idle_timeout: Duration,
+    max_body: usize,
+    max_head: usize,
+    connects: Cell<u64>,
+}
+
+impl OriginClient {
+    /// A client for `cfg.origin` (which must be set). The host name is
+    /// resolved here, once: resolving is blocking and must not stall the
+    /// worker per request. A failed resolution is retried on each connect.
+    pub fn new(url: OriginUrl, cfg: &CacheConfig) -> OriginClient {
+        let client = OriginClient {
+            url,
+            addrs: RefCell::new(Vec::new()),
+            idle: RefCell::new(Vec::new()),
+            slots: Slots::new(cfg.origin_max_connections),
+            connect_timeout: cfg.origin_connect_timeout,
+            timeout: cfg.origin_timeout,
+            pool_size: cfg.origin_pool_size,
+            idle_timeout: cfg.origin_idle_timeout,
+            max_body: cfg.origin_max_body,
+            max_head: cfg.origin_max_head,
+            connects: Cell::new(0),
+        };
+        if let Err(e) = client.resolve() {
+            log!(
+                Warn,
+                "cannot resolve origin, will retry",
+                origin = client.url,
+                error = e
+            );
+        }
+        client
+    }
+
+    /// The origin URL.
+    pub fn url(&self) -> &OriginUrl {
+        &self.url
+    }
+
+    /// Connections opened so far.
+    pub fn connects(&self) -> u64 {
+        self.connects.get()
+    }
+
+    fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
+        let cached = self.addrs.borrow().clone();
+        if !cached.is_empty() {
+            return Ok(cached);
+        }
+        let addrs: Vec<_> = (self.url.host.as_str(), self.url.port)
+            .to_socket_addrs()?
+            .collect();
+        *self.addrs.borrow_mut() = addrs.clone();
+        Ok(addrs)
+    }
+
+    /// Sends `request` (a complete GET) and reads the whole response,
+    /// within `--origin-timeout` including the wait for a free slot.
+    pub async fn fetch(&self, request: Bytes) -> Result<Fetched, FetchError> {
+        let work = async {
+            let _slot = self.slots.acquire().await;
+            self.exchange_with_retry(&request).await
+        };
+        monoio::time::timeout(self.timeout, work)
+            .await
+            .unwrap_or(Err(FetchError::Timeout))
+    }
+
+    async fn exchange_with_retry(&self, request: &Bytes) -> Result<Fetched, FetchError> {
+        if let Some(conn) = self.take_idle() {
+            match self.exchange(conn, request).await {
+                Ok(f) => return Ok(f),
+                Err(Attempt::Failed(e)) => return Err(e),
+                // GET is idempotent: a pooled connection that turned out
+                // closed is retried once on a fresh one.
+                Err(Attempt::Stale(e)) => {
+                    log!(Debug, "pooled origin connection was closed", error = e)
+                }
+            }
+        }
+        let conn = self.connect().await?;
+        self.exchange(conn, request).await.map_err(|a| match a {
+            Attempt::Stale(e) => FetchError::Unreachable(e.to_string()),
+            Attempt::Failed(e) => e,
+        })
+    }
+
+    /// A pooled connection that is still open and not too old.
+    fn take_idle(&self) -> Option<Conn> {
+        let mut idle = self.idle.borrow_mut();
+        while let Some((conn, since)) = idle.pop() {
+            if since.elapsed() < self.idle_timeout && still_open(&conn.stream) {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, conn: Conn) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() < self.pool_size {
+            idle.push((conn, Instant::now()));
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, FetchError> {
+        let addrs = self
+            .resolve()
+            .map_err(|e| FetchError::Unreachable(format!("resolving {}: {e}", self.url.host)))?;
+        let mut last = FetchError::Unreachable("no address".into());
+        for addr in addrs {
+            let attempt =
+                monoio::time::timeout(self.connect_timeout, TcpStream::connect_addr(addr));
+            match attempt.await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    self.connects.set(self.connects.get() + 1);
+                    return Ok(Conn {
+                        stream,
+                        buf: BytesMut::new(),
+                    });
+                }
+                Ok(Err(e)) => last = FetchError::Unreachable(e.to_string()),
+                Err(_) => last = FetchError::Timeout,
+            }
+        }
+        Err(last)
+    }
+
+    async fn exchange(&self, mut conn: Conn, request: &Bytes) -> Result<Fetched, Attempt> {
+        let (res, _) = conn.stream.write_all(request.clone()).await;
+        res.map_err(Attempt::Stale)?;
+        let head = loop {
+            match parse_response_head(&mut conn.buf, self.max_head) {
+                Ok(Some(h)) => break h,
+                Ok(None) => {}
+                Err(e) => return Err(Attempt::Failed(FetchError::Invalid(e))),
+            }
+            let nothing_yet = conn.buf.is_empty();
+            match read_some(&conn.stream, &mut conn.buf).await {
+                Ok(0) if nothing_yet => {
+                    return Err(Attempt::Stale(io::ErrorKind::UnexpectedEof.into()))
+                }
+                Ok(0) => {
+                    return Err(Attempt::Failed(FetchError::Invalid(
+                        ResponseError::Truncated,
+                    )))
+                }
+                Ok(_) => {}
+                Err(e) if nothing_yet => return Err(Attempt::Stale(e)),
+                Err(e) => return Err(Attempt::Failed(FetchError::Unreachable(e.to_string()))),
+            }
+        };
+        let invalid = |e| Attempt::Failed(FetchError::Invalid(e));
+        let mut decoder =
+            BodyDecoder::new(head.framing, self.max_body, self.max_head).map_err(invalid)?;
+        let mut body = BytesMut::with_capacity(decoder.expected().unwrap_or(0));
+        loop {
+            if decoder.decode(&mut conn.buf, &mut body).map_err(invalid)? {
+                break;
+            }
+            match read_some(&conn.stream, &mut conn.buf).await {
+                Ok(0) => {
+                    decoder.at_eof().map_err(invalid)?;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Attempt::Failed(FetchError::Unreachable(e.to_string()))),
+            }
+        }
+        // Bytes after the response would be a second, unasked-for response.
+        if head.reusable && conn.buf.is_empty() {
+            self.put_idle(conn);
+        }
+        Ok(Fetched {
+            status: head.status,
+            headers: head.headers,
+            body: body.freeze(),
+        })
+    }
+}
+
+/// A nonblocking read of what the socket has, appended to `buf`.
+fn try_recv(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    let mut scratch = [0u8; READ_CHUNK];
+    let n = sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch)?;
+    buf.extend_from_slice(&scratch[..n]);
+    Ok(n)
+}
+
+/// Waits for readability, then reads: `Ok(0)` is end of stream.
+async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    loop {
+        match try_recv(stream, buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.readable(false).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
+}
+
+/// An idle connection is usable only if the origin has neither closed it
+/// nor sent anything on it.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(
+        sys::recv_nonblocking(stream.as_raw_fd(), &mut probe),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock
+    )
+}
+
+/// A counting semaphore for one thread: origin requests in flight.
+struct Slots {
+    free: Cell<usize>,
+    waiters: RefCell<VecDeque<Waker>>,
+}
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        Slots {
+            free: Cell::new(n),
+            waiters: RefCell::new(VecDeque::new()),
+        }
+    }
+
+    fn acquire(&self) -> Acquire<'_> {
+        Acquire {
+            slots: self,
+            queued: false,
+        }
+    }
+
+    fn wake_one(&self) {
+        let next = self.waiters.borrow_mut().pop_front();
+        if let Some(w) = next {
+            w.wake();
+        }
+    }
+}
+
+struct Acquire<'a> {
+    slots: &'a Slots,
+    queued: bool,
+}
+
+impl<'a> Future for Acquire<'a> {
+    type Output = Slot<'a>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Slot<'a>> {
+        let free = self.slots.free.get();
+        if free > 0 {
+            self.slots.free.set(free - 1);
+            self.queued = false;
+            return Poll::Ready(Slot(self.slots));
+        }
+        self.slots
+            .waiters
+            .borrow_mut()
+            .push_back(cx.waker().clone());
+        self.queued = true;
+        Poll::Pending
+    }
+}
+
+impl Drop for Acquire<'_> {
+    /// A waiter that gives up (its request timed out) after being woken
+    /// passes the wake-up on, so a free slot never sits unused.
+    fn drop(&mut self) {
+        if self.queued && self.slots.free.get() > 0 {
+            self.slots.wake_one();
+        }
+    }
+}
+
+struct Slot<'a>(&'a Slots);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.free.set(self.0.free.get() + 1);
+        self.0.wake_one();
+    }
+}
+
+/// Resolves when `f` does; for tests of the semaphore.
+#[cfg(test)]
+fn now_or_never<F: Future>(f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_bound_concurrency_and_hand_over() {
+        let s = Slots::new(1);
+        let a = now_or_never(s.acquire()).expect("one free slot");
+        let mut waiting = std::pin::pin!(s.acquire());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        drop(a);
+        let b = waiting.as_mut().poll(&mut cx);
+        assert!(b.is_ready());
+        assert_eq!(s.free.get(), 0);
+        drop(b);
+        assert_eq!(s.free.get(), 1);
+    }
+
+    #[test]
+    fn errors_map_to_gateway_statuses() {
+        assert_eq!(FetchError::Timeout.status(), 504);
+        assert_eq!(FetchError::Unreachable("refused".into()).status(), 502);
+        let big = FetchError::Invalid(ResponseError::BodyTooLarge);
+        assert_eq!(
+            (big.status(), big.message()),
+            (502, "origin response too large")
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! Access control end to end: publish keys, signed connection tokens, the
+//! Origin allow-list, publish rate limits and the worker-wide outbound
+//! budget — driven by tokio-tungstenite and raw HTTP.
+
+mod common;
+
+use common::*;
+use corecast::auth::{sign_token, unix_now};
+use corecast::config::Secret;
+use futures_util::SinkExt;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+const SECRET: &str = "test-secret";
+
+fn token(claims: &str) -> String {
+    sign_token(claims, SECRET.as_bytes())
+}
+
+fn valid(subscribe: &str, publish: &str) -> String {
+    let exp = unix_now() + 3600;
+    token(&format!(
+        r#"{{"exp":{exp},"sub":"t","subscribe":{subscribe},"publish":{publish}}}"#
+    ))
+}
+
+/// Status of a WebSocket upgrade attempt (101 on success).
+async fn upgrade_status(addr: std::net::SocketAddr, path_and_query: &str, extra: &str) -> u16 {
+    let req = format!(
+        "GET {path_and_query} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {RFC_KEY}\r\n{extra}\r\n"
+    );
+    http_raw(addr, req.as_bytes()).await.status
+}
+
+#[tokio::test]
+async fn tokens_are_required_and_scoped_when_a_secret_is_set() {
+    let srv = TestServer::start(|c| c.token_secret = Some(Secret(SECRET.into())));
+    let a = srv.addr;
+    let news = valid(r#"["news.*"]"#, "[]");
+    assert_eq!(upgrade_status(a, "/ws/news.eu", "").await, 401, "missing");
+    assert_eq!(
+        upgrade_status(a, "/ws/news.eu?token=abc", "").await,
+        401,
+        "malformed"
+    );
+    let forged = sign_token(r#"{"exp":9999999999,"subscribe":["*"]}"#, b"other");
+    assert_eq!(
+        upgrade_status(a, &format!("/ws/x?token={forged}"), "").await,
+        401
+    );
+    let expired = token(r#"{"exp":1,"subscribe":["*"]}"#);
+    assert_eq!(
+        upgrade_status(a, &format!("/ws/x?token={expired}"), "").await,
+        401
+    );
+    assert_eq!(
+        upgrade_status(a, &format!("/ws/sports?token={news}"), "").await,
+        403
+    );
+    assert_eq!(
+        upgrade_status(a, &format!("/ws/news.eu?token={news}"), "").await,
+        101
+    );
+    let header = format!("Authorization: Bearer {news}\r\n");
+    assert_eq!(upgrade_status(a, "/ws/news.eu", &header).await, 101);
+    let s = stats(a).await;
+    assert_eq!(counter(&s, "auth_failures"), 5);
+}
+
+#[tokio::test]
+async fn a_read_only_token_cannot_publish() {
+    let srv = TestServer::start(|c| c.token_secret = Some(Secret(SECRET.into())));
+    let reader = valid(r#"["room"]"#, "[]");
+    let writer = valid(r#"["room"]"#, r#"["room"]"#);
+    let mut r = ws_connect(srv.addr, &format!("/ws/room?token={reader}")).await;
+    let mut w = ws_connect(srv.addr, &format!("/ws/room?token={writer}")).await;
+    w.send(Message::text("allowed")).await.unwrap();
+    assert_eq!(next_text(&mut r).await, "allowed");
+    r.send(Message::text("not allowed")).await.unwrap();
+    assert_eq!(expect_close(&mut r).await, 1008);
+    assert_eq!(
+        next_text(&mut w).await,
+        "allowed",
+        "w got only its own message"
+    );
+    // JSON mode: per-channel grants answered in-band.
+    let multi = valid(r#"["a"]"#, r#"["a"]"#);
+    let mut m = ws_connect(srv.addr, &format!("/ws?token={multi}")).await;
+    m.send(Message::text(r#"{"op":"subscribe","channel":"b","id":1}"#))
+        .await
+        .unwrap();
+    let err = next_json(&mut m).await;
+    assert_eq!(
+        (err["type"].as_str(), err["code"].as_str()),
+        (Some("error"), Some("forbidden"))
+    );
+    m.send(Message::text(
+        r#"{"op":"publish","channel":"room","data":"x","id":2}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(next_json(&mut m).await["code"], "forbidden");
+    m.send(Message::text(r#"{"op":"subscribe","channel":"a","id":3}"#))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut m).await["type"], "subscribed");
+}
+
+#[tokio::test]
+async fn publish_key_guards_http_publish() {
+    let srv = TestServer::start(|c| c.publish_key = Some(Secret("k3y".into())));
+    let a = srv.addr;
+    let body = "hi";
+    let without = format!("POST /publish/c HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{body}");
+    let r = http_raw(a, without.as_bytes()).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    let wrong = format!(
+        "POST /publish/c HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3z\r\nContent-Length: 2\r\n\r\n{body}"
+    );
+    assert_eq!(http_raw(a, wrong.as_bytes()).await.status, 401);
+    let mut sub = ws_connect(a, "/ws/c").await;
+    let right = format!(
+        "POST /publish/c HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\nContent-Length: 2\r\n\r\n{body}"
+    );
+    let r = http_raw(a, right.as_bytes()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(next_text(&mut sub).await, "hi");
+}
+
+#[tokio::test]
+async fn browser_origins_are_checked_against_the_allow_list() {
+    let srv = TestServer::start(|c| c.allowed_origins = vec!["https://app.example".into()]);
+    let a = srv.addr;
+    assert_eq!(
+        upgrade_status(a, "/ws/c", "Origin: https://evil.example\r\n").await,
+        403
+    );
+    assert_eq!(
+        upgrade_status(a, "/ws/c", "Origin: https://app.example\r\n").await,
+        101
+    );
+    assert_eq!(
+        upgrade_status(a, "/ws/c", "").await,
+        101,
+        "non-browser clients send no Origin"
+    );
+    let mut req = format!("ws://{a}/ws/c").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("Origin", "https://evil.example".parse().unwrap());
+    assert!(tokio_tungstenite::connect_async(req).await.is_err());
+}
+
+#[tokio::test]
+async fn a_fast_publisher_is_slowed_not_dropped() {
+    let srv = TestServer::start(|c| c.publish_rate = 100);
+    let mut sub = ws_connect(srv.addr, "/ws/r").await;
+    let mut publisher = ws_connect(srv.addr, "/ws/r").await;
+    // 150 messages at 100/s with a burst of 100: at least one pause.
+    for i in 0..150 {
+        publisher.send(Message::text(i.to_string())).await.unwrap();
+    }
+    for i in 0..150 {
+        assert_eq!(next_text(&mut sub).await, i.to_string());
+    }
+    let s = stats(srv.addr).await;
+    assert!(counter(&s, "publish_rate_limited") >= 1, "{s}");
+    assert_eq!(counter(&s, "messages_not_delivered"), 0);
+}
+
+#[tokio::test]
+async fn the_worker_wide_outbound_budget_cuts_off_stalled_readers() {
+    // Two raw subscribers that never read: each alone is under its own
+    // 1 MiB bound, together they cross a 256 KiB worker budget.
+    let srv = TestServer::start(|c| {
+        c.max_total_outbound = 256 << 10;
+        c.max_outbound_queue = 1 << 20;
+        c.close_timeout = std::time::Duration::from_millis(300);
+    });
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+        let req = format!(
+            "GET /ws/b HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {RFC_KEY}\r\n\r\n"
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes())
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(read_response(&mut s, &mut buf).await.unwrap().status, 101);
+        stalled.push(s);
+    }
+    let mut http = HttpConn::connect(srv.addr).await;
+    let body = "x".repeat(16 << 10);
+    let s = {
+        let mut last = serde_json::Value::Null;
+        for _ in 0..2000 {
+            http.publish("b", &body).await;
+            last = stats(srv.addr).await;
+            if counter(&last, "outbound_budget_exceeded") > 0 {
+                break;
+            }
+        }
+        last
+    };
+    assert!(counter(&s, "outbound_budget_exceeded") > 0, "{s}");
+    assert!(counter(&s, "slow_consumer_disconnects") >= 1, "{s}");
+    // The subscriber that crossed the budget is cut off; the other one,
+    // under its own bound, keeps its subscription.
+    let s = wait_stat(srv.addr, "websockets_closed", |n| n == 1).await;
+    assert_eq!(counter(&s, "subscriptions"), 1, "{s}");
+    drop(stalled);
+}

@@ -1,0 +1,172 @@
+//! `corecast-bench` end to end: the built binary against an in-process
+//! server on an ephemeral port, its JSON report checked against what was
+//! sent.
+
+use std::process::{Command, Output};
+
+use corecast::config::Config;
+use corecast::server::Server;
+use serde_json::Value;
+
+fn start_server() -> Server {
+    let cfg = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Config::default()
+    };
+    Server::start(cfg).expect("server starts")
+}
+
+fn run_bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_corecast-bench"))
+        .args(args)
+        .output()
+        .expect("corecast-bench runs")
+}
+
+/// Runs the generator with `--json --quiet` and parses its report.
+fn bench_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--json", "--quiet"]);
+    let out = run_bench(&all);
+    assert!(
+        out.status.success(),
+        "corecast-bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON report")
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("`{key}` missing in {v:#}"))
+}
+
+#[test]
+fn connect_opens_holds_and_closes_every_connection() {
+    let server = start_server();
+    let url = format!("ws://{}/ws/idle", server.local_addr());
+    // The server runs in this process, so its RSS is ours.
+    let pid = std::process::id().to_string();
+    let v = bench_json(&[
+        "connect",
+        "--url",
+        &url,
+        "-n",
+        "50",
+        "--hold",
+        "200ms",
+        "--server-pid",
+        &pid,
+    ]);
+    assert_eq!(u(&v, "requested"), 50);
+    assert_eq!(u(&v, "connected"), 50, "{v:#}");
+    assert_eq!(u(&v, "failed"), 0);
+    assert_eq!(v["failures"], serde_json::json!({}));
+    assert_eq!(u(&v, "dropped_during_hold"), 0);
+    assert_eq!(u(&v, "closed_clean"), 50);
+    assert_eq!(u(&v["handshake"], "count"), 50);
+    assert!(u(&v["server"], "rss_connected_kib") > 0);
+    server.stop();
+    server.join().unwrap();
+}
+
+/// Deliveries must add up exactly: no loss, no duplicates, no reordering.
+fn assert_exact_delivery(v: &Value, subscribers: u64) {
+    let sent = u(v, "sent");
+    assert!(sent > 0, "{v:#}");
+    assert_eq!(u(v, "publish_rejected"), 0);
+    assert_eq!(u(v, "expected"), sent * subscribers, "{v:#}");
+    assert_eq!(u(v, "received"), u(v, "expected"), "{v:#}");
+    assert_eq!(u(v, "unique"), u(v, "expected"));
+    for key in [
+        "lost",
+        "duplicates",
+        "out_of_order",
+        "stale",
+        "malformed",
+        "disconnected",
+    ] {
+        assert_eq!(u(v, key), 0, "{key} in {v:#}");
+    }
+    assert!(u(&v["latency_parse"], "count") > 0);
+}
+
+#[test]
+fn broadcast_over_websocket_delivers_everything_to_everyone() {
+    let server = start_server();
+    let url = format!("ws://{}/ws/fan", server.local_addr());
+    let v = bench_json(&[
+        "broadcast",
+        "--url",
+        &url,
+        "-n",
+        "6",
+        "-p",
+        "2",
+        "--rate",
+        "200",
+        "--size",
+        "64",
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.5",
+    ]);
+    assert_exact_delivery(&v, 6);
+    // 200 msg/s for 2 s, give or take the schedule's edges.
+    let sent = u(&v, "sent");
+    assert!((390..=402).contains(&sent), "sent {sent}");
+    assert!(v["generator"]["cpu_percent"].as_f64().is_some());
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn broadcast_over_http_publish_delivers_everything_to_everyone() {
+    let server = start_server();
+    let url = format!("ws://{}/ws/posted", server.local_addr());
+    let v = bench_json(&[
+        "broadcast",
+        "--url",
+        &url,
+        "-n",
+        "4",
+        "-p",
+        "2",
+        "--rate",
+        "100",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--via",
+        "http",
+    ]);
+    assert_exact_delivery(&v, 4);
+    assert_eq!(v["via"], "http");
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn an_unreachable_target_is_one_clear_error() {
+    // A port that was free a moment ago and has no listener now.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("ws://127.0.0.1:{port}/ws/x");
+    let out = run_bench(&["connect", "--url", &url, "-n", "3", "--json"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach 127.0.0.1"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_arguments_print_usage() {
+    let out = run_bench(&["broadcast", "-n", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("USAGE"));
+}

@@ -1,0 +1,415 @@
+//! Resource limits: slow consumers, connection cap, slowloris, keepalive,
+//! ping floods.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use corecast::config::SlowConsumerPolicy;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+
+const QUEUE: usize = 64 << 10;
+/// Messages per publishing round (the counters are checked between rounds).
+const ROUND: usize = 256;
+/// Give up after this many (16 MiB); a multiple of the window.
+const MAX_MESSAGES: usize = 64 * ROUND;
+/// Messages in flight per healthy subscriber: 16 KiB, a quarter of the bound.
+const WINDOW: usize = 16;
+
+/// Message `i`: its index in six digits, padded to 1 KiB.
+fn payload(i: usize) -> String {
+    let mut s = format!("{i:06}");
+    s.extend(std::iter::repeat_n('.', 1024 - 6));
+    s
+}
+
+fn index_of(payload: &[u8]) -> usize {
+    assert_eq!(payload.len(), 1024, "unexpected message size");
+    std::str::from_utf8(&payload[..6])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a numbered message: {:?}", &payload[..6]))
+}
+
+/// Reads numbered messages until "done"; checks they are 0..n in order
+/// and returns n with the client.
+async fn read_all_in_order(mut ws: Ws) -> (usize, Ws) {
+    let mut n = 0;
+    loop {
+        let t = next_text(&mut ws).await;
+        if t == "done" {
+            return (n, ws);
+        }
+        assert_eq!(index_of(t.as_bytes()), n, "healthy subscriber out of order");
+        n += 1;
+    }
+}
+
+/// Publishes messages `from..from + ROUND` from `publisher` (a subscriber
+/// of the same channel) a window at a time, waiting for its own copies
+/// before sending more. The pacing keeps the healthy subscribers' queues
+/// far below the bound, so only a peer that does not read can exceed it.
+async fn publish_round(publisher: &mut Ws, from: usize) {
+    for start in (from..from + ROUND).step_by(WINDOW) {
+        for i in start..start + WINDOW {
+            publisher.feed(Message::text(payload(i))).await.unwrap();
+        }
+        publisher.flush().await.unwrap();
+        for i in start..start + WINDOW {
+            let t = next_text(publisher).await;
+            assert_eq!(index_of(t.as_bytes()), i, "publisher's own copy");
+        }
+    }
+}
+
+/// Publishes rounds of [`ROUND`] messages until the counter `key` moves;
+/// returns how many were published. The kernel absorbs a few MiB into
+/// the socket buffers of a peer that does not read (loopback's large MSS
+/// lets the send buffer autotune up to `tcp_wmem`'s maximum) before the
+/// server's own queue starts to grow, so the count is not known up front.
+async fn publish_until(addr: std::net::SocketAddr, publisher: &mut Ws, key: &str) -> usize {
+    let mut sent = 0;
+    while sent < MAX_MESSAGES {
+        publish_round(publisher, sent).await;
+        sent += ROUND;
+        // The publisher got its own copies: the server handled them all.
+        if counter(&stats(addr).await, key) > 0 {
+            return sent;
+        }
+    }
+    panic!("{key} still 0 after {sent} messages of 1 KiB");
+}
+
+/// A peer that upgrades and never reads is cut off with 1008 once its
+/// queue passes `max_outbound_queue`; the healthy subscribers miss nothing.
+async fn slow_consumer_is_disconnected_and_others_get_everything(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| c.max_outbound_queue = QUEUE);
+    let addr = srv.addr;
+    let mut slow = RawWs::connect_small_rcvbuf(addr, "/ws/feed", 4096).await;
+    let healthy = ws_connect(addr, "/ws/feed").await;
+    let mut publisher = ws_connect(addr, "/ws/feed").await;
+    wait_stat(addr, "subscriptions", |n| n == 3).await;
+
+    let reader = tokio::spawn(read_all_in_order(healthy));
+    let sent = publish_until(addr, &mut publisher, "slow_consumer_disconnects").await;
+    let s = stats(addr).await;
+    assert_eq!(counter(&s, "slow_consumer_disconnects"), 1);
+    assert_eq!(counter(&s, "messages_in"), sent as u64);
+    assert_eq!(publish(addr, "feed", "done").await, 2);
+    let (got, mut healthy) = within("healthy subscriber", reader).await.unwrap();
+    assert_eq!(got, sent, "the healthy subscriber missed messages");
+    assert!(counter(&s, "messages_not_delivered") > 0);
+
+    // What reached the slow peer is a gap-free prefix of the stream,
+    // followed by close 1008 (or the end, if its close deadline passed
+    // while it was not reading).
+    let (frames, ending) = slow.read_until_close().await;
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(f.opcode, OP_TEXT);
+        assert_eq!(index_of(&f.payload), i, "slow peer's stream has a gap");
+    }
+    assert!(frames.len() < sent, "slow peer got everything: not slow?");
+    assert!(
+        matches!(ending, Ending::Close(Some(1008)) | Ending::Gone),
+        "{ending:?}"
+    );
+    if ending == Ending::Close(Some(1008)) {
+        slow.send(0x80 | OP_CLOSE, &close_body(1000, "")).await;
+        slow.expect_eof().await;
+    }
+    // The healthy ones are still connected and served.
+    assert_eq!(publish(addr, "feed", "after").await, 2);
+    assert_eq!(next_text(&mut publisher).await, "done");
+    assert_eq!(next_text(&mut publisher).await, "after");
+    assert_eq!(next_text(&mut healthy).await, "after");
+}
+
+/// The slow peer's close deadline starts when its close frame is queued,
+/// not when it connected: a peer that reads again within `close_timeout`
+/// of being cut off finds close 1008 at the end of its stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_consumer_close_deadline_starts_at_the_cut() {
+    let close_timeout = Duration::from_secs(2);
+    let srv = TestServer::start(|c| {
+        c.max_outbound_queue = QUEUE;
+        c.close_timeout = close_timeout;
+    });
+    let addr = srv.addr;
+    let mut slow = RawWs::connect_small_rcvbuf(addr, "/ws/feed", 4096).await;
+    let connected = Instant::now();
+    let mut publisher = ws_connect(addr, "/ws/feed").await;
+    wait_stat(addr, "subscriptions", |n| n == 2).await;
+    // Precondition, not synchronisation: the connection must be older than
+    // the close timeout when it is cut off.
+    tokio::time::sleep_until((connected + close_timeout + Duration::from_millis(200)).into()).await;
+    publish_until(addr, &mut publisher, "slow_consumer_disconnects").await;
+    // The peer comes back to read well within its close timeout (but after
+    // a few sweeps of the server's deadline checks).
+    let cut = Instant::now();
+    tokio::time::sleep_until((cut + close_timeout / 4).into()).await;
+    let (frames, ending) = slow.read_until_close().await;
+    assert!(cut.elapsed() < close_timeout);
+    assert!(!frames.is_empty());
+    assert_eq!(
+        ending,
+        Ending::Close(Some(1008)),
+        "cut without its close frame; stats: {}",
+        stats(addr).await
+    );
+    slow.send(0x80 | OP_CLOSE, &close_body(1000, "")).await;
+    slow.expect_eof().await;
+    assert_eq!(counter(&stats(addr).await, "close_timeouts"), 0);
+}
+
+/// Under `drop-oldest` the slow peer stays connected and gets an in-order
+/// subsequence; every message it did not get is counted as a drop.
+async fn drop_oldest_counts_drops_and_keeps_the_connection(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| {
+        c.max_outbound_queue = QUEUE;
+        c.slow_consumer = SlowConsumerPolicy::DropOldest;
+    });
+    let addr = srv.addr;
+    let mut slow = RawWs::connect_small_rcvbuf(addr, "/ws/feed", 4096).await;
+    let healthy = ws_connect(addr, "/ws/feed").await;
+    let mut publisher = ws_connect(addr, "/ws/feed").await;
+    wait_stat(addr, "subscriptions", |n| n == 3).await;
+
+    let reader = tokio::spawn(read_all_in_order(healthy));
+    let sent = publish_until(addr, &mut publisher, "slow_consumer_drops").await;
+    // Nothing more is published until the slow peer has left, so the drop
+    // count is final.
+    let s = stats(addr).await;
+    let drops = counter(&s, "slow_consumer_drops") as usize;
+    assert!(drops < sent, "everything dropped: {s}");
+    assert_eq!(counter(&s, "slow_consumer_disconnects"), 0);
+    assert_eq!(counter(&s, "messages_not_delivered") as usize, drops);
+
+    let mut last = None;
+    for _ in 0..sent - drops {
+        let f = slow.next_frame().await;
+        assert_eq!(f.opcode, OP_TEXT);
+        let i = index_of(&f.payload);
+        assert!(last < Some(i), "out of order: {i} after {last:?}");
+        last = Some(i);
+    }
+    // Still open: a close is answered, with no data frame left before it.
+    slow.send(0x80 | OP_CLOSE, &close_body(1000, "")).await;
+    slow.expect_close(1000).await;
+    slow.expect_eof().await;
+
+    wait_stat(addr, "subscriptions", |n| n == 2).await;
+    assert_eq!(publish(addr, "feed", "done").await, 2);
+    let (got, _) = within("healthy subscriber", reader).await.unwrap();
+    assert_eq!(got, sent, "the healthy subscriber missed messages");
+}
+
+/// At `max_connections` the next connection is answered 503 before it can
+/// upgrade, and a freed slot can be used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limit_get_503() {
+    let srv = TestServer::start(|c| c.max_connections = 3);
+    let addr = srv.addr;
+    let first = ws_connect(addr, "/ws/c").await;
+    let _second = ws_connect(addr, "/ws/c").await;
+    let _third = ws_connect(addr, "/ws/c").await;
+
+    // The answer comes unprompted: nothing is sent on this socket.
+    let mut extra = TcpStream::connect(addr).await.unwrap();
+    let mut all = Vec::new();
+    within("503 and EOF", extra.read_to_end(&mut all))
+        .await
+        .unwrap();
+    let text = String::from_utf8(all).unwrap();
+    assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
+    assert!(text.contains("\"error\""), "{text}");
+    let url = format!("ws://{addr}/ws/c");
+    assert!(
+        tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .is_err(),
+        "a fourth WebSocket was accepted"
+    );
+
+    drop(first);
+    wait_until("a slot to free up", || async move {
+        let req = get_request("/healthz", false);
+        try_http_raw(addr, req.as_bytes())
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    let s = stats(addr).await;
+    assert!(counter(&s, "connections_rejected") >= 2, "{s}");
+    assert_eq!(counter(&s, "websockets_opened"), 3);
+}
+
+/// A client trickling its request head is cut off at `handshake_timeout`,
+/// and so is an idle keep-alive connection.
+async fn slowloris_is_cut_off_at_the_handshake_timeout(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| c.handshake_timeout = Duration::from_secs(1));
+    let addr = srv.addr;
+    let head = b"GET /healthz HTTP/1.1\r\nHost: slowloris.example\r\nX-Pad: trickle\r\n\r\n";
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let started = Instant::now();
+    let (mut rd, mut wr) = stream.split();
+    // One byte per 100 ms: the head would take ~6.5 s, far past the deadline.
+    let trickle = async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        for b in head {
+            tick.tick().await;
+            if wr.write_all(&[*b]).await.is_err() {
+                return;
+            }
+        }
+        panic!("the whole head was sent without being cut off");
+    };
+    let mut answer = Vec::new();
+    tokio::select! {
+        r = rd.read_to_end(&mut answer) => {
+            // EOF, or a reset if a trickled byte crossed the shutdown.
+            let _ = r;
+        }
+        () = trickle => unreachable!(),
+    }
+    let elapsed = started.elapsed();
+    assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+    assert!(
+        elapsed >= Duration::from_millis(800),
+        "cut too early: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "cut too late: {elapsed:?}"
+    );
+    let s = wait_stat(addr, "handshake_timeouts", |n| n >= 1).await;
+    assert_eq!(counter(&s, "http_requests"), 1, "only this /stats request");
+
+    // Keep-alive: the same deadline applies while waiting for the next request.
+    let mut conn = HttpConn::connect(addr).await;
+    let r = conn.request(get_request("/healthz", true).as_bytes()).await;
+    assert_eq!(r.status, 200);
+    let idle_since = Instant::now();
+    let mut rest = Vec::new();
+    let _ = within("idle keep-alive cut", conn.stream().read_to_end(&mut rest)).await;
+    assert!(rest.is_empty());
+    assert!(idle_since.elapsed() >= Duration::from_millis(800));
+    wait_stat(addr, "handshake_timeouts", |n| n >= 2).await;
+}
+
+/// With pings every 200 ms and a 1 s idle timeout, a peer that never
+/// answers is closed, while one that answers pings stays.
+async fn unresponsive_peers_time_out_responsive_ones_stay(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| {
+        c.ping_interval = Duration::from_millis(200);
+        c.idle_timeout = Duration::from_secs(1);
+    });
+    let addr = srv.addr;
+    let pings = Arc::new(AtomicUsize::new(0));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut good = ws_connect(addr, "/ws/ka").await;
+    let good_since = Instant::now();
+    let counted = pings.clone();
+    // tokio-tungstenite answers pings as long as it is being read.
+    let reader = tokio::spawn(async move {
+        while let Some(m) = good.next().await {
+            match m.expect("responsive client") {
+                Message::Ping(_) => {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+                Message::Text(t) => tx.send(t).unwrap(),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    });
+
+    let mut mute = RawWs::connect(addr, "/ws/ka").await;
+    let mute_since = Instant::now();
+    let (frames, ending) = mute.read_until_close().await;
+    let lived = mute_since.elapsed();
+    assert!(!frames.is_empty(), "the mute peer was never pinged");
+    assert!(frames.iter().all(|f| f.opcode == OP_PING), "{frames:?}");
+    assert!(
+        matches!(ending, Ending::Gone | Ending::Close(_)),
+        "{ending:?}"
+    );
+    assert!(
+        lived >= Duration::from_millis(800),
+        "closed early: {lived:?}"
+    );
+    let s = wait_stat(addr, "idle_timeouts", |n| n >= 1).await;
+    assert_eq!(counter(&s, "idle_timeouts"), 1);
+
+    // The responsive client has outlived the idle timeout and still works.
+    assert!(good_since.elapsed() > Duration::from_secs(1));
+    wait_stat(addr, "subscriptions", |n| n == 1).await;
+    assert_eq!(publish(addr, "ka", "still here").await, 1);
+    let t = within("message to the responsive client", rx.recv()).await;
+    assert_eq!(t.as_deref(), Some("still here"));
+    assert!(pings.load(Ordering::SeqCst) >= 2, "pinged repeatedly");
+    assert_eq!(counter(&stats(addr).await, "idle_timeouts"), 1);
+    reader.abort();
+}
+
+/// 10,000 pings from a peer that does not read: the server keeps reading,
+/// its control queue stays bounded (older pongs are replaced), the latest
+/// ping is answered, and everyone else is served meanwhile.
+async fn ping_flood_does_not_grow_server_state(legacy: bool) {
+    const PINGS: u32 = 10_000;
+    let srv = TestServer::start_on(legacy, |_| {});
+    let addr = srv.addr;
+    let mut other = ws_connect(addr, "/ws/other").await;
+    let mut flood = RawWs::connect_small_rcvbuf(addr, "/ws/flood", 4096).await;
+    let bytes: Vec<u8> = (0..PINGS)
+        .flat_map(|i| {
+            let mut p = i.to_be_bytes().to_vec();
+            p.resize(125, b'.');
+            masked(0x80 | OP_PING, &p)
+        })
+        .collect();
+    // 1.3 MB of pings, answered with as many bytes of pongs that we do not
+    // read: the write only completes if the server keeps reading.
+    within("sending the flood", flood.send_raw(&bytes)).await;
+    let sent = bytes.len() as u64;
+    wait_stat(addr, "bytes_in", |n| n >= sent).await;
+
+    assert_eq!(get(addr, "/healthz").await.status, 200);
+    wait_stat(addr, "subscriptions", |n| n == 2).await;
+    assert_eq!(publish(addr, "other", "unaffected").await, 1);
+    assert_eq!(next_text(&mut other).await, "unaffected");
+
+    let mut pongs = 0u32;
+    let mut last = None;
+    loop {
+        let f = flood.next_frame().await;
+        assert_eq!(f.opcode, OP_PONG);
+        assert_eq!(f.payload.len(), 125);
+        let i = u32::from_be_bytes(f.payload[..4].try_into().unwrap());
+        assert!(last < Some(i), "pong {i} after {last:?}");
+        last = Some(i);
+        pongs += 1;
+        if i == PINGS - 1 {
+            break;
+        }
+    }
+    assert!(pongs <= PINGS);
+    let s = stats(addr).await;
+    assert_eq!(counter(&s, "protocol_errors"), 0);
+    assert_eq!(counter(&s, "slow_consumer_disconnects"), 0);
+    // The flooder is still a working connection.
+    flood.send(0x80 | OP_CLOSE, &close_body(1000, "")).await;
+    flood.expect_close(1000).await;
+}
+
+on_both_drivers!(
+    slow_consumer_is_disconnected_and_others_get_everything,
+    drop_oldest_counts_drops_and_keeps_the_connection,
+    slowloris_is_cut_off_at_the_handshake_timeout,
+    unresponsive_peers_time_out_responsive_ones_stay,
+    ping_flood_does_not_grow_server_state,
+);

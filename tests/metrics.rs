@@ -1,0 +1,62 @@
+//! `/metrics` parses as Prometheus text and its numbers follow the traffic.
+
+mod common;
+
+use common::*;
+use futures_util::SinkExt;
+use prometheus_parse::{Scrape, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+async fn scrape(addr: std::net::SocketAddr) -> Scrape {
+    let r = get(addr, "/metrics").await;
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/plain; version=0.0.4")));
+    let text = String::from_utf8(r.body.clone()).expect("UTF-8 exposition");
+    Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text")
+}
+
+fn value(s: &Scrape, name: &str) -> f64 {
+    let sample = s
+        .samples
+        .iter()
+        .find(|x| x.metric == name)
+        .unwrap_or_else(|| panic!("no sample {name}"));
+    match &sample.value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+        Value::Histogram(h) => h.iter().map(|b| b.count).fold(0.0, f64::max),
+        other => panic!("{name}: unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn metrics_parse_and_follow_the_traffic() {
+    let srv = TestServer::start(|_| {});
+    let before = scrape(srv.addr).await;
+    assert_eq!(value(&before, "corecast_deliveries_total"), 0.0);
+    let mut a = ws_connect(srv.addr, "/ws/m").await;
+    let mut b = ws_connect(srv.addr, "/ws/m").await;
+    a.send(Message::text("hello")).await.unwrap();
+    assert_eq!(next_text(&mut a).await, "hello");
+    assert_eq!(next_text(&mut b).await, "hello");
+    let s = scrape(srv.addr).await;
+    assert_eq!(value(&s, "corecast_deliveries_total"), 2.0);
+    assert_eq!(value(&s, "corecast_messages_in_total"), 1.0);
+    assert_eq!(value(&s, "corecast_channels"), 1.0);
+    assert_eq!(value(&s, "corecast_subscriptions"), 2.0);
+    assert_eq!(value(&s, "corecast_websockets_opened_total"), 2.0);
+    assert_eq!(value(&s, "corecast_ready"), 1.0);
+    // Both writes that carried the message were timed.
+    assert!(value(&s, "corecast_fanout_write_delay_seconds") >= 2.0);
+    let closed = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == "corecast_connections_closed_total")
+        .count();
+    assert_eq!(closed, 6, "one series per reason");
+    // Every family is documented.
+    for name in s.docs.keys() {
+        assert!(name.starts_with("corecast_"), "{name}");
+    }
+}

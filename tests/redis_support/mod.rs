@@ -1,0 +1,361 @@
+//! Real Redis for the Redis-mode tests: a `redis-server` child per test on
+//! a free port (killed on drop), a tiny independent RESP2 client to look at
+//! it from outside (`PUBSUB NUMSUB`, `INFO`), and corecast instances wired
+//! to it.
+//!
+//! Nothing here shares code with the server: the RESP reader below is
+//! written from the protocol description, not taken from `src/redis/`.
+
+#![allow(dead_code)] // not every helper is used by every test
+
+use std::io;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use corecast::config::Config;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::{get, get_request, try_http_raw, TestServer, DEADLINE};
+
+/// Interval between two polls of a condition.
+const POLL: Duration = Duration::from_millis(10);
+
+// ---------------------------------------------------------- the server --
+
+/// A `redis-server` child process on its own port; SIGKILLed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` on a free port with no persistence, plus
+    /// `extra` arguments (e.g. `--requirepass x`), and waits until it
+    /// answers. Retries on another port if the one picked was taken in the
+    /// meantime.
+    pub async fn start(extra: &[&str]) -> RedisServer {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            let mut r = RedisServer {
+                port: free_port(),
+                extra: extra.clone(),
+                child: None,
+            };
+            match r.spawn_and_wait().await {
+                Ok(()) => return r,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("redis-server did not start: {last_err}");
+    }
+
+    /// `redis://127.0.0.1:PORT` plus `suffix` (e.g. `/3`), with `userinfo`
+    /// (e.g. `:secret@`) when given.
+    pub fn url(&self, userinfo: &str, suffix: &str) -> corecast::redis::RedisUrl {
+        format!("redis://{userinfo}127.0.0.1:{}{suffix}", self.port)
+            .parse()
+            .expect("valid redis url")
+    }
+
+    /// SIGKILLs the server (no shutdown, no goodbye to clients) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill(); // SIGKILL on Unix
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOPs the server: connections stay open, nothing is read or
+    /// answered (until [`RedisServer::kill`]).
+    pub fn freeze(&mut self) {
+        let child = self.child.as_ref().expect("redis-server running");
+        let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+        // SAFETY: kill(2) with a valid signal number touches no memory.
+        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert_eq!(
+            rc,
+            0,
+            "SIGSTOP redis-server: {}",
+            io::Error::last_os_error()
+        );
+    }
+
+    /// Starts a fresh server on the same port with the same arguments.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart after kill");
+        if let Err(e) = self.spawn_and_wait().await {
+            panic!("redis-server did not restart on port {}: {e}", self.port);
+        }
+    }
+
+    async fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let port = self.port.to_string();
+        let spawned = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => panic!(
+                "redis-server is not installed (these tests need a real Redis): \
+                 apt-get install redis-server"
+            ),
+            Err(e) => panic!("cannot run redis-server: {e}"),
+        };
+        self.child = Some(child);
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!("exited with {status} (port {port} taken?)"));
+            }
+            // Any RESP answer means it is serving (NOAUTH included).
+            if let Ok(Ok(mut c)) =
+                tokio::time::timeout(Duration::from_secs(1), RespConn::connect(self.port)).await
+            {
+                if let Ok(Ok(_)) =
+                    tokio::time::timeout(Duration::from_secs(1), c.try_cmd(&["PING"])).await
+                {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err(format!(
+                    "no answer to PING on port {port} within {DEADLINE:?}"
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port nobody listens on right now (bound, read, released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+// ---------------------------------------------------------- RESP2 -----
+
+/// A RESP2 value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resp {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Resp>>),
+}
+
+impl Resp {
+    pub fn int(&self) -> i64 {
+        match self {
+            Resp::Int(n) => *n,
+            other => panic!("expected an integer reply, got {other:?}"),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        match self {
+            Resp::Simple(s) => s.clone(),
+            Resp::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("expected a string reply, got {other:?}"),
+        }
+    }
+}
+
+/// Parses one value from the front of `buf`: `None` = need more bytes.
+fn parse(buf: &[u8]) -> Option<(Resp, usize)> {
+    let line_end = buf.windows(2).position(|w| w == b"\r\n")?;
+    let line = std::str::from_utf8(&buf[1..line_end]).expect("ASCII RESP line");
+    let after = line_end + 2;
+    let v = match *buf.first()? {
+        b'+' => (Resp::Simple(line.into()), after),
+        b'-' => (Resp::Error(line.into()), after),
+        b':' => (Resp::Int(line.parse().expect("integer")), after),
+        b'$' => {
+            let n: i64 = line.parse().expect("bulk length");
+            if n < 0 {
+                return Some((Resp::Bulk(None), after));
+            }
+            let end = after + n as usize;
+            let data = buf.get(after..end)?.to_vec();
+            assert_eq!(
+                buf.get(end..end + 2)?,
+                b"\r\n",
+                "bulk string not CRLF-terminated"
+            );
+            (Resp::Bulk(Some(data)), end + 2)
+        }
+        b'*' => {
+            let n: i64 = line.parse().expect("array length");
+            if n < 0 {
+                return Some((Resp::Array(None), after));
+            }
+            let mut at = after;
+            let mut items = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let (item, used) = parse(&buf[at..])?;
+                items.push(item);
+                at += used;
+            }
+            (Resp::Array(Some(items)), at)
+        }
+        other => panic!("not RESP2: type byte {other:#x}"),
+    };
+    Some(v)
+}
+
+/// One plain connection to Redis, one command at a time.
+pub struct RespConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RespConn {
+    pub async fn connect(port: u16) -> io::Result<RespConn> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        Ok(RespConn {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Connects (and `AUTH`s with `password` when given), failing the test
+    /// on errors.
+    pub async fn open(port: u16, password: Option<&str>) -> RespConn {
+        let mut c = RespConn::connect(port).await.expect("connect to redis");
+        if let Some(p) = password {
+            let r = c.cmd(&["AUTH", p]).await;
+            assert_eq!(r, Resp::Simple("OK".into()), "AUTH");
+        }
+        c
+    }
+
+    pub async fn try_cmd(&mut self, args: &[&str]) -> io::Result<Resp> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.stream.write_all(&out).await?;
+        loop {
+            if let Some((v, used)) = parse(&self.buf) {
+                self.buf.drain(..used);
+                return Ok(v);
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// Runs a command, failing the test on I/O errors or after the deadline.
+    pub async fn cmd(&mut self, args: &[&str]) -> Resp {
+        match tokio::time::timeout(DEADLINE, self.try_cmd(args)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => panic!("redis {args:?}: {e}"),
+            Err(_) => panic!("redis {args:?}: no reply within {DEADLINE:?}"),
+        }
+    }
+
+    /// `PUBSUB NUMSUB corecast:{channel}`: how many subscriber connections
+    /// (one per corecast instance with local subscribers) Redis has for it.
+    pub async fn numsub(&mut self, channel: &str) -> i64 {
+        let key = format!("corecast:{channel}");
+        match self.cmd(&["PUBSUB", "NUMSUB", &key]).await {
+            Resp::Array(Some(items)) if items.len() == 2 => items[1].int(),
+            other => panic!("PUBSUB NUMSUB: {other:?}"),
+        }
+    }
+
+    /// Polls `PUBSUB NUMSUB` until it equals `want`.
+    pub async fn wait_numsub(&mut self, channel: &str, want: i64) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let n = self.numsub(channel).await;
+            if n == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "PUBSUB NUMSUB corecast:{channel} stayed {n}, want {want}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// One numeric field of `INFO section`.
+    pub async fn info_u64(&mut self, section: &str, field: &str) -> u64 {
+        let text = self.cmd(&["INFO", section]).await.text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+            .trim()
+            .parse()
+            .expect("numeric INFO field")
+    }
+}
+
+// ---------------------------------------------------------- corecast --
+
+/// A corecast instance in Redis mode on `redis`, with short canary and
+/// resume intervals so readiness comes quickly, changed further by `tweak`.
+pub fn instance(url: corecast::redis::RedisUrl, tweak: impl FnOnce(&mut Config)) -> TestServer {
+    TestServer::start(|cfg| {
+        cfg.redis_url = Some(url);
+        cfg.redis_canary_interval = Duration::from_millis(100);
+        cfg.redis_resume_delay = Duration::from_millis(100);
+        tweak(cfg);
+    })
+}
+
+/// `GET /readyz`: status and body (`None` when the request failed).
+pub async fn readyz(addr: SocketAddr) -> Option<(u16, Value)> {
+    let req = get_request("/readyz", false);
+    match tokio::time::timeout(DEADLINE, try_http_raw(addr, req.as_bytes())).await {
+        Ok(Ok(r)) => Some((r.status, r.json())),
+        _ => None,
+    }
+}
+
+/// Polls `/readyz` until it answers `status`; returns the body.
+pub async fn wait_readyz(addr: SocketAddr, status: u16) -> Value {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let last = match readyz(addr).await {
+            Some((s, body)) if s == status => return body,
+            other => other,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "/readyz of {addr} never answered {status}; last: {last:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `/healthz` answers 200.
+pub async fn assert_healthy(addr: SocketAddr) {
+    let r = get(addr, "/healthz").await;
+    assert_eq!(r.status, 200, "/healthz: {r:?}");
+}

@@ -1,0 +1,170 @@
+//! Resource exhaustion and leaks, against the real `corecast` binary in its
+//! own process (its own descriptor limit and RSS): running out of file
+//! descriptors, and 10,000 connect/disconnect cycles.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use futures_util::SinkExt;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A `corecast` process; killed on drop. Its log lines arrive on `logs`.
+struct Proc {
+    child: Child,
+    addr: SocketAddr,
+    logs: mpsc::Receiver<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(args: &[&str], nofile: Option<u64>) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corecast"));
+    cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(n) = nofile {
+        // SAFETY: runs in the forked child before exec; setrlimit is
+        // async-signal-safe and touches only the child's own limits.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: n,
+                    rlim_max: n,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().expect("corecast binary starts");
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, logs) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = logs
+        .recv_timeout(DEADLINE)
+        .expect("server logs its address");
+    let addr = first
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap_or_else(|| panic!("no addr in {first}"))
+        .parse()
+        .expect("socket address");
+    Proc { child, addr, logs }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test]
+async fn running_out_of_descriptors_backs_off_logs_once_and_recovers() {
+    let srv = spawn(&[], Some(48));
+    let addr = srv.addr;
+    // Far more connections than the server has descriptors for.
+    let mut hogs = Vec::new();
+    for _ in 0..80 {
+        hogs.push(
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .expect("backlog accepts"),
+        );
+    }
+    let warn = srv
+        .logs
+        .recv_timeout(DEADLINE)
+        .expect("a warning about accept");
+    assert!(warn.contains("accept failed, backing off"), "{warn}");
+    assert!(warn.contains("Too many open files"), "{warn}");
+    // Once per interval, not once per failed accept (it retries every 100 ms).
+    let more: Vec<String> = srv
+        .logs
+        .recv_timeout(Duration::from_millis(500))
+        .into_iter()
+        .collect();
+    assert!(
+        more.iter().all(|l| !l.contains("accept failed")),
+        "{more:?}"
+    );
+    drop(hogs);
+    // Descriptors free up: a new client is served again.
+    let mut ws = within("reconnect after EMFILE", async {
+        loop {
+            let url = format!("ws://{addr}/ws/back");
+            if let Ok((ws, _)) = tokio_tungstenite::connect_async(url.as_str()).await {
+                return ws;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    ws.send(Message::text("alive")).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, "alive");
+}
+
+#[tokio::test]
+async fn ten_thousand_connect_disconnect_cycles_leak_nothing() {
+    let srv = spawn(&[], None);
+    let addr = srv.addr;
+    let pid = srv.child.id();
+    // Warm up allocator pools and the connection slab first.
+    for _ in 0..200 {
+        let mut ws = ws_connect(addr, "/ws/churn").await;
+        ws.close(None).await.unwrap();
+    }
+    wait_stat(addr, "subscriptions", |n| n == 0).await;
+    let baseline = rss_kib(pid);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        tasks.spawn(async move {
+            for i in 0..200 {
+                let mut ws = ws_connect(addr, &format!("/ws/churn-{}", i % 7)).await;
+                ws.send(Message::text("x")).await.unwrap();
+                ws.close(None).await.unwrap();
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("client task");
+    }
+    let s = wait_stat(addr, "websockets_closed", |n| n >= 10_200).await;
+    let s = if counter(&s, "connections") > 1 {
+        wait_stat(addr, "connections", |n| n <= 1).await
+    } else {
+        s
+    };
+    assert_eq!(counter(&s, "subscriptions"), 0, "{s}");
+    assert_eq!(counter(&s, "channels"), 0, "{s}");
+    let after = rss_kib(pid);
+    eprintln!("RSS baseline {baseline} KiB, after 10,000 cycles {after} KiB");
+    assert!(
+        after <= baseline + 2048,
+        "RSS grew from {baseline} KiB to {after} KiB over 10,000 cycles"
+    );
+}
