@@ -62,9 +62,23 @@ impl fmt::Display for TokenError {
     }
 }
 
-/// What a valid token allows.
+/// What a connection may do. Kept to one pointer for the common cases
+/// (no tokens configured, the read-only status feed), since every
+/// connection's task holds one for its whole life.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Grants {
+pub enum Grants {
+    /// Everything (tokens are not required).
+    #[default]
+    All,
+    /// Subscribe only (the status feed).
+    ReadOnly,
+    /// What a verified token lists.
+    Token(Box<TokenGrants>),
+}
+
+/// The claims of a verified token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenGrants {
     /// Who the token was issued to (`sub`), for logs.
     pub subject: Option<String>,
     subscribe: Vec<String>,
@@ -74,30 +88,37 @@ pub struct Grants {
 impl Grants {
     /// Everything (used when tokens are not required).
     pub fn all() -> Grants {
-        Grants {
-            subject: None,
-            subscribe: vec!["*".into()],
-            publish: vec!["*".into()],
-        }
+        Grants::All
     }
 
     /// Nothing may be published (the status feed).
     pub fn read_only() -> Grants {
-        Grants {
-            subject: None,
-            subscribe: vec!["*".into()],
-            publish: Vec::new(),
+        Grants::ReadOnly
+    }
+
+    /// Who the token was issued to, if a token was used.
+    pub fn subject(&self) -> Option<&str> {
+        match self {
+            Grants::Token(t) => t.subject.as_deref(),
+            _ => None,
         }
     }
 
     /// May the holder subscribe to `channel`?
     pub fn may_subscribe(&self, channel: &str) -> bool {
-        self.subscribe.iter().any(|p| pattern_matches(p, channel))
+        match self {
+            Grants::All | Grants::ReadOnly => true,
+            Grants::Token(t) => t.subscribe.iter().any(|p| pattern_matches(p, channel)),
+        }
     }
 
     /// May the holder publish on `channel`?
     pub fn may_publish(&self, channel: &str) -> bool {
-        self.publish.iter().any(|p| pattern_matches(p, channel))
+        match self {
+            Grants::All => true,
+            Grants::ReadOnly => false,
+            Grants::Token(t) => t.publish.iter().any(|p| pattern_matches(p, channel)),
+        }
     }
 }
 
@@ -157,11 +178,11 @@ pub fn verify_token(token: &[u8], secret: &[u8], now: u64) -> Result<Grants, Tok
     if claims.subscribe.len() + claims.publish.len() > MAX_PATTERNS {
         return Err(TokenError::Malformed);
     }
-    Ok(Grants {
+    Ok(Grants::Token(Box::new(TokenGrants {
         subject: claims.sub,
         subscribe: claims.subscribe,
         publish: claims.publish,
-    })
+    })))
 }
 
 fn b64(part: &[u8]) -> Result<Vec<u8>, TokenError> {
@@ -318,7 +339,7 @@ mod tests {
             SECRET,
         );
         let g = verify_token(t.as_bytes(), SECRET, 1000).unwrap();
-        assert_eq!(g.subject.as_deref(), Some("ana"));
+        assert_eq!(g.subject(), Some("ana"));
         assert!(g.may_subscribe("news.eu") && g.may_subscribe("chat"));
         assert!(!g.may_subscribe("newsx") && !g.may_subscribe("chat2"));
         assert!(g.may_publish("chat") && !g.may_publish("news.eu"));

@@ -98,6 +98,10 @@ pub struct Config {
     pub publish_rate: u32,
     /// Outbound bytes queued across all connections of the worker.
     pub max_total_outbound: usize,
+    /// Record the fan-out delay histogram (`/metrics`, status page).
+    pub latency_histograms: bool,
+    /// Worker write backlog above which publishers are paused.
+    pub publish_backpressure: usize,
     /// Redis mode: publishes go through Redis pub/sub (None = in-process).
     pub redis_url: Option<crate::redis::RedisUrl>,
     /// Prefix of the Redis channels corecast uses.
@@ -184,6 +188,8 @@ impl Default for Config {
             allowed_origins: Vec::new(),
             publish_rate: 0,
             max_total_outbound: 0,
+            latency_histograms: true,
+            publish_backpressure: 0,
             redis_url: None,
             redis_prefix: String::new(),
             redis_publish_buffer: 0,
@@ -359,6 +365,22 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: Some("1GiB"),
         help: "outbound bytes queued across all connections; past it the subscriber being queued to is treated as slow",
         set: |c, v| set_size(&mut c.max_total_outbound, v),
+    },
+    OptionSpec {
+        flag: "publish-backpressure",
+        env: "CORECAST_PUBLISH_BACKPRESSURE",
+        value: "BYTES",
+        default: Some("16MiB"),
+        help: "when this much waits to be written to subscribers (each connection counted up to 64 KiB), publishers are read more slowly until it drains",
+        set: |c, v| set_size(&mut c.publish_backpressure, v),
+    },
+    OptionSpec {
+        flag: "latency-histograms",
+        env: "CORECAST_LATENCY_HISTOGRAMS",
+        value: "BOOL",
+        default: Some("true"),
+        help: "time every subscriber write for the fan-out delay histogram of /metrics and /status (one clock read per publish and per write)",
+        set: |c, v| set_bool(&mut c.latency_histograms, v),
     },
     OptionSpec {
         flag: "publish-rate",

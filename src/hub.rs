@@ -207,6 +207,8 @@ pub struct HubLimits {
     pub max_connections: usize,
     /// Outbound bytes across all connections.
     pub max_total_outbound: usize,
+    /// Time deliveries for the fan-out delay histogram.
+    pub histograms: bool,
     /// Skip the publisher when fanning out its own message.
     pub exclude_sender: bool,
     /// Milliseconds; 0 disables.
@@ -227,6 +229,7 @@ impl From<&Config> for HubLimits {
             max_subscriptions: c.max_subscriptions,
             max_connections: c.max_connections,
             max_total_outbound: c.max_total_outbound,
+            histograms: c.latency_histograms,
             exclude_sender: c.exclude_sender,
             ping_interval_ms: c.ping_interval.as_millis() as u64,
             idle_timeout_ms: c.idle_timeout.as_millis() as u64,
@@ -268,7 +271,7 @@ pub struct Hub {
     epoch: std::time::Instant,
     /// Bytes queued or in flight across every connection (the process-wide
     /// outbound budget).
-    total_pending: usize,
+    totals: Totals,
     next_serial: u64,
     interest: Option<Interest>,
     /// Counters, read by `/stats`.
@@ -285,7 +288,7 @@ impl Hub {
             limits,
             now_ms: 0,
             epoch: std::time::Instant::now(),
-            total_pending: 0,
+            totals: Totals::default(),
             next_serial: 0,
             interest: None,
             stats: Stats::default(),
@@ -532,7 +535,8 @@ impl Hub {
         let Some(mut conn) = self.conns.try_remove(id) else {
             return;
         };
-        self.total_pending -= conn.pending_bytes;
+        let n = conn.pending_bytes;
+        self.totals.sub(&mut conn, n);
         for (cid, pos) in std::mem::take(&mut conn.subs) {
             self.detach(cid, pos);
         }
@@ -570,7 +574,13 @@ impl Hub {
             envelope: None,
         };
         let skip = sender.filter(|_| self.limits.exclude_sender);
-        let t0 = self.clock_ns();
+        // One clock read per publish (not per subscriber); none when the
+        // histogram is off.
+        let t0 = if self.limits.histograms {
+            self.clock_ns()
+        } else {
+            0
+        };
         let mut queued = 0;
         let Hub {
             channels,
@@ -578,7 +588,7 @@ impl Hub {
             limits,
             stats,
             now_ms,
-            total_pending,
+            totals,
             ..
         } = self;
         for &id in &channels[cid].subscribers {
@@ -587,7 +597,7 @@ impl Hub {
                 continue;
             }
             let frame = out.frame_for(conn.kind);
-            if enqueue_data(conn, frame, limits, stats, *now_ms, total_pending) {
+            if enqueue_data(conn, frame, limits, stats, *now_ms, totals) {
                 if conn.queued_since_ns == 0 {
                     conn.queued_since_ns = t0;
                 }
@@ -606,11 +616,11 @@ impl Hub {
             limits,
             stats,
             now_ms,
-            total_pending,
+            totals,
             ..
         } = self;
         match conns.get_mut(id) {
-            Some(conn) => enqueue_data(conn, &frame, limits, stats, *now_ms, total_pending),
+            Some(conn) => enqueue_data(conn, &frame, limits, stats, *now_ms, totals),
             None => false,
         }
     }
@@ -653,8 +663,7 @@ impl Hub {
         }
         conn.state = ConnState::Closing;
         conn.since_ms = now;
-        conn.pending_bytes += frame.len();
-        self.total_pending += frame.len();
+        self.totals.add(conn, frame.len());
         conn.queue.push_back(frame);
         wake(conn);
     }
@@ -711,11 +720,9 @@ impl Hub {
         let Some(conn) = self.conns.get_mut(id) else {
             return false;
         };
-        for ctrl in conn.ctrl.drain(..) {
-            conn.pending_bytes += ctrl.len();
-            self.total_pending += ctrl.len();
-            out.push(ctrl);
-        }
+        let ctrl_bytes: usize = conn.ctrl.iter().map(Bytes::len).sum();
+        out.extend(conn.ctrl.drain(..));
+        self.totals.add(conn, ctrl_bytes);
         let n = conn.queue.len().min(MAX_BATCH.saturating_sub(out.len()));
         out.extend(conn.queue.drain(..n));
         if conn.batch_since_ns == 0 {
@@ -734,12 +741,16 @@ impl Hub {
     /// The writer wrote `n` bytes.
     pub fn wrote(&mut self, id: ConnId, n: usize) {
         self.stats.bytes_out += n as u64;
-        let now = self.epoch.elapsed().as_nanos() as u64;
+        let timed = self.limits.histograms;
+        let now = if timed {
+            self.epoch.elapsed().as_nanos() as u64
+        } else {
+            0
+        };
         if let Some(conn) = self.conns.get_mut(id) {
             let n = n.min(conn.pending_bytes);
-            conn.pending_bytes -= n;
-            self.total_pending -= n;
-            if conn.batch_since_ns != 0 {
+            self.totals.sub(conn, n);
+            if timed && conn.batch_since_ns != 0 {
                 let delay = now.saturating_sub(conn.batch_since_ns);
                 self.stats.fanout_delay.observe_ns(delay);
                 conn.batch_since_ns = 0;
@@ -754,7 +765,15 @@ impl Hub {
 
     /// Bytes queued or in flight across every connection.
     pub fn total_pending(&self) -> usize {
-        self.total_pending
+        self.totals.all
+    }
+
+    /// The worker's write backlog: bytes waiting for subscribers, counting
+    /// at most [`BACKLOG_CAP`] per connection, so a few stalled readers
+    /// cannot make it look busy — only many connections behind at once,
+    /// i.e. the server falling behind its own writes.
+    pub fn backlog(&self) -> usize {
+        self.totals.capped
     }
 
     /// Starts graceful shutdown: every WebSocket gets close 1001 after what
@@ -830,6 +849,35 @@ fn deadline_passed(conn: &Conn, l: &HubLimits, now: u64) -> Option<Expired> {
     }
 }
 
+/// Per-connection share of [`Hub::backlog`].
+pub const BACKLOG_CAP: usize = 64 * 1024;
+
+/// Worker-wide outbound byte counts, kept in step with every connection's
+/// `pending_bytes` (every change goes through `add`/`sub`).
+#[derive(Debug, Default)]
+struct Totals {
+    /// Everything queued or in flight.
+    all: usize,
+    /// The same with each connection counted up to [`BACKLOG_CAP`].
+    capped: usize,
+}
+
+impl Totals {
+    fn add(&mut self, conn: &mut Conn, n: usize) {
+        let old = conn.pending_bytes;
+        conn.pending_bytes += n;
+        self.all += n;
+        self.capped += conn.pending_bytes.min(BACKLOG_CAP) - old.min(BACKLOG_CAP);
+    }
+
+    fn sub(&mut self, conn: &mut Conn, n: usize) {
+        let old = conn.pending_bytes;
+        conn.pending_bytes -= n;
+        self.all -= n;
+        self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
+    }
+}
+
 fn wake(conn: &mut Conn) {
     if let Some(w) = conn.writer.take() {
         w.wake();
@@ -844,7 +892,7 @@ fn enqueue_data(
     limits: &HubLimits,
     stats: &mut Stats,
     now_ms: u64,
-    total: &mut usize,
+    totals: &mut Totals,
 ) -> bool {
     if conn.state != ConnState::Open {
         stats.messages_not_delivered += 1;
@@ -853,16 +901,15 @@ fn enqueue_data(
     let len = frame.len();
     // A frame larger than the whole bound still goes to an idle connection:
     // the message-size limit, not the queue bound, governs single messages.
-    if over_limits(conn, len, *total, limits) {
-        if total.saturating_add(len) > limits.max_total_outbound {
+    if over_limits(conn, len, totals.all, limits) {
+        if totals.all.saturating_add(len) > limits.max_total_outbound {
             stats.outbound_budget_exceeded += 1;
         }
-        if !make_room(conn, len, limits, stats, now_ms, total) {
+        if !make_room(conn, len, limits, stats, now_ms, totals) {
             return false;
         }
     }
-    conn.pending_bytes += len;
-    *total += len;
+    totals.add(conn, len);
     conn.queue.push_back(frame.clone());
     wake(conn);
     true
@@ -884,15 +931,14 @@ fn make_room(
     limits: &HubLimits,
     stats: &mut Stats,
     now_ms: u64,
-    total: &mut usize,
+    totals: &mut Totals,
 ) -> bool {
     match limits.slow_consumer {
         SlowConsumerPolicy::Disconnect => {
             let dropped = conn.queue.len() as u64 + 1;
             let freed: usize = conn.queue.iter().map(Bytes::len).sum();
             conn.queue.clear();
-            conn.pending_bytes -= freed;
-            *total -= freed;
+            totals.sub(conn, freed);
             stats.slow_consumer_disconnects += 1;
             stats.messages_not_delivered += dropped;
             crate::log!(
@@ -906,22 +952,20 @@ fn make_room(
             // (`close_with`), not from when the connection was opened.
             conn.since_ms = now_ms;
             let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
-            conn.pending_bytes += close.len();
-            *total += close.len();
+            totals.add(conn, close.len());
             conn.queue.push_back(close);
             wake(conn);
             false
         }
         SlowConsumerPolicy::DropOldest => {
-            while over_limits(conn, len, *total, limits) {
+            while over_limits(conn, len, totals.all, limits) {
                 let Some(old) = conn.queue.pop_front() else {
                     // Everything left is in flight: drop the new frame instead.
                     stats.slow_consumer_drops += 1;
                     stats.messages_not_delivered += 1;
                     return false;
                 };
-                conn.pending_bytes -= old.len();
-                *total -= old.len();
+                totals.sub(conn, old.len());
                 stats.slow_consumer_drops += 1;
                 stats.messages_not_delivered += 1;
             }
@@ -1150,6 +1194,7 @@ mod tests {
             hub.remove(id);
         }
         assert_eq!(hub.total_pending(), 0, "every byte accounted for");
+        assert_eq!(hub.backlog(), 0);
     }
 
     #[test]

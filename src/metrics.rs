@@ -268,6 +268,12 @@ pub fn render(s: &Stats, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_publish_backpressure_total",
+        "Publisher pauses while the write backlog is over --publish-backpressure.",
+        s.publish_backpressure,
+    );
+    counter(
+        &mut o,
         "corecast_http_requests_total",
         "Plain HTTP requests answered.",
         s.http_requests,

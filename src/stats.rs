@@ -54,6 +54,9 @@ pub struct Stats {
     pub outbound_budget_exceeded: u64,
     /// Times a publisher was paused by `--publish-rate`.
     pub publish_rate_limited: u64,
+    /// Times a publisher was paused because the worker's write backlog was
+    /// over `--publish-backpressure` (the server falling behind).
+    pub publish_backpressure: u64,
     /// Upgrades refused for a missing/invalid token (401), a channel the
     /// token does not grant or a disallowed Origin (403).
     pub auth_failures: u64,

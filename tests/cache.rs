@@ -690,6 +690,57 @@ async fn vary_keys_on_request_headers(backend: Backend) {
     assert_eq!(s.origin.count("/v1/v"), 2);
 }
 
+/// Within `stale-while-revalidate` the stale copy is served at once and
+/// refreshed once in the background; the refreshed copy follows.
+async fn stale_while_revalidate(backend: Backend) {
+    let b = Behaviour {
+        cache_control: Some("max-age=1, stale-while-revalidate=30".into()),
+        ..Behaviour::default()
+    };
+    let s = Setup::start(backend, b, |_| {}).await;
+    let first = s.get("/api/swr").await;
+    s.stored(1).await;
+    let deadline = Instant::now() + DEADLINE;
+    let stale = loop {
+        let r = s.get("/api/swr").await;
+        if cache_status(&r).contains("stale-while-revalidate") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "never went stale");
+        tokio::time::sleep(ms(50)).await; // polling interval
+    };
+    assert_eq!(stale.body, first.body, "the stale copy, at once");
+    assert!(cache_status(&stale).starts_with("corecast; hit; fwd=stale; ttl=-"));
+    s.stored(2).await; // the background refresh stored its response
+    let fresh = s.get("/api/swr").await;
+    assert!(cache_status(&fresh).contains("hit"), "{fresh:?}");
+    assert!(body(&fresh).contains(r#""n":2"#));
+    assert_eq!(s.origin.count("/v1/swr"), 2, "refreshed once");
+}
+
+/// `no-cache` with an ETag: stored, but every use revalidates with
+/// `If-None-Match`; the origin's 304 is answered from the stored body.
+async fn no_cache_revalidates_with_the_etag(backend: Backend) {
+    let b = Behaviour {
+        cache_control: Some("no-cache".into()),
+        etag: Some("\"r1\"".into()),
+        ..Behaviour::default()
+    };
+    let s = Setup::start(backend, b, |_| {}).await;
+    let first = s.get("/api/nc").await;
+    assert!(cache_status(&first).contains("stored"));
+    s.stored(1).await;
+    let second = s.get("/api/nc").await;
+    assert_eq!((second.status, &second.body), (200, &first.body));
+    let cs = cache_status(&second);
+    assert!(
+        cs.starts_with("corecast; fwd=stale; fwd-status=304"),
+        "{cs}"
+    );
+    assert!(s.origin.last_head().contains("If-None-Match: \"r1\"\r\n"));
+    assert_eq!(s.origin.count("/v1/nc"), 2);
+}
+
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -724,6 +775,8 @@ on_both_stores!(
     chunked_origin_bodies,
     head_uses_the_get_entry,
     vary_keys_on_request_headers,
+    stale_while_revalidate,
+    no_cache_revalidates_with_the_etag,
 );
 
 // ------------------------------------------------ store-independent --

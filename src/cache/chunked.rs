@@ -277,6 +277,40 @@ mod tests {
         assert_eq!(run(&parts).unwrap().0, DECODED);
     }
 
+    /// Random bodies cut into random chunks and fed in random pieces
+    /// decode to themselves (xorshift: reproducible, no dependency).
+    #[test]
+    fn random_chunkings_round_trip() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        for _ in 0..300 {
+            let body: Vec<u8> = (0..next(3000)).map(|_| next(256) as u8).collect();
+            let mut wire = Vec::new();
+            let mut rest = &body[..];
+            while !rest.is_empty() {
+                let n = (next(700) as usize + 1).min(rest.len());
+                wire.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                wire.extend_from_slice(&rest[..n]);
+                wire.extend_from_slice(b"\r\n");
+                rest = &rest[n..];
+            }
+            wire.extend_from_slice(b"0\r\n\r\n");
+            let mut parts = Vec::new();
+            let mut w = &wire[..];
+            while !w.is_empty() {
+                let n = (next(500) as usize + 1).min(w.len());
+                parts.push(&w[..n]);
+                w = &w[n..];
+            }
+            assert_eq!(run(&parts).unwrap().0, body);
+        }
+    }
+
     #[test]
     fn need_more_consumes_nothing_it_cannot_use_and_reports_false() {
         let mut d = ChunkedDecoder::new(100, 100);

@@ -88,6 +88,10 @@ pub enum DecodeError {
     Truncated,
     /// A header name or Vary name that is not UTF-8 / not a token.
     BadName,
+    /// Flag bits this version does not know.
+    BadFlags(u8),
+    /// Bytes after a complete marker.
+    Trailing,
 }
 
 impl fmt::Display for DecodeError {
@@ -97,6 +101,8 @@ impl fmt::Display for DecodeError {
             DecodeError::BadKind(k) => write!(f, "unknown entry kind {k}"),
             DecodeError::Truncated => f.write_str("truncated entry"),
             DecodeError::BadName => f.write_str("invalid name in entry"),
+            DecodeError::BadFlags(b) => write!(f, "unknown entry flags {b:#x}"),
+            DecodeError::Trailing => f.write_str("bytes after the entry"),
         }
     }
 }
@@ -180,6 +186,9 @@ pub fn decode(b: Bytes) -> Result<Stored, DecodeError> {
 fn decode_response(b: &Bytes, mut r: Reader<'_>) -> Result<Entry, DecodeError> {
     let status = r.u16()?;
     let flags = r.u8()?;
+    if flags & !ETAG_FROM_ORIGIN != 0 {
+        return Err(DecodeError::BadFlags(flags));
+    }
     let date_ms = r.u64()?;
     let life = Lifetimes {
         fresh_ms: r.u64()?,
@@ -217,6 +226,9 @@ fn decode_marker(mut r: Reader<'_>) -> Result<VaryMarker, DecodeError> {
         let len = usize::from(r.u8()?);
         let n = std::str::from_utf8(r.take(len)?).map_err(|_| DecodeError::BadName)?;
         names.push(n.to_string());
+    }
+    if r.i != r.b.len() {
+        return Err(DecodeError::Trailing);
     }
     Ok(VaryMarker { nonce, names })
 }
@@ -310,6 +322,9 @@ mod tests {
             names: vec!["accept".into(), "accept-language".into()],
         };
         assert_eq!(decode(encode_marker(&m)).unwrap(), Stored::Vary(m));
+        // Found by the `cache_entry` fuzz target: a marker with junk after it.
+        let junk = Bytes::from_static(b"cc\x01V*\0\0\0\0\0\0\0\0\x14accept");
+        assert_eq!(decode(junk), Err(DecodeError::Trailing));
     }
 
     #[test]

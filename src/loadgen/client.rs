@@ -67,6 +67,23 @@ pub enum ConnectError {
     Io(io::Error),
 }
 
+impl ReadEnd {
+    /// The key this ending is counted under in reports.
+    pub fn key(&self) -> String {
+        match self {
+            Self::Closed(Some(code)) => format!("close_{code}"),
+            Self::Closed(None) => "close".into(),
+            Self::Eof => "eof".into(),
+            Self::Io(e) => match e.raw_os_error() {
+                Some(libc::ECONNRESET) => "reset".into(),
+                Some(code) => format!("errno_{code}"),
+                None => format!("io: {e}"),
+            },
+            Self::Wire(e) => format!("wire: {e}"),
+        }
+    }
+}
+
 impl ConnectError {
     /// The key this failure is counted under in reports.
     pub fn key(&self) -> String {
@@ -225,8 +242,8 @@ pub trait FrameSink {
 /// How a receive loop ended.
 #[derive(Debug)]
 pub enum ReadEnd {
-    /// The server's close frame arrived.
-    Closed,
+    /// The server's close frame arrived, with this status code if any.
+    Closed(Option<u16>),
     /// End of stream without a close frame.
     Eof,
     /// A socket error.
@@ -257,7 +274,8 @@ impl Shared {
 #[derive(Default)]
 struct Owed {
     pong: Option<Vec<u8>>,
-    closed: bool,
+    /// The server's close frame arrived (with its code, if any).
+    closed: Option<Option<u16>>,
 }
 
 /// Receives frames until the server closes: answers pings, hands data to
@@ -289,8 +307,8 @@ pub async fn receive_loop<S: FrameSink>(
                 return ReadEnd::Io(e);
             }
         }
-        if owed.closed {
-            return ReadEnd::Closed;
+        if let Some(code) = owed.closed {
+            return ReadEnd::Closed(code);
         }
         // After a short read the socket is empty (TCP hands over all it
         // holds, up to the buffer size): wait for readiness rather than pay
@@ -315,7 +333,9 @@ fn consume<S: FrameSink>(
         Frame::Data(op, payload) => sink.data(op, payload, kernel_ns, now_ns),
         Frame::Ping(p) => owed.pong = Some(p.to_vec()),
         Frame::Pong(_) => sink.pong(),
-        Frame::Close(_) => owed.closed = true,
+        Frame::Close(p) => {
+            owed.closed = Some(p.first_chunk::<2>().map(|c| u16::from_be_bytes(*c)));
+        }
     })
 }
 
@@ -355,7 +375,7 @@ fn read_batch<S: FrameSink>(
         let used = consume(bytes, sink, owed, kernel_ns, now_ns).map_err(ReadEnd::Wire)?;
         carry.clear();
         carry.extend_from_slice(bytes.get(used..).unwrap_or_default());
-        if owed.closed || n < room_len(kept) {
+        if owed.closed.is_some() || n < room_len(kept) {
             return Ok(Batch::Drained);
         }
     }

@@ -129,7 +129,7 @@ async fn hold_one(shared: Rc<Shared>, conn: WsConn, hold: Rc<Hold>) {
     let end = receive_loop(&shared, &conn.stream, conn.leftover, &mut Ignore, &mut rng).await;
     if !hold.closing.get() {
         hold.dropped.set(hold.dropped.get() + 1);
-    } else if matches!(end, ReadEnd::Closed) {
+    } else if matches!(end, ReadEnd::Closed(_)) {
         hold.clean.set(hold.clean.get() + 1);
     }
     hold.alive.set(hold.alive.get().saturating_sub(1));

@@ -42,7 +42,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+use monoio::{LegacyDriver, RuntimeBuilder};
 
 use args::{Command, Common, WsUrl};
 use client::Target;
@@ -150,8 +150,13 @@ fn block_on<F: Future>(common: &Common, make: impl FnOnce() -> F) -> Result<F::O
     if !common.legacy_driver && monoio::utils::detect_uring() {
         let defer = !common.plain_uring;
         // DEFER_TASKRUN needs Linux 6.1; older kernels refuse the flag.
-        let built =
-            uring_runtime(defer).or_else(|e| if defer { uring_runtime(false) } else { Err(e) });
+        let built = crate::server::uring_runtime(defer).or_else(|e| {
+            if defer {
+                crate::server::uring_runtime(false)
+            } else {
+                Err(e)
+            }
+        });
         if let Ok(mut rt) = built {
             return Ok(rt.block_on(make()));
         }
@@ -161,27 +166,6 @@ fn block_on<F: Future>(common: &Common, make: impl FnOnce() -> F) -> Result<F::O
         .build()
         .map_err(|e| BenchError::Runtime(format!("cannot start runtime: {e}")))?;
     Ok(rt.block_on(make()))
-}
-
-/// An io_uring runtime. With `defer`, completions are not pushed to this
-/// thread as they happen (an inter-processor interrupt and a task-work run
-/// per completion, paid partly by the *sender*, i.e. the server under
-/// test) but collected when the runtime next waits for events
-/// (`IORING_SETUP_DEFER_TASKRUN`, which requires `SINGLE_ISSUER`: only this
-/// thread touches the ring). Measured on the 2-vCPU VM at 100k deliveries/s:
-/// generator 8.3 -> 3.9 µs per frame, server CPU 75 % -> 44 %.
-fn uring_runtime(
-    defer: bool,
-) -> io::Result<monoio::Runtime<monoio::time::TimeDriver<IoUringDriver>>> {
-    let mut urb = io_uring::IoUring::builder();
-    if defer {
-        urb.setup_single_issuer().setup_defer_taskrun();
-    }
-    RuntimeBuilder::<IoUringDriver>::new()
-        .enable_timer()
-        .with_entries(4096)
-        .uring_builder(urb)
-        .build()
 }
 
 /// Resolves a URL into a connection target.

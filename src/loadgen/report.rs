@@ -235,6 +235,10 @@ pub struct BroadcastReport {
     pub malformed: u64,
     /// Subscribers whose connection ended before the end of the run.
     pub disconnected: usize,
+    /// Why they ended (`close_1008`: the server's slow-consumer close).
+    pub disconnect_causes: Failures,
+    /// Publishers that stopped early, and why.
+    pub publisher_errors: Vec<String>,
     /// Distinct deliveries of messages sent in the window, per second.
     pub delivered_per_second: f64,
     /// Latency from send to the kernel's receive timestamp, if available.
@@ -288,6 +292,12 @@ impl BroadcastReport {
             self.malformed,
             self.disconnected
         );
+        for (cause, n) in &self.disconnect_causes {
+            let _ = writeln!(s, "    disconnected by {cause}: {n}");
+        }
+        for e in &self.publisher_errors {
+            let _ = writeln!(s, "    {e}");
+        }
         let _ = writeln!(
             s,
             "  delivered {:.0}/s; publisher max lag {:.0} µs",

@@ -27,6 +27,8 @@ pub enum Outcome {
         entry: Rc<Entry>,
         /// The origin's error status, if it answered at all.
         fwd_status: Option<u16>,
+        /// As [`Served::vary`]: the entry is the fetcher's variant.
+        vary: Option<(Vec<String>, Vec<u8>)>,
     },
     /// The origin failed and nothing stored can stand in.
     Failed {

@@ -168,8 +168,15 @@ fn count(ctx: &Ctx, f: impl FnOnce(&mut Stats)) {
     f(&mut ctx.hub.borrow_mut().stats);
 }
 
+/// Remaining freshness in whole seconds (RFC 9211 `ttl`).
 fn secs(ms: u64) -> i64 {
     i64::try_from(ms / 1000).unwrap_or(i64::MAX)
+}
+
+/// `ttl` of a stale response: negative, rounded away from zero so a
+/// response stale by 300 ms does not read `ttl=0`.
+fn overdue(ms: u64) -> i64 {
+    -i64::try_from(ms.div_ceil(1000)).unwrap_or(i64::MAX)
 }
 
 /// What a lookup found.
@@ -244,7 +251,7 @@ impl Job<'_> {
                 let status = CacheStatus {
                     hit: true,
                     fwd: Some(Fwd::Stale),
-                    ttl_s: Some(-secs(over_ms)),
+                    ttl_s: Some(overdue(over_ms)),
                     detail: Some("stale-while-revalidate"),
                     ..CacheStatus::default()
                 };
@@ -287,20 +294,18 @@ impl Job<'_> {
             match &*outcome {
                 Outcome::Failed { .. } if usable_on_error(stale.as_deref()) => {
                     let entry = stale.expect("checked");
-                    return self.answer(
-                        &Outcome::StaleOnError {
-                            entry,
-                            fwd_status: None,
-                        },
-                        true,
-                    );
+                    let (fwd_status, vary) = (None, None);
+                    let own = Outcome::StaleOnError {
+                        entry,
+                        fwd_status,
+                        vary,
+                    };
+                    return self.answer(&own, true);
                 }
                 Outcome::Fresh(s) if s.shareable && self.same_variant(s.vary.as_ref()) => {
                     return self.answer(&outcome, true);
                 }
-                Outcome::StaleOnError { entry, .. }
-                    if self.same_variant(vary_of(entry, &self.req).as_ref()) =>
-                {
+                Outcome::StaleOnError { vary, .. } if self.same_variant(vary.as_ref()) => {
                     return self.answer(&outcome, true);
                 }
                 Outcome::Failed { .. } => return self.answer(&outcome, true),
@@ -340,14 +345,16 @@ impl Job<'_> {
                 };
                 self.encode(&s.entry, &status)
             }
-            Outcome::StaleOnError { entry, fwd_status } => {
+            Outcome::StaleOnError {
+                entry, fwd_status, ..
+            } => {
                 count(self.ctx, |s| s.cache_stale_served += 1);
                 let over = entry.age_ms(now_ms()).saturating_sub(entry.life.fresh_ms);
                 let status = CacheStatus {
                     hit: true,
                     fwd: Some(Fwd::Stale),
                     fwd_status: *fwd_status,
-                    ttl_s: Some(-secs(over)),
+                    ttl_s: Some(overdue(over)),
                     collapsed,
                     detail: Some("stale-if-error"),
                     ..CacheStatus::default()
@@ -497,12 +504,19 @@ impl CacheEdge {
         result: Result<Fetched, FetchError>,
     ) -> (Outcome, Vec<Item>) {
         let fallback = stale.clone().filter(|e| usable_on_error(Some(e)));
+        let stale_on_error = |entry: Rc<Entry>, fwd_status| {
+            let vary = vary_of(&entry, req);
+            Outcome::StaleOnError {
+                entry,
+                fwd_status,
+                vary,
+            }
+        };
         let fetched = match result {
             Ok(f) if is_error_status(f.status) => {
                 count(ctx, |s| s.cache_origin_errors += 1);
                 if let Some(entry) = fallback {
-                    let fwd_status = Some(f.status);
-                    return (Outcome::StaleOnError { entry, fwd_status }, Vec::new());
+                    return (stale_on_error(entry, Some(f.status)), Vec::new());
                 }
                 f
             }
@@ -511,10 +525,7 @@ impl CacheEdge {
                 count(ctx, |s| s.cache_origin_errors += 1);
                 log!(Debug, "origin fetch failed", error = error);
                 let outcome = match fallback {
-                    Some(entry) => Outcome::StaleOnError {
-                        entry,
-                        fwd_status: None,
-                    },
+                    Some(entry) => stale_on_error(entry, None),
                     None => Outcome::Failed { error, fwd },
                 };
                 return (outcome, Vec::new());
