@@ -37,9 +37,10 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn hub_with(n: usize, kind: ConnKind) -> (Hub, Vec<usize>) {
+fn hub_with(n: usize, kind: ConnKind, histograms: bool) -> (Hub, Vec<usize>) {
     let cfg = Config {
         max_connections: n + 1,
+        latency_histograms: histograms,
         ..Config::default()
     };
     let mut hub = Hub::new(HubLimits::from(&cfg));
@@ -69,8 +70,15 @@ fn fanout(c: &mut Criterion) {
     let payload = [0x42u8; 128];
     let mut g = c.benchmark_group("fanout_128B");
     for n in [1_000usize, 10_000] {
-        for (name, kind) in [("simple", ConnKind::Simple), ("json", ConnKind::Multi)] {
-            let (mut hub, ids) = hub_with(n, kind);
+        // `simple_nohist`: the same with --latency-histograms false, to
+        // price the fan-out delay histogram (two clock reads per write).
+        let cases = [
+            ("simple", ConnKind::Simple, true),
+            ("simple_nohist", ConnKind::Simple, false),
+            ("json", ConnKind::Multi, true),
+        ];
+        for (name, kind, histograms) in cases {
+            let (mut hub, ids) = hub_with(n, kind, histograms);
             let mut batch = Vec::with_capacity(16);
             g.throughput(Throughput::Elements(n as u64));
             g.bench_function(BenchmarkId::new(name, n), |b| {
