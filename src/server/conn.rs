@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, Splitable};
-use monoio::net::tcp::TcpOwnedWriteHalf;
+use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use monoio::net::TcpStream;
 
 use crate::auth::{self, Grants, TokenBucket};
@@ -76,11 +76,42 @@ impl Ctx {
     }
 }
 
+/// An accepted socket, split at accept into its halves: two 8-byte handles
+/// instead of the 80-byte `TcpStream` that the nested async state machines
+/// of a connection would otherwise each carry a copy of.
+pub struct Sock {
+    rd: TcpOwnedReadHalf,
+    wr: TcpOwnedWriteHalf,
+}
+
+impl Sock {
+    /// Splits an accepted stream.
+    pub fn new(stream: TcpStream) -> Sock {
+        let (rd, wr) = stream.into_split();
+        Sock { rd, wr }
+    }
+
+    /// The stream, for readiness, its fd and socket options.
+    fn stream(&self) -> &TcpStream {
+        read_stream(&self.rd)
+    }
+}
+
+/// The shared stream behind a read half.
+pub(crate) fn read_stream(rd: &TcpOwnedReadHalf) -> &TcpStream {
+    // SAFETY: the read half only lends `&TcpStream` to `readable()`,
+    // `as_raw_fd()` and `set_nodelay()`; the write half's operations only
+    // clone the fd into the submitted op. monoio's `Split` contract declares
+    // reads and writes of a TcpStream independent, and both halves live on
+    // this one thread.
+    unsafe { &*rd.0.get() }
+}
+
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
 /// short-lived phases are boxed; see the size test).
-pub async fn handle(ctx: Rc<Ctx>, mut stream: TcpStream) {
-    let fd = stream.as_raw_fd();
+pub async fn handle(ctx: Rc<Ctx>, mut sock: Sock) {
+    let fd = sock.stream().as_raw_fd();
     let registered = ctx.hub.borrow_mut().register(fd);
     let Some(id) = registered else {
         ctx.hub.borrow_mut().stats.connections_rejected += 1;
@@ -88,18 +119,18 @@ pub async fn handle(ctx: Rc<Ctx>, mut stream: TcpStream) {
             status: 503,
             message: "too many connections",
         };
-        let _ = stream.write_all(http::error_response(&err, false)).await;
+        let _ = sock.wr.write_all(http::error_response(&err, false)).await;
         // Boxed: its drain buffer would otherwise enlarge every task.
-        Box::pin(linger_close(&stream)).await;
+        Box::pin(linger_close(sock.stream())).await;
         return;
     };
-    let _ = stream.set_nodelay(true);
+    let _ = sock.stream().set_nodelay(true);
     let mut buf = BytesMut::new();
     // Boxed: the HTTP phase (with the cache and publish paths) is large and
     // short-lived; inline it would size every WebSocket's task for it.
-    match Box::pin(http_phase(&ctx, &mut stream, id, &mut buf)).await {
+    match Box::pin(http_phase(&ctx, &mut sock, id, &mut buf)).await {
         Ok(Some((kind, channel, grants))) => {
-            websocket(&ctx, stream, id, (kind, channel, grants), buf).await
+            websocket(&ctx, sock, id, (kind, channel, grants), buf).await
         }
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
@@ -165,7 +196,7 @@ type Upgrade = (ConnKind, Option<String>, Grants);
 /// error ends the connection.
 async fn http_phase(
     ctx: &Rc<Ctx>,
-    stream: &mut TcpStream,
+    sock: &mut Sock,
     id: ConnId,
     buf: &mut BytesMut,
 ) -> io::Result<Option<Upgrade>> {
@@ -177,11 +208,11 @@ async fn http_phase(
                 Ok(Some(req)) => break req,
                 Ok(None) => {}
                 Err(e) => {
-                    reply_error(ctx, stream, &e, false).await?;
+                    reply_error(ctx, sock, &e, false).await?;
                     return Ok(None);
                 }
             }
-            if read_more(ctx, stream, buf).await? == 0 {
+            if read_more(ctx, sock.stream(), buf).await? == 0 {
                 return Ok(None);
             }
         };
@@ -198,7 +229,7 @@ async fn http_phase(
             Ok(r) => r,
             Err(e) => {
                 let keep = req.keep_alive && req.body == Body::None;
-                reply_error(ctx, stream, &e, keep).await?;
+                reply_error(ctx, sock, &e, keep).await?;
                 if keep {
                     continue;
                 }
@@ -230,14 +261,15 @@ async fn http_phase(
                         status = status,
                         reason = message
                     );
-                    reply_error(ctx, stream, &HttpError { status, message }, false).await?;
+                    reply_error(ctx, sock, &HttpError { status, message }, false).await?;
                     return Ok(None);
                 }
             };
             let up = (kind, channel, grants);
             match &req.upgrade {
                 Ok(accept) => {
-                    let (res, _) = stream
+                    let (res, _) = sock
+                        .wr
                         .write_all(crate::ws::handshake::response_101(accept))
                         .await;
                     res?;
@@ -246,7 +278,7 @@ async fn http_phase(
                 Err(e) => {
                     ctx.hub.borrow_mut().stats.handshake_failures += 1;
                     log!(Debug, "handshake refused", conn = id, reason = log::Dbg(e));
-                    reply_error(ctx, stream, &http::handshake_error(e), false).await?;
+                    reply_error(ctx, sock, &http::handshake_error(e), false).await?;
                     return Ok(None);
                 }
             }
@@ -256,13 +288,13 @@ async fn http_phase(
             Route::Publish(_) if auth::authorize_publish(&ctx.cfg, &req).is_err() => {
                 let (status, message) = auth::authorize_publish(&ctx.cfg, &req).unwrap_err();
                 ctx.hub.borrow_mut().stats.auth_failures += 1;
-                reply_error(ctx, stream, &HttpError { status, message }, false).await?;
+                reply_error(ctx, sock, &HttpError { status, message }, false).await?;
                 return Ok(None);
             }
-            Route::Publish(channel) => match read_body(ctx, stream, buf, &req).await? {
+            Route::Publish(channel) => match read_body(ctx, sock, buf, &req).await? {
                 Ok(body) => publish_http(ctx, channel, &body, req.keep_alive).await,
                 Err(e) => {
-                    reply_error(ctx, stream, &e, false).await?;
+                    reply_error(ctx, sock, &e, false).await?;
                     return Ok(None);
                 }
             },
@@ -300,7 +332,7 @@ async fn http_phase(
                     head_only,
                 )
             }
-            Route::Cache(_) | Route::CachePurge => match read_body(ctx, stream, buf, &req).await? {
+            Route::Cache(_) | Route::CachePurge => match read_body(ctx, sock, buf, &req).await? {
                 Ok(body) => {
                     let inc = cache_edge::Incoming::new(id, &req, head.unwrap_or_default(), body);
                     // Boxed: inline, the cache's future would make every
@@ -308,7 +340,7 @@ async fn http_phase(
                     Box::pin(cache_edge::respond(ctx, &route, inc)).await
                 }
                 Err(e) => {
-                    reply_error(ctx, stream, &e, false).await?;
+                    reply_error(ctx, sock, &e, false).await?;
                     return Ok(None);
                 }
             },
@@ -316,7 +348,7 @@ async fn http_phase(
                 unreachable!("handled above")
             }
         };
-        let (res, _) = stream.write_all(resp).await;
+        let (res, _) = sock.wr.write_all(resp).await;
         res?;
         if !req.keep_alive {
             return Ok(None);
@@ -385,7 +417,7 @@ pub fn stats_json(hub: &Hub) -> String {
 
 async fn reply_error(
     ctx: &Ctx,
-    stream: &mut TcpStream,
+    sock: &mut Sock,
     err: &HttpError,
     keep_alive: bool,
 ) -> io::Result<()> {
@@ -396,7 +428,8 @@ async fn reply_error(
         reason = err.message
     );
     let _ = ctx;
-    let (res, _) = stream
+    let (res, _) = sock
+        .wr
         .write_all(http::error_response(err, keep_alive))
         .await;
     res.map(|_| ())
@@ -407,7 +440,7 @@ async fn reply_error(
 /// told to go on first (RFC 9110 10.1.1), unless the body is already here.
 async fn read_body(
     ctx: &Ctx,
-    stream: &mut TcpStream,
+    sock: &mut Sock,
     buf: &mut BytesMut,
     req: &http::Request,
 ) -> io::Result<Result<Bytes, HttpError>> {
@@ -423,13 +456,14 @@ async fn read_body(
         }));
     }
     if req.expect_continue && buf.len() < len {
-        let (res, _) = stream
+        let (res, _) = sock
+            .wr
             .write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
             .await;
         res?;
     }
     while buf.len() < len {
-        if read_more(ctx, stream, buf).await? == 0 {
+        if read_more(ctx, sock.stream(), buf).await? == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }
@@ -569,7 +603,7 @@ pub fn route_publish(
 
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
 /// the close handshake or the socket ends, then waits for the writer.
-async fn websocket(ctx: &Rc<Ctx>, stream: TcpStream, id: ConnId, up: Upgrade, buf: BytesMut) {
+async fn websocket(ctx: &Rc<Ctx>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
     let (kind, channel, grants) = up;
     {
         let mut hub = ctx.hub.borrow_mut();
@@ -583,14 +617,10 @@ async fn websocket(ctx: &Rc<Ctx>, stream: TcpStream, id: ConnId, up: Upgrade, bu
             }
         }
     }
-    let fd = stream.as_raw_fd();
-    let (rd, wr) = stream.into_split();
+    let fd = sock.stream().as_raw_fd();
+    let Sock { rd, wr } = sock;
     let writer = monoio::spawn(writer(ctx.clone(), wr, id));
-    // SAFETY: the read half only lends `&TcpStream` to `readable()` and to
-    // `as_raw_fd()`; the write half's operations only clone the fd into the
-    // submitted op. monoio's `Split` contract declares reads and writes of a
-    // TcpStream independent, and both halves live on this one thread.
-    let read_stream: &TcpStream = unsafe { &*rd.0.get() };
+    let read_stream = self::read_stream(&rd);
     let serial = ctx.hub.borrow().conn(id).map_or(0, |c| c.serial());
     let mut reader = WsReader {
         ctx,
@@ -936,10 +966,10 @@ mod tests {
             server.set_nonblocking(true).unwrap();
             let stream = TcpStream::from_std(server).unwrap();
             let ctx = Ctx::new(Config::default());
-            let conn = handle(ctx.clone(), stream);
+            let conn = handle(ctx.clone(), Sock::new(stream));
             let size = std::mem::size_of_val(&conn);
             eprintln!("connection task future: {size} bytes");
-            assert!(size <= 1200, "connection task future is {size} bytes");
+            assert!(size <= 1000, "connection task future is {size} bytes");
             drop(conn);
             drop(client);
         });

@@ -200,7 +200,7 @@ async fn accept_loop(ctx: Rc<Ctx>, listener: monoio::net::TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                monoio::spawn(conn::handle(ctx.clone(), stream));
+                monoio::spawn(conn::handle(ctx.clone(), conn::Sock::new(stream)));
             }
             Err(e) if is_fd_exhaustion(&e) => {
                 // Out of descriptors: back off instead of spinning, and log

@@ -455,10 +455,7 @@ async fn run_command(
         let (link, stop) = (link.clone(), stop.clone());
         async move { command_writer(&link, &mut wr, &stop).await }
     });
-    // SAFETY: as in `conn::websocket`: the read half only lends `&TcpStream`
-    // to `readable()`/`as_raw_fd()`, the write half only clones the fd into
-    // its ops; both live on this thread (monoio's `Split` contract).
-    let stream: &TcpStream = unsafe { &*rd.0.get() };
+    let stream = crate::server::conn::read_stream(&rd);
     let err = loop {
         match drain_replies(ctx, link, &mut buf) {
             Ok(()) => {}
@@ -621,8 +618,7 @@ async fn run_subscriber(
         let (ctx, link, stop) = (ctx.clone(), link.clone(), stop.clone());
         async move { interest_writer(&ctx, &link, &mut wr, &stop).await }
     });
-    // SAFETY: see `run_command`.
-    let stream: &TcpStream = unsafe { &*rd.0.get() };
+    let stream = crate::server::conn::read_stream(&rd);
     let err = loop {
         if let Err(e) = deliver_events(ctx, link, &mut buf, &mut pending_confirms, keys.len()) {
             break e;
