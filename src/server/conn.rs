@@ -671,7 +671,7 @@ struct WsReader<'a> {
     /// `--publish-rate`: over it, the connection is simply read later.
     bucket: TokenBucket,
     /// A data message waiting for a publish token.
-    held: Option<Message>,
+    held: Option<Box<Message>>,
 }
 
 impl WsReader<'_> {
@@ -705,7 +705,7 @@ impl WsReader<'_> {
     fn drain(&mut self, buf: &mut BytesMut) -> Drained {
         loop {
             let msg = match self.held.take() {
-                Some(msg) => msg,
+                Some(msg) => *msg,
                 None => match self.rx.next(buf) {
                     Ok(None) => return Drained::NeedMore,
                     Ok(Some(msg)) => msg,
@@ -718,12 +718,12 @@ impl WsReader<'_> {
                     // publishers down rather than let every subscriber's
                     // queue grow until the slow-consumer policy cuts them.
                     self.ctx.hub.borrow_mut().stats.publish_backpressure += 1;
-                    self.held = Some(msg);
+                    self.held = Some(Box::new(msg));
                     return Drained::Throttled(1);
                 }
                 if let Err(wait_ms) = self.bucket.take(self.ctx.now_ms()) {
                     self.ctx.hub.borrow_mut().stats.publish_rate_limited += 1;
-                    self.held = Some(msg);
+                    self.held = Some(Box::new(msg));
                     return Drained::Throttled(wait_ms);
                 }
             }
@@ -895,55 +895,45 @@ fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {
 /// The writer task: sleeps until frames are queued, writes each batch with
 /// one vectored write, and stops after the close frame or on teardown.
 async fn writer(ctx: Rc<Ctx>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
-    let mut batch = Vec::new();
     loop {
         let work = poll_fn(|cx| ctx.hub.borrow_mut().poll_writer(id, cx)).await;
         if work == WriterWork::Finish {
             return;
         }
+        // A fresh Vec per batch: it moves into the write and is dropped
+        // after it, so no buffer is held (or stored in this task) while idle.
+        let mut batch = Vec::new();
         let last = ctx.hub.borrow_mut().take_batch(id, &mut batch);
         let total: usize = batch.iter().map(Bytes::len).sum();
-        let (res, bufs) = write_all_vectored(&mut wr, std::mem::take(&mut batch)).await;
-        batch = bufs;
-        batch.clear();
+        let res = write_all_vectored(&mut wr, batch).await;
         let mut hub = ctx.hub.borrow_mut();
         hub.stats.writes += 1;
-        match res {
-            Ok(()) => hub.wrote(id, total),
-            Err(e) => {
-                log!(Debug, "write failed", conn = id, error = e);
-                hub.wrote(id, total);
-                hub.abort(id);
-                return;
-            }
+        hub.wrote(id, total);
+        if let Err(e) = res {
+            log!(Debug, "write failed", conn = id, error = e);
+            hub.abort(id);
+            return;
         }
         if last {
             return;
-        }
-        if batch.capacity() > 64 {
-            // Don't let one burst pin a large Vec for the connection's life.
-            batch = Vec::new();
         }
     }
 }
 
 /// Writes every byte of `bufs`, resubmitting after short writes.
-async fn write_all_vectored(
-    wr: &mut TcpOwnedWriteHalf,
-    bufs: Vec<Bytes>,
-) -> (io::Result<()>, Vec<Bytes>) {
+async fn write_all_vectored(wr: &mut TcpOwnedWriteHalf, bufs: Vec<Bytes>) -> io::Result<()> {
     let mut iov = IoVecs::new(bufs);
     while iov.remaining() > 0 {
         let (res, back) = wr.writev(iov).await;
         iov = back;
         match res {
-            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), iov.into_inner()),
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => iov.advance(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return (Err(e), iov.into_inner()),
+            Err(e) => return Err(e),
         }
     }
-    (Ok(()), iov.into_inner())
+    Ok(())
 }
 
 #[cfg(test)]
