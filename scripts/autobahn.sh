@@ -11,19 +11,10 @@ rm -rf "$out" && mkdir -p "$out"
 cargo build --release --quiet --bin corecast
 log="$out/server.log"
 # Autobahn's 9.x cases send 16 MiB messages; lift the limits for this run.
-./target/release/corecast --listen 127.0.0.1:0 --root-channel echo \
-    --max-frame-size 16MiB --max-message-size 16MiB --max-outbound-queue 64MiB \
-    2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-addr=""
-for _ in $(seq 1 100); do
-    addr=$(grep -o 'addr=127.0.0.1:[0-9]*' "$log" | head -1 | cut -d= -f2 || true)
-    [ -n "$addr" ] && break
-    kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }
-    sleep 0.1
-done
-[ -n "$addr" ] || { echo "server did not start"; cat "$log"; exit 1; }
+. scripts/lib.sh
+start_corecast ./target/release/corecast "$log" --root-channel echo \
+    --max-frame-size 16MiB --max-message-size 16MiB --max-outbound-queue 64MiB
+addr=$CORECAST_ADDR
 set +e
 .venv/bin/kosoku -x '12.*' -x '13.*' -o "$out" "$addr" > "$out/kosoku.txt" 2>&1
 set -e

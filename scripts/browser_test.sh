@@ -15,15 +15,8 @@ fi
 cargo build --quiet --bin corecast
 mkdir -p target/browser
 log=target/browser/server.log
-./target/debug/corecast --listen 127.0.0.1:0 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-addr=""
-for _ in $(seq 1 100); do
-    addr=$(grep -o 'addr=127.0.0.1:[0-9]*' "$log" | head -1 | cut -d= -f2 || true)
-    [ -n "$addr" ] && break
-    sleep 0.1
-done
-[ -n "$addr" ] || { echo "server did not start"; cat "$log"; exit 1; }
+. scripts/lib.sh
+start_corecast ./target/debug/corecast "$log"
+addr=$CORECAST_ADDR
 cd tests/browser
 CORECAST_ADDR="$addr" node --test --test-reporter=spec status.test.mjs

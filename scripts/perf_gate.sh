@@ -12,21 +12,10 @@ cargo build --release --quiet --bin corecast --bin corecast-bench
 mkdir -p target/perf
 ncpu=$(nproc)
 server_cpu=0; load_cpu=$(( ncpu > 1 ? 1 : 0 ))
-./target/release/corecast --listen 127.0.0.1:0 --cpu "$server_cpu" --log-level warn \
-    2>target/perf/server.log &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-addr=""
-for _ in $(seq 1 100); do
-    addr=$(grep -o 'addr=127.0.0.1:[0-9]*' target/perf/server.log | head -1 | cut -d= -f2 || true)
-    [ -n "$addr" ] && break
-    sleep 0.1
-done
-if [ -z "$addr" ]; then
-    # --log-level warn hides the start line; ask the kernel instead.
-    addr=$(ss -ltnp 2>/dev/null | awk -v p="pid=$pid," '$0 ~ p {print $4}' | head -1)
-fi
-[ -n "$addr" ] || { echo "server did not start"; cat target/perf/server.log; exit 1; }
+. scripts/lib.sh
+start_corecast ./target/release/corecast target/perf/server.log --cpu "$server_cpu"
+addr=$CORECAST_ADDR
+pid=$CORECAST_PID
 ./target/release/corecast-bench broadcast --url "ws://$addr/ws/perf" \
     -n "$(get subscribers)" -p "$(get publishers)" --rate "$(get rate)" --size "$(get size)" \
     --duration "$(get duration_seconds)" --warmup "$(get warmup_seconds)" \
