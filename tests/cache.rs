@@ -401,6 +401,9 @@ async fn ttl_expiry(backend: Backend) {
     .await;
     let fetched_at = Instant::now();
     let first = s.get("/api/ttl").await;
+    // Freshness runs from when the cache received the response: between
+    // `fetched_at` and now.
+    let answered_at = Instant::now();
     assert!(body(&first).contains(r#""n":1"#));
     s.stored(1).await;
     let refreshed = loop {
@@ -409,8 +412,10 @@ async fn ttl_expiry(backend: Backend) {
         if !cache_status(&r).contains("hit") {
             break r;
         }
+        // The request was sent before this check; 100 ms covers the
+        // scheduling of a loaded test machine.
         assert!(
-            fetched_at.elapsed() < ms(1000),
+            answered_at.elapsed() < ms(1100),
             "a hit after max-age: {r:?}"
         );
         assert!(fetched_at.elapsed() < DEADLINE, "never expired");

@@ -1,34 +1,30 @@
-//! One connection: the HTTP phase, then a WebSocket reader and writer.
-//!
-//! The reader owns the socket's read side and runs the sans-I/O protocol
-//! code; the writer sleeps on the hub until frames are queued, then takes
-//! them all and writes them with one vectored write. Neither holds a hub
-//! borrow across an `.await`.
+//! One connection from accept to close: the worker context, the split
+//! socket, the HTTP phase (requests, publish, probes, cache routes, the
+//! upgrade), and publish routing (in-process or through Redis). The
+//! WebSocket phase that follows an upgrade is in `ws_conn`.
 
 use std::cell::RefCell;
-use std::future::poll_fn;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::io::{AsyncWriteRentExt, Splitable};
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use monoio::net::TcpStream;
 
-use crate::auth::{self, Grants, TokenBucket};
+use crate::auth::{self, Grants};
 use crate::config::Config;
-use crate::control::{self, ErrorCode};
 use crate::http::{self, Body, HttpError, Method, Route};
-use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, SubscribeError, WriterWork};
+use crate::hub::{ConnId, ConnKind, Hub};
 use crate::log;
 use crate::metrics::Histogram;
 use crate::server::cache_edge::{self, CacheEdge};
-use crate::server::iovec::IoVecs;
 use crate::server::redis_link::{RedisLink, ReplyWaiter};
 use crate::server::sys;
-use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
+use crate::server::ws_conn;
+use crate::ws::OpCode;
 
 /// The internal channel of the status feed (`!` keeps clients out of it).
 pub const STATUS_CHANNEL: &str = "!status";
@@ -80,8 +76,8 @@ impl Ctx {
 /// instead of the 80-byte `TcpStream` that the nested async state machines
 /// of a connection would otherwise each carry a copy of.
 pub struct Sock {
-    rd: TcpOwnedReadHalf,
-    wr: TcpOwnedWriteHalf,
+    pub(super) rd: TcpOwnedReadHalf,
+    pub(super) wr: TcpOwnedWriteHalf,
 }
 
 impl Sock {
@@ -92,7 +88,7 @@ impl Sock {
     }
 
     /// The stream, for readiness, its fd and socket options.
-    fn stream(&self) -> &TcpStream {
+    pub(super) fn stream(&self) -> &TcpStream {
         read_stream(&self.rd)
     }
 }
@@ -130,7 +126,7 @@ pub async fn handle(ctx: Rc<Ctx>, mut sock: Sock) {
     // short-lived; inline it would size every WebSocket's task for it.
     match Box::pin(http_phase(&ctx, &mut sock, id, &mut buf)).await {
         Ok(Some((kind, channel, grants))) => {
-            websocket(&ctx, sock, id, (kind, channel, grants), buf).await
+            ws_conn::websocket(&ctx, sock, id, (kind, channel, grants), buf).await
         }
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
@@ -166,7 +162,11 @@ async fn linger_close(stream: &TcpStream) {
 
 /// Reads more bytes into `buf`: `Ok(0)` at end of stream. Tries the socket
 /// first and waits for readiness only when it is empty.
-async fn read_more(ctx: &Ctx, stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+pub(super) async fn read_more(
+    ctx: &Ctx,
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+) -> io::Result<usize> {
     loop {
         let res = {
             let mut scratch = ctx.scratch.borrow_mut();
@@ -190,7 +190,7 @@ async fn read_more(ctx: &Ctx, stream: &TcpStream, buf: &mut BytesMut) -> io::Res
 
 /// An accepted upgrade: the mode, the channel of `/ws/{channel}`, and
 /// what the connection's token allows.
-type Upgrade = (ConnKind, Option<String>, Grants);
+pub(super) type Upgrade = (ConnKind, Option<String>, Grants);
 
 /// Serves plain HTTP requests until one upgrades, the peer leaves, or an
 /// error ends the connection.
@@ -560,7 +560,7 @@ async fn publish_http(ctx: &Ctx, channel: &str, body: &[u8], keep_alive: bool) -
 const BACKPRESSURE_HTTP_WAIT_MS: u32 = 5_000;
 
 /// Whether the worker's write backlog is over `--publish-backpressure`.
-fn over_backlog(ctx: &Ctx) -> bool {
+pub(super) fn over_backlog(ctx: &Ctx) -> bool {
     ctx.hub.borrow().backlog() > ctx.cfg.publish_backpressure
 }
 
@@ -599,341 +599,6 @@ pub fn route_publish(
             Published::Rejected
         }
     }
-}
-
-/// Runs an upgraded connection: subscribes, spawns the writer, reads until
-/// the close handshake or the socket ends, then waits for the writer.
-async fn websocket(ctx: &Rc<Ctx>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
-    let (kind, channel, grants) = up;
-    {
-        let mut hub = ctx.hub.borrow_mut();
-        hub.upgrade(id, kind);
-        if let Some(c) = channel.as_deref().filter(|c| c.starts_with('!')) {
-            hub.subscribe_internal(id, c);
-        } else if let Some(c) = &channel {
-            if hub.subscribe(id, c).is_err() {
-                // Only possible with max_subscriptions = 0.
-                hub.close(id, 1008, "subscription refused", CloseReason::Protocol);
-            }
-        }
-    }
-    let fd = sock.stream().as_raw_fd();
-    let Sock { rd, wr } = sock;
-    let writer = monoio::spawn(writer(ctx.clone(), wr, id));
-    let read_stream = self::read_stream(&rd);
-    let serial = ctx.hub.borrow().conn(id).map_or(0, |c| c.serial());
-    let mut reader = WsReader {
-        ctx,
-        id,
-        serial,
-        channel: channel.as_deref(),
-        grants,
-        bucket: TokenBucket::new(ctx.cfg.publish_rate, ctx.cfg.publish_rate, ctx.now_ms()),
-        held: None,
-        rx: Receiver::new(Role::Server, ctx.cfg.ws_limits()),
-    };
-    let outcome = reader.run(read_stream, buf).await;
-    if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
-        // The peer is gone or silent: unblock a writer stuck on a full socket.
-        sys::shutdown(fd);
-        ctx.hub.borrow_mut().abort(id);
-    }
-    let _ = writer.await;
-    drop(rd);
-}
-
-/// What draining the read buffer came to.
-enum Drained {
-    /// Everything complete was handled; read more.
-    NeedMore,
-    /// Over `--publish-rate`: wait this many milliseconds.
-    Throttled(u64),
-    /// The connection is ending.
-    End(ReadEnd),
-}
-
-enum ReadEnd {
-    /// The peer's close frame arrived (and our echo is queued).
-    CloseReceived,
-    /// We failed the connection (protocol error); our close is queued.
-    Failed,
-    /// End of stream or a socket error.
-    Gone,
-}
-
-struct WsReader<'a> {
-    ctx: &'a Rc<Ctx>,
-    id: ConnId,
-    serial: u64,
-    channel: Option<&'a str>,
-    rx: Receiver,
-    grants: Grants,
-    /// `--publish-rate`: over it, the connection is simply read later.
-    bucket: TokenBucket,
-    /// A data message waiting for a publish token.
-    held: Option<Box<Message>>,
-}
-
-impl WsReader<'_> {
-    async fn run(&mut self, stream: &TcpStream, mut buf: BytesMut) -> ReadEnd {
-        loop {
-            match self.drain(&mut buf) {
-                Drained::End(end) => return end,
-                Drained::Throttled(ms) => {
-                    // Backpressure instead of loss: stop reading until the
-                    // bucket refills; the peer's TCP window does the rest.
-                    // Boxed: a timer entry in every reader would cost all
-                    // connections memory for a path only fast publishers take.
-                    Box::pin(monoio::time::sleep(Duration::from_millis(ms))).await;
-                    continue;
-                }
-                Drained::NeedMore => {}
-            }
-            if buf.is_empty() {
-                // Idle connections keep no read buffer.
-                buf = BytesMut::new();
-            }
-            match read_more(self.ctx, stream, &mut buf).await {
-                Ok(0) | Err(_) => return ReadEnd::Gone,
-                Ok(_) => self.ctx.hub.borrow_mut().received(self.id),
-            }
-        }
-    }
-
-    /// Handles every complete message in `buf`; all of them are fanned out
-    /// before any writer runs, so a burst shares writes.
-    fn drain(&mut self, buf: &mut BytesMut) -> Drained {
-        loop {
-            let msg = match self.held.take() {
-                Some(msg) => *msg,
-                None => match self.rx.next(buf) {
-                    Ok(None) => return Drained::NeedMore,
-                    Ok(Some(msg)) => msg,
-                    Err(e) => return Drained::End(self.fail(&e)),
-                },
-            };
-            if matches!(msg, Message::Text(_) | Message::Binary(_)) {
-                if over_backlog(self.ctx) {
-                    // The server is behind on its own writes: slow the
-                    // publishers down rather than let every subscriber's
-                    // queue grow until the slow-consumer policy cuts them.
-                    self.ctx.hub.borrow_mut().stats.publish_backpressure += 1;
-                    self.held = Some(Box::new(msg));
-                    return Drained::Throttled(1);
-                }
-                if let Err(wait_ms) = self.bucket.take(self.ctx.now_ms()) {
-                    self.ctx.hub.borrow_mut().stats.publish_rate_limited += 1;
-                    self.held = Some(Box::new(msg));
-                    return Drained::Throttled(wait_ms);
-                }
-            }
-            if let Some(end) = self.on_message(msg) {
-                return Drained::End(end);
-            }
-        }
-    }
-
-    fn fail(&mut self, e: &ProtocolError) -> ReadEnd {
-        let mut hub = self.ctx.hub.borrow_mut();
-        hub.stats.protocol_errors += 1;
-        log!(
-            Debug,
-            "protocol error",
-            conn = self.id,
-            error = e,
-            code = e.close_code()
-        );
-        hub.close(
-            self.id,
-            e.close_code(),
-            &e.to_string(),
-            CloseReason::Protocol,
-        );
-        ReadEnd::Failed
-    }
-
-    fn on_message(&mut self, msg: Message) -> Option<ReadEnd> {
-        let mut hub = self.ctx.hub.borrow_mut();
-        let open = hub
-            .conn(self.id)
-            .is_some_and(|c| c.state() == ConnState::Open);
-        match msg {
-            // RFC 6455 5.5.1: after sending a close frame, data is ignored.
-            Message::Text(_) | Message::Binary(_) if !open => {}
-            Message::Text(p) => self.on_data(&mut hub, OpCode::Text, p),
-            Message::Binary(p) => self.on_data(&mut hub, OpCode::Binary, p),
-            Message::Ping(p) => hub.queue_pong(self.id, &p),
-            Message::Pong(_) => {}
-            Message::Close(frame) => {
-                hub.peer_closed(self.id, frame.map(|f| f.code));
-                return Some(ReadEnd::CloseReceived);
-            }
-        }
-        None
-    }
-
-    fn on_data(&self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
-        let redis = self.ctx.redis.as_deref();
-        let Some(c) = self.channel else {
-            let who = (self.id, self.serial, &self.grants);
-            return on_control(hub, redis, who, opcode, &payload);
-        };
-        if !self.grants.may_publish(c) {
-            hub.stats.auth_failures += 1;
-            hub.close(
-                self.id,
-                1008,
-                "token does not grant publishing here",
-                CloseReason::Protocol,
-            );
-            return;
-        }
-        let outcome = route_publish(hub, redis, c, opcode, &payload, self.serial, false);
-        if let Published::Rejected = outcome {
-            // A plain WebSocket has no way to carry an error reply: tell
-            // the publisher with close 1013 rather than drop its message.
-            log!(
-                Info,
-                "publish refused, closing publisher",
-                conn = self.id,
-                channel = c
-            );
-            hub.close(
-                self.id,
-                1013,
-                "publish buffer full",
-                CloseReason::Overloaded,
-            );
-        }
-    }
-}
-
-/// One request of the JSON control protocol; replies go through the queue.
-fn on_control(
-    hub: &mut Hub,
-    redis: Option<&RedisLink>,
-    (id, serial, grants): (ConnId, u64, &Grants),
-    opcode: OpCode,
-    payload: &[u8],
-) {
-    if opcode == OpCode::Binary {
-        let msg = "binary frames are not part of the control protocol; use data_base64";
-        hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
-        return;
-    }
-    let env = match control::parse(payload) {
-        Ok(env) => env,
-        Err(e) => {
-            hub.send_to(id, control::error(e.code, &e.message, e.id.as_deref()));
-            return;
-        }
-    };
-    let idv = env.id.as_deref();
-    let reply = match env.request {
-        control::Request::Subscribe { channel } if !grants.may_subscribe(&channel) => {
-            Some(forbidden(idv))
-        }
-        control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
-            Some(forbidden(idv))
-        }
-        control::Request::Subscribe { channel } => match hub.subscribe(id, &channel) {
-            Ok(()) => Some(control::ack("subscribed", &channel, None, idv)),
-            Err(SubscribeError::InvalidChannel) => Some(invalid_channel(idv)),
-            Err(SubscribeError::TooManySubscriptions) => Some(control::error(
-                ErrorCode::TooManySubscriptions,
-                "subscription limit reached",
-                idv,
-            )),
-        },
-        control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
-            control::ack("unsubscribed", &channel, None, idv)
-        } else {
-            control::error(ErrorCode::NotSubscribed, "not subscribed", idv)
-        }),
-        control::Request::Publish {
-            channel,
-            opcode,
-            payload,
-        } => {
-            if !crate::hub::valid_channel_name(&channel) {
-                Some(invalid_channel(idv))
-            } else {
-                match route_publish(hub, redis, &channel, opcode, &payload, serial, false) {
-                    Published::Rejected => Some(control::error(
-                        ErrorCode::Unavailable,
-                        "redis unavailable and the publish buffer is full; not published",
-                        idv,
-                    )),
-                    outcome => {
-                        let n = match outcome {
-                            Published::Local(n) => n,
-                            _ => hub.subscriber_count(&channel),
-                        };
-                        idv.map(|i| control::ack("published", &channel, Some(n), Some(i)))
-                    }
-                }
-            }
-        }
-    };
-    if let Some(frame) = reply {
-        hub.send_to(id, frame);
-    }
-}
-
-fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
-    control::error(
-        ErrorCode::Forbidden,
-        "the connection token does not grant this channel",
-        id,
-    )
-}
-
-fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {
-    control::error(ErrorCode::InvalidChannel, "invalid channel name", id)
-}
-
-/// The writer task: sleeps until frames are queued, writes each batch with
-/// one vectored write, and stops after the close frame or on teardown.
-async fn writer(ctx: Rc<Ctx>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
-    loop {
-        let work = poll_fn(|cx| ctx.hub.borrow_mut().poll_writer(id, cx)).await;
-        if work == WriterWork::Finish {
-            return;
-        }
-        // A fresh Vec per batch: it moves into the write and is dropped
-        // after it, so no buffer is held (or stored in this task) while idle.
-        let mut batch = Vec::new();
-        let last = ctx.hub.borrow_mut().take_batch(id, &mut batch);
-        let total: usize = batch.iter().map(Bytes::len).sum();
-        let res = write_all_vectored(&mut wr, batch).await;
-        let mut hub = ctx.hub.borrow_mut();
-        hub.stats.writes += 1;
-        hub.wrote(id, total);
-        if let Err(e) = res {
-            log!(Debug, "write failed", conn = id, error = e);
-            hub.abort(id);
-            return;
-        }
-        if last {
-            return;
-        }
-    }
-}
-
-/// Writes every byte of `bufs`, resubmitting after short writes.
-async fn write_all_vectored(wr: &mut TcpOwnedWriteHalf, bufs: Vec<Bytes>) -> io::Result<()> {
-    let mut iov = IoVecs::new(bufs);
-    while iov.remaining() > 0 {
-        let (res, back) = wr.writev(iov).await;
-        iov = back;
-        match res {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => iov.advance(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -6,12 +6,21 @@
 //! connections, its scratch buffer — is `!Send` and lives inside it, so more
 //! workers can be added later by starting more of them (with `SO_REUSEPORT`)
 //! without touching the per-connection code.
+//!
+//! Layout: `mod.rs` boots the worker (pinning, driver, accept loop, sweeper,
+//! shutdown); `conn` serves a connection's HTTP phase and routes publishes;
+//! `ws_conn` runs an upgraded connection's reader and writer; `iovec` is
+//! the owning iovec list for vectored writes; `redis_link` holds Redis
+//! mode's connections; `cache_edge` the HTTP cache's origin client, stores
+//! and coalescing; `sys` the few raw syscalls; `status.html` the page
+//! served at `/status`.
 
 mod cache_edge;
 mod conn;
 mod iovec;
 pub mod redis_link;
 pub mod sys;
+mod ws_conn;
 
 use std::future::Future;
 use std::io;

@@ -1,0 +1,362 @@
+//! The WebSocket phase of a connection: a reader task that runs the
+//! sans-I/O receiver and publishes, and a writer task that drains the
+//! hub's queue with one vectored write per batch. Neither holds a hub
+//! borrow across an `.await`.
+
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use monoio::io::AsyncWriteRent;
+use monoio::net::tcp::TcpOwnedWriteHalf;
+use monoio::net::TcpStream;
+
+use crate::auth::{Grants, TokenBucket};
+use crate::control::{self, ErrorCode};
+use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
+use crate::log;
+use crate::server::conn::{
+    over_backlog, read_more, read_stream, route_publish, Ctx, Published, Sock, Upgrade,
+};
+use crate::server::iovec::IoVecs;
+use crate::server::redis_link::RedisLink;
+use crate::server::sys;
+use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
+
+/// Runs an upgraded connection: subscribes, spawns the writer, reads until
+/// the close handshake or the socket ends, then waits for the writer.
+pub(super) async fn websocket(ctx: &Rc<Ctx>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
+    let (kind, channel, grants) = up;
+    {
+        let mut hub = ctx.hub.borrow_mut();
+        hub.upgrade(id, kind);
+        if let Some(c) = channel.as_deref().filter(|c| c.starts_with('!')) {
+            hub.subscribe_internal(id, c);
+        } else if let Some(c) = &channel {
+            if hub.subscribe(id, c).is_err() {
+                // Only possible with max_subscriptions = 0.
+                hub.close(id, 1008, "subscription refused", CloseReason::Protocol);
+            }
+        }
+    }
+    let fd = sock.stream().as_raw_fd();
+    let Sock { rd, wr } = sock;
+    let writer = monoio::spawn(writer(ctx.clone(), wr, id));
+    let read_stream = self::read_stream(&rd);
+    let serial = ctx.hub.borrow().conn(id).map_or(0, |c| c.serial());
+    let mut reader = WsReader {
+        ctx,
+        id,
+        serial,
+        channel: channel.as_deref(),
+        grants,
+        bucket: TokenBucket::new(ctx.cfg.publish_rate, ctx.cfg.publish_rate, ctx.now_ms()),
+        held: None,
+        rx: Receiver::new(Role::Server, ctx.cfg.ws_limits()),
+    };
+    let outcome = reader.run(read_stream, buf).await;
+    if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
+        // The peer is gone or silent: unblock a writer stuck on a full socket.
+        sys::shutdown(fd);
+        ctx.hub.borrow_mut().abort(id);
+    }
+    let _ = writer.await;
+    drop(rd);
+}
+
+/// What draining the read buffer came to.
+enum Drained {
+    /// Everything complete was handled; read more.
+    NeedMore,
+    /// Over `--publish-rate`: wait this many milliseconds.
+    Throttled(u64),
+    /// The connection is ending.
+    End(ReadEnd),
+}
+
+enum ReadEnd {
+    /// The peer's close frame arrived (and our echo is queued).
+    CloseReceived,
+    /// We failed the connection (protocol error); our close is queued.
+    Failed,
+    /// End of stream or a socket error.
+    Gone,
+}
+
+struct WsReader<'a> {
+    ctx: &'a Rc<Ctx>,
+    id: ConnId,
+    serial: u64,
+    channel: Option<&'a str>,
+    rx: Receiver,
+    grants: Grants,
+    /// `--publish-rate`: over it, the connection is simply read later.
+    bucket: TokenBucket,
+    /// A data message waiting for a publish token.
+    held: Option<Box<Message>>,
+}
+
+impl WsReader<'_> {
+    async fn run(&mut self, stream: &TcpStream, mut buf: BytesMut) -> ReadEnd {
+        loop {
+            match self.drain(&mut buf) {
+                Drained::End(end) => return end,
+                Drained::Throttled(ms) => {
+                    // Backpressure instead of loss: stop reading until the
+                    // bucket refills; the peer's TCP window does the rest.
+                    // Boxed: a timer entry in every reader would cost all
+                    // connections memory for a path only fast publishers take.
+                    Box::pin(monoio::time::sleep(Duration::from_millis(ms))).await;
+                    continue;
+                }
+                Drained::NeedMore => {}
+            }
+            if buf.is_empty() {
+                // Idle connections keep no read buffer.
+                buf = BytesMut::new();
+            }
+            match read_more(self.ctx, stream, &mut buf).await {
+                Ok(0) | Err(_) => return ReadEnd::Gone,
+                Ok(_) => self.ctx.hub.borrow_mut().received(self.id),
+            }
+        }
+    }
+
+    /// Handles every complete message in `buf`; all of them are fanned out
+    /// before any writer runs, so a burst shares writes.
+    fn drain(&mut self, buf: &mut BytesMut) -> Drained {
+        loop {
+            let msg = match self.held.take() {
+                Some(msg) => *msg,
+                None => match self.rx.next(buf) {
+                    Ok(None) => return Drained::NeedMore,
+                    Ok(Some(msg)) => msg,
+                    Err(e) => return Drained::End(self.fail(&e)),
+                },
+            };
+            if matches!(msg, Message::Text(_) | Message::Binary(_)) {
+                if over_backlog(self.ctx) {
+                    // The server is behind on its own writes: slow the
+                    // publishers down rather than let every subscriber's
+                    // queue grow until the slow-consumer policy cuts them.
+                    self.ctx.hub.borrow_mut().stats.publish_backpressure += 1;
+                    self.held = Some(Box::new(msg));
+                    return Drained::Throttled(1);
+                }
+                if let Err(wait_ms) = self.bucket.take(self.ctx.now_ms()) {
+                    self.ctx.hub.borrow_mut().stats.publish_rate_limited += 1;
+                    self.held = Some(Box::new(msg));
+                    return Drained::Throttled(wait_ms);
+                }
+            }
+            if let Some(end) = self.on_message(msg) {
+                return Drained::End(end);
+            }
+        }
+    }
+
+    fn fail(&mut self, e: &ProtocolError) -> ReadEnd {
+        let mut hub = self.ctx.hub.borrow_mut();
+        hub.stats.protocol_errors += 1;
+        log!(
+            Debug,
+            "protocol error",
+            conn = self.id,
+            error = e,
+            code = e.close_code()
+        );
+        hub.close(
+            self.id,
+            e.close_code(),
+            &e.to_string(),
+            CloseReason::Protocol,
+        );
+        ReadEnd::Failed
+    }
+
+    fn on_message(&mut self, msg: Message) -> Option<ReadEnd> {
+        let mut hub = self.ctx.hub.borrow_mut();
+        let open = hub
+            .conn(self.id)
+            .is_some_and(|c| c.state() == ConnState::Open);
+        match msg {
+            // RFC 6455 5.5.1: after sending a close frame, data is ignored.
+            Message::Text(_) | Message::Binary(_) if !open => {}
+            Message::Text(p) => self.on_data(&mut hub, OpCode::Text, p),
+            Message::Binary(p) => self.on_data(&mut hub, OpCode::Binary, p),
+            Message::Ping(p) => hub.queue_pong(self.id, &p),
+            Message::Pong(_) => {}
+            Message::Close(frame) => {
+                hub.peer_closed(self.id, frame.map(|f| f.code));
+                return Some(ReadEnd::CloseReceived);
+            }
+        }
+        None
+    }
+
+    fn on_data(&self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
+        let redis = self.ctx.redis.as_deref();
+        let Some(c) = self.channel else {
+            let who = (self.id, self.serial, &self.grants);
+            return on_control(hub, redis, who, opcode, &payload);
+        };
+        if !self.grants.may_publish(c) {
+            hub.stats.auth_failures += 1;
+            hub.close(
+                self.id,
+                1008,
+                "token does not grant publishing here",
+                CloseReason::Protocol,
+            );
+            return;
+        }
+        let outcome = route_publish(hub, redis, c, opcode, &payload, self.serial, false);
+        if let Published::Rejected = outcome {
+            // A plain WebSocket has no way to carry an error reply: tell
+            // the publisher with close 1013 rather than drop its message.
+            log!(
+                Info,
+                "publish refused, closing publisher",
+                conn = self.id,
+                channel = c
+            );
+            hub.close(
+                self.id,
+                1013,
+                "publish buffer full",
+                CloseReason::Overloaded,
+            );
+        }
+    }
+}
+
+/// One request of the JSON control protocol; replies go through the queue.
+fn on_control(
+    hub: &mut Hub,
+    redis: Option<&RedisLink>,
+    (id, serial, grants): (ConnId, u64, &Grants),
+    opcode: OpCode,
+    payload: &[u8],
+) {
+    if opcode == OpCode::Binary {
+        let msg = "binary frames are not part of the control protocol; use data_base64";
+        hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
+        return;
+    }
+    let env = match control::parse(payload) {
+        Ok(env) => env,
+        Err(e) => {
+            hub.send_to(id, control::error(e.code, &e.message, e.id.as_deref()));
+            return;
+        }
+    };
+    let idv = env.id.as_deref();
+    let reply = match env.request {
+        control::Request::Subscribe { channel } if !grants.may_subscribe(&channel) => {
+            Some(forbidden(idv))
+        }
+        control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
+            Some(forbidden(idv))
+        }
+        control::Request::Subscribe { channel } => match hub.subscribe(id, &channel) {
+            Ok(()) => Some(control::ack("subscribed", &channel, None, idv)),
+            Err(SubscribeError::InvalidChannel) => Some(invalid_channel(idv)),
+            Err(SubscribeError::TooManySubscriptions) => Some(control::error(
+                ErrorCode::TooManySubscriptions,
+                "subscription limit reached",
+                idv,
+            )),
+        },
+        control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
+            control::ack("unsubscribed", &channel, None, idv)
+        } else {
+            control::error(ErrorCode::NotSubscribed, "not subscribed", idv)
+        }),
+        control::Request::Publish {
+            channel,
+            opcode,
+            payload,
+        } => {
+            if !crate::hub::valid_channel_name(&channel) {
+                Some(invalid_channel(idv))
+            } else {
+                match route_publish(hub, redis, &channel, opcode, &payload, serial, false) {
+                    Published::Rejected => Some(control::error(
+                        ErrorCode::Unavailable,
+                        "redis unavailable and the publish buffer is full; not published",
+                        idv,
+                    )),
+                    outcome => {
+                        let n = match outcome {
+                            Published::Local(n) => n,
+                            _ => hub.subscriber_count(&channel),
+                        };
+                        idv.map(|i| control::ack("published", &channel, Some(n), Some(i)))
+                    }
+                }
+            }
+        }
+    };
+    if let Some(frame) = reply {
+        hub.send_to(id, frame);
+    }
+}
+
+fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
+    control::error(
+        ErrorCode::Forbidden,
+        "the connection token does not grant this channel",
+        id,
+    )
+}
+
+fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {
+    control::error(ErrorCode::InvalidChannel, "invalid channel name", id)
+}
+
+/// The writer task: sleeps until frames are queued, writes each batch with
+/// one vectored write, and stops after the close frame or on teardown.
+async fn writer(ctx: Rc<Ctx>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
+    loop {
+        let work = poll_fn(|cx| ctx.hub.borrow_mut().poll_writer(id, cx)).await;
+        if work == WriterWork::Finish {
+            return;
+        }
+        // A fresh Vec per batch: it moves into the write and is dropped
+        // after it, so no buffer is held (or stored in this task) while idle.
+        let mut batch = Vec::new();
+        let last = ctx.hub.borrow_mut().take_batch(id, &mut batch);
+        let total: usize = batch.iter().map(Bytes::len).sum();
+        let res = write_all_vectored(&mut wr, batch).await;
+        let mut hub = ctx.hub.borrow_mut();
+        hub.stats.writes += 1;
+        hub.wrote(id, total);
+        if let Err(e) = res {
+            log!(Debug, "write failed", conn = id, error = e);
+            hub.abort(id);
+            return;
+        }
+        if last {
+            return;
+        }
+    }
+}
+
+/// Writes every byte of `bufs`, resubmitting after short writes.
+async fn write_all_vectored(wr: &mut TcpOwnedWriteHalf, bufs: Vec<Bytes>) -> io::Result<()> {
+    let mut iov = IoVecs::new(bufs);
+    while iov.remaining() > 0 {
+        let (res, back) = wr.writev(iov).await;
+        iov = back;
+        match res {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => iov.advance(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
