@@ -396,19 +396,32 @@ mod tests {
         let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
         enable_rx_timestamps(server.as_raw_fd()).unwrap();
-        let before = realtime_ns();
-        client.write_all(b"hello").unwrap();
         server.set_nonblocking(false).unwrap();
-        let mut buf = [0u8; 16];
-        let (mut n, mut ts) = (0, None);
-        // MSG_DONTWAIT may run ahead of loopback delivery: wait for
-        // readability with a blocking peek first.
-        while n == 0 {
-            let _ = server.peek(&mut buf);
-            (n, ts) = recv_timestamped(server.as_raw_fd(), &mut buf).unwrap();
-        }
-        assert_eq!(&buf[..n], b"hello");
-        let ts = ts.expect("SO_TIMESTAMPING delivered a stamp");
+        // The kernel turns receive timestamping on through a deferred
+        // static-key update the first time any socket asks for it, so the
+        // first segments may arrive unstamped: resend until one is stamped
+        // (bounded), as the load generator's warm-up does.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let (before, ts) = loop {
+            let before = realtime_ns();
+            client.write_all(b"hello").unwrap();
+            let mut buf = [0u8; 16];
+            let (mut n, mut ts) = (0, None);
+            // MSG_DONTWAIT may run ahead of loopback delivery: wait for
+            // readability with a blocking peek first.
+            while n == 0 {
+                let _ = server.peek(&mut buf);
+                (n, ts) = recv_timestamped(server.as_raw_fd(), &mut buf).unwrap();
+            }
+            assert_eq!(&buf[..n], b"hello");
+            if let Some(ts) = ts {
+                break (before, ts);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "SO_TIMESTAMPING never delivered a stamp"
+            );
+        };
         assert!(ts >= before && ts <= realtime_ns(), "{before} {ts}");
     }
 }
