@@ -17,14 +17,16 @@
 //! - [`cache`]: the HTTP response cache in front of `--origin`, sans-I/O —
 //!   `Cache-Control` policy, keys, entry encoding, the LRU memory store,
 //!   chunked decoding, origin response heads (edge in `server::cache_edge`).
-//! - [`config`]: every limit and knob, flags and environment variables.
+//! - [`config`]: every limit and knob: flags, environment variables, a
+//!   TOML file; `--help` and the README table come from one table.
 //! - [`redis`]: RESP (redis-protocol), pipelining, URLs, the envelope of
 //!   messages on Redis channels (sans-I/O; connections in `server::redis_link`).
 //! - [`stats`], [`log`], [`metrics`]: counters, logfmt logging, and the
 //!   Prometheus exposition with latency histograms.
 //! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast).
 //!
-//! Protocol modules never import the runtime; only `server` awaits sockets.
+//! Protocol modules never import the runtime; only `server` (and the load
+//! generator's client edge in `loadgen`) await sockets.
 
 pub mod auth;
 pub mod cache;
