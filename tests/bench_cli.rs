@@ -170,3 +170,28 @@ fn bad_arguments_print_usage() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("USAGE"));
 }
+
+#[test]
+fn http_load_counts_every_answer() {
+    let server = start_server();
+    let url = format!("http://{}/healthz", server.local_addr());
+    let v = bench_json(&[
+        "http",
+        "--url",
+        &url,
+        "-c",
+        "4",
+        "--duration",
+        "1",
+        "--warmup",
+        "200ms",
+    ]);
+    assert_eq!(v["command"], "http");
+    let requests = u(&v, "requests");
+    assert!(requests > 0, "{v}");
+    assert_eq!(v["statuses"]["200"].as_u64(), Some(requests), "{v}");
+    assert_eq!(u(&v, "errors"), 0, "{v}");
+    assert_eq!(u(&v["latency"], "count"), requests, "{v}");
+    server.stop();
+    server.join().unwrap();
+}

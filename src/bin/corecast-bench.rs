@@ -28,6 +28,7 @@ fn main() -> ExitCode {
     let (json, sockets) = match &cmd {
         args::Command::Connect(o) => (o.common.json, o.n),
         args::Command::Broadcast(o) => (o.common.json, o.subscribers + o.publishers),
+        args::Command::Http(o) => (o.common.json, o.connections),
         args::Command::Help => (false, 0),
     };
     // Every connection is a descriptor: use all the hard limit allows.

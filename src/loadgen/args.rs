@@ -12,6 +12,7 @@ USAGE:
   corecast-bench connect   --url ws://HOST:PORT/ws/CHAN -n N [options]
   corecast-bench broadcast --url ws://HOST:PORT/ws/CHAN [--url URL2 ...] -n SUBS
                            -p PUBS --rate MSGS_PER_SEC [options]
+  corecast-bench http      --url http://HOST:PORT/PATH -c CONNECTIONS [options]
 
 COMMON OPTIONS:
   --json                 print the report as JSON on stdout
@@ -40,6 +41,12 @@ BROADCAST:
   --drain SECS           wait at most this long for stragglers [2]
   --via ws|http          publish over the WebSocket or POST /publish [ws]
 
+HTTP (closed loop: each keep-alive connection sends its next GET when the
+previous response is complete):
+  -c N                   keep-alive connections [64]
+  --duration SECS        measured window [10]
+  --warmup SECS          unmeasured lead-in [2]
+
 Durations accept a plain number of seconds or a suffix: 500ms, 20s, 2m.
 ";
 
@@ -52,6 +59,23 @@ pub enum Command {
     Connect(ConnectOpts),
     /// Fan-out throughput and latency.
     Broadcast(BroadcastOpts),
+    /// Closed-loop keep-alive GET load.
+    Http(HttpOpts),
+}
+
+/// `http` options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpOpts {
+    /// Shared options.
+    pub common: Common,
+    /// `http://host:port/path[?query]`.
+    pub url: String,
+    /// Keep-alive connections.
+    pub connections: usize,
+    /// Measured window.
+    pub duration: Duration,
+    /// Unmeasured lead-in.
+    pub warmup: Duration,
 }
 
 /// Options every subcommand takes.
@@ -214,6 +238,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
     match sub.as_str() {
         "connect" => parse_connect(&rest).map(Command::Connect),
         "broadcast" => parse_broadcast(&rest).map(Command::Broadcast),
+        "http" => parse_http(&rest).map(Command::Http),
         "help" | "--help" | "-h" => Ok(Command::Help),
         other => Err(format!("unknown subcommand `{other}`")),
     }
@@ -284,6 +309,35 @@ fn parse_connect(args: &[String]) -> Result<ConnectOpts, String> {
         rate,
         hold,
     })
+}
+
+fn parse_http(args: &[String]) -> Result<HttpOpts, String> {
+    let mut o = HttpOpts {
+        common: Common::default(),
+        url: String::new(),
+        connections: 64,
+        duration: Duration::from_secs(10),
+        warmup: Duration::from_secs(2),
+    };
+    for (flag, v) in pairs(args)? {
+        if common_flag(&mut o.common, flag, v)? {
+            continue;
+        }
+        match flag {
+            "--url" => o.url = v.to_string(),
+            "-c" => o.connections = num::<usize>(flag, v)?.max(1),
+            "--duration" => o.duration = duration(flag, v)?,
+            "--warmup" => o.warmup = duration(flag, v)?,
+            _ => return Err(format!("unknown option `{flag}` for http")),
+        }
+    }
+    if !o.url.starts_with("http://") {
+        return Err("http needs --url http://HOST:PORT/PATH".into());
+    }
+    if o.duration.is_zero() {
+        return Err("--duration must be > 0".into());
+    }
+    Ok(o)
 }
 
 fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {

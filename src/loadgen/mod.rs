@@ -28,6 +28,7 @@ pub mod args;
 pub mod broadcast;
 pub mod client;
 pub mod connect;
+pub mod http_load;
 pub mod open;
 pub mod payload;
 pub mod publish;
@@ -96,6 +97,8 @@ pub enum Report {
     Connect(Box<report::ConnectReport>),
     /// From `broadcast`.
     Broadcast(Box<report::BroadcastReport>),
+    /// From `http`.
+    Http(Box<http_load::HttpReport>),
 }
 
 impl Report {
@@ -104,6 +107,7 @@ impl Report {
         let v = match self {
             Report::Connect(r) => serde_json::to_string_pretty(r),
             Report::Broadcast(r) => serde_json::to_string_pretty(r),
+            Report::Http(r) => serde_json::to_string_pretty(r),
         };
         v.expect("reports serialize")
     }
@@ -113,6 +117,7 @@ impl Report {
         match self {
             Report::Connect(r) => r.text(),
             Report::Broadcast(r) => r.text(),
+            Report::Http(r) => r.text(),
         }
     }
 }
@@ -126,6 +131,12 @@ pub fn run(cmd: Command) -> Result<Report, BenchError> {
             let common = o.common.clone();
             block_on(&common, move || async move {
                 connect::run(o).await.map(|r| Report::Connect(Box::new(r)))
+            })?
+        }
+        Command::Http(o) => {
+            let common = o.common.clone();
+            block_on(&common, move || async move {
+                http_load::run(o).await.map(|r| Report::Http(Box::new(r)))
             })?
         }
         Command::Broadcast(o) => {

@@ -58,7 +58,8 @@ impl LatencySummary {
         }
     }
 
-    fn line(&self, name: &str) -> String {
+    /// One formatted line of the summary.
+    pub fn line(&self, name: &str) -> String {
         format!(
             "  {name:<16} p50 {:>9.1}  p90 {:>9.1}  p99 {:>9.1}  p99.9 {:>9.1}  max {:>9.1} µs  \
              (>10ms {:.4}%, >50ms {:.4}%, >100ms {:.4}%; n={})\n",

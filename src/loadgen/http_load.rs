@@ -1,0 +1,225 @@
+//! `http`: closed-loop GET load. C keep-alive connections each send a
+//! request, wait for the whole response, and send the next one, for the
+//! warm-up plus the measured window; the report gives requests/s and
+//! latency percentiles of the measured window, and answers by status.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::TcpStream;
+use serde::Serialize;
+
+use super::args::HttpOpts;
+use super::report::LatencySummary;
+use super::stats::Histogram;
+use super::sys;
+use super::BenchError;
+
+/// Largest response head accepted.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// What `http` reports.
+#[derive(Debug, Serialize)]
+pub struct HttpReport {
+    /// Always "http".
+    pub command: &'static str,
+    /// Target URL.
+    pub url: String,
+    /// Keep-alive connections.
+    pub connections: usize,
+    /// Measured window.
+    pub duration_seconds: f64,
+    /// Completed requests in the window.
+    pub requests: u64,
+    /// Requests per second in the window.
+    pub requests_per_second: f64,
+    /// Responses by status code (window).
+    pub statuses: BTreeMap<u16, u64>,
+    /// Connection-level failures (connect, reset, malformed response).
+    pub errors: u64,
+    /// Request → complete response, in the window.
+    pub latency: LatencySummary,
+    /// The generator's CPU over the run, percent of one core.
+    pub generator_cpu_percent: f64,
+}
+
+impl HttpReport {
+    /// Human-readable rendering.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "http {}\n  {} connections, {:.1} s: {} requests, {:.0} req/s, {} errors\n",
+            self.url,
+            self.connections,
+            self.duration_seconds,
+            self.requests,
+            self.requests_per_second,
+            self.errors
+        );
+        for (status, n) in &self.statuses {
+            s.push_str(&format!("    {status}: {n}\n"));
+        }
+        s.push_str(&self.latency.line("latency"));
+        s.push_str(&format!(
+            "  generator CPU {:.0} %\n",
+            self.generator_cpu_percent
+        ));
+        s
+    }
+}
+
+/// `http://host:port/path?query` → address, Host value, request target.
+fn parse_url(url: &str) -> Result<(SocketAddr, String, String), BenchError> {
+    let bad = || BenchError::Setup(format!("`{url}`: expected http://host:port/path"));
+    let rest = url.strip_prefix("http://").ok_or_else(bad)?;
+    let (authority, target) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let addr = authority
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(bad)?;
+    Ok((addr, authority.to_string(), target.to_string()))
+}
+
+#[derive(Default)]
+struct Tally {
+    latency: Histogram,
+    statuses: BTreeMap<u16, u64>,
+    errors: u64,
+}
+
+/// Runs the load and builds the report.
+pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
+    let (addr, host, target) = parse_url(&o.url)?;
+    // One plain connect first: an unreachable target is one clear error.
+    TcpStream::connect_addr(addr)
+        .await
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", o.url)))?;
+    let request = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let start = Instant::now();
+    let measure_from = start + o.warmup;
+    let end = measure_from + o.duration;
+    let tally = Rc::new(RefCell::new(Tally::default()));
+    let cpu_before = sys::process_cpu_time();
+    let mut tasks = Vec::with_capacity(o.connections);
+    for _ in 0..o.connections {
+        let (req, tally) = (request.clone(), tally.clone());
+        tasks.push(monoio::spawn(client(addr, req, measure_from, end, tally)));
+    }
+    for t in tasks {
+        t.await;
+    }
+    let cpu = sys::process_cpu_time().saturating_sub(cpu_before);
+    let wall = start.elapsed();
+    let t = tally.borrow();
+    let requests = t.latency.count();
+    let secs = o.duration.as_secs_f64();
+    Ok(HttpReport {
+        command: "http",
+        url: o.url.clone(),
+        connections: o.connections,
+        duration_seconds: secs,
+        requests,
+        requests_per_second: requests as f64 / secs,
+        statuses: t.statuses.clone(),
+        errors: t.errors,
+        latency: LatencySummary::from_ns(&t.latency),
+        generator_cpu_percent: 100.0 * cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9),
+    })
+}
+
+/// One keep-alive connection's request loop; reconnects after an error.
+async fn client(
+    addr: SocketAddr,
+    request: String,
+    measure_from: Instant,
+    end: Instant,
+    tally: Rc<RefCell<Tally>>,
+) {
+    while Instant::now() < end {
+        let Ok(mut stream) = TcpStream::connect_addr(addr).await else {
+            tally.borrow_mut().errors += 1;
+            monoio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        loop {
+            let sent = Instant::now();
+            if sent >= end {
+                return;
+            }
+            let (res, _) = stream.write_all(request.clone().into_bytes()).await;
+            let status = match res {
+                Ok(_) => read_response(&mut stream, &mut buf).await,
+                Err(e) => Err(e),
+            };
+            let mut t = tally.borrow_mut();
+            match status {
+                Ok(status) if sent >= measure_from => {
+                    t.latency.record(sent.elapsed().as_nanos() as u64);
+                    *t.statuses.entry(status).or_default() += 1;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    t.errors += 1;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Reads one response (head + `Content-Length` body) from `stream`.
+async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<u16> {
+    let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
+    let (status, head, body) = loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => {
+                let len = resp
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .and_then(|h| {
+                        std::str::from_utf8(h.value)
+                            .ok()?
+                            .trim()
+                            .parse::<usize>()
+                            .ok()
+                    })
+                    .ok_or_else(|| bad("response without Content-Length"))?;
+                break (resp.code.unwrap_or(0), n, len);
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+            _ => return Err(bad("malformed response head")),
+        }
+        read_more(stream, buf).await?;
+    };
+    let total: usize = head + body;
+    while buf.len() < total {
+        read_more(stream, buf).await?;
+    }
+    buf.advance(total);
+    Ok(status)
+}
+
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<()> {
+    buf.reserve(16 * 1024);
+    let owned = std::mem::take(buf);
+    let (res, back) = stream.read(owned).await;
+    *buf = back;
+    match res? {
+        0 => Err(io::ErrorKind::UnexpectedEof.into()),
+        _ => Ok(()),
+    }
+}
