@@ -76,10 +76,7 @@ fn numbered<'a>(texts: impl IntoIterator<Item = &'a str>, prefix: &str) -> Vec<u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_published_on_b_reach_subscribers_on_a() {
     let redis = RedisServer::start(&[]).await;
-    let a = instance(redis.url("", ""), |_| {});
-    let b = instance(redis.url("", ""), |_| {});
-    wait_readyz(a.addr, 200).await;
-    wait_readyz(b.addr, 200).await;
+    let (a, b) = ready_pair(&redis).await;
     let mut rc = RespConn::open(redis.port, None).await;
 
     let mut plain = ws_connect(a.addr, "/ws/news").await;
@@ -158,10 +155,7 @@ async fn messages_published_on_b_reach_subscribers_on_a() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_subscribe_in_redis_only_to_channels_with_local_subscribers() {
     let redis = RedisServer::start(&[]).await;
-    let a = instance(redis.url("", ""), |_| {});
-    let b = instance(redis.url("", ""), |_| {});
-    wait_readyz(a.addr, 200).await;
-    wait_readyz(b.addr, 200).await;
+    let (a, b) = ready_pair(&redis).await;
     let mut rc = RespConn::open(redis.port, None).await;
     assert_eq!(rc.numsub("room").await, 0);
 

@@ -17,6 +17,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
 use std::future::poll_fn;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -206,10 +207,11 @@ impl RedisLink {
         let key_len = self.prefix.len() + channel.len();
         let val_len = envelope::HEADER_LEN + payload.len();
         let mut out = BytesMut::with_capacity(64 + key_len + val_len);
-        out.put_slice(format!("*3\r\n$7\r\nPUBLISH\r\n${key_len}\r\n").as_bytes());
+        // `write!` into the buffer itself: no intermediate String.
+        let _ = write!(out, "*3\r\n$7\r\nPUBLISH\r\n${key_len}\r\n");
         out.put_slice(self.prefix.as_bytes());
         out.put_slice(channel.as_bytes());
-        out.put_slice(format!("\r\n${val_len}\r\n").as_bytes());
+        let _ = write!(out, "\r\n${val_len}\r\n");
         let origin = Origin {
             instance: self.instance,
             sender,

@@ -329,6 +329,15 @@ pub fn instance(url: corecast::redis::RedisUrl, tweak: impl FnOnce(&mut Config))
     })
 }
 
+/// Two default instances on `redis`, both ready.
+pub async fn ready_pair(redis: &RedisServer) -> (TestServer, TestServer) {
+    let a = instance(redis.url("", ""), |_| {});
+    let b = instance(redis.url("", ""), |_| {});
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    (a, b)
+}
+
 /// `GET /readyz`: status and body (`None` when the request failed).
 pub async fn readyz(addr: SocketAddr) -> Option<(u16, Value)> {
     let req = get_request("/readyz", false);
