@@ -195,3 +195,29 @@ fn http_load_counts_every_answer() {
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn paced_http_load_keeps_to_its_rate() {
+    let server = start_server();
+    let url = format!("http://{}/healthz", server.local_addr());
+    let v = bench_json(&[
+        "http",
+        "--url",
+        &url,
+        "-c",
+        "4",
+        "--rate",
+        "100",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    // 100 requests/s for 1 s, spread over 4 connections: 25 each, never a
+    // catch-up burst; a few may fall behind on a loaded machine.
+    let requests = u(&v, "requests");
+    assert!((85..=104).contains(&requests), "{v}");
+    assert_eq!(v["statuses"]["200"].as_u64(), Some(requests), "{v}");
+    server.stop();
+    server.join().unwrap();
+}

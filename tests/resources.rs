@@ -29,20 +29,21 @@ impl Drop for Proc {
     }
 }
 
-fn spawn(args: &[&str], nofile: Option<u64>) -> Proc {
+/// `nofile`: (soft, hard) RLIMIT_NOFILE of the child.
+fn spawn(args: &[&str], nofile: Option<(u64, u64)>) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_corecast"));
     cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if let Some(n) = nofile {
+    if let Some((soft, hard)) = nofile {
         // SAFETY: runs in the forked child before exec; setrlimit is
         // async-signal-safe and touches only the child's own limits.
         unsafe {
             cmd.pre_exec(move || {
                 let lim = libc::rlimit {
-                    rlim_cur: n,
-                    rlim_max: n,
+                    rlim_cur: soft,
+                    rlim_max: hard,
                 };
                 if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -61,15 +62,18 @@ fn spawn(args: &[&str], nofile: Option<u64>) -> Proc {
             }
         }
     });
-    let first = logs
-        .recv_timeout(DEADLINE)
-        .expect("server logs its address");
-    let addr = first
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("addr="))
-        .unwrap_or_else(|| panic!("no addr in {first}"))
-        .parse()
-        .expect("socket address");
+    // Lines before it (e.g. the descriptor-limit warning) are skipped.
+    let addr = loop {
+        let line = logs
+            .recv_timeout(DEADLINE)
+            .expect("server logs its address");
+        if let Some(a) = line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("addr="))
+        {
+            break a.parse().expect("socket address");
+        }
+    };
     Proc { child, addr, logs }
 }
 
@@ -83,9 +87,29 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+/// "Max open files" soft and hard limits of a process.
+fn nofile_of(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("proc limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files line");
+    let mut nums = line.split_whitespace().filter_map(|w| w.parse().ok());
+    (nums.next().expect("soft"), nums.next().expect("hard"))
+}
+
+#[test]
+fn the_binary_raises_its_soft_descriptor_limit_to_the_hard_one() {
+    // A typical login shell's 1,024 would cap the server near 1,000
+    // connections; it must use what the hard limit allows.
+    let hard = nofile_of(std::process::id()).1.min(8192);
+    let srv = spawn(&[], Some((64, hard)));
+    assert_eq!(nofile_of(srv.child.id()), (hard, hard));
+}
+
 #[tokio::test]
 async fn running_out_of_descriptors_backs_off_logs_once_and_recovers() {
-    let srv = spawn(&[], Some(48));
+    let srv = spawn(&[], Some((48, 48)));
     let addr = srv.addr;
     // Far more connections than the server has descriptors for.
     let mut hogs = Vec::new();

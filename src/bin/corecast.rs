@@ -49,6 +49,22 @@ fn serve(cfg: Config) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    // Before the listener exists, so no accept can hit the old limit.
+    let nofile = sys::raise_nofile_limit();
+    let max_connections = cfg.max_connections;
+    match nofile {
+        Ok(limit) if limit < max_connections as u64 => log::emit(
+            log::Level::Warn,
+            "descriptor limit below --max-connections; raise the hard RLIMIT_NOFILE",
+            &[("limit", &limit), ("max_connections", &max_connections)],
+        ),
+        Ok(limit) => log::emit(log::Level::Debug, "descriptor limit", &[("limit", &limit)]),
+        Err(e) => log::emit(
+            log::Level::Warn,
+            "cannot raise the descriptor limit",
+            &[("error", &e)],
+        ),
+    }
     let listen = cfg.listen;
     let server = match Server::start(cfg) {
         Ok(s) => s,

@@ -40,12 +40,19 @@ BROADCAST:
   --warmup SECS          unmeasured lead-in (losses still count) [2]
   --drain SECS           wait at most this long for stragglers [2]
   --via ws|http          publish over the WebSocket or POST /publish [ws]
+  --cluster              the URLs are instances of one cluster (sharing Redis):
+                         every subscriber expects every publisher's messages
+                         (default: each URL is a separate server)
 
 HTTP (closed loop: each keep-alive connection sends its next GET when the
 previous response is complete):
   -c N                   keep-alive connections [64]
   --duration SECS        measured window [10]
   --warmup SECS          unmeasured lead-in [2]
+  --rate R               pace to at most R requests/s in total instead of a
+                         closed loop (a late connection does not catch up)
+  --unique               append `corecast-bench-n=COUNTER` to each request's
+                         query: no two requests share a cache key
 
 Durations accept a plain number of seconds or a suffix: 500ms, 20s, 2m.
 ";
@@ -76,6 +83,12 @@ pub struct HttpOpts {
     pub duration: Duration,
     /// Unmeasured lead-in.
     pub warmup: Duration,
+    /// Total requests per second over all connections (paced); `None`:
+    /// closed loop, as fast as responses come back.
+    pub rate: Option<f64>,
+    /// Append a per-request counter to the query, so no two requests share
+    /// a cache key (every request a cache miss).
+    pub unique: bool,
 }
 
 /// Options every subcommand takes.
@@ -164,6 +177,8 @@ pub struct BroadcastOpts {
     pub drain: Duration,
     /// Publishing path.
     pub via: Via,
+    /// The URLs are one cluster: every subscriber gets every message.
+    pub cluster: bool,
 }
 
 /// A `ws://host:port/path` URL.
@@ -246,7 +261,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
 
 /// Flag/value pairs; switches get an empty value.
 fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
-    const SWITCHES: [&str; 4] = ["--json", "--quiet", "--legacy-driver", "--plain-uring"];
+    const SWITCHES: [&str; 6] = [
+        "--json",
+        "--quiet",
+        "--legacy-driver",
+        "--plain-uring",
+        "--unique",
+        "--cluster",
+    ];
     let mut out = Vec::new();
     let mut i = 0;
     while let Some(flag) = args.get(i) {
@@ -318,6 +340,8 @@ fn parse_http(args: &[String]) -> Result<HttpOpts, String> {
         connections: 64,
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(2),
+        rate: None,
+        unique: false,
     };
     for (flag, v) in pairs(args)? {
         if common_flag(&mut o.common, flag, v)? {
@@ -325,6 +349,8 @@ fn parse_http(args: &[String]) -> Result<HttpOpts, String> {
         }
         match flag {
             "--url" => o.url = v.to_string(),
+            "--rate" => o.rate = Some(positive(flag, v)?),
+            "--unique" => o.unique = true,
             "-c" => o.connections = num::<usize>(flag, v)?.max(1),
             "--duration" => o.duration = duration(flag, v)?,
             "--warmup" => o.warmup = duration(flag, v)?,
@@ -352,6 +378,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
         warmup: Duration::from_secs(2),
         drain: Duration::from_secs(2),
         via: Via::Ws,
+        cluster: false,
     };
     for (flag, v) in pairs(args)? {
         if common_flag(&mut o.common, flag, v)? {
@@ -367,6 +394,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
             "--warmup" => o.warmup = duration(flag, v)?,
             "--drain" => o.drain = duration(flag, v)?,
             "--via" => o.via = via(v)?,
+            "--cluster" => o.cluster = true,
             _ => return Err(format!("unknown option `{flag}` for broadcast")),
         }
     }

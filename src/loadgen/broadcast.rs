@@ -173,7 +173,9 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
     for t in &targets {
         probe(t, opts.common.connect_timeout).await?;
     }
-    let rec = Rc::new(RefCell::new(Recorder::new(n, p, targets.len())));
+    // A cluster's instances share every message: one group.
+    let groups = if opts.cluster { 1 } else { targets.len() };
+    let rec = Rc::new(RefCell::new(Recorder::new(n, p, groups)));
     let signal = Rc::new(Signal::default());
     let progress = Rc::new(OpenProgress::default());
     let sent_so_far = Arc::new(AtomicU64::new(0));

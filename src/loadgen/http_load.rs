@@ -96,6 +96,46 @@ struct Tally {
     errors: u64,
 }
 
+/// A request split where a per-request counter goes.
+type Split = (Rc<str>, Rc<str>);
+
+/// What every connection sends, and when.
+#[derive(Clone)]
+struct Plan {
+    /// The request, encoded once; every send writes a reference-counted
+    /// clone. With `unique`, the target without the counter.
+    request: Bytes,
+    /// `Some((head, tail))`: the request split where a per-request
+    /// counter goes, so every request is a different cache key.
+    unique: Option<Split>,
+    /// Gap between two requests of one connection (paced mode).
+    interval: Option<Duration>,
+    measure_from: Instant,
+    end: Instant,
+}
+
+impl Plan {
+    /// The request with sequence number `n`.
+    fn request(&self, n: u64) -> Bytes {
+        match &self.unique {
+            Some((head, tail)) => Bytes::from(format!("{head}{n}{tail}")),
+            None => self.request.clone(),
+        }
+    }
+}
+
+/// `GET target` as bytes, or split around a counter appended to the query.
+fn encode_requests(target: &str, host: &str, unique: bool) -> (Bytes, Option<Split>) {
+    let tail = format!(" HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let request = Bytes::from(format!("GET {target}{tail}"));
+    if !unique {
+        return (request, None);
+    }
+    let sep = if target.contains('?') { '&' } else { '?' };
+    let head = format!("GET {target}{sep}corecast-bench-n=");
+    (request, Some((head.into(), tail.into())))
+}
+
 /// Runs the load and builds the report.
 pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
     let (addr, host, target) = parse_url(&o.url)?;
@@ -103,17 +143,29 @@ pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
     TcpStream::connect_addr(addr)
         .await
         .map_err(|e| BenchError::Setup(format!("{}: {e}", o.url)))?;
-    // Encoded once; every request writes a reference-counted clone.
-    let request = Bytes::from(format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+    let (request, unique) = encode_requests(&target, &host, o.unique);
     let start = Instant::now();
     let measure_from = start + o.warmup;
-    let end = measure_from + o.duration;
+    let plan = Plan {
+        request,
+        unique,
+        interval: o
+            .rate
+            .map(|r| Duration::from_secs_f64(o.connections as f64 / r)),
+        measure_from,
+        end: measure_from + o.duration,
+    };
     let tally = Rc::new(RefCell::new(Tally::default()));
     let cpu_before = sys::process_cpu_time();
     let mut tasks = Vec::with_capacity(o.connections);
-    for _ in 0..o.connections {
-        let (req, tally) = (request.clone(), tally.clone());
-        tasks.push(monoio::spawn(client(addr, req, measure_from, end, tally)));
+    for i in 0..o.connections {
+        // Paced connections start spread over one interval, not at once.
+        let offset = plan.interval.map_or(Duration::ZERO, |iv| {
+            iv.mul_f64(i as f64 / o.connections as f64)
+        });
+        let (plan, tally) = (plan.clone(), tally.clone());
+        let first = start + offset;
+        tasks.push(monoio::spawn(client(addr, plan, first, i as u64, tally)));
     }
     for t in tasks {
         t.await;
@@ -138,13 +190,13 @@ pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
 }
 
 /// One keep-alive connection's request loop; reconnects after an error.
-async fn client(
-    addr: SocketAddr,
-    request: Bytes,
-    measure_from: Instant,
-    end: Instant,
-    tally: Rc<RefCell<Tally>>,
-) {
+/// Paced, it sends at most one request per interval; one that falls
+/// behind sends the next request at once but does not catch up in a burst.
+async fn client(addr: SocketAddr, plan: Plan, first: Instant, id: u64, tally: Rc<RefCell<Tally>>) {
+    let (measure_from, end) = (plan.measure_from, plan.end);
+    let mut next = first;
+    // Counters of different connections never collide.
+    let mut n = id << 40;
     while Instant::now() < end {
         let Ok(mut stream) = TcpStream::connect_addr(addr).await else {
             tally.borrow_mut().errors += 1;
@@ -154,11 +206,18 @@ async fn client(
         let _ = stream.set_nodelay(true);
         let mut buf = BytesMut::with_capacity(16 * 1024);
         loop {
+            if plan.interval.is_some() && Instant::now() < next {
+                monoio::time::sleep_until(next.into()).await;
+            }
             let sent = Instant::now();
             if sent >= end {
                 return;
             }
-            let (res, _) = stream.write_all(request.clone()).await;
+            if let Some(iv) = plan.interval {
+                next = (next + iv).max(sent);
+            }
+            n += 1;
+            let (res, _) = stream.write_all(plan.request(n)).await;
             let status = match res {
                 Ok(_) => read_response(&mut stream, &mut buf).await,
                 Err(e) => Err(e),

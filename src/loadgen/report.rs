@@ -3,13 +3,19 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::client::Failures;
 use super::stats::Histogram;
 
+/// Quantiles of the latency spectrum in [`LatencySummary::percentiles`]:
+/// dense towards the tail, where the interesting differences are.
+pub const SPECTRUM: [f64; 16] = [
+    0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999,
+];
+
 /// Percentiles of a latency histogram, in microseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatencySummary {
     /// Samples.
     pub count: u64,
@@ -31,6 +37,10 @@ pub struct LatencySummary {
     pub over_50ms: f64,
     /// Share of samples slower than 100 ms.
     pub over_100ms: f64,
+    /// `[quantile, µs]` pairs over [`SPECTRUM`] and the maximum (quantile
+    /// 1): the whole distribution, for charts.
+    #[serde(default)]
+    pub percentiles: Vec<(f64, f64)>,
 }
 
 impl LatencySummary {
@@ -55,6 +65,11 @@ impl LatencySummary {
             over_10ms: share(10),
             over_50ms: share(50),
             over_100ms: share(100),
+            percentiles: SPECTRUM
+                .iter()
+                .map(|&q| (q, us(if q == 0.0 { h.min() } else { h.quantile(q) })))
+                .chain(std::iter::once((1.0, us(h.max()))))
+                .collect(),
         }
     }
 

@@ -15,25 +15,8 @@ const SO_TIMESTAMPING: libc::c_int = 37;
 /// The control message carrying the timestamps has the option's number.
 const SCM_TIMESTAMPING: libc::c_int = SO_TIMESTAMPING;
 
-/// Raises the soft open-file limit to the hard limit; returns the new soft
-/// limit. Every connection is a descriptor.
-pub fn raise_nofile_limit() -> io::Result<u64> {
-    // SAFETY: `rlimit` is plain data; getrlimit/setrlimit read or write
-    // exactly one `rlimit` through the pointer, which is valid for both.
-    unsafe {
-        let mut lim: libc::rlimit = zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(lim.rlim_cur)
-    }
-}
+/// Shared with the server binary.
+pub use crate::server::sys::raise_nofile_limit;
 
 /// Starts a nonblocking TCP connect to `dst`, first binding to `src` (port
 /// chosen at connect time) if given. The connect is usually still in

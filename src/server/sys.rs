@@ -88,3 +88,25 @@ pub fn install_signal_handlers() -> io::Result<()> {
 pub fn signalled() -> bool {
     SIGNALLED.load(Ordering::SeqCst)
 }
+
+/// Raises the soft open-file limit to the hard limit; returns the new soft
+/// limit. Every connection is a descriptor: a server that kept the
+/// usual soft limit of 1,024 would turn clients away long before the kernel
+/// or `--max-connections` does.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    // SAFETY: `rlimit` is plain data; getrlimit/setrlimit read or write
+    // exactly one `rlimit` through the pointer, which is valid for both.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(lim.rlim_cur)
+    }
+}
