@@ -105,6 +105,13 @@ fn write_value(out: &mut String, v: &str) {
     }
 }
 
+/// The current time as RFC 3339 UTC with milliseconds (as in log lines).
+pub fn timestamp_now() -> String {
+    let mut s = String::with_capacity(24);
+    write_timestamp(&mut s, SystemTime::now());
+    s
+}
+
 /// RFC 3339 UTC with milliseconds, from the civil-from-days algorithm.
 fn write_timestamp(out: &mut String, now: SystemTime) {
     let d = now.duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -221,3 +221,119 @@ fn paced_http_load_keeps_to_its_rate() {
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn paper_runs_the_matrix_and_writes_the_report() {
+    let out = std::env::temp_dir().join(format!("corecast-paper-test-{}", std::process::id()));
+    let out_s = out.to_str().unwrap();
+    let v = bench_json(&[
+        "paper",
+        "--out",
+        out_s,
+        "--server-bin",
+        env!("CARGO_BIN_EXE_corecast"),
+        "--scales",
+        "20,40",
+        "--duration",
+        "1",
+        "--warmup",
+        "500ms",
+        "--deliveries",
+        "2000",
+        "--api-duration",
+        "1",
+        "--api-rate",
+        "100",
+    ]);
+    let cells = v["cells"].as_array().expect("cells");
+    let shape: Vec<(String, u64, u64)> = cells
+        .iter()
+        .map(|c| {
+            (
+                c["setup"].as_str().unwrap().to_string(),
+                u(c, "clients"),
+                u(c, "instances"),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64, u64)> = [("C1", 1), ("C2", 2), ("C3", 2)]
+        .iter()
+        .flat_map(|(s, i)| [20, 40].map(|n| (s.to_string(), n, *i)))
+        .collect();
+    assert_eq!(shape, want);
+    for c in cells {
+        // Every message reached every client of every instance, once.
+        assert!(u(c, "sent") > 0, "{c}");
+        assert_eq!(u(c, "expected"), u(c, "sent") * u(c, "clients"), "{c}");
+        assert_eq!(u(c, "unique"), u(c, "expected"), "{c}");
+        for zero in ["lost", "duplicates", "out_of_order", "disconnected"] {
+            assert_eq!(u(c, zero), 0, "{zero}: {c}");
+        }
+        assert!(c["latency"]["percentiles"].as_array().unwrap().len() > 10);
+        let api = &c["api_load"];
+        if c["setup"] == "C3" {
+            // Hits on one key: at most the first request reached the origin.
+            assert!(u(api, "requests_total") > 0, "{api}");
+            assert_eq!(u(api, "failed"), 0, "{api}");
+            assert!(u(api, "origin_requests") <= 1, "{api}");
+        } else {
+            assert!(api.is_null(), "{c}");
+        }
+    }
+    let api = &v["api"];
+    for phase in ["direct", "miss"] {
+        // Straight to the origin, and every miss: one origin request each.
+        let p = &api[phase];
+        assert_eq!(u(p, "origin_requests"), u(p, "requests_total"), "{p}");
+        assert_eq!(u(p, "failed"), 0, "{p}");
+    }
+    assert_eq!(u(&api["hit"], "origin_requests"), 0, "{api}");
+    assert!(api["hit_faster_percent"].as_f64().unwrap() > 50.0, "{api}");
+
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap();
+    let md = read("report.md");
+    assert!(md.contains("| connections held | 335 of 500 |"), "{md}");
+    assert!(md.contains("23.78 ms") && md.contains("42.05 ms"), "{md}");
+    for svg in [
+        "latency-distribution-20.svg",
+        "latency-distribution-40.svg",
+        "latency-vs-clients.svg",
+    ] {
+        assert!(read(svg).starts_with("<svg"), "{svg}");
+        assert!(md.contains(&format!("]({svg})")), "{svg} linked");
+    }
+    let json: Value = serde_json::from_str(&read("paper.json")).unwrap();
+    assert_eq!(json["cells"], v["cells"]);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn paper_without_redis_is_one_clear_error() {
+    let out = std::env::temp_dir().join(format!("corecast-paper-noredis-{}", std::process::id()));
+    let o = run_bench(&[
+        "paper",
+        "--out",
+        out.to_str().unwrap(),
+        "--server-bin",
+        env!("CARGO_BIN_EXE_corecast"),
+        "--configs",
+        "c2",
+        "--scales",
+        "20",
+        "--redis-bin",
+        "/nonexistent/redis-server",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not found") && err.contains("need Redis"),
+        "{err}"
+    );
+    let o = run_bench(&["paper", "--server-bin", "/nonexistent/corecast"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("no corecast binary"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

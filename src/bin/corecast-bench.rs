@@ -29,6 +29,8 @@ fn main() -> ExitCode {
         args::Command::Connect(o) => (o.common.json, o.n),
         args::Command::Broadcast(o) => (o.common.json, o.subscribers + o.publishers),
         args::Command::Http(o) => (o.common.json, o.connections),
+        // Its load runs in child processes, each raising its own limit.
+        args::Command::Paper(o) => (o.json, 0),
         args::Command::Help => (false, 0),
     };
     // Every connection is a descriptor: use all the hard limit allows.

@@ -13,6 +13,7 @@ USAGE:
   corecast-bench broadcast --url ws://HOST:PORT/ws/CHAN [--url URL2 ...] -n SUBS
                            -p PUBS --rate MSGS_PER_SEC [options]
   corecast-bench http      --url http://HOST:PORT/PATH -c CONNECTIONS [options]
+  corecast-bench paper     [--out DIR] [--configs c1,c2,c3] [--scales 500,5000,max]
 
 COMMON OPTIONS:
   --json                 print the report as JSON on stdout
@@ -54,6 +55,32 @@ previous response is complete):
   --unique               append `corecast-bench-n=COUNTER` to each request's
                          query: no two requests share a cache key
 
+PAPER (the reference experiment end to end: starts redis-server, a delayed
+origin and fresh corecast servers pinned to --server-cpu, drives them from
+--load-cpu, writes OUT/report.md, OUT/paper.json and SVG charts):
+  --out DIR              report directory [paper-report]
+  --configs LIST         of c1 (in-process), c2 (Redis pub/sub between
+                         instances), c3 (c2 + cached HTTP API) [c1,c2,c3]
+  --scales LIST          client counts; `max` = the most one process may
+                         hold here (RLIMIT_NOFILE - 100) [500,5000,max]
+  --server-bin PATH      corecast binary [`corecast` next to this binary]
+  --redis-bin PATH       [redis-server]
+  --server-cpu N         CPU of corecast (and of Redis, as on a 1-vCPU VPS) [0]
+  --redis-cpu N          CPU of redis-server [the server CPU]
+  --load-cpu N           CPU of the load generator and the origin [1]
+  --instances N          corecast instances in c2/c3 (one in c1) [2]
+  --deliveries R         target deliveries/s in every cell; the message
+                         rate is R / clients [100000]
+  --publishers N         publishing clients (among the subscribers) [2]
+  --size BYTES           message size [128]
+  --duration SECS        measured window of each cell [10]
+  --warmup SECS          unmeasured lead-in of each cell [3]
+  --origin-delay DUR     the origin's delay per request [20ms]
+  --api-rate R           HTTP API requests/s during c3 cells [500]
+  --api-connections N    keep-alive connections of the API load [8]
+  --api-duration SECS    window of each cache comparison phase [5]
+  --source-ips A-B       local addresses of the clients [127.0.0.2-127.0.0.41]
+
 Durations accept a plain number of seconds or a suffix: 500ms, 20s, 2m.
 ";
 
@@ -68,6 +95,8 @@ pub enum Command {
     Broadcast(BroadcastOpts),
     /// Closed-loop keep-alive GET load.
     Http(HttpOpts),
+    /// The reference experiment end to end.
+    Paper(super::paper::opts::PaperOpts),
 }
 
 /// `http` options.
@@ -254,6 +283,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
         "connect" => parse_connect(&rest).map(Command::Connect),
         "broadcast" => parse_broadcast(&rest).map(Command::Broadcast),
         "http" => parse_http(&rest).map(Command::Http),
+        "paper" => super::paper::opts::parse(&rest).map(Command::Paper),
         "help" | "--help" | "-h" => Ok(Command::Help),
         other => Err(format!("unknown subcommand `{other}`")),
     }

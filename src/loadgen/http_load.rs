@@ -39,6 +39,8 @@ pub struct HttpReport {
     pub requests: u64,
     /// Requests per second in the window.
     pub requests_per_second: f64,
+    /// Completed requests over the whole run, warm-up included.
+    pub requests_total: u64,
     /// Responses by status code (window).
     pub statuses: BTreeMap<u16, u64>,
     /// Connection-level failures (connect, reset, malformed response).
@@ -91,6 +93,8 @@ fn parse_url(url: &str) -> Result<(SocketAddr, String, String), BenchError> {
 
 #[derive(Default)]
 struct Tally {
+    /// Responses over the whole run, warm-up included.
+    all: u64,
     latency: Histogram,
     statuses: BTreeMap<u16, u64>,
     errors: u64,
@@ -182,6 +186,7 @@ pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
         duration_seconds: secs,
         requests,
         requests_per_second: requests as f64 / secs,
+        requests_total: t.all,
         statuses: t.statuses.clone(),
         errors: t.errors,
         latency: LatencySummary::from_ns(&t.latency),
@@ -223,6 +228,7 @@ async fn client(addr: SocketAddr, plan: Plan, first: Instant, id: u64, tally: Rc
                 Err(e) => Err(e),
             };
             let mut t = tally.borrow_mut();
+            t.all += u64::from(status.is_ok());
             match status {
                 Ok(status) if sent >= measure_from => {
                     t.latency.record(sent.elapsed().as_nanos() as u64);

@@ -21,7 +21,10 @@
 //! - [`open`]: opening many connections with bounded concurrency and an
 //!   optional rate.
 //! - [`publish`]: the publisher thread and its absolute schedule.
-//! - [`connect`], [`broadcast`]: the subcommands.
+//! - [`connect`], [`broadcast`], [`http_load`]: the load subcommands.
+//! - [`paper`]: the reference experiment end to end — an orchestrator
+//!   that starts Redis, an origin and corecast instances and runs the load
+//!   subcommands as child processes; Markdown + SVG report.
 //! - [`report`]: JSON and text reports.
 
 pub mod args;
@@ -30,6 +33,7 @@ pub mod client;
 pub mod connect;
 pub mod http_load;
 pub mod open;
+pub mod paper;
 pub mod payload;
 pub mod publish;
 pub mod report;
@@ -99,6 +103,8 @@ pub enum Report {
     Broadcast(Box<report::BroadcastReport>),
     /// From `http`.
     Http(Box<http_load::HttpReport>),
+    /// From `paper`.
+    Paper(Box<paper::results::PaperReport>),
 }
 
 impl Report {
@@ -108,6 +114,7 @@ impl Report {
             Report::Connect(r) => serde_json::to_string_pretty(r),
             Report::Broadcast(r) => serde_json::to_string_pretty(r),
             Report::Http(r) => serde_json::to_string_pretty(r),
+            Report::Paper(r) => serde_json::to_string_pretty(r),
         };
         v.expect("reports serialize")
     }
@@ -118,6 +125,7 @@ impl Report {
             Report::Connect(r) => r.text(),
             Report::Broadcast(r) => r.text(),
             Report::Http(r) => r.text(),
+            Report::Paper(r) => paper::document::text_summary(r),
         }
     }
 }
@@ -127,6 +135,8 @@ impl Report {
 pub fn run(cmd: Command) -> Result<Report, BenchError> {
     match cmd {
         Command::Help => Err(BenchError::Setup("help is handled by the caller".into())),
+        // An orchestrator of processes: no runtime of its own.
+        Command::Paper(o) => paper::run(o).map(|r| Report::Paper(Box::new(r))),
         Command::Connect(o) => {
             let common = o.common.clone();
             block_on(&common, move || async move {

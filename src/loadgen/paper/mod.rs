@@ -1,0 +1,401 @@
+//! `paper`: the reference experiment (C1 in-process broadcast, C2 Redis
+//! pub/sub between instances, C3 C2 plus a Redis-cached HTTP API) end to
+//! end, at several client counts, in one command.
+//!
+//! It is an orchestrator: it starts `redis-server`, an origin with a fixed
+//! delay ([`origin`]), and fresh corecast instances pinned to the server
+//! CPU for every cell ([`procs`]); the load itself is this binary's own
+//! `broadcast` and `http` subcommands run as child processes pinned to the
+//! load CPU (each process has its own descriptor limit, so a cell can use
+//! all of it). Their JSON reports become [`results`], rendered by
+//! [`document`] into `report.md`, SVG charts ([`svg`]) and `paper.json`.
+
+pub mod document;
+pub mod opts;
+pub mod origin;
+pub mod procs;
+pub mod results;
+pub mod svg;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use opts::{PaperOpts, Setup};
+use origin::Origin;
+use procs::{http_get, start_corecast, start_redis, BenchRun, Proc};
+use results::{api_from_json, cell_from_json, ApiComparison, Cell, Machine, PaperReport, Params};
+
+use super::{sys, BenchError};
+
+/// The channel every client subscribes to.
+const CHANNEL: &str = "paper";
+/// The API path the C3 load asks for (one hot key).
+const HOT_PATH: &str = "/api/items/hot";
+/// Lead-in of each cache comparison phase.
+const API_WARMUP: Duration = Duration::from_secs(1);
+
+/// What every cell needs.
+struct Ctx {
+    o: PaperOpts,
+    /// This binary (runs the load).
+    exe: PathBuf,
+    /// The corecast binary.
+    server_bin: PathBuf,
+    logs: PathBuf,
+    origin: Origin,
+    nofile: u64,
+}
+
+/// Runs the matrix and writes the report.
+pub fn run(o: PaperOpts) -> Result<PaperReport, BenchError> {
+    let exe = std::env::current_exe()?;
+    let server_bin = o
+        .server_bin
+        .clone()
+        .unwrap_or_else(|| exe.with_file_name("corecast"));
+    if !server_bin.is_file() {
+        return Err(BenchError::Setup(format!(
+            "no corecast binary at {}: build it (cargo build --release) or pass --server-bin",
+            server_bin.display()
+        )));
+    }
+    let logs = o.out.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    // The orchestrator and the origin's threads stay off the server's CPU.
+    monoio::utils::bind_to_cpu_set([o.load_cpu])
+        .map_err(|e| BenchError::Runtime(format!("cannot pin to CPU {}: {e:?}", o.load_cpu)))?;
+    let nofile = sys::raise_nofile_limit()?;
+    let origin = Origin::start(o.origin_delay, Some(o.load_cpu))?;
+    let ctx = Ctx {
+        o,
+        exe,
+        server_bin,
+        logs,
+        origin,
+        nofile,
+    };
+    let (cells, api) = run_matrix(&ctx).map_err(BenchError::Setup)?;
+    write_report(&ctx, cells, api)
+}
+
+fn run_matrix(ctx: &Ctx) -> Result<(Vec<Cell>, Option<ApiComparison>), String> {
+    let (mut cells, mut api) = (Vec::new(), None);
+    for &setup in &ctx.o.setups {
+        // One Redis per setup: no state carried from one setup to the next.
+        let redis = match setup.uses_redis() {
+            true => Some(start_redis(
+                &ctx.o.redis_bin,
+                ctx.o.redis_cpu(),
+                &ctx.logs.join(format!("{}-redis.log", setup.name())),
+            )?),
+            false => None,
+        };
+        let redis_port = redis.as_ref().map(|r| r.1);
+        if setup == Setup::C3 {
+            progress(
+                ctx,
+                "C3: cache comparison (origin direct, miss, hit)".into(),
+            );
+            api = Some(cache_comparison(ctx, redis_port)?);
+        }
+        for scale in &ctx.o.scales {
+            let clients = scale.clients(ctx.nofile);
+            progress(
+                ctx,
+                format!(
+                    "{}: {clients} clients, {:.1} msg/s ({})",
+                    setup.name(),
+                    ctx.o.rate_for(clients),
+                    setup.describe()
+                ),
+            );
+            let cell = run_cell(ctx, setup, clients, redis_port)?;
+            progress(ctx, cell_line(&cell));
+            cells.push(cell);
+        }
+    }
+    Ok((cells, api))
+}
+
+fn progress(ctx: &Ctx, line: String) {
+    if !ctx.o.quiet {
+        eprintln!("paper: {line}");
+    }
+}
+
+fn cell_line(c: &Cell) -> String {
+    format!(
+        "{} {}: lost {}, mean {:.2} ms, p99 {:.2} ms, max {:.1} ms, server CPU {:.0} %, \
+         generator CPU {:.0} %",
+        c.setup,
+        c.clients,
+        c.lost,
+        c.latency.mean_us / 1000.0,
+        c.latency.p99_us / 1000.0,
+        c.latency.max_us / 1000.0,
+        c.server_core_busy_percent.unwrap_or(f64::NAN),
+        c.generator_cpu_percent
+    )
+}
+
+/// corecast's flags for a setup.
+fn server_args(ctx: &Ctx, setup: Setup, redis_port: Option<u16>) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(port) = redis_port.filter(|_| setup.uses_redis()) {
+        args.extend(["--redis-url".into(), format!("redis://127.0.0.1:{port}")]);
+    }
+    if setup == Setup::C3 {
+        args.extend([
+            "--origin".into(),
+            format!("http://{}", ctx.origin.addr()),
+            "--cache-prefix".into(),
+            "/api/".into(),
+        ]);
+    }
+    args
+}
+
+/// Fresh corecast instances for one run; stopped when the vector drops.
+fn start_instances(
+    ctx: &Ctx,
+    setup: Setup,
+    count: usize,
+    redis_port: Option<u16>,
+    tag: &str,
+) -> Result<(Vec<Proc>, Vec<std::net::SocketAddr>), String> {
+    let args = server_args(ctx, setup, redis_port);
+    let (mut procs, mut addrs) = (Vec::new(), Vec::new());
+    for i in 0..count {
+        let log = ctx
+            .logs
+            .join(format!("{}-{tag}-corecast{i}.log", setup.name()));
+        let (p, a) = start_corecast(&ctx.server_bin, ctx.o.server_cpu, &args, &log)?;
+        procs.push(p);
+        addrs.push(a);
+    }
+    Ok((procs, addrs))
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}", d.as_secs_f64())
+}
+
+fn run_cell(
+    ctx: &Ctx,
+    setup: Setup,
+    clients: usize,
+    redis_port: Option<u16>,
+) -> Result<Cell, String> {
+    let o = &ctx.o;
+    let instances = o.instances_of(setup);
+    let tag = clients.to_string();
+    let (_servers, addrs) = start_instances(ctx, setup, instances, redis_port, &tag)?;
+    let mut args: Vec<String> = vec![
+        "broadcast".into(),
+        "--cpu".into(),
+        o.load_cpu.to_string(),
+        "--source-ips".into(),
+        o.source_ips.clone(),
+        "-n".into(),
+        clients.to_string(),
+        "-p".into(),
+        o.publishers.min(clients).to_string(),
+        "--rate".into(),
+        format!("{:.6}", o.rate_for(clients)),
+        "--size".into(),
+        o.size.to_string(),
+        "--duration".into(),
+        secs(o.duration),
+        "--warmup".into(),
+        secs(o.warmup),
+    ];
+    for a in &addrs {
+        args.extend(["--url".into(), format!("ws://{a}/ws/{CHANNEL}")]);
+    }
+    if instances > 1 {
+        args.push("--cluster".into());
+    }
+    let log = |what: &str| ctx.logs.join(format!("{}-{tag}-{what}.log", setup.name()));
+    let broadcast = BenchRun::spawn(&ctx.exe, args, &log("broadcast"))?;
+    let api = match setup {
+        Setup::C3 => Some(api_under_load(ctx, addrs[0], clients)?),
+        _ => None,
+    };
+    let report = broadcast.report()?;
+    let mut cell = cell_from_json(setup.name(), instances, &report, o.server_cpu, o.load_cpu)?;
+    if let Some((run, served_before)) = api {
+        let v = run.report()?;
+        let served = ctx.origin.served() - served_before;
+        cell.api_load = Some(api_from_json("C3 under load", &v, served)?);
+    }
+    Ok(cell)
+}
+
+/// The paced API load of a C3 cell, long enough to cover the whole
+/// broadcast run (connecting included); returns the run and the origin's
+/// count before it.
+fn api_under_load(
+    ctx: &Ctx,
+    addr: std::net::SocketAddr,
+    clients: usize,
+) -> Result<(BenchRun, u64), String> {
+    let o = &ctx.o;
+    // Opening connections runs at a few thousand per second here.
+    let setup_time = Duration::from_secs(2) + Duration::from_secs_f64(clients as f64 / 2000.0);
+    let covering = setup_time + o.warmup + o.duration;
+    let served_before = ctx.origin.served();
+    let args = vec![
+        "http".into(),
+        "--cpu".into(),
+        o.load_cpu.to_string(),
+        "--url".into(),
+        format!("http://{addr}{HOT_PATH}"),
+        "-c".into(),
+        o.api_connections.to_string(),
+        "--rate".into(),
+        o.api_rate.to_string(),
+        "--warmup".into(),
+        "0".into(),
+        "--duration".into(),
+        secs(covering),
+    ];
+    let log = ctx.logs.join(format!("C3-{clients}-api.log"));
+    Ok((BenchRun::spawn(&ctx.exe, args, &log)?, served_before))
+}
+
+/// Direct origin vs corecast miss vs corecast hit, one instance, idle.
+fn cache_comparison(ctx: &Ctx, redis_port: Option<u16>) -> Result<ApiComparison, String> {
+    let (_servers, addrs) = start_instances(ctx, Setup::C3, 1, redis_port, "api")?;
+    let corecast = addrs[0];
+    let origin = ctx.origin.addr();
+    let direct = api_phase(ctx, "origin direct (no cache)", origin, "/items/1", false)?;
+    let miss = api_phase(
+        ctx,
+        "corecast, every request a miss",
+        corecast,
+        "/api/items/1",
+        true,
+    )?;
+    // Warm the key, then measure hits only.
+    match http_get(corecast, "/api/items/1") {
+        Ok((200, _)) => {}
+        other => return Err(format!("warming the cache failed: {other:?}")),
+    }
+    let hit = api_phase(
+        ctx,
+        "corecast, warmed (hits)",
+        corecast,
+        "/api/items/1",
+        false,
+    )?;
+    let delay_ms = ctx.o.origin_delay.as_secs_f64() * 1000.0;
+    Ok(ApiComparison::new(delay_ms, direct, miss, hit))
+}
+
+fn api_phase(
+    ctx: &Ctx,
+    name: &str,
+    addr: std::net::SocketAddr,
+    path: &str,
+    unique: bool,
+) -> Result<results::ApiPhase, String> {
+    let o = &ctx.o;
+    let mut args: Vec<String> = vec![
+        "http".into(),
+        "--cpu".into(),
+        o.load_cpu.to_string(),
+        "--url".into(),
+        format!("http://{addr}{path}"),
+        "-c".into(),
+        o.api_connections.to_string(),
+        "--warmup".into(),
+        secs(API_WARMUP),
+        "--duration".into(),
+        secs(o.api_duration),
+    ];
+    if unique {
+        args.push("--unique".into());
+    }
+    let before = ctx.origin.served();
+    let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+    let log = ctx.logs.join(format!("api-{tag}.log"));
+    let v = BenchRun::spawn(&ctx.exe, args, &log)?.report()?;
+    api_from_json(name, &v, ctx.origin.served() - before)
+}
+
+fn write_report(
+    ctx: &Ctx,
+    cells: Vec<Cell>,
+    api: Option<ApiComparison>,
+) -> Result<PaperReport, BenchError> {
+    let o = &ctx.o;
+    let mut report = PaperReport {
+        command: "paper",
+        date: crate::log::timestamp_now(),
+        command_line: std::env::args()
+            .map(|a| file_name_of_exe(&a))
+            .collect::<Vec<_>>()
+            .join(" "),
+        machine: machine(ctx.nofile),
+        params: Params {
+            server_cpu: o.server_cpu,
+            redis_cpu: o.redis_cpu(),
+            load_cpu: o.load_cpu,
+            instances: o.instances,
+            deliveries_per_second: o.deliveries,
+            publishers: o.publishers,
+            size: o.size,
+            duration_seconds: o.duration.as_secs_f64(),
+            warmup_seconds: o.warmup.as_secs_f64(),
+            origin_delay_ms: o.origin_delay.as_secs_f64() * 1000.0,
+            api_rate: o.api_rate,
+            api_connections: o.api_connections,
+            api_duration_seconds: o.api_duration.as_secs_f64(),
+        },
+        api,
+        cells,
+        files: Vec::new(),
+        out_dir: o.out.display().to_string(),
+    };
+    let charts = document::charts(&report);
+    let mut files = Vec::new();
+    for (name, svg) in &charts {
+        std::fs::write(o.out.join(name), svg)?;
+        files.push(name.clone());
+    }
+    let md = document::markdown(&report, &files);
+    std::fs::write(o.out.join("report.md"), md)?;
+    files.extend(["report.md".to_string(), "paper.json".to_string()]);
+    report.files = files;
+    let json = serde_json::to_string_pretty(&report).expect("report serializes");
+    std::fs::write(o.out.join("paper.json"), json)?;
+    Ok(report)
+}
+
+/// The program's own path shortened to its name (the command line should
+/// read as something to type, not a build directory).
+fn file_name_of_exe(arg: &str) -> String {
+    if arg.contains('/') && arg.ends_with("corecast-bench") {
+        "corecast-bench".into()
+    } else {
+        arg.to_string()
+    }
+}
+
+fn machine(nofile: u64) -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    Machine {
+        cpus: cpuinfo
+            .lines()
+            .filter(|l| l.starts_with("processor"))
+            .count(),
+        cpu_model: cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|m| m.trim_start_matches([' ', '\t', ':']).trim().to_string())
+            .unwrap_or_default(),
+        kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+        nofile,
+    }
+}

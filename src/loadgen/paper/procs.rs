@@ -1,0 +1,292 @@
+//! The processes `paper` runs: redis-server and corecast instances on free
+//! ports (stopped when dropped), and `corecast-bench` children whose JSON
+//! reports it reads. Every wait has a deadline.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long a server has to come up (listen, and be ready).
+const START_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a stopped server has to exit before SIGKILL.
+const STOP_DEADLINE: Duration = Duration::from_secs(5);
+/// Interval between two polls of a starting server.
+const POLL: Duration = Duration::from_millis(20);
+
+/// A child process, stopped (SIGTERM, then SIGKILL after a deadline) and
+/// reaped on drop.
+pub struct Proc {
+    child: Child,
+}
+
+impl Proc {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn exited(&mut self) -> Option<String> {
+        self.child
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|status| status.to_string())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.exited().is_some() {
+            return;
+        }
+        // SAFETY: kill(2) on our own unreaped child's pid: the pid cannot
+        // have been reused while the child is a zombie at worst.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + STOP_DEADLINE;
+        while Instant::now() < deadline {
+            if self.exited().is_some() {
+                return;
+            }
+            thread::sleep(POLL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the child on `cpu` only, from before its first instruction (so
+/// every thread it starts inherits the mask).
+fn pin_child(cmd: &mut Command, cpu: usize) {
+    // SAFETY: the closure runs in the forked child before exec. It only
+    // fills a stack-local cpu_set_t and makes one syscall: no allocation,
+    // no locks, async-signal-safe. `last_os_error` reads errno only.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (free when checked: a server started on
+/// it may still lose a race, so callers retry).
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `redis-server` without persistence on a free port, pinned to `cpu`,
+/// answering PING. Its output goes to `log`.
+pub fn start_redis(bin: &str, cpu: usize, log: &Path) -> Result<(Proc, u16), String> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(bin);
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"]);
+        pin_child(&mut cmd, cpu);
+        let mut proc = match spawn_logged(cmd, log) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(format!(
+                    "`{bin}` not found: the C2/C3 setups need Redis \
+                     (apt-get install redis-server, or --redis-bin PATH)"
+                ))
+            }
+            Err(e) => return Err(format!("cannot run {bin}: {e}")),
+        };
+        let deadline = Instant::now() + START_DEADLINE;
+        while Instant::now() < deadline {
+            if let Some(status) = proc.exited() {
+                last = format!("redis-server exited ({status}); see {}", log.display());
+                break;
+            }
+            if redis_pong(port) {
+                return Ok((proc, port));
+            }
+            thread::sleep(POLL);
+        }
+        if last.is_empty() {
+            last = format!("redis-server did not answer PING within {START_DEADLINE:?}");
+        }
+    }
+    Err(last)
+}
+
+fn redis_pong(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0u8; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// A corecast instance on 127.0.0.1:0 pinned with `--cpu`, plus `args`;
+/// returns once it listens and `/readyz` answers 200.
+pub fn start_corecast(
+    bin: &Path,
+    cpu: usize,
+    args: &[String],
+    log: &Path,
+) -> Result<(Proc, SocketAddr), String> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        .args(["--cpu", &cpu.to_string()])
+        .args(args);
+    let mut proc =
+        spawn_logged(cmd, log).map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let deadline = Instant::now() + START_DEADLINE;
+    let fail = |what: &str| format!("corecast {what}; see {}", log.display());
+    let addr = loop {
+        if let Some(addr) = logged_addr(log) {
+            break addr;
+        }
+        if let Some(status) = proc.exited() {
+            return Err(fail(&format!("exited ({status})")));
+        }
+        if Instant::now() > deadline {
+            return Err(fail("did not log its address"));
+        }
+        thread::sleep(POLL);
+    };
+    loop {
+        if matches!(http_get(addr, "/readyz"), Ok((200, _))) {
+            return Ok((proc, addr));
+        }
+        if let Some(status) = proc.exited() {
+            return Err(fail(&format!("exited ({status})")));
+        }
+        if Instant::now() > deadline {
+            return Err(fail("did not become ready (/readyz)"));
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// The `addr=` of the "listening" log line.
+fn logged_addr(log: &Path) -> Option<SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .filter(|l| l.contains("listening"))
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|f| f.strip_prefix("addr="))
+        .and_then(|a| a.parse().ok())
+}
+
+/// Starts `cmd` with stdin closed and stdout + stderr appended to `log`.
+fn spawn_logged(mut cmd: Command, log: &Path) -> io::Result<Proc> {
+    let out = File::create(log)?;
+    let err = out.try_clone()?;
+    let child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn()?;
+    Ok(Proc { child })
+}
+
+/// One `GET path` with `Connection: close`: status and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.take(1 << 20).read_to_string(&mut text)?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no status line"))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((status, body.to_string()))
+}
+
+/// A `corecast-bench` child run with `--json --quiet`; killed if dropped
+/// before its report was read (e.g. when another part of a cell failed).
+pub struct BenchRun {
+    child: Option<Child>,
+    args: Vec<String>,
+    stderr_log: PathBuf,
+}
+
+impl BenchRun {
+    /// Starts `exe args… --json --quiet`, stderr to `log`.
+    pub fn spawn(exe: &Path, args: Vec<String>, log: &Path) -> Result<BenchRun, String> {
+        let err = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let child = Command::new(exe)
+            .args(&args)
+            .args(["--json", "--quiet"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        Ok(BenchRun {
+            child: Some(child),
+            args,
+            stderr_log: log.to_path_buf(),
+        })
+    }
+
+    /// Waits for the report. The child bounds its own run time (its
+    /// windows, connect and drain deadlines), so this wait ends.
+    pub fn report(mut self) -> Result<Value, String> {
+        let child = self.child.take().expect("report is read once");
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("corecast-bench: {e}"))?;
+        let err = std::fs::read_to_string(&self.stderr_log).unwrap_or_default();
+        if !out.status.success() {
+            return Err(format!(
+                "corecast-bench {} failed ({}): {}",
+                self.args.join(" "),
+                out.status,
+                err.trim()
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("corecast-bench report: {e}"))
+    }
+}
+
+impl Drop for BenchRun {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listening_line_gives_the_address() {
+        let dir = std::env::temp_dir().join(format!("corecast-paper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("server.log");
+        std::fs::write(
+            &log,
+            "t level=warn msg=\"descriptor limit\" limit=1\n\
+             t level=info msg=\"corecast listening\" addr=127.0.0.1:4567 driver=IoUring\n",
+        )
+        .unwrap();
+        assert_eq!(logged_addr(&log), Some("127.0.0.1:4567".parse().unwrap()));
+        std::fs::write(&log, "nothing yet").unwrap();
+        assert_eq!(logged_addr(&log), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
