@@ -100,6 +100,8 @@ pub struct Config {
     pub max_total_outbound: usize,
     /// Record the fan-out delay histogram (`/metrics`, status page).
     pub latency_histograms: bool,
+    /// Most subscriber writers woken by fan-outs writing at once.
+    pub fanout_window: usize,
     /// Worker write backlog above which publishers are paused.
     pub publish_backpressure: usize,
     /// Redis mode: publishes go through Redis pub/sub (None = in-process).
@@ -189,6 +191,7 @@ impl Default for Config {
             publish_rate: 0,
             max_total_outbound: 0,
             latency_histograms: true,
+            fanout_window: 256,
             publish_backpressure: 0,
             redis_url: None,
             redis_prefix: String::new(),
@@ -373,6 +376,17 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: Some("16MiB"),
         help: "when this much waits to be written to subscribers (each connection counted up to 64 KiB), publishers are read more slowly until it drains",
         set: |c, v| set_size(&mut c.publish_backpressure, v),
+    },
+    OptionSpec {
+        flag: "fanout-window",
+        env: "CORECAST_FANOUT_WINDOW",
+        value: "N",
+        default: Some("256"),
+        help: "most subscriber writes a fan-out has in progress at once; the rest are started, in order, as those complete, so a message to many thousands of subscribers cannot keep other connections waiting for more than about this many writes (0 = start all at once)",
+        set: |c, v| {
+            c.fanout_window = v.trim().parse().map_err(|e| format!("{e}"))?;
+            Ok(())
+        },
     },
     OptionSpec {
         flag: "latency-histograms",

@@ -262,6 +262,12 @@ pub fn render(s: &Stats, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_fanout_paced_total",
+        "Writer wake-ups that waited for a place in the fan-out window.",
+        s.fanout_paced,
+    );
+    counter(
+        &mut o,
         "corecast_publish_rate_limited_total",
         "Publisher pauses under --publish-rate.",
         s.publish_rate_limited,

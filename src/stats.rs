@@ -52,6 +52,9 @@ pub struct Stats {
     /// Times the worker-wide outbound budget (`--max-total-outbound`) was
     /// reached; the subscriber being queued to is then treated as slow.
     pub outbound_budget_exceeded: u64,
+    /// Writer wake-ups that waited for a place in the fan-out window
+    /// (`--fanout-window`).
+    pub fanout_paced: u64,
     /// Times a publisher was paused by `--publish-rate`.
     pub publish_rate_limited: u64,
     /// Times a publisher was paused because the worker's write backlog was
