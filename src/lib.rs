@@ -8,7 +8,7 @@
 //! - [`control`]: the JSON control protocol of `GET /ws`.
 //! - [`hub`]: the per-worker connection slab, channel registry and zero-copy
 //!   fan-out into bounded outbound queues (sans-I/O; wakes writers through
-//!   `Waker`s).
+//!   `Waker`s, at most `--fanout-window` at a time).
 //! - [`server`]: the network edge — monoio runtime boot and CPU pinning,
 //!   accept loop, per-connection reader and writer tasks, vectored writes,
 //!   the sweeper for deadlines and keepalive, graceful shutdown.
@@ -23,7 +23,10 @@
 //!   messages on Redis channels (sans-I/O; connections in `server::redis_link`).
 //! - [`stats`], [`log`], [`metrics`]: counters, logfmt logging, and the
 //!   Prometheus exposition with latency histograms.
-//! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast).
+//! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast,
+//!   http) and `paper`, which orchestrates Redis, an origin, corecast
+//!   instances and those subcommands (as child processes) into the
+//!   reference experiment's report.
 //!
 //! Protocol modules never import the runtime; only `server` (and the load
 //! generator's client edge in `loadgen`) await sockets.
