@@ -21,7 +21,7 @@
 //!   TOML file; `--help` and the README table come from one table.
 //! - [`redis`]: RESP (redis-protocol), pipelining, URLs, the envelope of
 //!   messages on Redis channels (sans-I/O; connections in `server::redis_link`).
-//! - [`stats`], [`log`], [`metrics`]: counters, logfmt logging, and the
+//! - [`stats`], [`log`](mod@log), [`metrics`]: counters, logfmt logging, and the
 //!   Prometheus exposition with latency histograms.
 //! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast,
 //!   http) and `paper`, which orchestrates Redis, an origin, corecast

@@ -104,7 +104,7 @@ impl ClientRequest {
         key::vary_values(names, &self.headers)
     }
 
-    /// Header lines to forward to the origin: all but [`NOT_FORWARDED`]
+    /// Header lines to forward to the origin: all but `NOT_FORWARDED`
     /// and those the `Connection` header names.
     pub fn forwarded(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         let listed: Vec<&[u8]> = self
