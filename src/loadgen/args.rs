@@ -62,7 +62,8 @@ origin and fresh corecast servers pinned to --server-cpu, drives them from
   --configs LIST         of c1 (in-process), c2 (Redis pub/sub between
                          instances), c3 (c2 + cached HTTP API) [c1,c2,c3]
   --scales LIST          client counts; `max` = the most one process may
-                         hold here (RLIMIT_NOFILE - 100) [500,5000,max]
+                         hold here (RLIMIT_NOFILE - 100, at most 100,000)
+                         [500,5000,max]
   --server-bin PATH      corecast binary [`corecast` next to this binary]
   --redis-bin PATH       [redis-server]
   --server-cpu N         CPU of corecast (and of Redis, as on a 1-vCPU VPS) [0]

@@ -54,12 +54,18 @@ pub enum Scale {
 /// ring, Redis, std streams, /proc reads).
 pub const FD_MARGIN: u64 = 100;
 
+/// Most clients `max` stands for: machines with a hard descriptor limit of
+/// a million would otherwise ask for a million connections. Explicit
+/// counts are not capped (the default 40 source addresses give ~1.1 M
+/// ephemeral ports).
+pub const MAX_CLIENTS: usize = 100_000;
+
 impl Scale {
     /// The client count under a descriptor limit of `nofile`.
     pub fn clients(self, nofile: u64) -> usize {
         match self {
             Scale::Clients(n) => n,
-            Scale::Max => nofile.saturating_sub(FD_MARGIN) as usize,
+            Scale::Max => (nofile.saturating_sub(FD_MARGIN) as usize).min(MAX_CLIENTS),
         }
     }
 }
@@ -296,6 +302,7 @@ mod tests {
         );
         assert_eq!(o.rate_for(500), 200.0);
         assert_eq!(Scale::Max.clients(20_000), 19_900);
+        assert_eq!(Scale::Max.clients(1 << 20), MAX_CLIENTS);
     }
 
     #[test]
