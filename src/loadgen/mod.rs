@@ -160,6 +160,9 @@ pub fn run(cmd: Command) -> Result<Report, BenchError> {
     }
 }
 
+/// The generator's ring: many subscribers' reads in flight at once.
+const RING_ENTRIES: u32 = 4096;
+
 /// Pins (if asked) before the runtime exists, so its ring and every
 /// allocation start on the right CPU; io_uring where the kernel allows,
 /// epoll otherwise (as the server does).
@@ -171,9 +174,9 @@ fn block_on<F: Future>(common: &Common, make: impl FnOnce() -> F) -> Result<F::O
     if !common.legacy_driver && monoio::utils::detect_uring() {
         let defer = !common.plain_uring;
         // DEFER_TASKRUN needs Linux 6.1; older kernels refuse the flag.
-        let built = crate::server::uring_runtime(defer).or_else(|e| {
+        let built = crate::server::uring_runtime(defer, RING_ENTRIES).or_else(|e| {
             if defer {
-                crate::server::uring_runtime(false)
+                crate::server::uring_runtime(false, RING_ENTRIES)
             } else {
                 Err(e)
             }

@@ -50,7 +50,13 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Listen backlog.
 const BACKLOG: i32 = 4096;
 
-/// An io_uring runtime (4096 entries, timers). With `defer`, completions
+/// Submission-queue entries of the worker's ring. The fan-out window
+/// (`--fanout-window`, 256) bounds the writes one pass submits, so a
+/// larger ring buys nothing, and each 1,024 entries cost ~100 KiB of
+/// resident ring memory (SQE array and rings) in an idle server.
+pub const SERVER_RING_ENTRIES: u32 = 1024;
+
+/// An io_uring runtime with `entries` SQ entries and timers. With `defer`, completions
 /// are not pushed to this thread as they happen — an inter-processor
 /// interrupt and a task-work run per completion, paid partly by whichever
 /// thread made the socket ready — but collected when the runtime next
@@ -59,6 +65,7 @@ const BACKLOG: i32 = 4096;
 /// server's worker and the load generator.
 pub fn uring_runtime(
     defer: bool,
+    entries: u32,
 ) -> io::Result<monoio::Runtime<monoio::time::TimeDriver<IoUringDriver>>> {
     let mut urb = io_uring::IoUring::builder();
     if defer {
@@ -66,7 +73,7 @@ pub fn uring_runtime(
     }
     RuntimeBuilder::<IoUringDriver>::new()
         .enable_timer()
-        .with_entries(4096)
+        .with_entries(entries)
         .uring_builder(urb)
         .build()
 }
@@ -156,8 +163,8 @@ fn run_worker(
     let serve = worker_main(cfg, listener, stop);
     match driver {
         // DEFER_TASKRUN needs Linux 6.1; older kernels refuse the flag.
-        DriverKind::IoUring => uring_runtime(true)
-            .or_else(|_| uring_runtime(false))?
+        DriverKind::IoUring => uring_runtime(true, SERVER_RING_ENTRIES)
+            .or_else(|_| uring_runtime(false, SERVER_RING_ENTRIES))?
             .block_on(serve),
         DriverKind::Legacy => RuntimeBuilder::<LegacyDriver>::new()
             .enable_timer()
