@@ -147,8 +147,10 @@ enum Pace {
     Idle,
     /// In the pacer's queue, waiting for a place in the window.
     Waiting,
-    /// Woken under the window; holds a place until its write completes.
-    Active,
+    /// Woken under the window in the given generation; holds a place
+    /// until its write completes (or the generation is written off as
+    /// stalled, see [`Pacer::unstick`]).
+    Active(u32),
 }
 
 /// Fan-out write pacing.
@@ -165,12 +167,26 @@ enum Pace {
 /// waits for at most about one window of writes. Frames queued for a
 /// waiting connection still join its next write (batching is unchanged),
 /// and nothing is dropped: pacing only orders wake-ups.
+///
+/// A write to a peer that does not read never completes, and must not hold
+/// its place: the edge's watchdog calls [`Pacer::unstick`] when the window
+/// has been full with writers waiting and no write completed for a
+/// millisecond. Those writes wait for their peers, not for this core, so
+/// their places are given to the next writers (a new generation).
 #[derive(Debug, Default)]
 struct Pacer {
     /// Most writers in the window; 0 = no pacing (wake at once).
     window: usize,
-    /// Writers holding a place in the window.
+    /// Writers of the current generation holding a place in the window.
     active: usize,
+    /// Current generation: places taken before the last `unstick` no longer
+    /// count.
+    generation: u32,
+    /// Writes of paced writers completed so far (the watchdog's progress
+    /// signal).
+    completions: u64,
+    /// The watchdog, waiting for the window to fill up.
+    watchdog: Option<Waker>,
     /// Connections waiting for a place, with their serial (slab keys are
     /// reused). Each connection is in it at most once while `Waiting`;
     /// entries of connections removed meanwhile are skipped.
@@ -189,23 +205,53 @@ impl Pacer {
         if self.window == 0 {
             wake(conn);
         } else if self.active < self.window {
-            conn.pace = Pace::Active;
-            self.active += 1;
-            wake(conn);
+            self.activate(conn);
         } else {
             conn.pace = Pace::Waiting;
             self.waiting.push_back((id, conn.serial));
             stats.fanout_paced += 1;
+            if let Some(w) = self.watchdog.take() {
+                w.wake();
+            }
         }
+    }
+
+    fn activate(&mut self, conn: &mut Conn) {
+        conn.pace = Pace::Active(self.generation);
+        self.active += 1;
+        wake(conn);
     }
 
     /// `conn`'s place in the window is free (its write completed, or it is
     /// gone).
     fn done(&mut self, conn: &mut Conn) {
-        if conn.pace == Pace::Active {
+        if let Pace::Active(generation) = conn.pace {
             conn.pace = Pace::Idle;
-            self.active -= 1;
+            self.completions += 1;
+            if generation == self.generation {
+                self.active -= 1;
+            }
         }
+    }
+
+    /// Whether the window is full with writers waiting for a place.
+    fn backlogged(&self) -> bool {
+        self.window > 0 && self.active >= self.window && !self.waiting.is_empty()
+    }
+
+    /// If no paced write completed since the watchdog saw `seen`
+    /// completions and the window is still backlogged, its writes are
+    /// waiting for their peers: starts a new generation with a free window.
+    /// Returns whether it did.
+    fn unstick(&mut self, seen: u64, conns: &mut Slab<Conn>, stats: &mut Stats) -> bool {
+        if self.completions != seen || !self.backlogged() {
+            return false;
+        }
+        self.generation = self.generation.wrapping_add(1);
+        self.active = 0;
+        stats.fanout_window_stalls += 1;
+        self.release(conns);
+        true
     }
 
     /// Wakes waiting writers while the window has room.
@@ -226,9 +272,7 @@ impl Pacer {
                 conn.pace = Pace::Idle;
                 continue;
             }
-            conn.pace = Pace::Active;
-            self.active += 1;
-            wake(conn);
+            self.activate(conn);
         }
     }
 }
@@ -837,6 +881,27 @@ impl Hub {
         Poll::Pending
     }
 
+    /// The pacer watchdog's wait: ready, with the count of completed paced
+    /// writes, once the fan-out window is full and writers wait for a place.
+    pub fn poll_pacer_backlog(&mut self, cx: &mut Context<'_>) -> Poll<u64> {
+        if self.pacer.backlogged() {
+            return Poll::Ready(self.pacer.completions);
+        }
+        match &mut self.pacer.watchdog {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Called by the watchdog a moment after [`Hub::poll_pacer_backlog`]
+    /// returned `seen`: if no paced write completed since, the writes in the
+    /// window wait for their peers and give up their places. Returns
+    /// whether they did.
+    pub fn unstick_pacer(&mut self, seen: u64) -> bool {
+        self.pacer.unstick(seen, &mut self.conns, &mut self.stats)
+    }
+
     /// Moves up to [`MAX_BATCH`] frames (control frame first) into `out`.
     /// Returns whether this batch holds the close frame — the last bytes
     /// this connection will ever send.
@@ -1222,6 +1287,50 @@ mod tests {
         assert_eq!(hub.pacer.active, 1);
         assert_eq!(run_writer(&mut hub, &subs[3]), 1);
         assert_eq!((hub.pacer.active, hub.pacer.waiting.len()), (0, 0));
+    }
+
+    #[test]
+    fn writes_stuck_on_their_peers_hand_the_window_on() {
+        let mut hub = Hub::new(HubLimits {
+            fanout_window: 2,
+            ..limits()
+        });
+        let subs = sleeping_subscribers(&mut hub, 5);
+        let counter = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(hub.poll_pacer_backlog(&mut cx).is_pending());
+        hub.publish("c", OpCode::Text, b"x", None);
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1, "watchdog woken");
+        let Poll::Ready(seen) = hub.poll_pacer_backlog(&mut cx) else {
+            panic!("window full with writers waiting")
+        };
+        // Writers 0 and 1 take their batches; their writes never complete
+        // (peers that do not read). Progress check: none, so hand on.
+        for sub in &subs[..2] {
+            let mut out = Vec::new();
+            hub.take_batch(sub.0, &mut out);
+        }
+        assert!(hub.unstick_pacer(seen));
+        assert_eq!(woken(&subs), [1, 1, 1, 1, 0]);
+        assert_eq!(hub.stats.fanout_window_stalls, 1);
+        // The stalled writes completing later do not free places that the
+        // new generation holds.
+        hub.wrote(subs[0].0, 3);
+        assert_eq!(hub.pacer.active, 2);
+        assert_eq!(woken(&subs)[4], 0);
+        // With progress since `seen`, the watchdog leaves the window alone.
+        let Poll::Ready(seen) = hub.poll_pacer_backlog(&mut cx) else {
+            panic!("still backlogged")
+        };
+        run_writer(&mut hub, &subs[2]);
+        assert!(!hub.unstick_pacer(seen));
+        assert_eq!(woken(&subs)[4], 1, "woken by the completion instead");
+        run_writer(&mut hub, &subs[3]);
+        run_writer(&mut hub, &subs[4]);
+        hub.wrote(subs[1].0, 3);
+        assert_eq!((hub.pacer.active, hub.pacer.waiting.len()), (0, 0));
+        assert!(hub.poll_pacer_backlog(&mut cx).is_pending());
     }
 
     #[test]

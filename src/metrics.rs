@@ -268,6 +268,12 @@ pub fn render(s: &Stats, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_fanout_window_stalls_total",
+        "Times the fan-out window was full of writes waiting for peers that do not read.",
+        s.fanout_window_stalls,
+    );
+    counter(
+        &mut o,
         "corecast_publish_rate_limited_total",
         "Publisher pauses under --publish-rate.",
         s.publish_rate_limited,

@@ -55,6 +55,9 @@ pub struct Stats {
     /// Writer wake-ups that waited for a place in the fan-out window
     /// (`--fanout-window`).
     pub fanout_paced: u64,
+    /// Times the fan-out window was full of writes waiting for their
+    /// peers (not reading) and was handed to the next writers.
+    pub fanout_window_stalls: u64,
     /// Times a publisher was paused by `--publish-rate`.
     pub publish_rate_limited: u64,
     /// Times a publisher was paused because the worker's write backlog was

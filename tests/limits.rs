@@ -507,8 +507,46 @@ async fn a_big_fan_out_does_not_stall_other_requests(legacy: bool) {
     assert!(counter(&s, "fanout_paced") >= (N - 8) as u64, "{s}");
 }
 
+/// Writes to subscribers that never read never complete. More of them
+/// than the fan-out window holds must not stall everyone else: the window
+/// is handed on (counted as `fanout_window_stalls`), the healthy
+/// subscriber gets every message, and the stalled ones stay connected
+/// (their queue bound is far away).
+async fn stalled_readers_do_not_hold_the_fan_out_window(legacy: bool) {
+    const STALLED: usize = 8;
+    // 16 MiB per subscriber: more than any socket send buffer (tcp_wmem's
+    // maximum is 4 MiB by default) takes, so the stalled writes block.
+    const MESSAGES: usize = 256;
+    const SIZE: usize = 64 << 10;
+    let srv = TestServer::start_on(legacy, |c| {
+        c.fanout_window = 4;
+        c.max_outbound_queue = 64 << 20;
+    });
+    let addr = srv.addr;
+    let mut stalled = Vec::new();
+    for _ in 0..STALLED {
+        stalled.push(RawWs::connect_small_rcvbuf(addr, "/ws/s", 4096).await);
+    }
+    let mut healthy = ws_connect(addr, "/ws/s").await;
+    wait_stat(addr, "subscriptions", |n| n == STALLED as u64 + 1).await;
+    let mut publisher = HttpConn::connect(addr).await;
+    for i in 0..MESSAGES {
+        let mut body = format!("{i:06}");
+        body.extend(std::iter::repeat_n('.', SIZE - 6));
+        assert_eq!(publisher.publish("s", &body).await, STALLED as u64 + 1);
+        let got = next_text(&mut healthy).await;
+        assert_eq!(&got[..6], &body[..6], "healthy subscriber in order");
+    }
+    let s = stats(addr).await;
+    assert!(counter(&s, "fanout_window_stalls") >= 1, "{s}");
+    assert_eq!(counter(&s, "slow_consumer_disconnects"), 0, "{s}");
+    assert_eq!(counter(&s, "connections"), STALLED as u64 + 3, "{s}");
+    drop(stalled);
+}
+
 on_both_drivers!(
     a_big_fan_out_does_not_stall_other_requests,
+    stalled_readers_do_not_hold_the_fan_out_window,
     slow_consumer_is_disconnected_and_others_get_everything,
     drop_oldest_counts_drops_and_keeps_the_connection,
     slowloris_is_cut_off_at_the_handshake_timeout,

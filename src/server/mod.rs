@@ -183,6 +183,9 @@ async fn worker_main(
     let listener = monoio::net::TcpListener::from_std(listener)?;
     let started = Instant::now();
     monoio::spawn(sweeper(ctx.clone(), started));
+    if ctx.hub.borrow().limits().fanout_window > 0 {
+        monoio::spawn(pacer_watchdog(ctx.clone()));
+    }
     if let Some(link) = &ctx.redis {
         redis_link::RedisLink::spawn(&ctx, link);
     }
@@ -266,6 +269,23 @@ async fn sweeper(ctx: Rc<Ctx>, started: Instant) {
                 log!(Trace, "closing", fd = fd);
             }
             sys::shutdown(fd);
+        }
+    }
+}
+
+/// How long the fan-out window may be full with no write completing before
+/// its writes count as waiting for their peers.
+const PACER_STALL: Duration = Duration::from_millis(1);
+
+/// Hands the fan-out window on when the writes holding it wait for peers
+/// that do not read (see `hub::Pacer`). Sleeps until the window is full
+/// with writers waiting; costs nothing otherwise.
+async fn pacer_watchdog(ctx: Rc<Ctx>) {
+    loop {
+        let seen = std::future::poll_fn(|cx| ctx.hub.borrow_mut().poll_pacer_backlog(cx)).await;
+        monoio::time::sleep(PACER_STALL).await;
+        if ctx.hub.borrow_mut().unstick_pacer(seen) {
+            log!(Debug, "fan-out window held by stalled writes, handed on");
         }
     }
 }
