@@ -460,7 +460,8 @@ fn via(v: &str) -> Result<Via, String> {
     }
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+/// A number, `_` separators allowed (`19_900`).
+pub fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.replace('_', "")
         .parse()
         .map_err(|_| format!("{flag}: `{v}` is not a valid number"))

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::super::args::{duration, ip_list};
+use super::super::args::{duration, ip_list, num};
 
 /// The reference's three configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -271,12 +271,6 @@ fn scale(s: &str) -> Result<Scale, String> {
         Ok(n) if n > 0 => Ok(Scale::Clients(n)),
         _ => Err(format!("--scales: `{s}` is not a client count or `max`")),
     }
-}
-
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.replace('_', "")
-        .parse()
-        .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
 }
 
 #[cfg(test)]
