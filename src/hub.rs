@@ -147,10 +147,13 @@ enum Pace {
     Idle,
     /// In the pacer's queue, waiting for a place in the window.
     Waiting,
-    /// Woken under the window in the given generation; holds a place
-    /// until its write completes (or the generation is written off as
-    /// stalled, see [`Pacer::unstick`]).
+    /// Woken under the window by activation number `n`; holds a place
+    /// until its write completes.
     Active(u32),
+    /// Was active, but its write waits for its peer: the place was written
+    /// off ([`Pacer::write_off_stalled`]); the write completing frees
+    /// nothing.
+    Released,
 }
 
 /// Fan-out write pacing.
@@ -161,40 +164,49 @@ enum Pace {
 /// 20,000 subscribers is ~100 ms of kernel send work, and a request that
 /// arrives meanwhile — an API call, another publish, a pong — would wait
 /// for all of it (the event-loop blocking the reference measured in
-/// Node.js). So at most `window` writers woken by data are writing at any
-/// time; the rest wait in FIFO order and are woken as earlier writes
-/// complete. Between two windows the runtime polls for I/O, so other work
-/// waits for at most about one window of writes. Frames queued for a
-/// waiting connection still join its next write (batching is unchanged),
-/// and nothing is dropped: pacing only orders wake-ups.
+/// Node.js). So at most `window` writers woken by data (or by a keepalive
+/// ping) are writing at any time; the rest wait in FIFO order and are
+/// woken as earlier writes complete. Between two windows the runtime polls
+/// for I/O, so other work waits for at most about one window of writes.
+/// Frames queued for a waiting connection still join its next write
+/// (batching is unchanged), and nothing is dropped: pacing only orders
+/// wake-ups.
 ///
-/// A write to a peer that does not read never completes, and must not hold
-/// its place: the edge's watchdog calls [`Pacer::unstick`] when the window
-/// has been full with writers waiting and no write completed for a
-/// millisecond. Those writes wait for their peers, not for this core, so
-/// their places are given to the next writers (a new generation).
+/// A write to a peer that does not read never completes, and must not
+/// hold its place. Places are written off, oldest first, when they have
+/// been held through a whole watchdog interval (the edge's watchdog ticks
+/// every millisecond while writers wait for a place), or when
+/// [`HELD_LIMIT`] windows of later writers were started meanwhile. A
+/// write that takes that long waits for its peer, not for this core.
 #[derive(Debug, Default)]
 struct Pacer {
     /// Most writers in the window; 0 = no pacing (wake at once).
     window: usize,
-    /// Writers of the current generation holding a place in the window.
+    /// Places held (connections `Active`).
     active: usize,
-    /// Current generation: places taken before the last `unstick` no longer
-    /// count.
-    generation: u32,
-    /// Writes of paced writers completed so far (the watchdog's progress
-    /// signal).
-    completions: u64,
+    /// Activations so far (wrapping; a place is written off long before
+    /// its number comes round again).
+    activations: u32,
+    /// Watchdog ticks so far.
+    tick: u64,
+    /// Places in the order they were taken: (connection, activation,
+    /// tick). Entries whose place was given back are dropped from the front
+    /// as they come up; at most `HELD_LIMIT * window` entries.
+    held: VecDeque<(ConnId, u32, u64)>,
     /// The watchdog, waiting for the window to fill up.
     watchdog: Option<Waker>,
     /// Connections waiting for a place, with their serial (slab keys are
     /// reused). Each connection is in it at most once while `Waiting`;
-    /// entries of connections removed meanwhile are skipped.
+    /// entries of connections removed or written meanwhile are skipped.
     waiting: VecDeque<(ConnId, u64)>,
 }
 
+/// A place is written off when this many windows of writers were started
+/// after it and it is still held (bounds `Pacer::held` without a clock).
+pub const HELD_LIMIT: usize = 4;
+
 impl Pacer {
-    /// New data was queued for `conn`: wake its writer now, or queue it
+    /// Something was queued for `conn`: wake its writer now, or queue it
     /// for the window.
     fn schedule(&mut self, id: ConnId, conn: &mut Conn, stats: &mut Stats) {
         // A running writer finds the frame on its next loop; a scheduled
@@ -205,7 +217,7 @@ impl Pacer {
         if self.window == 0 {
             wake(conn);
         } else if self.active < self.window {
-            self.activate(conn);
+            self.activate(id, conn);
         } else {
             conn.pace = Pace::Waiting;
             self.waiting.push_back((id, conn.serial));
@@ -216,49 +228,94 @@ impl Pacer {
         }
     }
 
-    fn activate(&mut self, conn: &mut Conn) {
-        conn.pace = Pace::Active(self.generation);
+    fn activate(&mut self, id: ConnId, conn: &mut Conn) {
+        self.activations = self.activations.wrapping_add(1);
+        conn.pace = Pace::Active(self.activations);
         self.active += 1;
+        self.held.push_back((id, self.activations, self.tick));
         wake(conn);
     }
 
     /// `conn`'s place in the window is free (its write completed, or it is
     /// gone).
     fn done(&mut self, conn: &mut Conn) {
-        if let Pace::Active(generation) = conn.pace {
-            conn.pace = Pace::Idle;
-            self.completions += 1;
-            if generation == self.generation {
+        match conn.pace {
+            Pace::Active(_) => {
+                conn.pace = Pace::Idle;
                 self.active -= 1;
             }
+            Pace::Released => conn.pace = Pace::Idle,
+            Pace::Idle | Pace::Waiting => {}
         }
     }
 
-    /// Whether the window is full with writers waiting for a place.
-    fn backlogged(&self) -> bool {
+    /// Whether the window is full with writers waiting for a place (after
+    /// dropping waiting entries that no longer wait).
+    fn backlogged(&mut self, conns: &Slab<Conn>) -> bool {
+        while let Some(&(id, serial)) = self.waiting.front() {
+            let waits = conns
+                .get(id)
+                .is_some_and(|c| c.serial == serial && c.pace == Pace::Waiting);
+            if waits {
+                break;
+            }
+            self.waiting.pop_front();
+        }
         self.window > 0 && self.active >= self.window && !self.waiting.is_empty()
     }
 
-    /// If no paced write completed since the watchdog saw `seen`
-    /// completions and the window is still backlogged, its writes are
-    /// waiting for their peers: starts a new generation with a free window.
-    /// Returns whether it did.
-    fn unstick(&mut self, seen: u64, conns: &mut Slab<Conn>, stats: &mut Stats) -> bool {
-        if self.completions != seen || !self.backlogged() {
-            return false;
+    /// Drops given-back places from the front of `held`, and writes off
+    /// the oldest ones still held when `held` is over its bound.
+    fn trim(&mut self, conns: &mut Slab<Conn>, stats: &mut Stats) {
+        while let Some(&(id, n, _)) = self.held.front() {
+            match conns.get_mut(id) {
+                Some(c) if c.pace == Pace::Active(n) => {
+                    if self.held.len() <= HELD_LIMIT * self.window {
+                        return;
+                    }
+                    self.write_off(c, stats);
+                }
+                _ => {}
+            }
+            self.held.pop_front();
         }
-        self.generation = self.generation.wrapping_add(1);
-        self.active = 0;
+    }
+
+    fn write_off(&mut self, conn: &mut Conn, stats: &mut Stats) {
+        conn.pace = Pace::Released;
+        self.active -= 1;
         stats.fanout_window_stalls += 1;
-        self.release(conns);
-        true
+    }
+
+    /// The watchdog's tick: writes off every place held since before the
+    /// previous tick (its write has waited a whole interval for its peer),
+    /// then refills the window. Returns how many were written off.
+    fn write_off_stalled(&mut self, conns: &mut Slab<Conn>, stats: &mut Stats) -> usize {
+        self.tick += 1;
+        let mut n = 0;
+        while let Some(&(id, activation, tick)) = self.held.front() {
+            match conns.get_mut(id) {
+                Some(c) if c.pace == Pace::Active(activation) => {
+                    // Taken during the last interval: give it one.
+                    if tick + 1 >= self.tick {
+                        break;
+                    }
+                    self.write_off(c, stats);
+                    n += 1;
+                }
+                _ => {}
+            }
+            self.held.pop_front();
+        }
+        self.release(conns, stats);
+        n
     }
 
     /// Wakes waiting writers while the window has room.
-    fn release(&mut self, conns: &mut Slab<Conn>) {
+    fn release(&mut self, conns: &mut Slab<Conn>, stats: &mut Stats) {
         while self.active < self.window {
             let Some((id, serial)) = self.waiting.pop_front() else {
-                return;
+                break;
             };
             let Some(conn) = conns.get_mut(id) else {
                 continue;
@@ -272,8 +329,9 @@ impl Pacer {
                 conn.pace = Pace::Idle;
                 continue;
             }
-            self.activate(conn);
+            self.activate(id, conn);
         }
+        self.trim(conns, stats);
     }
 }
 
@@ -688,7 +746,7 @@ impl Hub {
         let n = conn.pending_bytes;
         self.totals.sub(&mut conn, n);
         self.pacer.done(&mut conn);
-        self.pacer.release(&mut self.conns);
+        self.pacer.release(&mut self.conns, &mut self.stats);
         for (cid, pos) in std::mem::take(&mut conn.subs) {
             self.detach(cid, pos);
         }
@@ -881,11 +939,11 @@ impl Hub {
         Poll::Pending
     }
 
-    /// The pacer watchdog's wait: ready, with the count of completed paced
-    /// writes, once the fan-out window is full and writers wait for a place.
-    pub fn poll_pacer_backlog(&mut self, cx: &mut Context<'_>) -> Poll<u64> {
-        if self.pacer.backlogged() {
-            return Poll::Ready(self.pacer.completions);
+    /// The pacer watchdog's wait: ready once the fan-out window is full
+    /// and writers wait for a place.
+    pub fn poll_pacer_backlog(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.pacer.backlogged(&self.conns) {
+            return Poll::Ready(());
         }
         match &mut self.pacer.watchdog {
             Some(w) if w.will_wake(cx.waker()) => {}
@@ -894,12 +952,13 @@ impl Hub {
         Poll::Pending
     }
 
-    /// Called by the watchdog a moment after [`Hub::poll_pacer_backlog`]
-    /// returned `seen`: if no paced write completed since, the writes in the
-    /// window wait for their peers and give up their places. Returns
-    /// whether they did.
-    pub fn unstick_pacer(&mut self, seen: u64) -> bool {
-        self.pacer.unstick(seen, &mut self.conns, &mut self.stats)
+    /// The watchdog's tick (every millisecond while the window is
+    /// backlogged): places held since before the previous tick belong to
+    /// writes waiting for their peers and are given to waiting writers.
+    /// Returns how many were written off.
+    pub fn pacer_tick(&mut self) -> usize {
+        self.pacer
+            .write_off_stalled(&mut self.conns, &mut self.stats)
     }
 
     /// Moves up to [`MAX_BATCH`] frames (control frame first) into `out`.
@@ -945,7 +1004,7 @@ impl Hub {
                 conn.batch_since_ns = 0;
             }
             self.pacer.done(conn);
-            self.pacer.release(&mut self.conns);
+            self.pacer.release(&mut self.conns, &mut self.stats);
         }
     }
 
@@ -991,10 +1050,19 @@ impl Hub {
     /// The periodic sweep: queues keepalive pings and returns the sockets
     /// whose deadline passed, for the edge to shut down.
     pub fn sweep(&mut self, expired: &mut Vec<(i32, Expired)>) {
-        let now = self.now_ms;
-        let l = &self.limits;
+        let Hub {
+            conns,
+            limits: l,
+            now_ms,
+            pacer,
+            stats,
+            ..
+        } = self;
+        let now = *now_ms;
         let first = expired.len();
-        for (_, conn) in self.conns.iter_mut() {
+        // One ping frame shared by every connection pinged in this sweep.
+        let ping = encode_server_frame(OpCode::Ping, b"");
+        for (id, conn) in conns.iter_mut() {
             if conn.expired {
                 continue;
             }
@@ -1012,15 +1080,17 @@ impl Hub {
                 && conn.ctrl.is_empty();
             if wants_ping {
                 conn.ping_outstanding = true;
-                conn.ctrl.push_back(encode_server_frame(OpCode::Ping, b""));
-                wake(conn);
+                conn.ctrl.push_back(ping.clone());
+                // Paced like a fan-out: thousands of connections that
+                // connected together fall due together.
+                pacer.schedule(id, conn, stats);
             }
         }
         for (_, why) in &expired[first..] {
             match why {
-                Expired::Handshake => self.stats.handshake_timeouts += 1,
-                Expired::Idle => self.stats.idle_timeouts += 1,
-                Expired::Close => self.stats.close_timeouts += 1,
+                Expired::Handshake => stats.handshake_timeouts += 1,
+                Expired::Idle => stats.idle_timeouts += 1,
+                Expired::Close => stats.close_timeouts += 1,
             }
         }
     }
@@ -1290,7 +1360,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_stuck_on_their_peers_hand_the_window_on() {
+    fn writes_stuck_on_their_peers_hand_their_places_on() {
         let mut hub = Hub::new(HubLimits {
             fanout_window: 2,
             ..limits()
@@ -1302,35 +1372,96 @@ mod tests {
         assert!(hub.poll_pacer_backlog(&mut cx).is_pending());
         hub.publish("c", OpCode::Text, b"x", None);
         assert_eq!(counter.0.load(Ordering::SeqCst), 1, "watchdog woken");
-        let Poll::Ready(seen) = hub.poll_pacer_backlog(&mut cx) else {
-            panic!("window full with writers waiting")
-        };
+        assert!(hub.poll_pacer_backlog(&mut cx).is_ready());
         // Writers 0 and 1 take their batches; their writes never complete
-        // (peers that do not read). Progress check: none, so hand on.
+        // (peers that do not read).
         for sub in &subs[..2] {
             let mut out = Vec::new();
             hub.take_batch(sub.0, &mut out);
         }
-        assert!(hub.unstick_pacer(seen));
+        // Taken during the first interval: they get one.
+        assert_eq!(hub.pacer_tick(), 0);
+        assert_eq!(woken(&subs), [1, 1, 0, 0, 0]);
+        // Held through a whole interval: written off, places handed on.
+        assert_eq!(hub.pacer_tick(), 2);
         assert_eq!(woken(&subs), [1, 1, 1, 1, 0]);
-        assert_eq!(hub.stats.fanout_window_stalls, 1);
-        // The stalled writes completing later do not free places that the
-        // new generation holds.
+        assert_eq!(hub.stats.fanout_window_stalls, 2);
+        // A stalled write completing later frees nothing.
         hub.wrote(subs[0].0, 3);
         assert_eq!(hub.pacer.active, 2);
         assert_eq!(woken(&subs)[4], 0);
-        // With progress since `seen`, the watchdog leaves the window alone.
-        let Poll::Ready(seen) = hub.poll_pacer_backlog(&mut cx) else {
-            panic!("still backlogged")
-        };
+        // A completion hands a place on as usual.
         run_writer(&mut hub, &subs[2]);
-        assert!(!hub.unstick_pacer(seen));
-        assert_eq!(woken(&subs)[4], 1, "woken by the completion instead");
+        assert_eq!(woken(&subs)[4], 1);
         run_writer(&mut hub, &subs[3]);
         run_writer(&mut hub, &subs[4]);
         hub.wrote(subs[1].0, 3);
         assert_eq!((hub.pacer.active, hub.pacer.waiting.len()), (0, 0));
         assert!(hub.poll_pacer_backlog(&mut cx).is_pending());
+        assert!(hub.pacer.held.is_empty());
+    }
+
+    #[test]
+    fn stuck_places_are_written_off_even_while_others_complete() {
+        let mut hub = Hub::new(HubLimits {
+            fanout_window: 2,
+            ..limits()
+        });
+        let subs = sleeping_subscribers(&mut hub, 4);
+        hub.publish("c", OpCode::Text, b"x", None);
+        let mut out = Vec::new();
+        hub.take_batch(subs[0].0, &mut out); // never completes
+        assert_eq!(hub.pacer_tick(), 0);
+        // Writes keep completing through the one working place...
+        run_writer(&mut hub, &subs[1]);
+        assert_eq!(woken(&subs), [1, 1, 1, 0]);
+        // ...but the stuck place is still written off after an interval,
+        // and the window is whole again.
+        assert_eq!(hub.pacer_tick(), 1);
+        assert_eq!(woken(&subs), [1, 1, 1, 1]);
+        assert_eq!(hub.pacer.active, 2);
+    }
+
+    #[test]
+    fn one_stuck_write_cannot_grow_the_place_log_or_shrink_the_window_for_good() {
+        let mut hub = Hub::new(HubLimits {
+            fanout_window: 2,
+            ..limits()
+        });
+        let subs = sleeping_subscribers(&mut hub, 2);
+        let (stuck, busy) = (&subs[0], &subs[1]);
+        for i in 0..100 {
+            hub.publish("c", OpCode::Text, b"x", None);
+            if i == 0 {
+                let mut out = Vec::new();
+                hub.take_batch(stuck.0, &mut out); // never completes
+            }
+            run_writer(&mut hub, busy);
+            assert!(hub.pacer.held.len() <= HELD_LIMIT * 2 + 1, "{i}");
+        }
+        // Overtaken by HELD_LIMIT windows of writers: written off without
+        // the watchdog, so the window is whole again.
+        assert_eq!(hub.stats.fanout_window_stalls, 1);
+        assert_eq!(hub.pacer.active, 0);
+    }
+
+    #[test]
+    fn keepalive_pings_are_paced_too() {
+        let mut hub = Hub::new(HubLimits {
+            fanout_window: 2,
+            ping_interval_ms: 10,
+            ..limits()
+        });
+        let subs = sleeping_subscribers(&mut hub, 5);
+        hub.set_now(20);
+        let mut expired = Vec::new();
+        hub.sweep(&mut expired);
+        assert!(expired.is_empty());
+        assert_eq!(woken(&subs), [1, 1, 0, 0, 0]);
+        for sub in &subs {
+            run_writer(&mut hub, sub);
+        }
+        assert_eq!(woken(&subs), [1, 1, 1, 1, 1]);
     }
 
     #[test]

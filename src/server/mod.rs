@@ -273,19 +273,24 @@ async fn sweeper(ctx: Rc<Ctx>, started: Instant) {
     }
 }
 
-/// How long the fan-out window may be full with no write completing before
-/// its writes count as waiting for their peers.
-const PACER_STALL: Duration = Duration::from_millis(1);
+/// The pacer watchdog's interval: a place in the fan-out window held
+/// through a whole interval belongs to a write waiting for its peer.
+const PACER_TICK: Duration = Duration::from_millis(1);
 
-/// Hands the fan-out window on when the writes holding it wait for peers
-/// that do not read (see `hub::Pacer`). Sleeps until the window is full
-/// with writers waiting; costs nothing otherwise.
+/// Hands places in the fan-out window on when the writes holding them
+/// wait for peers that do not read (see `hub::Pacer`). Sleeps until the
+/// window is full with writers waiting; costs nothing otherwise.
 async fn pacer_watchdog(ctx: Rc<Ctx>) {
     loop {
-        let seen = std::future::poll_fn(|cx| ctx.hub.borrow_mut().poll_pacer_backlog(cx)).await;
-        monoio::time::sleep(PACER_STALL).await;
-        if ctx.hub.borrow_mut().unstick_pacer(seen) {
-            log!(Debug, "fan-out window held by stalled writes, handed on");
+        std::future::poll_fn(|cx| ctx.hub.borrow_mut().poll_pacer_backlog(cx)).await;
+        monoio::time::sleep(PACER_TICK).await;
+        let n = ctx.hub.borrow_mut().pacer_tick();
+        if n > 0 {
+            log!(
+                Debug,
+                "fan-out places held by stalled writes handed on",
+                count = n
+            );
         }
     }
 }
