@@ -337,3 +337,67 @@ fn paper_without_redis_is_one_clear_error() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Children of process `pid` (from /proc).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command: state, ppid, ...
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        if after.split_whitespace().nth(1) == Some(&pid.to_string()) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_killed_paper_run_leaves_no_server_or_redis_behind() {
+    use std::time::{Duration, Instant};
+    let out = std::env::temp_dir().join(format!("corecast-paper-kill-{}", std::process::id()));
+    let mut paper = Command::new(env!("CARGO_BIN_EXE_corecast-bench"))
+        .args(["paper", "--quiet", "--out", out.to_str().unwrap()])
+        .args(["--server-bin", env!("CARGO_BIN_EXE_corecast")])
+        .args(["--configs", "c2", "--scales", "20", "--duration", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Redis, two corecast instances and the load generator.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let kids = loop {
+        let kids = children_of(paper.id());
+        if kids.len() >= 4 {
+            break kids;
+        }
+        assert!(Instant::now() < deadline, "paper started {kids:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    paper.kill().unwrap(); // SIGKILL: no destructor runs
+    paper.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: Vec<u32> = kids
+            .iter()
+            .copied()
+            .filter(|k| {
+                std::fs::read_to_string(format!("/proc/{k}/stat")).is_ok_and(|s| {
+                    !s.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+            })
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still running: {alive:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

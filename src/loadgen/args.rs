@@ -467,7 +467,8 @@ pub fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
         .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
 }
 
-fn positive(flag: &str, v: &str) -> Result<f64, String> {
+/// A finite number above 0.
+pub fn positive(flag: &str, v: &str) -> Result<f64, String> {
     match num::<f64>(flag, v)? {
         r if r > 0.0 && r.is_finite() => Ok(r),
         _ => Err(format!("{flag}: must be a positive number")),
@@ -485,8 +486,11 @@ pub fn duration(flag: &str, v: &str) -> Result<Duration, String> {
     } else {
         (v, 1.0)
     };
-    match digits.parse::<f64>() {
-        Ok(x) if x >= 0.0 && x.is_finite() => Ok(Duration::from_secs_f64(x * scale)),
+    match digits
+        .parse::<f64>()
+        .map(|x| Duration::try_from_secs_f64(x * scale))
+    {
+        Ok(Ok(d)) => Ok(d),
         _ => Err(format!("{flag}: `{v}` is not a duration")),
     }
 }
@@ -592,6 +596,11 @@ mod tests {
         assert_eq!(duration("", "2m"), Ok(Duration::from_secs(120)));
         assert_eq!(duration("", "1.5"), Ok(Duration::from_millis(1500)));
         assert!(duration("", "-1").is_err());
+        assert!(
+            duration("", "1e20").is_err(),
+            "overflow is an error, not a panic"
+        );
+        assert!(duration("", "inf").is_err());
         let ips = ip_list("127.0.0.254-127.0.1.1,10.0.0.1").unwrap();
         assert_eq!(ips.len(), 5);
         assert_eq!(ips[2], Ipv4Addr::new(127, 0, 1, 0));

@@ -23,6 +23,9 @@ use super::BenchError;
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
+/// A response slower than this is an error (the connection is dropped and
+/// reopened), so a hung server cannot hang the run.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What `http` reports.
 #[derive(Debug, Serialize)]
@@ -224,7 +227,13 @@ async fn client(addr: SocketAddr, plan: Plan, first: Instant, id: u64, tally: Rc
             n += 1;
             let (res, _) = stream.write_all(plan.request(n)).await;
             let status = match res {
-                Ok(_) => read_response(&mut stream, &mut buf).await,
+                Ok(_) => {
+                    let read = read_response(&mut stream, &mut buf);
+                    match monoio::time::timeout(RESPONSE_TIMEOUT, read).await {
+                        Ok(r) => r,
+                        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+                    }
+                }
                 Err(e) => Err(e),
             };
             let mut t = tally.borrow_mut();

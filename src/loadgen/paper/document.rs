@@ -387,7 +387,7 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
          has fresh servers, a {warm:.0} s warm-up and a {dur:.0} s measured window.\n\n\
          Latency is from the publisher's send time to the kernel's receive timestamp on the \
          subscriber's socket (`SO_TIMESTAMPING`), so the generator's own parsing is not \
-         counted; send-to-parse figures are in `paper.json` (`latency_parse`).\n\n\
+         counted; send-to-parse figures are in `paper.json` (`latency_parse`).{fallback}\n\n\
          ## Matrix\n\n",
         pubs = p.publishers,
         dps = p.deliveries_per_second,
@@ -396,6 +396,7 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
         delay = p.origin_delay_ms,
         warm = p.warmup_seconds,
         dur = p.duration_seconds,
+        fallback = parse_time_note(&r.cells),
     );
     s.push_str(&matrix(&r.cells));
     let notes: Vec<String> = r.cells.iter().filter_map(generator_note).collect();
@@ -433,6 +434,24 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
          not re-measured. Compare shapes and orders of magnitude, not third digits.\n",
     );
     s
+}
+
+/// Names the cells whose latency is parse time (no kernel timestamps).
+fn parse_time_note(cells: &[Cell]) -> String {
+    let parse: Vec<String> = cells
+        .iter()
+        .filter(|c| c.latency_source != "kernel")
+        .map(|c| format!("{} at {}", c.setup, c.clients))
+        .collect();
+    if parse.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " No kernel timestamps were available for {}: their figures are send-to-parse \
+             times, which include the generator's own delay.",
+            parse.join(", ")
+        )
+    }
 }
 
 /// The plain-text summary printed at the end of a run.
@@ -512,6 +531,11 @@ mod tests {
         assert!(md.contains("C3 at 5000 clients: the load CPU was 97 % busy"));
         assert!(md.contains("![latency-vs-clients.svg](latency-vs-clients.svg)"));
         assert!(md.contains("C3 was not run."));
+        assert!(!md.contains("No kernel timestamps"));
+        let mut r = report();
+        r.cells[0].latency_source = "parse".into();
+        let md = markdown(&r, &[]);
+        assert!(md.contains("No kernel timestamps were available for C1 at 500"));
     }
 
     #[test]

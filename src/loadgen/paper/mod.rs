@@ -33,6 +33,15 @@ const CHANNEL: &str = "paper";
 const HOT_PATH: &str = "/api/items/hot";
 /// Lead-in of each cache comparison phase.
 const API_WARMUP: Duration = Duration::from_secs(1);
+/// Time a child run may take beyond its own windows (connecting,
+/// draining, closing) before it counts as hung and is killed.
+const CHILD_MARGIN: Duration = Duration::from_secs(60);
+
+/// How long a `broadcast` child may run: its windows, a margin, and time
+/// to open the connections (a few thousand a second here; 500/s assumed).
+fn broadcast_limit(o: &PaperOpts, clients: usize) -> Duration {
+    o.warmup + o.duration + CHILD_MARGIN + Duration::from_secs_f64(clients as f64 / 500.0)
+}
 
 /// What every cell needs.
 struct Ctx {
@@ -59,6 +68,7 @@ pub fn run(o: PaperOpts) -> Result<PaperReport, BenchError> {
             server_bin.display()
         )));
     }
+    check_cpus(&o)?;
     let logs = o.out.join("logs");
     std::fs::create_dir_all(&logs)?;
     // The orchestrator and the origin's threads stay off the server's CPU.
@@ -76,6 +86,26 @@ pub fn run(o: PaperOpts) -> Result<PaperReport, BenchError> {
     };
     let (cells, api) = run_matrix(&ctx).map_err(BenchError::Setup)?;
     write_report(&ctx, cells, api)
+}
+
+/// Every CPU named must exist here (a child pinned to a missing CPU fails
+/// late and obscurely).
+fn check_cpus(o: &PaperOpts) -> Result<(), BenchError> {
+    // SAFETY: sysconf only reads a system value.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    for (what, cpu) in [
+        ("--server-cpu", o.server_cpu),
+        ("--redis-cpu", o.redis_cpu()),
+        ("--load-cpu", o.load_cpu),
+    ] {
+        if cpu >= online.min(procs::MAX_CPU + 1) {
+            return Err(BenchError::Setup(format!(
+                "{what} {cpu}: this machine has CPUs 0-{}",
+                online - 1
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn run_matrix(ctx: &Ctx) -> Result<(Vec<Cell>, Option<ApiComparison>), String> {
@@ -216,7 +246,12 @@ fn run_cell(
         args.push("--cluster".into());
     }
     let log = |what: &str| ctx.logs.join(format!("{}-{tag}-{what}.log", setup.name()));
-    let broadcast = BenchRun::spawn(&ctx.exe, args, &log("broadcast"))?;
+    let broadcast = BenchRun::spawn(
+        &ctx.exe,
+        args,
+        &log("broadcast"),
+        broadcast_limit(o, clients),
+    )?;
     let api = match setup {
         Setup::C3 => Some(api_under_load(ctx, addrs[0], clients)?),
         _ => None,
@@ -225,6 +260,7 @@ fn run_cell(
     let mut cell = cell_from_json(setup.name(), instances, &report, o.server_cpu, o.load_cpu)?;
     if let Some((run, served_before)) = api {
         let v = run.report()?;
+        ctx.origin.wait_idle(CHILD_MARGIN);
         let served = ctx.origin.served() - served_before;
         cell.api_load = Some(api_from_json("C3 under load", &v, served)?);
     }
@@ -260,7 +296,8 @@ fn api_under_load(
         secs(covering),
     ];
     let log = ctx.logs.join(format!("C3-{clients}-api.log"));
-    Ok((BenchRun::spawn(&ctx.exe, args, &log)?, served_before))
+    let run = BenchRun::spawn(&ctx.exe, args, &log, covering + CHILD_MARGIN)?;
+    Ok((run, served_before))
 }
 
 /// Direct origin vs corecast miss vs corecast hit, one instance, idle.
@@ -319,7 +356,10 @@ fn api_phase(
     let before = ctx.origin.served();
     let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
     let log = ctx.logs.join(format!("api-{tag}.log"));
-    let v = BenchRun::spawn(&ctx.exe, args, &log)?.report()?;
+    let limit = API_WARMUP + o.api_duration + CHILD_MARGIN;
+    let v = BenchRun::spawn(&ctx.exe, args, &log, limit)?.report()?;
+    // Requests still at the origin when the client stopped belong here.
+    ctx.origin.wait_idle(CHILD_MARGIN);
     api_from_json(name, &v, ctx.origin.served() - before)
 }
 

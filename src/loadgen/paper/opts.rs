@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::super::args::{duration, ip_list, num};
+use super::super::args::{duration, ip_list, num, positive};
 
 /// The reference's three configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -206,13 +206,13 @@ fn apply(o: &mut PaperOpts, flag: &str, v: &str) -> Result<(), String> {
         "--redis-cpu" => o.redis_cpu = Some(num(flag, v)?),
         "--load-cpu" => o.load_cpu = num(flag, v)?,
         "--instances" => o.instances = num(flag, v)?,
-        "--deliveries" => o.deliveries = num(flag, v)?,
+        "--deliveries" => o.deliveries = positive(flag, v)?,
         "--publishers" => o.publishers = num(flag, v)?,
         "--size" => o.size = num(flag, v)?,
         "--duration" => o.duration = duration(flag, v)?,
         "--warmup" => o.warmup = duration(flag, v)?,
         "--origin-delay" => o.origin_delay = duration(flag, v)?,
-        "--api-rate" => o.api_rate = num(flag, v)?,
+        "--api-rate" => o.api_rate = positive(flag, v)?,
         "--api-connections" => o.api_connections = num(flag, v)?,
         "--api-duration" => o.api_duration = duration(flag, v)?,
         "--source-ips" => {
@@ -227,6 +227,13 @@ fn apply(o: &mut PaperOpts, flag: &str, v: &str) -> Result<(), String> {
 fn check(o: &PaperOpts) -> Result<(), String> {
     if o.setups.is_empty() || o.scales.is_empty() {
         return Err("--configs and --scales must not be empty".into());
+    }
+    let max_cpu = super::procs::MAX_CPU;
+    if [o.server_cpu, o.redis_cpu(), o.load_cpu]
+        .iter()
+        .any(|&c| c > max_cpu)
+    {
+        return Err(format!("CPU numbers must be at most {max_cpu}"));
     }
     if o.instances == 0 || o.publishers == 0 || o.api_connections == 0 {
         return Err("--instances, --publishers and --api-connections must be >= 1".into());
@@ -321,6 +328,10 @@ mod tests {
             "--bogus 1",
             "--out",
             "--source-ips nope",
+            "--api-rate inf",
+            "--deliveries 0",
+            "--duration 1e20",
+            "--server-cpu 5000",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }

@@ -23,6 +23,8 @@ const MAX_HEAD: usize = 16 * 1024;
 pub struct Origin {
     addr: SocketAddr,
     served: Arc<AtomicU64>,
+    /// Requests received and not yet answered.
+    in_flight: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
 
@@ -33,12 +35,22 @@ impl Origin {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let served = Arc::new(AtomicU64::new(0));
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (served.clone(), stop.clone());
+        let counts = Counts {
+            served: served.clone(),
+            in_flight: in_flight.clone(),
+        };
+        let st = stop.clone();
         thread::Builder::new()
             .name("origin".into())
-            .spawn(move || accept_loop(listener, delay, cpu, s, st))?;
-        Ok(Origin { addr, served, stop })
+            .spawn(move || accept_loop(listener, delay, cpu, counts, st))?;
+        Ok(Origin {
+            addr,
+            served,
+            in_flight,
+            stop,
+        })
     }
 
     /// Where it listens.
@@ -46,10 +58,26 @@ impl Origin {
         self.addr
     }
 
-    /// Requests answered so far.
+    /// Requests received so far (counted on arrival, so a request is
+    /// counted in the phase that sent it).
     pub fn served(&self) -> u64 {
         self.served.load(Ordering::Relaxed)
     }
+
+    /// Waits (at most `limit`) until no request is being answered.
+    pub fn wait_idle(&self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while self.in_flight.load(Ordering::Relaxed) > 0 && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// The origin's counters, shared with its threads.
+#[derive(Clone)]
+struct Counts {
+    served: Arc<AtomicU64>,
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Drop for Origin {
@@ -64,7 +92,7 @@ fn accept_loop(
     listener: TcpListener,
     delay: Duration,
     cpu: Option<usize>,
-    served: Arc<AtomicU64>,
+    counts: Counts,
     stop: Arc<AtomicBool>,
 ) {
     pin(cpu);
@@ -78,10 +106,10 @@ fn accept_loop(
             continue; // dropped: closed
         }
         active.fetch_add(1, Ordering::Relaxed);
-        let (served, mine) = (served.clone(), active.clone());
+        let (counts, mine) = (counts.clone(), active.clone());
         let spawned = thread::Builder::new().spawn(move || {
             pin(cpu);
-            let _ = serve(stream, delay, &served);
+            let _ = serve(stream, delay, &counts);
             mine.fetch_sub(1, Ordering::Relaxed);
         });
         if spawned.is_err() {
@@ -97,7 +125,7 @@ fn pin(cpu: Option<usize>) {
 }
 
 /// Keep-alive request loop of one connection.
-fn serve(mut stream: TcpStream, delay: Duration, served: &AtomicU64) -> io::Result<()> {
+fn serve(mut stream: TcpStream, delay: Duration, counts: &Counts) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let mut buf = Vec::with_capacity(4096);
     loop {
@@ -115,9 +143,12 @@ fn serve(mut stream: TcpStream, delay: Duration, served: &AtomicU64) -> io::Resu
             }
         };
         buf.drain(..head_len);
+        counts.served.fetch_add(1, Ordering::Relaxed);
+        counts.in_flight.fetch_add(1, Ordering::Relaxed);
         thread::sleep(delay);
-        stream.write_all(&response(&path))?;
-        served.fetch_add(1, Ordering::Relaxed);
+        let sent = stream.write_all(&response(&path));
+        counts.in_flight.fetch_sub(1, Ordering::Relaxed);
+        sent?;
     }
 }
 

@@ -63,18 +63,32 @@ impl Drop for Proc {
     }
 }
 
-/// Runs the child on `cpu` only, from before its first instruction (so
-/// every thread it starts inherits the mask).
-fn pin_child(cmd: &mut Command, cpu: usize) {
+/// Highest CPU number a `cpu_set_t` holds.
+pub const MAX_CPU: usize = libc::CPU_SETSIZE as usize - 1;
+
+/// Prepares `cmd`'s child: it gets SIGTERM if `paper` dies (a killed run
+/// leaves no server or Redis behind), and with `cpu` it runs on that CPU
+/// only, from before its first instruction (so every thread it starts
+/// inherits the mask). `cpu` must be at most [`MAX_CPU`] (checked by the
+/// options), so the child cannot panic between fork and exec.
+fn child_setup(cmd: &mut Command, cpu: Option<usize>) {
+    assert!(cpu.is_none_or(|c| c <= MAX_CPU), "CPU number out of range");
     // SAFETY: the closure runs in the forked child before exec. It only
-    // fills a stack-local cpu_set_t and makes one syscall: no allocation,
-    // no locks, async-signal-safe. `last_os_error` reads errno only.
+    // fills a stack-local cpu_set_t (index checked above) and makes two
+    // syscalls: no allocation, no locks, async-signal-safe.
+    // `last_os_error` reads errno only.
     unsafe {
         cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            if let Some(cpu) = cpu {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                if libc::sched_setaffinity(0, size, &set) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             Ok(())
         });
@@ -96,7 +110,7 @@ pub fn start_redis(bin: &str, cpu: usize, log: &Path) -> Result<(Proc, u16), Str
         let mut cmd = Command::new(bin);
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"]);
-        pin_child(&mut cmd, cpu);
+        child_setup(&mut cmd, Some(cpu));
         let mut proc = match spawn_logged(cmd, log) {
             Ok(p) => p,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -146,6 +160,7 @@ pub fn start_corecast(
     cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
         .args(["--cpu", &cpu.to_string()])
         .args(args);
+    child_setup(&mut cmd, None);
     let mut proc =
         spawn_logged(cmd, log).map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
     let deadline = Instant::now() + START_DEADLINE;
@@ -218,45 +233,70 @@ pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
 pub struct BenchRun {
     child: Option<Child>,
     args: Vec<String>,
-    stderr_log: PathBuf,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    deadline: Instant,
 }
 
 impl BenchRun {
-    /// Starts `exe args… --json --quiet`, stderr to `log`.
-    pub fn spawn(exe: &Path, args: Vec<String>, log: &Path) -> Result<BenchRun, String> {
-        let err = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(exe)
-            .args(&args)
+    /// Starts `exe args… --json --quiet`, its report to `log` with
+    /// `.json`, its stderr to `log`. The run must end within `limit`.
+    pub fn spawn(
+        exe: &Path,
+        args: Vec<String>,
+        log: &Path,
+        limit: Duration,
+    ) -> Result<BenchRun, String> {
+        let stdout = log.with_extension("json");
+        let open = |p: &Path| File::create(p).map_err(|e| format!("{}: {e}", p.display()));
+        let mut cmd = Command::new(exe);
+        cmd.args(&args)
             .args(["--json", "--quiet"])
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(err)
+            .stdout(open(&stdout)?)
+            .stderr(open(log)?);
+        child_setup(&mut cmd, None);
+        let child = cmd
             .spawn()
             .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
         Ok(BenchRun {
             child: Some(child),
             args,
-            stderr_log: log.to_path_buf(),
+            stdout,
+            stderr: log.to_path_buf(),
+            deadline: Instant::now() + limit,
         })
     }
 
-    /// Waits for the report. The child bounds its own run time (its
-    /// windows, connect and drain deadlines), so this wait ends.
+    /// Waits for the report, at most until the deadline (then the child
+    /// is killed and the run is an error).
     pub fn report(mut self) -> Result<Value, String> {
-        let child = self.child.take().expect("report is read once");
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("corecast-bench: {e}"))?;
-        let err = std::fs::read_to_string(&self.stderr_log).unwrap_or_default();
-        if !out.status.success() {
+        let mut child = self.child.take().expect("report is read once");
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < self.deadline => thread::sleep(POLL),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "corecast-bench {} did not finish in time; killed",
+                        self.args.join(" ")
+                    ));
+                }
+                Err(e) => return Err(format!("corecast-bench: {e}")),
+            }
+        };
+        let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        if !status.success() {
             return Err(format!(
-                "corecast-bench {} failed ({}): {}",
+                "corecast-bench {} failed ({status}): {}",
                 self.args.join(" "),
-                out.status,
                 err.trim()
             ));
         }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("corecast-bench report: {e}"))
+        let out = std::fs::read(&self.stdout).map_err(|e| format!("corecast-bench report: {e}"))?;
+        serde_json::from_slice(&out).map_err(|e| format!("corecast-bench report: {e}"))
     }
 }
 
