@@ -8,7 +8,7 @@
 //! - [`control`]: the JSON control protocol of `GET /ws`.
 //! - [`hub`]: the per-worker connection slab, channel registry and zero-copy
 //!   fan-out into bounded outbound queues (sans-I/O; wakes writers through
-//!   `Waker`s, at most `--fanout-window` at a time).
+//!   `Waker`s, at most `--fanout-window` at a time: `hub::pacer`).
 //! - [`server`]: the network edge — monoio runtime boot and CPU pinning,
 //!   accept loop, per-connection reader and writer tasks, vectored writes,
 //!   the sweeper for deadlines and keepalive, graceful shutdown.
