@@ -727,16 +727,18 @@ impl Hub {
         }
     }
 
-    /// The writer's wait: ready when there is something to write or nothing
-    /// ever will be.
+    /// The writer's wait: ready when there is something to write and a
+    /// place in the fan-out window, or when nothing ever will be written.
     pub fn poll_writer(&mut self, id: ConnId, cx: &mut Context<'_>) -> Poll<WriterWork> {
         let Some(conn) = self.conns.get_mut(id) else {
             return Poll::Ready(WriterWork::Finish);
         };
-        if !conn.ctrl.is_empty() || !conn.queue.is_empty() {
+        let work = !conn.ctrl.is_empty() || !conn.queue.is_empty();
+        // Every write needs a place in the fan-out window.
+        if work && self.pacer.admit(id, conn, &mut self.stats) {
             return Poll::Ready(WriterWork::Write);
         }
-        if conn.finished {
+        if !work && conn.finished {
             return Poll::Ready(WriterWork::Finish);
         }
         match &mut conn.writer {
@@ -1144,7 +1146,7 @@ mod tests {
     }
 
     #[test]
-    fn departed_and_already_written_connections_give_up_their_place() {
+    fn departed_connections_give_up_their_place_and_pongs_wait_their_turn() {
         let mut hub = Hub::new(HubLimits {
             fanout_window: 1,
             ..limits()
@@ -1154,16 +1156,49 @@ mod tests {
         assert_eq!(woken(&subs), [1, 0, 0, 0]);
         // A waiting connection leaves: its queue entry is skipped.
         hub.remove(subs[1].0);
-        // Another is woken by a pong of its own and writes everything.
+        // Another gets a pong to send: its writer wakes but waits its turn.
         hub.queue_pong(subs[2].0, b"");
-        assert_eq!(run_writer(&mut hub, &subs[2]), 2);
-        // The active one leaves without writing: its place is freed, and
-        // goes past the departed and the already-written ones to the last.
+        assert_eq!(woken(&subs)[2], 1);
+        let waker = Waker::from(subs[2].1.clone());
+        let pending = hub.poll_writer(subs[2].0, &mut Context::from_waker(&waker));
+        assert!(pending.is_pending());
+        // The active one leaves without writing: its place is freed and
+        // goes past the departed one to the next in line.
         hub.remove(subs[0].0);
+        assert_eq!(woken(&subs)[2], 2);
+        assert_eq!(
+            run_writer(&mut hub, &subs[2]),
+            2,
+            "pong and data in one write"
+        );
         assert_eq!(woken(&subs)[3], 1);
-        assert_eq!(hub.pacer.active, 1);
         assert_eq!(run_writer(&mut hub, &subs[3]), 1);
         assert_eq!((hub.pacer.active, hub.pacer.waiting.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_writer_that_finds_more_queued_takes_its_turn_again() {
+        let mut hub = Hub::new(HubLimits {
+            fanout_window: 1,
+            ..limits()
+        });
+        let subs = sleeping_subscribers(&mut hub, 2);
+        hub.publish("c", OpCode::Text, b"1", None);
+        // Writer 0 takes its batch; while it writes, more is published.
+        let mut out = Vec::new();
+        hub.take_batch(subs[0].0, &mut out);
+        hub.publish("c", OpCode::Text, b"2", None);
+        hub.wrote(subs[0].0, 3);
+        // The place went to writer 1, which has waited longest: writer 0,
+        // with a frame queued, must wait for it instead of looping.
+        assert_eq!(woken(&subs), [1, 1]);
+        let waker = Waker::from(subs[0].1.clone());
+        assert!(hub
+            .poll_writer(subs[0].0, &mut Context::from_waker(&waker))
+            .is_pending());
+        assert_eq!(run_writer(&mut hub, &subs[1]), 2);
+        assert_eq!(woken(&subs)[0], 2);
+        assert_eq!(run_writer(&mut hub, &subs[0]), 1);
     }
 
     #[test]

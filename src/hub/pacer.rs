@@ -99,21 +99,52 @@ impl Pacer {
         } else if self.active < self.window {
             self.activate(id, conn);
         } else {
-            conn.pace = Pace::Waiting;
-            self.waiting.push_back((id, conn.serial));
-            stats.fanout_paced += 1;
-            if let Some(w) = self.watchdog.take() {
-                w.wake();
-            }
+            self.queue(id, conn, stats);
         }
     }
 
     fn activate(&mut self, id: ConnId, conn: &mut Conn) {
+        self.take_place(id, conn);
+        wake(conn);
+    }
+
+    fn take_place(&mut self, id: ConnId, conn: &mut Conn) {
         self.activations = self.activations.wrapping_add(1);
         conn.pace = Pace::Active(self.activations);
         self.active += 1;
         self.held.push_back((id, self.activations, self.tick));
-        wake(conn);
+    }
+
+    /// A writer with something to write asks for a place: true when it may
+    /// write now (it holds a place, takes a free one, or pacing is off);
+    /// false when it was queued for one (its waker is woken on its turn).
+    /// Every write, not only a wake-up, goes through the window: writers
+    /// that keep finding data queued take turns in FIFO order instead of
+    /// each looping on its own, so under load every write carries what
+    /// accumulated during a whole turn.
+    pub(super) fn admit(&mut self, id: ConnId, conn: &mut Conn, stats: &mut Stats) -> bool {
+        match conn.pace {
+            _ if self.window == 0 => true,
+            Pace::Active(_) => true,
+            Pace::Waiting => false,
+            Pace::Idle | Pace::Released if self.active < self.window => {
+                self.take_place(id, conn);
+                true
+            }
+            Pace::Idle | Pace::Released => {
+                self.queue(id, conn, stats);
+                false
+            }
+        }
+    }
+
+    fn queue(&mut self, id: ConnId, conn: &mut Conn, stats: &mut Stats) {
+        conn.pace = Pace::Waiting;
+        self.waiting.push_back((id, conn.serial));
+        stats.fanout_paced += 1;
+        if let Some(w) = self.watchdog.take() {
+            w.wake();
+        }
     }
 
     /// `conn`'s place in the window is free (its write completed, or it is
