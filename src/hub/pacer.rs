@@ -36,13 +36,16 @@ pub(super) enum Pace {
 /// 20,000 subscribers is ~100 ms of kernel send work, and a request that
 /// arrives meanwhile — an API call, another publish, a pong — would wait
 /// for all of it (the event-loop blocking the reference measured in
-/// Node.js). So at most `window` writers woken by data (or by a keepalive
-/// ping) are writing at any time; the rest wait in FIFO order and are
-/// woken as earlier writes complete. Between two windows the runtime polls
-/// for I/O, so other work waits for at most about one window of writes.
-/// Frames queued for a waiting connection still join its next write
-/// (batching is unchanged), and nothing is dropped: pacing only orders
-/// wake-ups.
+/// Node.js). So at most `window` subscriber writes are in progress at any
+/// time: a writer woken by data (or a keepalive ping) and a writer that
+/// finds more queued after a write both need a place ([`Pacer::schedule`],
+/// [`Pacer::admit`]); the rest wait in FIFO order and are woken as earlier
+/// writes complete. Between two windows the runtime polls for I/O, so
+/// other work waits for at most about one window of writes. Frames queued
+/// for a waiting connection join its next write — under load each write
+/// carries a whole turn's frames, so pacing batches better than letting
+/// every writer loop on its own — and nothing is dropped: pacing only
+/// orders writes.
 ///
 /// A write to a peer that does not read never completes, and must not
 /// hold its place. Places are written off, oldest first, when they have
