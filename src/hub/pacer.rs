@@ -14,13 +14,13 @@ use crate::stats::Stats;
 /// A connection's place in the fan-out window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Pace {
-    /// Not scheduled by the pacer (its writer sleeps with nothing queued,
-    /// or is running and will see new frames by itself).
+    /// Holds no place and waits for none: its writer sleeps with nothing
+    /// queued, or is running and asks for a place before its next write.
     Idle,
     /// In the pacer's queue, waiting for a place in the window.
     Waiting,
-    /// Woken under the window by activation number `n`; holds a place
-    /// until its write completes.
+    /// Holds place number `n` (woken by the pacer, or admitted before a
+    /// write) until its write completes.
     Active(u32),
     /// Was active, but its write waits for its peer: the place was written
     /// off ([`Pacer::write_off_stalled`]); the write completing frees
@@ -92,8 +92,8 @@ impl Pacer {
     /// Something was queued for `conn`: wake its writer now, or queue it
     /// for the window.
     pub(super) fn schedule(&mut self, id: ConnId, conn: &mut Conn, stats: &mut Stats) {
-        // A running writer finds the frame on its next loop; a scheduled
-        // one is already on its way.
+        // A running writer finds the frame on its next loop (and asks for a
+        // place then); a scheduled one is already on its way.
         if conn.writer.is_none() || conn.pace != Pace::Idle {
             return;
         }
