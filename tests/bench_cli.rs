@@ -401,3 +401,40 @@ fn a_killed_paper_run_leaves_no_server_or_redis_behind() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn an_oversized_response_is_an_error_not_an_allocation() {
+    use std::io::{Read, Write};
+    // A server that claims a terabyte body and streams it: the generator
+    // must refuse it at the head (one error per connection, reconnecting)
+    // instead of buffering it until its response timeout.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n");
+                let chunk = [0u8; 64 * 1024];
+                while s.write_all(&chunk).is_ok() {}
+            });
+        }
+    });
+    let url = format!("http://{addr}/big");
+    let v = bench_json(&[
+        "http",
+        "--url",
+        &url,
+        "-c",
+        "1",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "0",
+    ]);
+    assert_eq!(u(&v, "requests"), 0, "{v}");
+    // Refused at once, so many times in the window (buffering would take
+    // the 10 s response timeout for the first error).
+    assert!(u(&v, "errors") >= 2, "{v}");
+}

@@ -1081,6 +1081,13 @@ mod tests {
         id
     }
 
+    fn paced_hub(window: usize) -> Hub {
+        Hub::new(HubLimits {
+            fanout_window: window,
+            ..limits()
+        })
+    }
+
     /// `n` subscribers of "c" whose writers sleep, each with its own wake
     /// counter.
     fn sleeping_subscribers(hub: &mut Hub, n: usize) -> Vec<(ConnId, Arc<Counter>)> {
@@ -1119,10 +1126,7 @@ mod tests {
 
     #[test]
     fn a_fan_out_wakes_at_most_a_window_of_writers_at_a_time() {
-        let mut hub = Hub::new(HubLimits {
-            fanout_window: 2,
-            ..limits()
-        });
+        let mut hub = paced_hub(2);
         let subs = sleeping_subscribers(&mut hub, 5);
         assert_eq!(hub.publish("c", OpCode::Text, b"one", None), 5);
         assert_eq!(woken(&subs), [1, 1, 0, 0, 0]);
@@ -1147,10 +1151,7 @@ mod tests {
 
     #[test]
     fn departed_connections_give_up_their_place_and_pongs_wait_their_turn() {
-        let mut hub = Hub::new(HubLimits {
-            fanout_window: 1,
-            ..limits()
-        });
+        let mut hub = paced_hub(1);
         let subs = sleeping_subscribers(&mut hub, 4);
         hub.publish("c", OpCode::Text, b"x", None);
         assert_eq!(woken(&subs), [1, 0, 0, 0]);
@@ -1178,10 +1179,7 @@ mod tests {
 
     #[test]
     fn a_writer_that_finds_more_queued_takes_its_turn_again() {
-        let mut hub = Hub::new(HubLimits {
-            fanout_window: 1,
-            ..limits()
-        });
+        let mut hub = paced_hub(1);
         let subs = sleeping_subscribers(&mut hub, 2);
         hub.publish("c", OpCode::Text, b"1", None);
         // Writer 0 takes its batch; while it writes, more is published.
@@ -1203,10 +1201,7 @@ mod tests {
 
     #[test]
     fn writes_stuck_on_their_peers_hand_their_places_on() {
-        let mut hub = Hub::new(HubLimits {
-            fanout_window: 2,
-            ..limits()
-        });
+        let mut hub = paced_hub(2);
         let subs = sleeping_subscribers(&mut hub, 5);
         let counter = Arc::new(Counter(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
@@ -1245,10 +1240,7 @@ mod tests {
 
     #[test]
     fn stuck_places_are_written_off_even_while_others_complete() {
-        let mut hub = Hub::new(HubLimits {
-            fanout_window: 2,
-            ..limits()
-        });
+        let mut hub = paced_hub(2);
         let subs = sleeping_subscribers(&mut hub, 4);
         hub.publish("c", OpCode::Text, b"x", None);
         let mut out = Vec::new();
@@ -1266,10 +1258,7 @@ mod tests {
 
     #[test]
     fn one_stuck_write_cannot_grow_the_place_log_or_shrink_the_window_for_good() {
-        let mut hub = Hub::new(HubLimits {
-            fanout_window: 2,
-            ..limits()
-        });
+        let mut hub = paced_hub(2);
         let subs = sleeping_subscribers(&mut hub, 2);
         let (stuck, busy) = (&subs[0], &subs[1]);
         for i in 0..100 {
@@ -1308,10 +1297,7 @@ mod tests {
 
     #[test]
     fn a_window_of_zero_wakes_everyone_at_once() {
-        let mut hub = Hub::new(HubLimits {
-            fanout_window: 0,
-            ..limits()
-        });
+        let mut hub = paced_hub(0);
         let subs = sleeping_subscribers(&mut hub, 300);
         hub.publish("c", OpCode::Text, b"x", None);
         assert!(woken(&subs).iter().all(|&n| n == 1));

@@ -291,7 +291,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
 }
 
 /// Flag/value pairs; switches get an empty value.
-fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
+pub fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
     const SWITCHES: [&str; 6] = [
         "--json",
         "--quiet",

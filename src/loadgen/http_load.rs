@@ -23,6 +23,9 @@ use super::BenchError;
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
+/// Largest response body read; a larger `Content-Length` is an error (the
+/// body would be buffered whole).
+const MAX_BODY: usize = 64 << 20;
 /// A response slower than this is an error (the connection is dropped and
 /// reopened), so a hung server cannot hang the run.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -273,6 +276,9 @@ async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result
                             .ok()
                     })
                     .ok_or_else(|| bad("response without Content-Length"))?;
+                if len > MAX_BODY {
+                    return Err(bad("response body over the generator's limit"));
+                }
                 break (resp.code.unwrap_or(0), n, len);
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}

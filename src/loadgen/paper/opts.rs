@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::super::args::{duration, ip_list, num, positive};
+use super::super::args::{duration, ip_list, num, pairs, positive};
 
 /// The reference's three configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -170,25 +170,11 @@ impl PaperOpts {
 /// Parses the arguments after `paper`.
 pub fn parse(args: &[String]) -> Result<PaperOpts, String> {
     let mut o = PaperOpts::default();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f, Some(v.to_string())),
-            None => (arg.as_str(), None),
-        };
+    for (flag, v) in pairs(args)? {
         match flag {
             "--json" => o.json = true,
             "--quiet" => o.quiet = true,
-            _ => {
-                let v = match inline {
-                    Some(v) => v,
-                    None => it
-                        .next()
-                        .cloned()
-                        .ok_or_else(|| format!("`{flag}` needs a value"))?,
-                };
-                apply(&mut o, flag, &v)?;
-            }
+            _ => apply(&mut o, flag, v)?,
         }
     }
     check(&o)?;
