@@ -609,24 +609,24 @@ impl Hub {
             pacer,
             ..
         } = self;
+        let mut q = Queueing {
+            limits,
+            stats,
+            now_ms: *now_ms,
+            totals,
+            pacer,
+        };
         for &id in &channels[cid].subscribers {
             let conn = &mut conns[id];
             if Some(conn.serial) == skip {
                 continue;
             }
             let frame = out.frame_for(conn.kind);
-            let mut q = Queueing {
-                limits,
-                stats,
-                now_ms: *now_ms,
-                totals,
-                pacer,
-            };
             if q.enqueue_data(id, conn, frame) {
                 if conn.queued_since_ns == 0 {
                     conn.queued_since_ns = t0;
                 }
-                stats.deliveries += 1;
+                q.stats.deliveries += 1;
                 queued += 1;
             }
         }
