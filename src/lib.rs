@@ -35,6 +35,7 @@ pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod control;
+pub mod histogram;
 pub mod http;
 pub mod hub;
 pub mod loadgen;

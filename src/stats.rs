@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::metrics::Histogram;
+use crate::histogram::Histogram;
 
 /// Counters of one worker. Monotonic unless noted.
 #[derive(Debug, Default, Clone, Serialize)]

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::http::{self, Body, HttpError, Method, Route};
 use crate::hub::{ConnId, ConnKind, Hub};
 use crate::log;
-use crate::metrics::Histogram;
+use crate::histogram::Histogram;
 use crate::server::cache_edge::{self, CacheEdge};
 use crate::server::redis_link::{RedisLink, ReplyWaiter};
 use crate::server::sys;
