@@ -20,7 +20,7 @@
 //! - [`config`]: every limit and knob: flags, environment variables, a
 //!   TOML file; `--help` and the README table come from one table.
 //! - [`redis`]: RESP (redis-protocol), pipelining, URLs, the envelope of
-//!   messages on Redis channels (sans-I/O; connections in `server::redis_link`).
+//!   messages on Redis channels (sans-I/O; connections in `server::redis`).
 //! - [`stats`], [`log`](mod@log), [`metrics`]: counters, logfmt logging, and the
 //!   Prometheus exposition with latency histograms.
 //! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast,

@@ -1,10 +1,10 @@
 //! Prometheus text exposition (format 0.0.4) of a worker's counters, and
 //! the fixed-bucket histograms behind it. Sans-I/O: rendering is a pure
-//! function of [`Stats`] and gauges, testable with a real parser.
+//! function of a [`Snapshot`] and gauges, testable with a real parser.
 
 use std::fmt::Write as _;
 
-use crate::stats::Stats;
+use crate::stats::Snapshot;
 
 /// Gauges sampled when `/metrics` is served.
 #[derive(Debug, Clone, Default)]
@@ -51,7 +51,8 @@ fn labelled(
 
 /// Renders every metric. Names follow Prometheus conventions: a
 /// `corecast_` prefix, `_total` on counters, base units (bytes, seconds).
-pub fn render(s: &Stats, g: &Gauges) -> String {
+pub fn render(snap: &Snapshot, g: &Gauges) -> String {
+    let (s, r) = (&snap.worker, &snap.redis);
     let mut o = String::with_capacity(8 * 1024);
     gauge(
         &mut o,
@@ -225,43 +226,43 @@ pub fn render(s: &Stats, g: &Gauges) -> String {
             &mut o,
             "corecast_redis_connected",
             "1 while the Redis command connection is up.",
-            s.redis_connected,
+            r.connected,
         );
         counter(
             &mut o,
             "corecast_redis_reconnects_total",
             "Redis connections lost and re-established.",
-            s.redis_reconnects,
+            r.reconnects,
         );
         counter(
             &mut o,
             "corecast_redis_publishes_total",
             "Publishes queued for Redis.",
-            s.redis_publishes,
+            r.publishes,
         );
         gauge(
             &mut o,
             "corecast_redis_publishes_buffered",
             "Publishes waiting for Redis.",
-            s.redis_publishes_buffered,
+            r.publishes_buffered,
         );
         counter(
             &mut o,
             "corecast_redis_publishes_rejected_total",
             "Publishes refused: buffer full.",
-            s.redis_publishes_rejected,
+            r.publishes_rejected,
         );
         counter(
             &mut o,
             "corecast_redis_messages_received_total",
             "Messages received from Redis.",
-            s.redis_messages_received,
+            r.messages_received,
         );
         let _ = writeln!(
             o,
             "# HELP corecast_redis_canary_rtt_seconds Round trip of the last readiness canary.\n\
              # TYPE corecast_redis_canary_rtt_seconds gauge\ncorecast_redis_canary_rtt_seconds {}",
-            s.redis_canary_rtt_us as f64 / 1e6
+            r.canary_rtt_us as f64 / 1e6
         );
     }
     s.fanout_delay.render(
@@ -284,7 +285,7 @@ mod tests {
     #[test]
     fn every_family_has_help_and_type() {
         let text = render(
-            &Stats::default(),
+            &Snapshot::default(),
             &Gauges {
                 redis_enabled: true,
                 ..Gauges::default()

@@ -1,4 +1,7 @@
-//! Per-worker counters, served as JSON by `GET /stats`.
+//! Per-worker counters, served as JSON by `GET /stats` and rendered by
+//! `/metrics`: one struct per layer, each owned by its layer (the hub and
+//! the connections, the Redis link, the HTTP cache), put together in a
+//! [`Snapshot`] when they are read.
 //!
 //! Plain integers, not atomics: each worker owns its counters and nothing
 //! else ever touches them.
@@ -39,7 +42,7 @@ pub struct Stats {
     /// Messages queued to a subscriber (one per subscriber per message).
     pub deliveries: u64,
     /// Deliveries that could not be made: dropped by the slow-consumer
-    /// policy, or addressed to a connection already closing.
+    /// Policy, or addressed to a connection already closing.
     pub messages_not_delivered: u64,
     /// Bytes received from clients.
     pub bytes_in: u64,
@@ -50,21 +53,21 @@ pub struct Stats {
     /// Queued messages dropped under the `drop-oldest` policy.
     pub slow_consumer_drops: u64,
     /// Times the worker-wide outbound budget (`--max-total-outbound`) was
-    /// reached; the subscriber being queued to is then treated as slow.
+    /// Reached; the subscriber being queued to is then treated as slow.
     pub outbound_budget_exceeded: u64,
     /// Writer wake-ups that waited for a place in the fan-out window
     /// (`--fanout-window`).
     pub fanout_paced: u64,
     /// Times the fan-out window was full of writes waiting for their
-    /// peers (not reading) and was handed to the next writers.
+    /// Peers (not reading) and was handed to the next writers.
     pub fanout_window_stalls: u64,
     /// Times a publisher was paused by `--publish-rate`.
     pub publish_rate_limited: u64,
     /// Times a publisher was paused because the worker's write backlog was
-    /// over `--publish-backpressure` (the server falling behind).
+    /// Over `--publish-backpressure` (the server falling behind).
     pub publish_backpressure: u64,
     /// Upgrades refused for a missing/invalid token (401), a channel the
-    /// token does not grant or a disallowed Origin (403).
+    /// Token does not grant or a disallowed Origin (403).
     pub auth_failures: u64,
     /// Vectored writes issued.
     pub writes: u64,
@@ -74,48 +77,100 @@ pub struct Stats {
     /// Lateness of the housekeeping timer (`/metrics` only).
     #[serde(skip)]
     pub loop_lag: Histogram,
-    /// Redis mode: 1 while the command connection is up (gauge).
-    pub redis_connected: u64,
-    /// Redis mode: command connections lost and re-established.
-    pub redis_reconnects: u64,
-    /// Redis mode: publishes queued for Redis.
-    pub redis_publishes: u64,
-    /// Redis mode: publishes waiting to be written or confirmed (gauge).
-    pub redis_publishes_buffered: u64,
-    /// Redis mode: publishes refused because the buffer was full.
-    pub redis_publishes_rejected: u64,
-    /// Redis mode: PUBLISH commands Redis answered with an error.
-    pub redis_publish_errors: u64,
-    /// Redis mode: messages received from Redis and fanned out.
-    pub redis_messages_received: u64,
-    /// Redis mode: round trip of the last canary, in microseconds.
-    pub redis_canary_rtt_us: u64,
-    /// Cache: requests answered from a fresh stored response.
-    pub cache_hits: u64,
-    /// Cache: requests that fetched from the origin themselves (nothing
-    /// usable stored, or the wait for another fetch ran out).
-    pub cache_misses: u64,
-    /// Cache: stale responses served (stale-while-revalidate or
-    /// stale-if-error).
-    pub cache_stale_served: u64,
-    /// Cache: requests that waited for another request's origin fetch.
-    pub cache_coalesced_waiters: u64,
-    /// Cache: origin fetches that failed (unreachable, timeout, malformed,
-    /// too large) or answered 500/502/503/504.
-    pub cache_origin_errors: u64,
-    /// Cache: requests sent to the origin (foreground and background).
-    pub cache_origin_requests: u64,
-    /// Cache: new connections opened to the origin (the rest reused one).
-    pub cache_origin_connects: u64,
-    /// Cache: bytes of entries written to the store (cumulative).
-    pub cache_bytes_stored: u64,
-    /// Cache: entries written to the store.
-    pub cache_stores: u64,
-    /// Cache: store reads/writes that failed or timed out (Redis down,
-    /// slow, or its pipeline full); each was treated as a miss / no store.
-    pub cache_store_errors: u64,
-    /// Cache: bytes held by the in-memory store (gauge).
-    pub cache_memory_bytes: u64,
-    /// Cache: keys removed by `POST /cache/purge`.
-    pub cache_purged: u64,
+}
+
+/// Counters of a worker's Redis link (owned by it). `/stats` names them
+/// with a `redis_` prefix.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RedisStats {
+    /// 1 while the command connection is up (gauge).
+    #[serde(rename = "redis_connected")]
+    pub connected: u64,
+    /// Command connections lost and re-established.
+    #[serde(rename = "redis_reconnects")]
+    pub reconnects: u64,
+    /// Publishes queued for Redis.
+    #[serde(rename = "redis_publishes")]
+    pub publishes: u64,
+    /// Publishes waiting to be written or confirmed (gauge).
+    #[serde(rename = "redis_publishes_buffered")]
+    pub publishes_buffered: u64,
+    /// Publishes refused because the buffer was full.
+    #[serde(rename = "redis_publishes_rejected")]
+    pub publishes_rejected: u64,
+    /// PUBLISH commands Redis answered with an error.
+    #[serde(rename = "redis_publish_errors")]
+    pub publish_errors: u64,
+    /// Messages received from Redis and fanned out.
+    #[serde(rename = "redis_messages_received")]
+    pub messages_received: u64,
+    /// Round trip of the last canary, in microseconds.
+    #[serde(rename = "redis_canary_rtt_us")]
+    pub canary_rtt_us: u64,
+}
+
+/// Counters of a worker's HTTP cache (owned by it). `/stats` names them
+/// with a `cache_` prefix.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct CacheStats {
+    /// Requests answered from a fresh stored response.
+    #[serde(rename = "cache_hits")]
+    pub hits: u64,
+    /// Requests that fetched from the origin themselves (nothing
+    /// Usable stored, or the wait for another fetch ran out).
+    #[serde(rename = "cache_misses")]
+    pub misses: u64,
+    /// Stale responses served (stale-while-revalidate or
+    /// Stale-if-error).
+    #[serde(rename = "cache_stale_served")]
+    pub stale_served: u64,
+    /// Requests that waited for another request's origin fetch.
+    #[serde(rename = "cache_coalesced_waiters")]
+    pub coalesced_waiters: u64,
+    /// Origin fetches that failed (unreachable, timeout, malformed,
+    /// Too large) or answered 500/502/503/504.
+    #[serde(rename = "cache_origin_errors")]
+    pub origin_errors: u64,
+    /// Requests sent to the origin (foreground and background).
+    #[serde(rename = "cache_origin_requests")]
+    pub origin_requests: u64,
+    /// New connections opened to the origin (the rest reused one).
+    #[serde(rename = "cache_origin_connects")]
+    pub origin_connects: u64,
+    /// Bytes of entries written to the store (cumulative).
+    #[serde(rename = "cache_bytes_stored")]
+    pub bytes_stored: u64,
+    /// Entries written to the store.
+    #[serde(rename = "cache_stores")]
+    pub stores: u64,
+    /// Store reads/writes that failed or timed out (Redis down,
+    /// Slow, or its pipeline full); each was treated as a miss / no store.
+    #[serde(rename = "cache_store_errors")]
+    pub store_errors: u64,
+    /// Bytes held by the in-memory store (gauge).
+    #[serde(rename = "cache_memory_bytes")]
+    pub memory_bytes: u64,
+    /// Keys removed by `POST /cache/purge`.
+    #[serde(rename = "cache_purged")]
+    pub purged: u64,
+}
+
+/// Every layer's counters at one moment, for `/stats` and `/metrics`.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Snapshot {
+    /// Connections, fan-out and the HTTP edge.
+    #[serde(flatten)]
+    pub worker: Stats,
+    /// Redis mode's counters (zero without Redis).
+    #[serde(flatten)]
+    pub redis: RedisStats,
+    /// The HTTP cache's counters (zero without an origin).
+    #[serde(flatten)]
+    pub cache: CacheStats,
+    /// Connections in the table (gauge).
+    pub connections: u64,
+    /// Channels with subscribers (gauge).
+    pub channels: u64,
+    /// Same as `deliveries` (the name `/stats` has always had).
+    pub messages_out: u64,
 }

@@ -1,6 +1,6 @@
 //! The Redis side, sans-I/O: URLs, RESP encoding/decoding and pipelining
 //! (on the `redis-protocol` crate), and the envelope corecast messages wear
-//! on Redis channels. The monoio connections live in `server::redis_link`.
+//! on Redis channels. The monoio connections live in `server::redis`.
 //!
 //! # Layout
 //! - [`url`]: `redis://` URLs with optional credentials and database.
@@ -8,9 +8,15 @@
 //!   classification, and [`resp::Pipeline`] — in-order reply matching with
 //!   a byte bound and requeue-on-reconnect.
 //! - [`envelope`]: opcode and origin carried through Redis.
+//! - [`commands`]: the commands corecast sends (`PUBLISH` with its
+//!   envelope, bounded `SUBSCRIBE` groups, the `AUTH`/`SELECT` handshake).
+//! - [`error`]: [`RedisError`], why a connection failed.
 
+pub mod commands;
 pub mod envelope;
+pub mod error;
 pub mod resp;
 pub mod url;
 
+pub use error::RedisError;
 pub use url::RedisUrl;

@@ -7,19 +7,39 @@
 //! workers can be added later by starting more of them (with `SO_REUSEPORT`)
 //! without touching the per-connection code.
 //!
-//! Layout: `mod.rs` boots the worker (pinning, driver, accept loop, sweeper,
-//! shutdown); `conn` serves a connection's HTTP phase and routes publishes;
-//! `ws_conn` runs an upgraded connection's reader and writer; `iovec` is
-//! the owning iovec list for vectored writes; `redis_link` holds Redis
-//! mode's connections; `cache_edge` the HTTP cache's origin client, stores
-//! and coalescing; `sys` the few raw syscalls; `status.html` the page
-//! served at `/status`.
+//! # Layout
+//! - `mod.rs` boots the worker (pinning, driver, accept loop, sweeper,
+//!   pacer watchdog, shutdown).
+//! - `worker`: what the worker's tasks share ([`worker::Worker`]: hub,
+//!   config, Redis link, cache, scratch buffer).
+//! - `sock`: the split socket and how the worker reads it.
+//! - `http_conn`: a connection's HTTP phase (head → route → dispatch).
+//! - `upgrade`: the WebSocket upgrade (auth, `101`).
+//! - `endpoints`: `/healthz`, `/readyz`, `/stats`, `/metrics`, status.
+//! - `publish`: the publish seam (in-process or through Redis) and
+//!   `POST /publish`.
+//! - `ws_conn`: an upgraded connection's reader and writer.
+//! - `redis`: Redis mode's connections around a shard; it sees the worker
+//!   only through the narrow `redis::Local` handle.
+//! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
+//!   it gets a deadline-renewal callback, never the worker.
+//! - `iovec`: the owning iovec list for vectored writes; `sys`: the few
+//!   raw syscalls; `status.html`: the page served at `/status`.
+//!
+//! Imports go down this list's dependency order: `http_conn` → `upgrade`,
+//! `endpoints`, `publish`, `ws_conn` → `worker` → `redis`, `cache_edge`,
+//! `sock` → `sys`; no file imports one that imports it back.
 
 mod cache_edge;
-mod conn;
+mod endpoints;
+mod http_conn;
 mod iovec;
-pub mod redis_link;
+mod publish;
+mod redis;
+mod sock;
 pub mod sys;
+mod upgrade;
+mod worker;
 mod ws_conn;
 
 use std::future::Future;
@@ -36,8 +56,8 @@ use std::time::{Duration, Instant};
 
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 
-pub use conn::stats_json;
-use conn::Ctx;
+use sock::Sock;
+use worker::Worker;
 
 use crate::config::Config;
 use crate::hub::Expired;
@@ -179,19 +199,19 @@ async fn worker_main(
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
-    let ctx = Ctx::new(cfg);
+    let w = Worker::new(cfg);
     let listener = monoio::net::TcpListener::from_std(listener)?;
     let started = Instant::now();
-    monoio::spawn(sweeper(ctx.clone(), started));
-    if ctx.hub.borrow().limits().fanout_window > 0 {
-        monoio::spawn(pacer_watchdog(ctx.clone()));
+    monoio::spawn(sweeper(w.clone(), started));
+    if w.hub.borrow().limits().fanout_window > 0 {
+        monoio::spawn(pacer_watchdog(w.clone()));
     }
-    if let Some(link) = &ctx.redis {
-        redis_link::RedisLink::spawn(&ctx, link);
+    if let Some(link) = &w.redis {
+        redis::spawn(link, w.clone());
     }
-    race(accept_loop(ctx.clone(), listener), wait_for_stop(&stop)).await;
+    race(accept_loop(w.clone(), listener), wait_for_stop(&stop)).await;
     // The listener is dropped here: no new connections from now on.
-    graceful_shutdown(&ctx, shutdown_timeout).await;
+    graceful_shutdown(&w, shutdown_timeout).await;
     Ok(())
 }
 
@@ -214,12 +234,12 @@ async fn wait_for_stop(stop: &AtomicBool) {
     }
 }
 
-async fn accept_loop(ctx: Rc<Ctx>, listener: monoio::net::TcpListener) {
+async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener) {
     let mut last_warn: Option<Instant> = None;
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                monoio::spawn(conn::handle(ctx.clone(), conn::Sock::new(stream)));
+                monoio::spawn(http_conn::handle(w.clone(), Sock::new(stream)));
             }
             Err(e) if is_fd_exhaustion(&e) => {
                 // Out of descriptors: back off instead of spinning, and log
@@ -244,18 +264,18 @@ fn is_fd_exhaustion(e: &io::Error) -> bool {
 
 /// Advances the hub's clock, sends keepalive pings, and cuts connections
 /// whose deadline passed.
-async fn sweeper(ctx: Rc<Ctx>, started: Instant) {
+async fn sweeper(w: Rc<Worker>, started: Instant) {
     let mut expired = Vec::new();
     let mut due = Instant::now() + TICK;
     let mut status_prev = Default::default();
     for tick in 1u64.. {
         monoio::time::sleep(TICK).await;
         if tick % 10 == 0 {
-            conn::publish_status(&ctx, &mut status_prev);
+            endpoints::publish_status(&w, &mut status_prev);
         }
         {
             let now = Instant::now();
-            let mut hub = ctx.hub.borrow_mut();
+            let mut hub = w.hub.borrow_mut();
             // Lateness of this timer = how long the loop was busy elsewhere.
             let lag = now.saturating_duration_since(due);
             hub.stats.loop_lag.observe_ns(lag.as_nanos() as u64);
@@ -280,11 +300,11 @@ const PACER_TICK: Duration = Duration::from_millis(1);
 /// Hands places in the fan-out window on when the writes holding them
 /// wait for peers that do not read (see `hub::Pacer`). Sleeps until the
 /// window is full with writers waiting; costs nothing otherwise.
-async fn pacer_watchdog(ctx: Rc<Ctx>) {
+async fn pacer_watchdog(w: Rc<Worker>) {
     loop {
-        std::future::poll_fn(|cx| ctx.hub.borrow_mut().poll_pacer_backlog(cx)).await;
+        std::future::poll_fn(|cx| w.hub.borrow_mut().poll_pacer_backlog(cx)).await;
         monoio::time::sleep(PACER_TICK).await;
-        let n = ctx.hub.borrow_mut().pacer_tick();
+        let n = w.hub.borrow_mut().pacer_tick();
         if n > 0 {
             log!(
                 Debug,
@@ -297,9 +317,9 @@ async fn pacer_watchdog(ctx: Rc<Ctx>) {
 
 /// Sends close 1001 to every WebSocket after what is queued, closes idle
 /// HTTP connections, and waits for the table to empty or the deadline.
-async fn graceful_shutdown(ctx: &Rc<Ctx>, timeout: Duration) {
-    let http_fds = ctx.hub.borrow_mut().begin_shutdown();
-    let count = ctx.hub.borrow().connection_count();
+async fn graceful_shutdown(w: &Rc<Worker>, timeout: Duration) {
+    let http_fds = w.hub.borrow_mut().begin_shutdown();
+    let count = w.hub.borrow().connection_count();
     log!(
         Info,
         "shutting down",
@@ -310,10 +330,10 @@ async fn graceful_shutdown(ctx: &Rc<Ctx>, timeout: Duration) {
         sys::shutdown(fd);
     }
     let deadline = Instant::now() + timeout;
-    while ctx.hub.borrow().connection_count() > 0 && Instant::now() < deadline {
+    while w.hub.borrow().connection_count() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
     }
-    let left = ctx.hub.borrow().connection_count();
+    let left = w.hub.borrow().connection_count();
     if left > 0 {
         log!(
             Warn,

@@ -18,20 +18,21 @@ use crate::auth::{Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
 use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
-use crate::server::conn::{
-    over_backlog, read_more, read_stream, route_publish, Ctx, Published, Sock, Upgrade,
-};
 use crate::server::iovec::IoVecs;
-use crate::server::redis_link::RedisLink;
+use crate::server::publish::{route_publish, Published};
+use crate::server::redis::RedisLink;
+use crate::server::sock::{read_stream, Sock};
 use crate::server::sys;
+use crate::server::upgrade::Upgrade;
+use crate::server::worker::Worker;
 use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
 /// the close handshake or the socket ends, then waits for the writer.
-pub(super) async fn websocket(ctx: &Rc<Ctx>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
+pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
     let (kind, channel, grants) = up;
     {
-        let mut hub = ctx.hub.borrow_mut();
+        let mut hub = w.hub.borrow_mut();
         hub.upgrade(id, kind);
         if let Some(c) = channel.as_deref().filter(|c| c.starts_with('!')) {
             hub.subscribe_internal(id, c);
@@ -44,24 +45,24 @@ pub(super) async fn websocket(ctx: &Rc<Ctx>, sock: Sock, id: ConnId, up: Upgrade
     }
     let fd = sock.stream().as_raw_fd();
     let Sock { rd, wr } = sock;
-    let writer = monoio::spawn(writer(ctx.clone(), wr, id));
-    let read_stream = self::read_stream(&rd);
-    let serial = ctx.hub.borrow().conn(id).map_or(0, |c| c.serial());
+    let writer = monoio::spawn(writer(w.clone(), wr, id));
+    let read_stream = read_stream(&rd);
+    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
     let mut reader = WsReader {
-        ctx,
+        w,
         id,
         serial,
         channel: channel.as_deref(),
         grants,
-        bucket: TokenBucket::new(ctx.cfg.publish_rate, ctx.cfg.publish_rate, ctx.now_ms()),
+        bucket: TokenBucket::new(w.cfg.publish_rate, w.cfg.publish_rate, w.now_ms()),
         held: None,
-        rx: Receiver::new(Role::Server, ctx.cfg.ws_limits()),
+        rx: Receiver::new(Role::Server, w.cfg.ws_limits()),
     };
     let outcome = reader.run(read_stream, buf).await;
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
         // The peer is gone or silent: unblock a writer stuck on a full socket.
         sys::shutdown(fd);
-        ctx.hub.borrow_mut().abort(id);
+        w.hub.borrow_mut().abort(id);
     }
     let _ = writer.await;
     drop(rd);
@@ -87,7 +88,7 @@ enum ReadEnd {
 }
 
 struct WsReader<'a> {
-    ctx: &'a Rc<Ctx>,
+    w: &'a Rc<Worker>,
     id: ConnId,
     serial: u64,
     channel: Option<&'a str>,
@@ -118,9 +119,9 @@ impl WsReader<'_> {
                 // Idle connections keep no read buffer.
                 buf = BytesMut::new();
             }
-            match read_more(self.ctx, stream, &mut buf).await {
+            match self.w.read_more(stream, &mut buf).await {
                 Ok(0) | Err(_) => return ReadEnd::Gone,
-                Ok(_) => self.ctx.hub.borrow_mut().received(self.id),
+                Ok(_) => self.w.hub.borrow_mut().received(self.id),
             }
         }
     }
@@ -138,16 +139,16 @@ impl WsReader<'_> {
                 },
             };
             if matches!(msg, Message::Text(_) | Message::Binary(_)) {
-                if over_backlog(self.ctx) {
+                if self.w.over_backlog() {
                     // The server is behind on its own writes: slow the
                     // publishers down rather than let every subscriber's
                     // queue grow until the slow-consumer policy cuts them.
-                    self.ctx.hub.borrow_mut().stats.publish_backpressure += 1;
+                    self.w.hub.borrow_mut().stats.publish_backpressure += 1;
                     self.held = Some(Box::new(msg));
                     return Drained::Throttled(1);
                 }
-                if let Err(wait_ms) = self.bucket.take(self.ctx.now_ms()) {
-                    self.ctx.hub.borrow_mut().stats.publish_rate_limited += 1;
+                if let Err(wait_ms) = self.bucket.take(self.w.now_ms()) {
+                    self.w.hub.borrow_mut().stats.publish_rate_limited += 1;
                     self.held = Some(Box::new(msg));
                     return Drained::Throttled(wait_ms);
                 }
@@ -159,7 +160,7 @@ impl WsReader<'_> {
     }
 
     fn fail(&mut self, e: &ProtocolError) -> ReadEnd {
-        let mut hub = self.ctx.hub.borrow_mut();
+        let mut hub = self.w.hub.borrow_mut();
         hub.stats.protocol_errors += 1;
         log!(
             Debug,
@@ -178,7 +179,7 @@ impl WsReader<'_> {
     }
 
     fn on_message(&mut self, msg: Message) -> Option<ReadEnd> {
-        let mut hub = self.ctx.hub.borrow_mut();
+        let mut hub = self.w.hub.borrow_mut();
         let open = hub
             .conn(self.id)
             .is_some_and(|c| c.state() == ConnState::Open);
@@ -198,7 +199,7 @@ impl WsReader<'_> {
     }
 
     fn on_data(&self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
-        let redis = self.ctx.redis.as_deref();
+        let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {
             let who = (self.id, self.serial, &self.grants);
             return on_control(hub, redis, who, opcode, &payload);
@@ -319,19 +320,19 @@ fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {
 
 /// The writer task: sleeps until frames are queued, writes each batch with
 /// one vectored write, and stops after the close frame or on teardown.
-async fn writer(ctx: Rc<Ctx>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
+async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
     loop {
-        let work = poll_fn(|cx| ctx.hub.borrow_mut().poll_writer(id, cx)).await;
+        let work = poll_fn(|cx| w.hub.borrow_mut().poll_writer(id, cx)).await;
         if work == WriterWork::Finish {
             return;
         }
         // A fresh Vec per batch: it moves into the write and is dropped
         // after it, so no buffer is held (or stored in this task) while idle.
         let mut batch = Vec::new();
-        let last = ctx.hub.borrow_mut().take_batch(id, &mut batch);
+        let last = w.hub.borrow_mut().take_batch(id, &mut batch);
         let total: usize = batch.iter().map(Bytes::len).sum();
         let res = write_all_vectored(&mut wr, batch).await;
-        let mut hub = ctx.hub.borrow_mut();
+        let mut hub = w.hub.borrow_mut();
         hub.stats.writes += 1;
         hub.wrote(id, total);
         if let Err(e) = res {

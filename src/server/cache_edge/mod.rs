@@ -25,6 +25,7 @@ mod flight;
 mod origin;
 mod store;
 
+use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
@@ -43,11 +44,9 @@ use crate::cache::response::{self, CacheStatus, Fwd, Reply};
 use crate::cache::stored::{self, OriginResponse};
 use crate::config::{Config, Secret};
 use crate::http::{self, CacheRoutes, HttpError, Route};
-use crate::hub::ConnId;
 use crate::log;
-use crate::server::conn::Ctx;
-use crate::server::redis_link::RedisLink;
-use crate::stats::Stats;
+use crate::server::redis::RedisLink;
+use crate::stats::CacheStats;
 
 use flight::{Flight, FlightGuard, Flights, Outcome, Served};
 use origin::{FetchError, Fetched, OriginClient};
@@ -63,6 +62,8 @@ pub struct CacheEdge {
     origin: OriginClient,
     store: Store,
     flights: Rc<Flights>,
+    /// Counters, read by `/stats` and `/metrics`.
+    stats: RefCell<CacheStats>,
 }
 
 impl CacheEdge {
@@ -94,7 +95,17 @@ impl CacheEdge {
             origin: OriginClient::new(url, c),
             store,
             flights: Rc::new(Flights::default()),
+            stats: RefCell::new(CacheStats::default()),
         }))
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> CacheStats {
+        self.stats.borrow().clone()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut CacheStats)) {
+        f(&mut self.stats.borrow_mut());
     }
 
     /// The routes the cache adds to the gateway's.
@@ -108,9 +119,6 @@ impl CacheEdge {
 
 /// One request for the cache, as the HTTP phase hands it over.
 pub struct Incoming {
-    /// The connection (its request deadline is renewed while waiting on
-    /// the origin: the deadline measures the client, not the origin).
-    pub conn: ConnId,
     /// The request head.
     pub head: Bytes,
     /// The request body (used by purge only).
@@ -122,11 +130,10 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    /// The cache's view of `req` on connection `conn`: its head bytes and
+    /// The cache's view of `req`: its head bytes and
     /// (already read) body.
-    pub fn new(conn: ConnId, req: &http::Request, head: Bytes, body: Bytes) -> Incoming {
+    pub fn new(req: &http::Request, head: Bytes, body: Bytes) -> Incoming {
         Incoming {
-            conn,
             head,
             body,
             keep_alive: req.keep_alive,
@@ -136,14 +143,21 @@ impl Incoming {
 }
 
 /// Answers a cache route: the complete response bytes.
-pub async fn respond(ctx: &Rc<Ctx>, route: &Route<'_>, inc: Incoming) -> Vec<u8> {
+/// `renew` restarts the connection's request deadline while the answer
+/// waits on the origin (the deadline measures the client, not the origin).
+pub async fn respond(
+    cache: Option<&Rc<CacheEdge>>,
+    route: &Route<'_>,
+    inc: Incoming,
+    renew: &dyn Fn(),
+) -> Vec<u8> {
     let bad =
         |status, message| http::error_response(&HttpError { status, message }, inc.keep_alive);
-    let Some(edge) = ctx.cache.clone() else {
+    let Some(edge) = cache.cloned() else {
         return bad(404, "not found");
     };
     if *route == Route::CachePurge {
-        return purge(ctx, &edge, inc).await;
+        return purge(&edge, inc).await;
     }
     let req = match ClientRequest::parse(&inc.head) {
         Ok(r) if r.has_dot_segment() => {
@@ -155,17 +169,12 @@ pub async fn respond(ctx: &Rc<Ctx>, route: &Route<'_>, inc: Incoming) -> Vec<u8>
     let job = Job {
         base: req.base_key(),
         req: Rc::new(req),
-        ctx,
+        renew,
         edge: &edge,
-        conn: inc.conn,
         keep_alive: inc.keep_alive,
         head_only: inc.head_only,
     };
     job.serve().await
-}
-
-fn count(ctx: &Ctx, f: impl FnOnce(&mut Stats)) {
-    f(&mut ctx.hub.borrow_mut().stats);
 }
 
 /// Remaining freshness in whole seconds (RFC 9211 `ttl`).
@@ -194,9 +203,8 @@ enum Found {
 
 /// One cacheable request being served.
 struct Job<'a> {
-    ctx: &'a Rc<Ctx>,
+    renew: &'a dyn Fn(),
     edge: &'a Rc<CacheEdge>,
-    conn: ConnId,
     req: Rc<ClientRequest>,
     base: Vec<u8>,
     keep_alive: bool,
@@ -210,7 +218,7 @@ impl Job<'_> {
         if let Some(f) = self.edge.flights.get(&self.base, false) {
             return self.join(f, None).await;
         }
-        match self.edge.lookup(self.ctx, &self.base, &self.req).await {
+        match self.edge.lookup(&self.base, &self.req).await {
             Found::Entry { entry, marker } => self.use_stored(entry, marker).await,
             Found::Missing { marker } => {
                 let fwd = if marker.is_some() {
@@ -227,7 +235,7 @@ impl Job<'_> {
     async fn use_stored(&self, entry: Rc<Entry>, marker: Option<VaryMarker>) -> Vec<u8> {
         match entry.life.classify(entry.age_ms(now_ms())) {
             Freshness::Fresh { left_ms } => {
-                count(self.ctx, |s| s.cache_hits += 1);
+                self.edge.count(|s| s.hits += 1);
                 let status = CacheStatus {
                     hit: true,
                     ttl_s: Some(secs(left_ms)),
@@ -240,14 +248,9 @@ impl Job<'_> {
                 while_revalidate: true,
                 ..
             } => {
-                count(self.ctx, |s| s.cache_stale_served += 1);
-                self.edge.refresh_in_background(
-                    self.ctx,
-                    &self.req,
-                    &self.base,
-                    marker,
-                    entry.clone(),
-                );
+                self.edge.count(|s| s.stale_served += 1);
+                self.edge
+                    .refresh_in_background(&self.req, &self.base, marker, entry.clone());
                 let status = CacheStatus {
                     hit: true,
                     fwd: Some(Fwd::Stale),
@@ -271,23 +274,23 @@ impl Job<'_> {
         if let Some(f) = self.edge.flights.get(&self.base, true) {
             return self.join(f, stale).await;
         }
-        count(self.ctx, |s| s.cache_misses += 1);
+        self.edge.count(|s| s.misses += 1);
         let guard = self.edge.flights.begin(self.base.clone(), false);
         self.renew_deadline();
         let (outcome, items) = self
             .edge
-            .fetch(self.ctx, &self.req, &self.base, fwd, stale, marker)
+            .fetch(&self.req, &self.base, fwd, stale, marker)
             .await;
         let outcome = Rc::new(outcome);
         guard.complete(outcome.clone());
-        self.edge.store(self.ctx, items, guard.epoch(), Some(guard));
+        self.edge.store(items, guard.epoch(), Some(guard));
         self.answer(&outcome, false)
     }
 
     /// Waits (bounded) for another request's fetch; falls back to its own
     /// when that answer is not for this request or takes too long.
     async fn join(&self, flight: Rc<Flight>, stale: Option<Rc<Entry>>) -> Vec<u8> {
-        count(self.ctx, |s| s.cache_coalesced_waiters += 1);
+        self.edge.count(|s| s.coalesced_waiters += 1);
         self.renew_deadline();
         let waited = monoio::time::timeout(self.edge.coalesce_timeout, flight.wait()).await;
         if let Ok(outcome) = waited {
@@ -312,7 +315,7 @@ impl Job<'_> {
                 _ => {}
             }
         }
-        count(self.ctx, |s| s.cache_misses += 1);
+        self.edge.count(|s| s.misses += 1);
         self.renew_deadline();
         let epoch = self.edge.flights.epoch();
         let fwd = if stale.is_some() {
@@ -322,9 +325,9 @@ impl Job<'_> {
         };
         let (outcome, items) = self
             .edge
-            .fetch(self.ctx, &self.req, &self.base, fwd, stale, None)
+            .fetch(&self.req, &self.base, fwd, stale, None)
             .await;
-        self.edge.store(self.ctx, items, epoch, None);
+        self.edge.store(items, epoch, None);
         self.answer(&outcome, false)
     }
 
@@ -348,7 +351,7 @@ impl Job<'_> {
             Outcome::StaleOnError {
                 entry, fwd_status, ..
             } => {
-                count(self.ctx, |s| s.cache_stale_served += 1);
+                self.edge.count(|s| s.stale_served += 1);
                 let over = entry.age_ms(now_ms()).saturating_sub(entry.life.fresh_ms);
                 let status = CacheStatus {
                     hit: true,
@@ -386,7 +389,7 @@ impl Job<'_> {
     }
 
     fn renew_deadline(&self) {
-        self.ctx.hub.borrow_mut().request_started(self.conn);
+        (self.renew)();
     }
 }
 
@@ -412,8 +415,8 @@ fn vary_of(entry: &Entry, req: &ClientRequest) -> Option<(Vec<String>, Vec<u8>)>
 }
 
 impl CacheEdge {
-    async fn lookup(&self, ctx: &Ctx, base: &[u8], req: &ClientRequest) -> Found {
-        let marker = match self.get(ctx, base).await {
+    async fn lookup(&self, base: &[u8], req: &ClientRequest) -> Found {
+        let marker = match self.get(base).await {
             Err(()) => return Found::Unavailable,
             Ok(None) => return Found::Missing { marker: None },
             Ok(Some(Stored::Response(e))) => {
@@ -425,7 +428,7 @@ impl CacheEdge {
             Ok(Some(Stored::Vary(m))) => m,
         };
         let variant = key::variant_key(base, marker.nonce, &req.vary_values(&marker.names));
-        match self.get(ctx, &variant).await {
+        match self.get(&variant).await {
             Err(()) => Found::Unavailable,
             Ok(Some(Stored::Response(e))) => Found::Entry {
                 entry: Rc::new(e),
@@ -438,7 +441,7 @@ impl CacheEdge {
     }
 
     /// A decoded value; a foreign or corrupt one is a miss.
-    async fn get(&self, ctx: &Ctx, key: &[u8]) -> Result<Option<Stored>, ()> {
+    async fn get(&self, key: &[u8]) -> Result<Option<Stored>, ()> {
         match self.store.get(key).await {
             Ok(Some(bytes)) => match entry::decode(bytes) {
                 Ok(s) => Ok(Some(s)),
@@ -449,7 +452,7 @@ impl CacheEdge {
             },
             Ok(None) => Ok(None),
             Err(e) => {
-                count(ctx, |s| s.cache_store_errors += 1);
+                self.count(|s| s.store_errors += 1);
                 log!(
                     Debug,
                     "cache store read failed, treating as a miss",
@@ -464,7 +467,6 @@ impl CacheEdge {
     /// validators) and decides what to serve and what to store.
     async fn fetch(
         &self,
-        ctx: &Ctx,
         req: &ClientRequest,
         base: &[u8],
         fwd: Fwd,
@@ -486,16 +488,15 @@ impl CacheEdge {
             req.forwarded(),
             validators,
         );
-        count(ctx, |s| s.cache_origin_requests += 1);
+        self.count(|s| s.origin_requests += 1);
         let result = self.origin.fetch(request).await;
-        count(ctx, |s| s.cache_origin_connects = self.origin.connects());
-        self.settle(ctx, req, base, fwd, stale, marker, result)
+        self.count(|s| s.origin_connects = self.origin.connects());
+        self.settle(req, base, fwd, stale, marker, result)
     }
 
     #[allow(clippy::too_many_arguments)] // the fetch's whole context, once
     fn settle(
         &self,
-        ctx: &Ctx,
         req: &ClientRequest,
         base: &[u8],
         fwd: Fwd,
@@ -514,7 +515,7 @@ impl CacheEdge {
         };
         let fetched = match result {
             Ok(f) if is_error_status(f.status) => {
-                count(ctx, |s| s.cache_origin_errors += 1);
+                self.count(|s| s.origin_errors += 1);
                 if let Some(entry) = fallback {
                     return (stale_on_error(entry, Some(f.status)), Vec::new());
                 }
@@ -522,7 +523,7 @@ impl CacheEdge {
             }
             Ok(f) => f,
             Err(error) => {
-                count(ctx, |s| s.cache_origin_errors += 1);
+                self.count(|s| s.origin_errors += 1);
                 log!(Debug, "origin fetch failed", error = error);
                 let outcome = match fallback {
                     Some(entry) => stale_on_error(entry, None),
@@ -566,30 +567,24 @@ impl CacheEdge {
 
     /// Writes `items` in a task of its own, unless a purge happened since
     /// `epoch`; `guard`'s flight stays visible until the write is done.
-    fn store(
-        self: &Rc<Self>,
-        ctx: &Rc<Ctx>,
-        items: Vec<Item>,
-        epoch: u64,
-        guard: Option<FlightGuard>,
-    ) {
+    fn store(self: &Rc<Self>, items: Vec<Item>, epoch: u64, guard: Option<FlightGuard>) {
         if items.is_empty() || self.flights.epoch() != epoch {
             return;
         }
-        let (edge, ctx) = (self.clone(), ctx.clone());
+        let edge = self.clone();
         monoio::spawn(async move {
             let result = edge.store.set(&items).await;
             let memory = edge.store.memory_bytes();
-            count(&ctx, |s| {
+            edge.count(|s| {
                 match &result {
                     Ok(bytes) => {
-                        s.cache_stores += items.len() as u64;
-                        s.cache_bytes_stored += bytes;
+                        s.stores += items.len() as u64;
+                        s.bytes_stored += bytes;
                     }
-                    Err(_) => s.cache_store_errors += 1,
+                    Err(_) => s.store_errors += 1,
                 }
                 if let Some(m) = memory {
-                    s.cache_memory_bytes = m;
+                    s.memory_bytes = m;
                 }
             });
             if let Err(e) = result {
@@ -603,7 +598,6 @@ impl CacheEdge {
     /// background (no-op while a fetch of the key is in flight).
     fn refresh_in_background(
         self: &Rc<Self>,
-        ctx: &Rc<Ctx>,
         req: &Rc<ClientRequest>,
         base: &[u8],
         marker: Option<VaryMarker>,
@@ -613,12 +607,12 @@ impl CacheEdge {
             return;
         }
         let guard = self.flights.begin(base.to_vec(), true);
-        let (edge, ctx, req, base) = (self.clone(), ctx.clone(), req.clone(), base.to_vec());
+        let (edge, req, base) = (self.clone(), req.clone(), base.to_vec());
         monoio::spawn(async move {
-            let fetched = edge.fetch(&ctx, &req, &base, Fwd::Stale, Some(stale), marker);
+            let fetched = edge.fetch(&req, &base, Fwd::Stale, Some(stale), marker);
             let (outcome, items) = fetched.await;
             guard.complete(Rc::new(outcome));
-            edge.store(&ctx, items, guard.epoch(), Some(guard));
+            edge.store(items, guard.epoch(), Some(guard));
         });
     }
 }
@@ -651,7 +645,7 @@ fn items(
 }
 
 /// `POST /cache/purge` with `Authorization: Bearer {token}`.
-async fn purge(ctx: &Ctx, edge: &CacheEdge, inc: Incoming) -> Vec<u8> {
+async fn purge(edge: &CacheEdge, inc: Incoming) -> Vec<u8> {
     let keep = inc.keep_alive;
     let json = |status: u16, body: serde_json::Value, extra: &[(&str, &str)]| {
         let body = body.to_string();
@@ -698,10 +692,10 @@ async fn purge(ctx: &Ctx, edge: &CacheEdge, inc: Incoming) -> Vec<u8> {
     let memory = edge.store.memory_bytes();
     match result {
         Ok((n, complete)) => {
-            count(ctx, |s| {
-                s.cache_purged += n as u64;
+            edge.count(|s| {
+                s.purged += n as u64;
                 if let Some(m) = memory {
-                    s.cache_memory_bytes = m;
+                    s.memory_bytes = m;
                 }
             });
             log!(

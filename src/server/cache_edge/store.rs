@@ -18,7 +18,7 @@ use crate::cache::key::glob_escape;
 use crate::cache::memory::MemoryStore;
 use crate::cache::now_ms;
 use crate::redis::resp::Reply;
-use crate::server::redis_link::RedisLink;
+use crate::server::redis::RedisLink;
 
 /// Keys asked for per `SCAN` of a prefix purge.
 const SCAN_COUNT: &[u8] = b"1000";

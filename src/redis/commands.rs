@@ -1,0 +1,154 @@
+//! The commands corecast sends to Redis, encoded without the network:
+//! `PUBLISH` with its envelope, `SUBSCRIBE`/`UNSUBSCRIBE` in bounded
+//! groups, and the connection handshake (`AUTH`, `SELECT`). Pure
+//! functions over byte buffers, so they are unit-tested and fuzzed.
+
+use std::fmt::Write as _;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::envelope::{self, Origin};
+use super::resp;
+use super::url::RedisUrl;
+use crate::ws::OpCode;
+
+/// Channels per `SUBSCRIBE`/`UNSUBSCRIBE` command: Redis accepts more, but
+/// a bounded command keeps one restore from building a huge buffer.
+pub const SUBSCRIBE_CHUNK: usize = 1000;
+
+/// `PUBLISH prefix+channel envelope`, encoded into one buffer of exact
+/// size: the payload is copied once, not once per RESP layer.
+pub fn publish(
+    prefix: &str,
+    channel: &str,
+    opcode: OpCode,
+    origin: Origin,
+    payload: &[u8],
+) -> Bytes {
+    let key_len = prefix.len() + channel.len();
+    let val_len = envelope::HEADER_LEN + payload.len();
+    let mut out = BytesMut::with_capacity(64 + key_len + val_len);
+    // `write!` into the buffer itself: no intermediate String.
+    let _ = write!(out, "*3\r\n$7\r\nPUBLISH\r\n${key_len}\r\n");
+    out.put_slice(prefix.as_bytes());
+    out.put_slice(channel.as_bytes());
+    let _ = write!(out, "\r\n${val_len}\r\n");
+    envelope::put_header(&mut out, opcode, origin);
+    out.put_slice(payload);
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// Whether a (un)subscribe adds or removes interest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interest {
+    /// `SUBSCRIBE`.
+    Gained,
+    /// `UNSUBSCRIBE`.
+    Lost,
+}
+
+/// Appends `SUBSCRIBE`/`UNSUBSCRIBE` commands for `keys` to `out`, at most
+/// [`SUBSCRIBE_CHUNK`] keys per command; returns the number of commands.
+pub fn subscribe<K: AsRef<[u8]>>(interest: Interest, keys: &[K], out: &mut BytesMut) -> usize {
+    let verb: &[u8] = match interest {
+        Interest::Gained => b"SUBSCRIBE",
+        Interest::Lost => b"UNSUBSCRIBE",
+    };
+    let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len().min(SUBSCRIBE_CHUNK) + 1);
+    let mut commands = 0;
+    for chunk in keys.chunks(SUBSCRIBE_CHUNK) {
+        args.clear();
+        args.push(verb);
+        args.extend(chunk.iter().map(AsRef::as_ref));
+        resp::encode_command(&args, out);
+        commands += 1;
+    }
+    commands
+}
+
+/// The Redis channel of a corecast channel: `prefix + channel`.
+pub fn channel_key(prefix: &str, channel: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + channel.len());
+    k.extend_from_slice(prefix.as_bytes());
+    k.extend_from_slice(channel.as_bytes());
+    k
+}
+
+/// The commands that open a connection: `AUTH` when the URL has a
+/// password, then (with `select`) `SELECT` when it names a database. Each
+/// is answered with `+OK` or an error.
+pub fn handshake(url: &RedisUrl, select: bool) -> Vec<Bytes> {
+    let mut cmds = Vec::new();
+    if let Some(pass) = &url.password {
+        cmds.push(match &url.username {
+            Some(user) => resp::command(&[b"AUTH", user.as_bytes(), pass.as_bytes()]),
+            None => resp::command(&[b"AUTH", pass.as_bytes()]),
+        });
+    }
+    if select && url.db != 0 {
+        let db = url.db.to_string();
+        cmds.push(resp::command(&[b"SELECT", db.as_bytes()]));
+    }
+    cmds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::resp::{decode, Reply};
+    use redis_protocol::resp2::types::Resp2Frame as _;
+
+    fn args_of(buf: &mut BytesMut) -> Vec<Vec<u8>> {
+        match decode(buf).unwrap().unwrap() {
+            Reply::Array(items) => items
+                .into_iter()
+                .map(|f| f.as_bytes().unwrap().to_vec())
+                .collect(),
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn publish_is_a_well_formed_command_carrying_the_envelope() {
+        let origin = Origin {
+            instance: 7,
+            sender: 9,
+        };
+        let cmd = publish("cc:", "news", OpCode::Binary, origin, b"\x00\x01");
+        let mut buf = BytesMut::from(&cmd[..]);
+        let args = args_of(&mut buf);
+        assert!(buf.is_empty(), "exactly one command");
+        assert_eq!(args[0], b"PUBLISH");
+        assert_eq!(args[1], b"cc:news");
+        let env = envelope::decode(Bytes::from(args[2].clone()));
+        assert_eq!(env.opcode, OpCode::Binary);
+        assert_eq!(env.origin, Some(origin));
+        assert_eq!(&env.payload[..], b"\x00\x01");
+    }
+
+    #[test]
+    fn subscribes_are_grouped_in_bounded_commands() {
+        let keys: Vec<Vec<u8>> = (0..2500).map(|i| format!("k{i}").into_bytes()).collect();
+        let mut out = BytesMut::new();
+        assert_eq!(subscribe(Interest::Gained, &keys, &mut out), 3);
+        let sizes: Vec<usize> = (0..3).map(|_| args_of(&mut out).len()).collect();
+        assert_eq!(sizes, [1001, 1001, 501]);
+        assert!(out.is_empty());
+        assert_eq!(subscribe::<Vec<u8>>(Interest::Lost, &[], &mut out), 0);
+    }
+
+    #[test]
+    fn the_handshake_follows_the_url() {
+        let url: RedisUrl = "redis://u:p@h:1/3".parse().unwrap();
+        let cmds = handshake(&url, true);
+        assert_eq!(cmds.len(), 2);
+        let mut a = BytesMut::from(&cmds[0][..]);
+        assert_eq!(args_of(&mut a), [&b"AUTH"[..], b"u", b"p"]);
+        let mut s = BytesMut::from(&cmds[1][..]);
+        assert_eq!(args_of(&mut s), [&b"SELECT"[..], b"3"]);
+        assert_eq!(handshake(&url, false).len(), 1, "subscribers do not SELECT");
+        let plain: RedisUrl = "redis://h:1".parse().unwrap();
+        assert!(handshake(&plain, true).is_empty());
+    }
+}

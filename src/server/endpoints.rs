@@ -1,0 +1,104 @@
+//! The plain endpoints: `/healthz`, `/readyz`, `/stats`, `/metrics`, the
+//! status page and its feed. Each answer is built from the worker's
+//! [`Snapshot`](crate::stats::Snapshot), so they always agree.
+
+use crate::histogram::Histogram;
+use crate::http::{self, Route};
+use crate::server::worker::Worker;
+use crate::ws::OpCode;
+
+/// The internal channel of the status feed (`!` keeps clients out of it).
+pub const STATUS_CHANNEL: &str = "!status";
+
+/// The live status page, embedded in the binary.
+const STATUS_PAGE: &str = include_str!("status.html");
+
+/// The answer to a plain route, or `None` for routes served elsewhere
+/// (publish, cache, upgrades).
+pub fn respond(
+    w: &Worker,
+    route: &Route<'_>,
+    keep_alive: bool,
+    head_only: bool,
+) -> Option<Vec<u8>> {
+    let json = |status, body: &str| {
+        http::response(
+            status,
+            "application/json",
+            body.as_bytes(),
+            keep_alive,
+            &[],
+            head_only,
+        )
+    };
+    Some(match route {
+        Route::Healthz => json(200, r#"{"status":"ok"}"#),
+        Route::Stats => json(200, &stats_json(w)),
+        Route::Readyz => match w.readiness() {
+            Ok(()) => json(200, r#"{"status":"ready"}"#),
+            Err(why) => {
+                let body = serde_json::json!({ "status": "not ready", "reason": why });
+                json(503, &body.to_string())
+            }
+        },
+        Route::Metrics => {
+            let ct = "text/plain; version=0.0.4; charset=utf-8";
+            let body = metrics_text(w);
+            http::response(200, ct, body.as_bytes(), keep_alive, &[], head_only)
+        }
+        Route::Status => {
+            let ct = "text/html; charset=utf-8";
+            let page = STATUS_PAGE.as_bytes();
+            http::response(200, ct, page, keep_alive, &[], head_only)
+        }
+        _ => return None,
+    })
+}
+
+/// `/stats`: every layer's counters plus current gauges, as one object.
+pub fn stats_json(w: &Worker) -> String {
+    serde_json::to_string(&w.snapshot()).expect("stats serialize")
+}
+
+/// `/metrics`: the Prometheus exposition of this worker.
+pub fn metrics_text(w: &Worker) -> String {
+    let snap = w.snapshot();
+    let gauges = crate::metrics::Gauges {
+        connections: snap.connections,
+        channels: snap.channels,
+        outbound_bytes: w.hub.borrow().total_pending() as u64,
+        redis_enabled: w.redis.is_some(),
+        ready: w.readiness().is_ok(),
+    };
+    crate::metrics::render(&snap, &gauges)
+}
+
+/// Publishes one status sample to the status page's feed, if anyone
+/// watches: counters, gauges, and fan-out / loop-lag quantiles over the
+/// interval since `prev` (updated in place).
+pub fn publish_status(w: &Worker, prev: &mut (Histogram, Histogram)) {
+    let ready = w.readiness().is_ok();
+    let mut hub = w.hub.borrow_mut();
+    if hub.subscriber_count(STATUS_CHANNEL) == 0 {
+        return;
+    }
+    let fanout = hub.stats.fanout_delay.since(&prev.0);
+    let lag = hub.stats.loop_lag.since(&prev.1);
+    *prev = (hub.stats.fanout_delay.clone(), hub.stats.loop_lag.clone());
+    let ms = |h: &Histogram, q| h.quantile(q).map(|s| s * 1000.0);
+    let sample = serde_json::json!({
+        "t_ms": w.now_ms(),
+        "connections": hub.connection_count(),
+        "channels": hub.channel_count(),
+        "messages_in": hub.stats.messages_in,
+        "deliveries": hub.stats.deliveries,
+        "bytes_out": hub.stats.bytes_out,
+        "slow_consumer_disconnects": hub.stats.slow_consumer_disconnects,
+        "fanout_p50_ms": ms(&fanout, 0.5),
+        "fanout_p99_ms": ms(&fanout, 0.99),
+        "loop_lag_p99_ms": ms(&lag, 0.99),
+        "ready": ready,
+    })
+    .to_string();
+    hub.publish(STATUS_CHANNEL, OpCode::Text, sample.as_bytes(), None);
+}

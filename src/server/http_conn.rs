@@ -1,0 +1,264 @@
+//! One connection from accept to close: register it, serve HTTP requests
+//! (head → route → dispatch) until one upgrades or the connection ends,
+//! then hand an upgraded connection to `ws_conn`.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use monoio::io::AsyncWriteRentExt;
+
+use crate::auth;
+use crate::http::{self, Body, HttpError, Method, Route};
+use crate::hub::ConnId;
+use crate::log;
+use crate::server::cache_edge::{self, Incoming};
+use crate::server::sock::{linger_close, Sock};
+use crate::server::upgrade::{self, Upgrade};
+use crate::server::worker::Worker;
+use crate::server::{endpoints, publish, ws_conn};
+
+/// Serves one accepted socket to the end. Its future is the connection's
+/// task, allocated for the connection's whole life: keep it small (large,
+/// short-lived phases are boxed; see the size test).
+pub async fn handle(w: Rc<Worker>, mut sock: Sock) {
+    let fd = sock.stream().as_raw_fd();
+    let registered = w.hub.borrow_mut().register(fd);
+    let Some(id) = registered else {
+        w.hub.borrow_mut().stats.connections_rejected += 1;
+        let err = HttpError {
+            status: 503,
+            message: "too many connections",
+        };
+        let _ = sock.wr.write_all(http::error_response(&err, false)).await;
+        // Boxed: its drain buffer would otherwise enlarge every task.
+        Box::pin(linger_close(sock.stream())).await;
+        return;
+    };
+    let _ = sock.stream().set_nodelay(true);
+    let mut buf = BytesMut::new();
+    // Boxed: the HTTP phase (with the cache and publish paths) is large and
+    // short-lived; inline it would size every WebSocket's task for it.
+    match Box::pin(http_phase(&w, &mut sock, id, &mut buf)).await {
+        Ok(Some(up)) => ws_conn::websocket(&w, sock, id, up, buf).await,
+        Ok(None) => {}
+        Err(e) => log!(Debug, "connection error", conn = id, error = e),
+    }
+    w.hub.borrow_mut().remove(id);
+}
+
+/// What to do after a request was answered.
+enum Next {
+    /// Read the next request on this connection.
+    KeepAlive,
+    /// The connection ends.
+    Close,
+    /// The connection upgraded.
+    Upgrade(Upgrade),
+}
+
+/// Serves plain HTTP requests until one upgrades, the peer leaves, or an
+/// error ends the connection.
+async fn http_phase(
+    w: &Rc<Worker>,
+    sock: &mut Sock,
+    id: ConnId,
+    buf: &mut BytesMut,
+) -> io::Result<Option<Upgrade>> {
+    loop {
+        w.hub.borrow_mut().request_started(id);
+        let Some(req) = read_head(w, sock, buf).await? else {
+            return Ok(None);
+        };
+        match serve(w, sock, id, buf, &req).await? {
+            Next::KeepAlive => {}
+            Next::Close => return Ok(None),
+            Next::Upgrade(up) => return Ok(Some(up)),
+        }
+    }
+}
+
+/// Reads until a complete request head is in `buf`; `None` when the peer
+/// left or the head was refused (answered, the connection ends).
+async fn read_head(
+    w: &Worker,
+    sock: &mut Sock,
+    buf: &mut BytesMut,
+) -> io::Result<Option<http::Request>> {
+    loop {
+        match http::parse_request(buf, w.cfg.max_handshake_bytes) {
+            Ok(Some(req)) => return Ok(Some(req)),
+            Ok(None) => {}
+            Err(e) => {
+                reply_error(sock, &e, false).await?;
+                return Ok(None);
+            }
+        }
+        if w.read_more(sock.stream(), buf).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// Routes one request and answers it.
+async fn serve(
+    w: &Rc<Worker>,
+    sock: &mut Sock,
+    id: ConnId,
+    buf: &mut BytesMut,
+    req: &http::Request,
+) -> io::Result<Next> {
+    let root = w.cfg.root_channel.as_deref();
+    let cache_routes = w.cache.as_ref().map(|c| c.routes());
+    let route = http::route_with_cache(req.method, &req.path, root, cache_routes);
+    // The cache re-reads the head (query, Vary'd headers); only its
+    // routes pay for the copy.
+    let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge))
+        .then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
+    buf.advance(req.head_len);
+    w.hub.borrow_mut().stats.http_requests += 1;
+    let route = match route {
+        Ok(r) => r,
+        Err(e) => {
+            let keep = req.keep_alive && req.body == Body::None;
+            reply_error(sock, &e, keep).await?;
+            return Ok(if keep { Next::KeepAlive } else { Next::Close });
+        }
+    };
+    if let Some(target) = upgrade::upgrade_target(&route) {
+        return Ok(match upgrade::upgrade(w, sock, id, req, target).await? {
+            Some(up) => Next::Upgrade(up),
+            None => Next::Close,
+        });
+    }
+    let head_only = req.method == Method::Head;
+    let resp = match route {
+        Route::Publish(channel) => {
+            if let Err((status, message)) = auth::authorize_publish(&w.cfg, req) {
+                w.hub.borrow_mut().stats.auth_failures += 1;
+                reply_error(sock, &HttpError { status, message }, false).await?;
+                return Ok(Next::Close);
+            }
+            let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
+                return Ok(Next::Close);
+            };
+            publish::publish_http(w, channel, &body, req.keep_alive).await
+        }
+        Route::Cache(_) | Route::CachePurge => {
+            let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
+                return Ok(Next::Close);
+            };
+            let inc = Incoming::new(req, head.unwrap_or_default(), body);
+            let renew = || w.hub.borrow_mut().request_started(id);
+            // Boxed: inline, the cache's future would make every
+            // connection's future larger (by 384 bytes when measured).
+            Box::pin(cache_edge::respond(w.cache.as_ref(), &route, inc, &renew)).await
+        }
+        other => endpoints::respond(w, &other, req.keep_alive, head_only)
+            .expect("every other route is a plain endpoint"),
+    };
+    let (res, _) = sock.wr.write_all(resp).await;
+    res?;
+    Ok(if req.keep_alive {
+        Next::KeepAlive
+    } else {
+        Next::Close
+    })
+}
+
+async fn reply_error(sock: &mut Sock, err: &HttpError, keep_alive: bool) -> io::Result<()> {
+    log!(
+        Debug,
+        "http error",
+        status = err.status,
+        reason = err.message
+    );
+    let (res, _) = sock
+        .wr
+        .write_all(http::error_response(err, keep_alive))
+        .await;
+    res.map(|_| ())
+}
+
+/// The request's body, or `None` after answering why it was refused.
+async fn body_or_refuse(
+    w: &Worker,
+    sock: &mut Sock,
+    buf: &mut BytesMut,
+    req: &http::Request,
+) -> io::Result<Option<Bytes>> {
+    match read_body(w, sock, buf, req).await? {
+        Ok(body) => Ok(Some(body)),
+        Err(e) => {
+            reply_error(sock, &e, false).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Reads a `Content-Length` body, refusing it (413) before reading when it
+/// is over `max_body_size`. A client that sent `Expect: 100-continue` is
+/// told to go on first (RFC 9110 10.1.1), unless the body is already here.
+async fn read_body(
+    w: &Worker,
+    sock: &mut Sock,
+    buf: &mut BytesMut,
+    req: &http::Request,
+) -> io::Result<Result<Bytes, HttpError>> {
+    let len = match req.body {
+        Body::None => 0,
+        Body::Length(n) => n,
+    };
+    if len > w.cfg.max_body_size {
+        return Ok(Err(HttpError {
+            status: 413,
+            message: "request body too large",
+        }));
+    }
+    if req.expect_continue && buf.len() < len {
+        let (res, _) = sock
+            .wr
+            .write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
+            .await;
+        res?;
+    }
+    while buf.len() < len {
+        if w.read_more(sock.stream(), buf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(Ok(buf.split_to(len).freeze()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use monoio::net::TcpStream;
+
+    /// An idle WebSocket costs its task (this future) plus its writer task;
+    /// the aim is ≤ 2 KiB of our memory per connection in total.
+    #[test]
+    fn connection_tasks_stay_small() {
+        let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let client = std::net::TcpStream::connect(addr).unwrap();
+            let (server, _) = listener.accept().unwrap();
+            server.set_nonblocking(true).unwrap();
+            let stream = TcpStream::from_std(server).unwrap();
+            let w = Worker::new(Config::default());
+            let conn = handle(w.clone(), Sock::new(stream));
+            let size = std::mem::size_of_val(&conn);
+            eprintln!("connection task future: {size} bytes");
+            assert!(size <= 1000, "connection task future is {size} bytes");
+            drop(conn);
+            drop(client);
+        });
+    }
+}

@@ -1,0 +1,137 @@
+//! The publish seam: every publish — a WebSocket frame, a JSON `publish`,
+//! `POST /publish/{channel}` — goes through [`route_publish`], which fans
+//! out in-process or hands the message to Redis (then local delivery
+//! happens when it comes back, so every instance sees a channel's messages
+//! in the same order). History and a cross-worker bus hang off here too.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::http::{self, HttpError};
+use crate::hub::Hub;
+use crate::redis::resp::Reply;
+use crate::server::redis::{RedisLink, ReplyWaiter};
+use crate::server::worker::Worker;
+use crate::ws::OpCode;
+
+/// Longest an HTTP publish waits for the write backlog to drain.
+const BACKPRESSURE_HTTP_WAIT_MS: u32 = 5_000;
+
+/// What became of a publish.
+pub enum Published {
+    /// Fanned out in-process to this many local subscribers.
+    Local(usize),
+    /// Queued for Redis (with a waiter when a reply was asked for).
+    Queued(Option<Rc<ReplyWaiter>>),
+    /// Redis mode, buffer full: not published.
+    Rejected,
+}
+
+/// Publishes in-process, or through Redis in Redis mode.
+pub fn route_publish(
+    hub: &mut Hub,
+    redis: Option<&RedisLink>,
+    channel: &str,
+    opcode: OpCode,
+    payload: &[u8],
+    sender: u64,
+    want_reply: bool,
+) -> Published {
+    let Some(link) = redis else {
+        return Published::Local(hub.publish(channel, opcode, payload, Some(sender)));
+    };
+    match link.publish(channel, opcode, payload, sender, want_reply) {
+        Ok(waiter) => Published::Queued(waiter),
+        Err(_) => Published::Rejected,
+    }
+}
+
+/// `POST /publish/{channel}`. In Redis mode the answer waits (at most the
+/// command timeout) for Redis to confirm the PUBLISH: `200` with the number
+/// of instances that received it; `202 {"buffered":true}` while Redis is
+/// unreachable and the message waits in the publish buffer; `503` when
+/// that buffer is full.
+pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bool) -> Vec<u8> {
+    let error = |status, message| http::error_response(&HttpError { status, message }, keep_alive);
+    if std::str::from_utf8(body).is_err() {
+        return error(400, "body must be UTF-8 text");
+    }
+    if !wait_for_backlog(w).await {
+        return error(503, "server overloaded, retry later");
+    }
+    let outcome = {
+        let mut hub = w.hub.borrow_mut();
+        let redis = w.redis.as_deref();
+        route_publish(&mut hub, redis, channel, OpCode::Text, body, 0, true)
+    };
+    let local = w.hub.borrow().subscriber_count(channel);
+    let (status, reply) = match outcome {
+        Published::Local(n) => (
+            200,
+            serde_json::json!({ "channel": channel, "subscribers": n }),
+        ),
+        Published::Rejected => {
+            return error(503, "redis unavailable and the publish buffer is full")
+        }
+        Published::Queued(waiter) => confirmation(w, waiter, channel, local).await,
+    };
+    http::response(
+        status,
+        "application/json",
+        reply.to_string().as_bytes(),
+        keep_alive,
+        &[],
+        false,
+    )
+}
+
+/// The same backpressure as WebSocket publishers, bounded in time: `false`
+/// when the backlog did not drain within [`BACKPRESSURE_HTTP_WAIT_MS`].
+async fn wait_for_backlog(w: &Worker) -> bool {
+    let mut waited = 0;
+    while w.over_backlog() {
+        if waited == 0 {
+            w.hub.borrow_mut().stats.publish_backpressure += 1;
+        }
+        if waited >= BACKPRESSURE_HTTP_WAIT_MS {
+            return false;
+        }
+        monoio::time::sleep(Duration::from_millis(1)).await;
+        waited += 1;
+    }
+    true
+}
+
+/// Waits (at most the command timeout, and only while Redis is up) for
+/// Redis to confirm a queued publish; the status and body to answer.
+async fn confirmation(
+    w: &Worker,
+    waiter: Option<Rc<ReplyWaiter>>,
+    channel: &str,
+    local: usize,
+) -> (u16, serde_json::Value) {
+    let link = w.redis.as_ref().expect("queued implies redis mode");
+    let confirmed = match waiter {
+        Some(waiter) if link.readiness().is_ok() => {
+            monoio::time::timeout(link.command_timeout(), waiter.wait())
+                .await
+                .ok()
+        }
+        _ => None,
+    };
+    match confirmed {
+        Some(Ok(Reply::Integer(n))) => (
+            200,
+            serde_json::json!({ "channel": channel, "subscribers": local, "instances": n }),
+        ),
+        Some(Ok(other)) => (
+            502,
+            serde_json::json!({ "error": format!("redis: unexpected reply {other:?}") }),
+        ),
+        Some(Err(e)) => (502, serde_json::json!({ "error": format!("redis: {e}") })),
+        None => (
+            202,
+            serde_json::json!({ "channel": channel, "subscribers": local, "buffered": true }),
+        ),
+    }
+}

@@ -1,0 +1,164 @@
+//! A shard's command connection: pipelined commands, every command of one
+//! event-loop pass written with one vectored write, replies matched in
+//! order. While Redis is unreachable (or our subscriptions are not yet
+//! restored) commands wait in the shard's byte-bounded pipeline; commands
+//! whose reply was lost with the connection are written again after
+//! reconnecting (at least once).
+
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use monoio::io::{AsyncWriteRent, Splitable};
+use monoio::net::tcp::TcpOwnedWriteHalf;
+use monoio::net::TcpStream;
+
+use super::conn::{self, read_some, Role};
+use super::link::RedisLink;
+use super::reply::CmdKind;
+use crate::log;
+use crate::redis::resp::{self, Reply};
+use crate::redis::RedisError;
+use crate::server::iovec::IoVecs;
+use crate::server::sock::read_stream;
+use crate::server::sys;
+
+/// Most commands one vectored write carries.
+const MAX_BATCH: usize = 1024;
+
+/// Keeps the command connection up for as long as the worker runs.
+pub(super) async fn keep_up(link: Rc<RedisLink>) {
+    conn::keep_up(&link, Role::Command, |stream, buf| {
+        session(&link, stream, buf)
+    })
+    .await
+}
+
+/// One connected session: marks the shard up, runs it until it fails,
+/// then marks it down and requeues the commands whose replies were lost.
+async fn session(link: &Rc<RedisLink>, stream: TcpStream, buf: BytesMut) -> RedisError {
+    link.shard.health.borrow_mut().cmd_connected = true;
+    link.stats.borrow_mut().connected = 1;
+    log!(Info, "redis command connection up", url = link.shard.url);
+    let err = run(link, stream, buf).await;
+    {
+        let mut h = link.shard.health.borrow_mut();
+        h.cmd_connected = false;
+        // A canary from before the loss says nothing about the next
+        // connection (see `canary`).
+        h.last_canary = None;
+    }
+    let mut stats = link.stats.borrow_mut();
+    stats.connected = 0;
+    stats.reconnects += 1;
+    link.shard.pipeline.borrow_mut().requeue_inflight();
+    err
+}
+
+/// Reads replies until the connection fails; a writer task sends.
+async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> RedisError {
+    let fd = stream.as_raw_fd();
+    let (rd, mut wr) = stream.into_split();
+    let stop = Rc::new(Cell::new(false));
+    let writer = monoio::spawn({
+        let (link, stop) = (link.clone(), stop.clone());
+        async move { writer(&link, &mut wr, &stop).await }
+    });
+    let stream = read_stream(&rd);
+    let err = loop {
+        if let Err(e) = drain_replies(link, &mut buf) {
+            break e;
+        }
+        match monoio::time::timeout(link.command_timeout, read_some(stream, &mut buf)).await {
+            Ok(Ok(0)) => break RedisError::Io(io::ErrorKind::UnexpectedEof.into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => break RedisError::Io(e),
+            // Quiet is fine; quiet while replies are owed is a dead peer.
+            Err(_) if link.shard.pipeline.borrow().has_inflight() => break RedisError::Timeout,
+            Err(_) => {}
+        }
+    };
+    stop.set(true);
+    sys::shutdown(fd);
+    link.shard.wake_writer();
+    let _ = writer.await;
+    drop(rd);
+    err
+}
+
+/// Hands every complete reply in `buf` to the command it answers.
+fn drain_replies(link: &RedisLink, buf: &mut BytesMut) -> Result<(), RedisError> {
+    while let Some(reply) = resp::decode(buf)? {
+        let kind = link.shard.pipeline.borrow_mut().on_reply()?;
+        let result = match reply {
+            Reply::Error(e) => Err(e.to_string()),
+            other => Ok(other),
+        };
+        match kind {
+            CmdKind::Command(waiter) => waiter.complete(result),
+            CmdKind::Publish(waiter) => {
+                if let Err(e) = &result {
+                    link.stats.borrow_mut().publish_errors += 1;
+                    log!(Warn, "redis rejected a publish", error = e);
+                }
+                if let Some(w) = waiter {
+                    w.complete(result);
+                }
+            }
+            CmdKind::Canary => {}
+        }
+    }
+    Ok(())
+}
+
+/// Writes queued commands, all of one pass in one vectored write — but only
+/// once our subscriptions are restored, so this instance never publishes
+/// what it could not itself receive.
+async fn writer(link: &RedisLink, wr: &mut TcpOwnedWriteHalf, stop: &Cell<bool>) {
+    let mut batch = Vec::new();
+    loop {
+        let go = poll_fn(|cx| poll_work(link, stop, cx)).await;
+        if !go {
+            return;
+        }
+        // After a (re)connect, give the other instances' subscriber
+        // connections time to come back before sending what was buffered.
+        let settle = link.shard.health.borrow().restored_at.map(|t| t.elapsed());
+        if let Some(left) = settle.and_then(|e| link.resume_delay.checked_sub(e)) {
+            monoio::time::sleep(left).await;
+            continue;
+        }
+        link.shard
+            .pipeline
+            .borrow_mut()
+            .take_unsent(&mut batch, MAX_BATCH);
+        let mut iov = IoVecs::new(std::mem::take(&mut batch));
+        while iov.remaining() > 0 {
+            let (res, back) = wr.writev(iov).await;
+            iov = back;
+            match res {
+                Ok(n) if n > 0 => iov.advance(n),
+                // The reader notices the broken connection and requeues.
+                _ => return,
+            }
+        }
+        batch = iov.into_inner();
+        batch.clear();
+    }
+}
+
+fn poll_work(link: &RedisLink, stop: &Cell<bool>, cx: &mut Context<'_>) -> Poll<bool> {
+    if stop.get() {
+        return Poll::Ready(false);
+    }
+    let shard = &link.shard;
+    if shard.health.borrow().restored && shard.pipeline.borrow().has_unsent() {
+        return Poll::Ready(true);
+    }
+    *shard.cmd_waker.borrow_mut() = Some(cx.waker().clone());
+    Poll::Pending
+}

@@ -1,0 +1,208 @@
+//! Opening and keeping a connection to a shard: connect with a timeout,
+//! the `AUTH`/`SELECT` handshake, reads, and the reconnect loop (backoff
+//! with jitter, a long pause after Redis refused our credentials, one
+//! log line per distinct failure). Both connections of a shard use it.
+
+use std::future::Future;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use monoio::io::AsyncWriteRentExt;
+use monoio::net::TcpStream;
+
+use super::link::RedisLink;
+use crate::log;
+use crate::redis::resp::{self, Reply};
+use crate::redis::{commands, RedisError};
+use crate::server::sys;
+
+/// Longest pause between reconnect attempts. Short on purpose: after a
+/// Redis restart, instances come back at most this far apart, which bounds
+/// the window in which one instance's buffered publishes could reach Redis
+/// before another instance has re-subscribed (see `resume_delay`).
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Pause after Redis refused our credentials or database: retrying faster
+/// would only fill its log.
+const AUTH_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The two connections of a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// Pipelined commands (`PUBLISH`, cache reads and writes, the canary).
+    Command,
+    /// Subscriptions and the messages they deliver.
+    Subscriber,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Command => "command connection",
+            Role::Subscriber => "subscriber connection",
+        }
+    }
+}
+
+/// Keeps one connection of `role` up for as long as the worker runs:
+/// connects, runs `session` on it until it fails, and tries again after
+/// a pause.
+pub(super) async fn keep_up<F, Fut>(link: &RedisLink, role: Role, mut session: F)
+where
+    F: FnMut(TcpStream, BytesMut) -> Fut,
+    Fut: Future<Output = RedisError>,
+{
+    let seed = match role {
+        Role::Command => link.instance,
+        Role::Subscriber => link.instance.rotate_left(17),
+    };
+    let mut backoff = Backoff::new(seed);
+    let mut logged = None;
+    loop {
+        match open(link, role).await {
+            Ok((stream, buf)) => {
+                backoff.reset();
+                logged = None;
+                let err = session(stream, buf).await;
+                let what = role.name();
+                link.shard.health.borrow_mut().last_error = Some(format!("{what}: {err}"));
+                log!(
+                    Warn,
+                    "redis connection lost",
+                    connection = what,
+                    error = err
+                );
+            }
+            Err(e) => {
+                note_failure(link, role.name(), &e, &mut logged);
+                if matches!(e, RedisError::Refused(_)) {
+                    monoio::time::sleep(AUTH_BACKOFF).await;
+                    continue;
+                }
+            }
+        }
+        monoio::time::sleep(backoff.pause()).await;
+    }
+}
+
+/// Connects, authenticates and (for commands) selects the database.
+async fn open(link: &RedisLink, role: Role) -> Result<(TcpStream, BytesMut), RedisError> {
+    let url = &link.shard.url;
+    let addr = (url.host.as_str(), url.port);
+    let mut stream = monoio::time::timeout(link.connect_timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| RedisError::Timeout)??;
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::new();
+    for cmd in commands::handshake(url, role == Role::Command) {
+        let (res, _) = stream.write_all(cmd).await;
+        res?;
+        let reply = monoio::time::timeout(link.command_timeout, read_reply(&stream, &mut buf))
+            .await
+            .map_err(|_| RedisError::Timeout)??;
+        if let Reply::Error(e) = reply {
+            return Err(RedisError::Refused(e.to_string()));
+        }
+    }
+    Ok((stream, buf))
+}
+
+async fn read_reply(stream: &TcpStream, buf: &mut BytesMut) -> Result<Reply, RedisError> {
+    loop {
+        if let Some(r) = resp::decode(buf)? {
+            return Ok(r);
+        }
+        if read_some(stream, buf).await? == 0 {
+            return Err(RedisError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+}
+
+/// Readiness, then a nonblocking read of everything available.
+pub(super) async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    let mut scratch = [0u8; 16 * 1024];
+    loop {
+        match sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch) {
+            Ok(n) => {
+                buf.extend_from_slice(&scratch[..n]);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.readable(false).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Records a failed attempt for `/readyz`; logs it only when it differs
+/// from the last failure this connection logged (`logged`), not on every
+/// retry. Kept per connection because both share `last_error`: compared
+/// against that, their messages alternate and every attempt is logged.
+fn note_failure(link: &RedisLink, what: &str, e: &RedisError, logged: &mut Option<String>) {
+    let msg = format!("{what}: {e}");
+    if logged.as_deref() != Some(msg.as_str()) {
+        let url = &link.shard.url;
+        match e {
+            RedisError::Refused(_) => {
+                log!(
+                    Error,
+                    "redis refused the connection",
+                    url = url,
+                    error = msg
+                )
+            }
+            _ => log!(Warn, "redis unavailable, retrying", url = url, error = msg),
+        }
+        *logged = Some(msg.clone());
+    }
+    link.shard.health.borrow_mut().last_error = Some(msg);
+}
+
+/// Exponential backoff with jitter: 100 ms doubling to [`MAX_BACKOFF`],
+/// each pause drawn from [d/2, d] so restarted instances do not reconnect
+/// in lockstep.
+struct Backoff {
+    next: Duration,
+    rng: u64,
+}
+
+impl Backoff {
+    fn new(seed: u64) -> Self {
+        Backoff {
+            next: Duration::from_millis(100),
+            rng: seed | 1,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = Duration::from_millis(100);
+    }
+
+    fn pause(&mut self) -> Duration {
+        // xorshift64: enough randomness for jitter, no dependency.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let d = self.next;
+        self.next = (self.next * 2).min(MAX_BACKOFF);
+        let half = d.as_millis() as u64 / 2;
+        Duration::from_millis(half + self.rng % (half + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_with_jitter_and_resets() {
+        let mut b = Backoff::new(42);
+        let pauses: Vec<Duration> = (0..8).map(|_| b.pause()).collect();
+        assert!(pauses[0] >= Duration::from_millis(50) && pauses[0] <= Duration::from_millis(100));
+        assert!(pauses.iter().all(|p| *p <= MAX_BACKOFF));
+        assert!(pauses[7] >= MAX_BACKOFF / 2);
+        b.reset();
+        assert!(b.pause() <= Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,156 @@
+//! The Redis side of a worker as the rest of the worker sees it: publish
+//! and command queues, readiness, counters. The connections that serve
+//! it are driven by `command`, `subscriber` and `canary`.
+
+use std::cell::RefCell;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::reply::{CmdKind, ReplyWaiter};
+use super::shard::Shard;
+use crate::config::Config;
+use crate::redis::commands;
+use crate::redis::envelope::Origin;
+use crate::redis::resp::{self, PipelineFull};
+use crate::stats::RedisStats;
+use crate::ws::OpCode;
+
+/// What the Redis link needs from the worker it serves: a narrow handle,
+/// so the link never sees the worker's other state.
+pub trait Local {
+    /// Delivers a message that came back from Redis to local subscribers
+    /// (`skip`: the serial of a local publisher to leave out).
+    fn deliver(&self, channel: &str, opcode: OpCode, payload: &[u8], skip: Option<u64>);
+    /// Starts logging interest changes (channels gaining their first or
+    /// losing their last local subscriber).
+    fn track_interest(&self);
+    /// Every channel with local subscribers now; clears the change log.
+    fn interest_snapshot(&self) -> Vec<Rc<str>>;
+    /// Waits for interest changes and moves them into `out`.
+    fn poll_interest(&self, cx: &mut Context<'_>, out: &mut Vec<(Rc<str>, bool)>) -> Poll<()>;
+    /// Wakes a task waiting in `poll_interest` (to see its stop flag).
+    fn wake_interest(&self);
+}
+
+/// The Redis side of a worker: settings, its shard and counters.
+pub struct RedisLink {
+    pub(super) prefix: String,
+    pub(super) canary_key: String,
+    pub(super) instance: u64,
+    pub(super) connect_timeout: Duration,
+    pub(super) command_timeout: Duration,
+    pub(super) canary_interval: Duration,
+    pub(super) resume_delay: Duration,
+    pub(super) started: Instant,
+    /// The one Redis this link talks to (a cluster will hold several).
+    pub(super) shard: Shard,
+    /// Counters, read by `/stats` and `/metrics`.
+    pub stats: RefCell<RedisStats>,
+}
+
+impl RedisLink {
+    /// The link for `cfg`, if Redis mode is on.
+    pub fn new(cfg: &Config) -> Option<Rc<RedisLink>> {
+        let url = cfg.redis_url.clone()?;
+        let instance = RandomState::new().build_hasher().finish() | 1;
+        Some(Rc::new(RedisLink {
+            prefix: cfg.redis_prefix.clone(),
+            // `!` is not allowed in channel names: no client can collide.
+            canary_key: format!("{}!canary:{instance:016x}", cfg.redis_prefix),
+            instance,
+            connect_timeout: cfg.redis_connect_timeout,
+            command_timeout: cfg.redis_command_timeout,
+            canary_interval: cfg.redis_canary_interval,
+            resume_delay: cfg.redis_resume_delay,
+            started: Instant::now(),
+            shard: Shard::new(url, cfg.redis_publish_buffer),
+            stats: RefCell::new(RedisStats::default()),
+        }))
+    }
+
+    /// Queues a PUBLISH of `payload` to `channel`; with `want_reply`, a
+    /// waiter that resolves when Redis confirms it. Counted either way.
+    pub fn publish(
+        &self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: u64,
+        want_reply: bool,
+    ) -> Result<Option<Rc<ReplyWaiter>>, PipelineFull> {
+        let origin = Origin {
+            instance: self.instance,
+            sender,
+        };
+        let cmd = commands::publish(&self.prefix, channel, opcode, origin, payload);
+        let waiter = want_reply.then(|| Rc::new(ReplyWaiter::default()));
+        let pushed = self.shard.push(cmd, CmdKind::Publish(waiter.clone()));
+        let mut stats = self.stats.borrow_mut();
+        match pushed {
+            Ok(()) => stats.publishes += 1,
+            Err(_) => stats.publishes_rejected += 1,
+        }
+        pushed.map(|()| waiter)
+    }
+
+    /// Queues any command (not a publish) and returns where to wait for
+    /// its reply; refused while the pipeline is full. Callers bound their
+    /// wait with a timeout: while Redis is down the command waits in the
+    /// pipeline like a publish.
+    pub fn command(&self, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let waiter = Rc::new(ReplyWaiter::default());
+        self.shard
+            .push(resp::command(args), CmdKind::Command(waiter.clone()))?;
+        Ok(waiter)
+    }
+
+    /// Whether commands are being written to Redis right now (connected,
+    /// subscriptions restored).
+    pub fn is_up(&self) -> bool {
+        let h = self.shard.health.borrow();
+        h.cmd_connected && h.restored
+    }
+
+    /// Commands waiting (unsent or unconfirmed).
+    pub fn buffered(&self) -> usize {
+        self.shard.pipeline.borrow().len()
+    }
+
+    /// The command timeout (`--redis-command-timeout`).
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// `Ok` when this instance can deliver through Redis now, else why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        let h = self.shard.health.borrow();
+        let why = if !h.cmd_connected || !h.sub_connected {
+            let e = h.last_error.as_deref().unwrap_or("connecting");
+            format!("redis not connected: {e}")
+        } else if !h.restored {
+            "redis subscriptions not yet restored".to_string()
+        } else if h
+            .last_canary
+            .is_none_or(|t| t.elapsed() > self.canary_deadline())
+        {
+            "redis canary has not made the round trip in time".to_string()
+        } else {
+            return Ok(());
+        };
+        Err(why)
+    }
+
+    /// A snapshot of the counters with the gauges filled in.
+    pub fn stats(&self) -> RedisStats {
+        let mut s = self.stats.borrow().clone();
+        s.publishes_buffered = self.buffered() as u64;
+        s
+    }
+
+    pub(super) fn canary_deadline(&self) -> Duration {
+        (self.canary_interval * 3).max(Duration::from_secs(1))
+    }
+}

@@ -1,0 +1,209 @@
+//! A shard's subscriber connection: subscribed to a channel only while it
+//! has local subscribers (the worker's interest log), re-subscribed to all
+//! of them first thing after a reconnect, and every message of one read is
+//! fanned out before the WebSocket writers run, so they share writes.
+
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use monoio::io::{AsyncWriteRentExt, Splitable};
+use monoio::net::tcp::TcpOwnedWriteHalf;
+use monoio::net::TcpStream;
+
+use super::canary;
+use super::conn::{self, read_some, Role};
+use super::link::{Local, RedisLink};
+use crate::log;
+use crate::redis::commands::{self, Interest};
+use crate::redis::resp::{self, PubSubEvent};
+use crate::redis::{envelope, RedisError};
+use crate::server::sock::read_stream;
+use crate::server::sys;
+
+/// Keeps the subscriber connection up for as long as the worker runs.
+pub(super) async fn keep_up(link: Rc<RedisLink>, local: Rc<dyn Local>) {
+    conn::keep_up(&link, Role::Subscriber, |stream, buf| {
+        session(&link, &local, stream, buf)
+    })
+    .await
+}
+
+/// One connected session: marks the shard's subscriber up, runs it, and
+/// marks it down (not restored) when it fails.
+async fn session(
+    link: &Rc<RedisLink>,
+    local: &Rc<dyn Local>,
+    stream: TcpStream,
+    buf: BytesMut,
+) -> RedisError {
+    link.shard.health.borrow_mut().sub_connected = true;
+    link.shard.sub_fd.set(Some(stream.as_raw_fd()));
+    let err = run(link, local, stream, buf).await;
+    link.shard.sub_fd.set(None);
+    let mut h = link.shard.health.borrow_mut();
+    h.sub_connected = false;
+    h.restored = false;
+    // Left set, an old canary would make `/readyz` 200 before one made the
+    // trip on the new connection, and after a long outage the canary task
+    // would take it for a stale canary and cut the fresh connection.
+    h.last_canary = None;
+    err
+}
+
+/// Subscribes to everything with local subscribers (plus the canary),
+/// then delivers messages and follows interest changes until it fails.
+async fn run(
+    link: &Rc<RedisLink>,
+    local: &Rc<dyn Local>,
+    mut stream: TcpStream,
+    mut buf: BytesMut,
+) -> RedisError {
+    let channels = local.interest_snapshot();
+    let mut keys: Vec<Vec<u8>> = vec![link.canary_key.as_bytes().to_vec()];
+    keys.extend(
+        channels
+            .iter()
+            .map(|c| commands::channel_key(&link.prefix, c)),
+    );
+    let mut restore = Restore {
+        pending: keys.len(),
+        channels: channels.len(),
+    };
+    let mut cmds = BytesMut::new();
+    commands::subscribe(Interest::Gained, &keys, &mut cmds);
+    drop(keys);
+    let (res, _) = stream.write_all(cmds.freeze()).await;
+    if let Err(e) = res {
+        return RedisError::Io(e);
+    }
+    let fd = stream.as_raw_fd();
+    let (rd, mut wr) = stream.into_split();
+    let stop = Rc::new(Cell::new(false));
+    let writer = monoio::spawn({
+        let (link, local, stop) = (link.clone(), local.clone(), stop.clone());
+        async move { interest_writer(&link, &*local, &mut wr, &stop).await }
+    });
+    let stream = read_stream(&rd);
+    let err = loop {
+        if let Err(e) = deliver_events(link, &**local, &mut buf, &mut restore) {
+            break e;
+        }
+        match read_some(stream, &mut buf).await {
+            Ok(0) => break RedisError::Io(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {}
+            Err(e) => break RedisError::Io(e),
+        }
+    };
+    stop.set(true);
+    sys::shutdown(fd);
+    local.wake_interest();
+    let _ = writer.await;
+    drop(rd);
+    err
+}
+
+/// Confirmations still owed for the subscriptions of a (re)connect.
+struct Restore {
+    pending: usize,
+    channels: usize,
+}
+
+/// Handles every event in `buf`: all messages of one read are fanned out
+/// before any WebSocket writer runs.
+fn deliver_events(
+    link: &RedisLink,
+    local: &dyn Local,
+    buf: &mut BytesMut,
+    restore: &mut Restore,
+) -> Result<(), RedisError> {
+    while let Some(reply) = resp::decode(buf)? {
+        match resp::pubsub_event(reply)? {
+            PubSubEvent::Message { channel, payload } => on_message(link, local, &channel, payload),
+            PubSubEvent::Subscribed(_) if restore.pending > 0 => {
+                restore.pending -= 1;
+                if restore.pending == 0 {
+                    restored(link, restore.channels);
+                }
+            }
+            PubSubEvent::Subscribed(_) | PubSubEvent::Unsubscribed(_) | PubSubEvent::Pong => {}
+            PubSubEvent::Error(e) => return Err(RedisError::Refused(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Every subscription of a (re)connect is confirmed: publishing may start.
+fn restored(link: &RedisLink, channels: usize) {
+    let mut h = link.shard.health.borrow_mut();
+    h.restored = true;
+    h.restored_at = Some(Instant::now());
+    drop(h);
+    log!(Info, "redis subscriptions restored", channels = channels);
+    link.shard.wake_writer();
+}
+
+fn on_message(link: &RedisLink, local: &dyn Local, channel: &[u8], payload: Bytes) {
+    if channel == link.canary_key.as_bytes() {
+        canary::arrived(link, &payload);
+        return;
+    }
+    let Some(name) = channel
+        .strip_prefix(link.prefix.as_bytes())
+        .and_then(|c| std::str::from_utf8(c).ok())
+    else {
+        return;
+    };
+    let env = envelope::decode(payload);
+    let skip = env
+        .origin
+        .filter(|o| o.instance == link.instance)
+        .map(|o| o.sender);
+    link.stats.borrow_mut().messages_received += 1;
+    local.deliver(name, env.opcode, &env.payload, skip);
+}
+
+/// Follows the worker's interest log with SUBSCRIBE / UNSUBSCRIBE commands.
+async fn interest_writer(
+    link: &RedisLink,
+    local: &dyn Local,
+    wr: &mut TcpOwnedWriteHalf,
+    stop: &Cell<bool>,
+) {
+    let mut changes = Vec::new();
+    loop {
+        let go = poll_fn(|cx| {
+            if stop.get() {
+                return Poll::Ready(false);
+            }
+            local.poll_interest(cx, &mut changes).map(|()| true)
+        })
+        .await;
+        if !go {
+            return;
+        }
+        let mut out = BytesMut::new();
+        for group in changes.chunk_by(|a, b| a.1 == b.1) {
+            let interest = if group[0].1 {
+                Interest::Gained
+            } else {
+                Interest::Lost
+            };
+            let keys: Vec<Vec<u8>> = group
+                .iter()
+                .map(|(c, _)| commands::channel_key(&link.prefix, c))
+                .collect();
+            commands::subscribe(interest, &keys, &mut out);
+        }
+        changes.clear();
+        let (res, _) = wr.write_all(out.freeze()).await;
+        if res.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The WebSocket upgrade: which routes upgrade, who may (auth: `Origin`,
+//! tokens), and the `101 Switching Protocols` answer.
+
+use std::io;
+
+use monoio::io::AsyncWriteRentExt;
+
+use crate::auth::{self, Grants};
+use crate::http::{self, HttpError, Route};
+use crate::hub::{ConnId, ConnKind};
+use crate::log;
+use crate::server::endpoints::STATUS_CHANNEL;
+use crate::server::sock::Sock;
+use crate::server::worker::Worker;
+
+/// An accepted upgrade: the mode, the channel of `/ws/{channel}`, and
+/// what the connection's token allows.
+pub type Upgrade = (ConnKind, Option<String>, Grants);
+
+/// The mode and channel of an upgrading route; `None` for other routes.
+pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
+    match route {
+        Route::WsChannel(c) => Some((ConnKind::Simple, Some(c.to_string()))),
+        Route::WsMulti => Some((ConnKind::Multi, None)),
+        Route::StatusWs => Some((ConnKind::Simple, Some(STATUS_CHANNEL.to_string()))),
+        _ => None,
+    }
+}
+
+/// Decides an upgrade request: writes the `101` and returns the upgrade,
+/// or answers with the refusal and returns `None` (the connection ends).
+pub async fn upgrade(
+    w: &Worker,
+    sock: &mut Sock,
+    id: ConnId,
+    req: &http::Request,
+    (kind, channel): (ConnKind, Option<String>),
+) -> io::Result<Option<Upgrade>> {
+    let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
+    let checked = if status_feed {
+        None
+    } else {
+        channel.as_deref()
+    };
+    let grants = match auth::authorize_upgrade(&w.cfg, req, checked) {
+        Ok(_) if status_feed => Grants::read_only(),
+        Ok(g) => g,
+        Err((status, message)) => {
+            w.hub.borrow_mut().stats.auth_failures += 1;
+            log!(
+                Debug,
+                "upgrade refused",
+                conn = id,
+                status = status,
+                reason = message
+            );
+            refuse(sock, &HttpError { status, message }).await?;
+            return Ok(None);
+        }
+    };
+    match &req.upgrade {
+        Ok(accept) => {
+            let (res, _) = sock
+                .wr
+                .write_all(crate::ws::handshake::response_101(accept))
+                .await;
+            res?;
+            Ok(Some((kind, channel, grants)))
+        }
+        Err(e) => {
+            w.hub.borrow_mut().stats.handshake_failures += 1;
+            log!(Debug, "handshake refused", conn = id, reason = log::Dbg(e));
+            refuse(sock, &http::handshake_error(e)).await?;
+            Ok(None)
+        }
+    }
+}
+
+async fn refuse(sock: &mut Sock, err: &HttpError) -> io::Result<()> {
+    let (res, _) = sock.wr.write_all(http::error_response(err, false)).await;
+    res.map(|_| ())
+}

@@ -1,0 +1,116 @@
+//! What one worker's tasks share: the hub, the configuration, the Redis
+//! link and the HTTP cache (each behind its own narrow interface), and the
+//! scratch buffer every read goes through. Single-threaded: `Rc` +
+//! `RefCell`, no locks.
+
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use monoio::net::TcpStream;
+
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::server::cache_edge::CacheEdge;
+use crate::server::redis::{Local, RedisLink};
+use crate::server::sock;
+use crate::stats::Snapshot;
+use crate::ws::OpCode;
+
+/// Size of the per-worker scratch buffer every read goes through.
+const SCRATCH: usize = 64 * 1024;
+
+/// One worker's shared state.
+pub struct Worker {
+    /// Connection table and channels.
+    pub hub: RefCell<Hub>,
+    /// The configuration.
+    pub cfg: Config,
+    /// Redis mode's connections, when `--redis-url` is set.
+    pub redis: Option<Rc<RedisLink>>,
+    /// The HTTP cache, when `--origin` is set.
+    pub cache: Option<Rc<CacheEdge>>,
+    started: Instant,
+    scratch: RefCell<Box<[u8]>>,
+}
+
+impl Worker {
+    /// A fresh worker.
+    pub fn new(cfg: Config) -> Rc<Worker> {
+        let redis = RedisLink::new(&cfg);
+        Rc::new(Worker {
+            hub: RefCell::new(Hub::new((&cfg).into())),
+            cache: CacheEdge::new(&cfg, redis.clone()),
+            redis,
+            started: Instant::now(),
+            cfg,
+            scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
+        })
+    }
+
+    /// Milliseconds since the worker started (a precise clock, unlike the
+    /// hub's coarse one).
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Reads more bytes from a client into `buf`: `Ok(0)` at end of
+    /// stream. Counted in `bytes_in`.
+    pub async fn read_more(&self, stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+        let n = sock::recv_into(stream, &self.scratch, buf).await?;
+        self.hub.borrow_mut().stats.bytes_in += n as u64;
+        Ok(n)
+    }
+
+    /// Whether the worker's write backlog is over `--publish-backpressure`.
+    pub fn over_backlog(&self) -> bool {
+        self.hub.borrow().backlog() > self.cfg.publish_backpressure
+    }
+
+    /// `Ok` when this instance can deliver (always, without Redis).
+    pub fn readiness(&self) -> Result<(), String> {
+        self.redis.as_ref().map_or(Ok(()), |l| l.readiness())
+    }
+
+    /// Every layer's counters now.
+    pub fn snapshot(&self) -> Snapshot {
+        let hub = self.hub.borrow();
+        Snapshot {
+            worker: hub.stats.clone(),
+            redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
+            cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
+            connections: hub.connection_count() as u64,
+            channels: hub.channel_count() as u64,
+            messages_out: hub.stats.deliveries,
+        }
+    }
+}
+
+/// The Redis link's view of the worker: delivery into the hub and the
+/// hub's interest log.
+impl Local for Worker {
+    fn deliver(&self, channel: &str, opcode: OpCode, payload: &[u8], skip: Option<u64>) {
+        self.hub
+            .borrow_mut()
+            .publish(channel, opcode, payload, skip);
+    }
+
+    fn track_interest(&self) {
+        self.hub.borrow_mut().track_interest();
+    }
+
+    fn interest_snapshot(&self) -> Vec<Rc<str>> {
+        self.hub.borrow_mut().interest_snapshot()
+    }
+
+    fn poll_interest(&self, cx: &mut Context<'_>, out: &mut Vec<(Rc<str>, bool)>) -> Poll<()> {
+        self.hub.borrow_mut().poll_interest(cx, out)
+    }
+
+    fn wake_interest(&self) {
+        self.hub.borrow_mut().wake_interest();
+    }
+}
