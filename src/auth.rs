@@ -13,6 +13,8 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
+use crate::secret::Secret;
+
 /// Longest token accepted (header + claims + signature, base64url).
 pub const MAX_TOKEN_LEN: usize = 4096;
 /// Most channel patterns in one token.
@@ -279,9 +281,23 @@ pub type Refusal = (u16, &'static str);
 /// Checks a WebSocket upgrade against the `Origin` allow-list and, when a
 /// token secret is configured, the connection token (from `?token=` or
 /// `Authorization: Bearer`); `channel` is the channel of a `/ws/{channel}`
+/// Who may publish and subscribe (`--publish-key`, `--token-secret`,
+/// `--allowed-origins`, `--publish-rate`), owned by this layer.
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    /// Bearer key required by `POST /publish` (None = open).
+    pub publish_key: Option<Secret>,
+    /// HS256 secret of connection tokens (None = no token required).
+    pub token_secret: Option<Secret>,
+    /// Browser origins allowed to upgrade (empty = any).
+    pub allowed_origins: Vec<String>,
+    /// Messages per second one connection may publish (0 = unlimited).
+    pub publish_rate: u32,
+}
+
 /// upgrade. Returns what the connection may do.
 pub fn authorize_upgrade(
-    cfg: &crate::config::Config,
+    cfg: &AuthConfig,
     req: &crate::http::Request,
     channel: Option<&str>,
 ) -> Result<Grants, Refusal> {
@@ -312,10 +328,7 @@ pub fn authorize_upgrade(
 }
 
 /// Checks `Authorization: Bearer KEY` against the configured publish key.
-pub fn authorize_publish(
-    cfg: &crate::config::Config,
-    req: &crate::http::Request,
-) -> Result<(), Refusal> {
+pub fn authorize_publish(cfg: &AuthConfig, req: &crate::http::Request) -> Result<(), Refusal> {
     let Some(key) = &cfg.publish_key else {
         return Ok(());
     };

@@ -10,6 +10,16 @@ use crate::ws::handshake::{validate_upgrade, HandshakeError};
 /// Most headers in one request; more is answered 431.
 pub const MAX_HEADERS: usize = 64;
 
+/// Request size limits (`--max-handshake-bytes`, `--max-body-size`),
+/// owned by this layer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// Largest request head (request line + headers); larger ones get 431.
+    pub max_handshake_bytes: usize,
+    /// Largest request body; larger ones get 413.
+    pub max_body_size: usize,
+}
+
 /// Request methods the router distinguishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {

@@ -35,7 +35,7 @@ async fn upgrade_status(addr: std::net::SocketAddr, path_and_query: &str, extra:
 
 #[tokio::test]
 async fn tokens_are_required_and_scoped_when_a_secret_is_set() {
-    let srv = TestServer::start(|c| c.token_secret = Some(Secret(SECRET.into())));
+    let srv = TestServer::start(|c| c.auth.token_secret = Some(Secret(SECRET.into())));
     let a = srv.addr;
     let news = valid(r#"["news.*"]"#, "[]");
     assert_eq!(upgrade_status(a, "/ws/news.eu", "").await, 401, "missing");
@@ -70,7 +70,7 @@ async fn tokens_are_required_and_scoped_when_a_secret_is_set() {
 
 #[tokio::test]
 async fn a_read_only_token_cannot_publish() {
-    let srv = TestServer::start(|c| c.token_secret = Some(Secret(SECRET.into())));
+    let srv = TestServer::start(|c| c.auth.token_secret = Some(Secret(SECRET.into())));
     let reader = valid(r#"["room"]"#, "[]");
     let writer = valid(r#"["room"]"#, r#"["room"]"#);
     let mut r = ws_connect(srv.addr, &format!("/ws/room?token={reader}")).await;
@@ -109,7 +109,7 @@ async fn a_read_only_token_cannot_publish() {
 
 #[tokio::test]
 async fn publish_key_guards_http_publish() {
-    let srv = TestServer::start(|c| c.publish_key = Some(Secret("k3y".into())));
+    let srv = TestServer::start(|c| c.auth.publish_key = Some(Secret("k3y".into())));
     let a = srv.addr;
     let body = "hi";
     let without = format!("POST /publish/c HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{body}");
@@ -131,7 +131,7 @@ async fn publish_key_guards_http_publish() {
 
 #[tokio::test]
 async fn browser_origins_are_checked_against_the_allow_list() {
-    let srv = TestServer::start(|c| c.allowed_origins = vec!["https://app.example".into()]);
+    let srv = TestServer::start(|c| c.auth.allowed_origins = vec!["https://app.example".into()]);
     let a = srv.addr;
     assert_eq!(
         upgrade_status(a, "/ws/c", "Origin: https://evil.example\r\n").await,
@@ -154,7 +154,7 @@ async fn browser_origins_are_checked_against_the_allow_list() {
 
 #[tokio::test]
 async fn a_fast_publisher_is_slowed_not_dropped() {
-    let srv = TestServer::start(|c| c.publish_rate = 100);
+    let srv = TestServer::start(|c| c.auth.publish_rate = 100);
     let mut sub = ws_connect(srv.addr, "/ws/r").await;
     let mut publisher = ws_connect(srv.addr, "/ws/r").await;
     // 150 messages at 100/s with a burst of 100: at least one pause.

@@ -95,7 +95,7 @@ async fn healthz_and_stats_answer_json() {
 /// Each refusal gets its status and a JSON `{"error": ...}` body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_their_status() {
-    let srv = TestServer::start(|c| c.max_body_size = 1024);
+    let srv = TestServer::start(|c| c.http.max_body_size = 1024);
     let addr = srv.addr;
     let expect = |status: u16| {
         move |resp: HttpResponse, what: &str| {
@@ -308,7 +308,7 @@ async fn no_root_channel_means_404_at_slash() {
 /// response". Clients such as curl otherwise stall (1 s) before sending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_100_continue_is_answered_before_the_body() {
-    let srv = TestServer::start(|c| c.max_body_size = 1024);
+    let srv = TestServer::start(|c| c.http.max_body_size = 1024);
     let head = |len: usize| {
         format!(
             "POST /publish/c HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\

@@ -128,8 +128,8 @@ async fn invalid_utf8_closes_with_1007() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fragmented_message_over_max_message_size_closes_with_1009() {
     let srv = TestServer::start(|c| {
-        c.max_frame_size = 1024;
-        c.max_message_size = 1024;
+        c.ws.max_frame_size = 1024;
+        c.ws.max_message_size = 1024;
     });
     // Each fragment is within the frame limit; together they are not.
     let frags = [masked(OP_TEXT, &[b'a'; 600]), masked(OP_CONT, &[b'b'; 600])].concat();

@@ -327,7 +327,7 @@ async fn redis_crash_mid_stream_loses_no_accepted_message() {
     let mut redis = RedisServer::start(&[]).await;
     // The default resume delay (1 s) is what covers the two instances
     // reconnecting up to a backoff step apart; keep it.
-    let one_sec = |c: &mut corecast::config::Config| c.redis_resume_delay = Duration::from_secs(1);
+    let one_sec = |c: &mut corecast::config::Config| c.redis.resume_delay = Duration::from_secs(1);
     let a = instance(redis.url("", ""), one_sec);
     let b = instance(redis.url("", ""), one_sec);
     wait_readyz(a.addr, 200).await;
@@ -467,7 +467,7 @@ async fn redis_crash_mid_stream_loses_no_accepted_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_publish_buffer_refuses_and_the_buffered_are_delivered_later() {
     let mut redis = RedisServer::start(&[]).await;
-    let a = instance(redis.url("", ""), |c| c.redis_publish_buffer = 4096);
+    let a = instance(redis.url("", ""), |c| c.redis.publish_buffer = 4096);
     wait_readyz(a.addr, 200).await;
     let mut rc = RespConn::open(redis.port, None).await;
     let mut sub = ws_connect(a.addr, "/ws/buf").await;

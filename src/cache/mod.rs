@@ -3,6 +3,7 @@
 //! request coalescing, background revalidation) is `server::cache_edge`.
 //!
 //! # Layout
+//! - [`config`]: [`CacheConfig`], the cache's settings.
 //! - [`policy`]: `Cache-Control` parsing (RFC 9111 section 5.2, RFC 5861),
 //!   storability and freshness lifetimes, classifying a stored response as
 //!   fresh / stale-while-revalidate / stale-if-error / expired.
@@ -22,6 +23,7 @@
 //! - [`purge`]: the purge request body and its bearer-token check.
 
 pub mod chunked;
+pub mod config;
 pub mod entry;
 pub mod key;
 pub mod memory;
@@ -31,6 +33,8 @@ pub mod purge;
 pub mod request;
 pub mod response;
 pub mod stored;
+
+pub use config::CacheConfig;
 
 /// Milliseconds since the Unix epoch: entries are shared between instances
 /// through Redis, so their timestamps are wall-clock, not monotonic.

@@ -18,7 +18,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use slab::Slab;
 
-use crate::config::{Config, SlowConsumerPolicy};
+use crate::config::Config;
 use crate::stats::Stats;
 use crate::ws::frame::{encode_close_frame, encode_server_frame, OpCode};
 
@@ -200,6 +200,18 @@ pub enum Expired {
     Idle,
     /// The peer did not answer our close frame in time.
     Close,
+}
+
+/// What to do with a subscriber whose outbound queue is over its byte bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowConsumerPolicy {
+    /// Send close 1008 ("slow consumer") and disconnect it. The default:
+    /// a client that silently misses messages is worse than one that knows
+    /// it was cut off and can resubscribe.
+    Disconnect,
+    /// Drop its oldest queued data messages (never control frames) to make
+    /// room, counting every drop.
+    DropOldest,
 }
 
 /// The limits the hub enforces, copied from [`Config`].

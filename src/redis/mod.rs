@@ -10,13 +10,16 @@
 //! - [`envelope`]: opcode and origin carried through Redis.
 //! - [`commands`]: the commands corecast sends (`PUBLISH` with its
 //!   envelope, bounded `SUBSCRIBE` groups, the `AUTH`/`SELECT` handshake).
+//! - [`config`]: [`RedisConfig`], Redis mode's settings.
 //! - [`error`]: [`RedisError`], why a connection failed.
 
 pub mod commands;
+pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod resp;
 pub mod url;
 
+pub use config::RedisConfig;
 pub use error::RedisError;
 pub use url::RedisUrl;

@@ -87,7 +87,7 @@ async fn read_head(
     buf: &mut BytesMut,
 ) -> io::Result<Option<http::Request>> {
     loop {
-        match http::parse_request(buf, w.cfg.max_handshake_bytes) {
+        match http::parse_request(buf, w.cfg.http.max_handshake_bytes) {
             Ok(Some(req)) => return Ok(Some(req)),
             Ok(None) => {}
             Err(e) => {
@@ -135,7 +135,7 @@ async fn serve(
     let head_only = req.method == Method::Head;
     let resp = match route {
         Route::Publish(channel) => {
-            if let Err((status, message)) = auth::authorize_publish(&w.cfg, req) {
+            if let Err((status, message)) = auth::authorize_publish(&w.cfg.auth, req) {
                 w.hub.borrow_mut().stats.auth_failures += 1;
                 reply_error(sock, &HttpError { status, message }, false).await?;
                 return Ok(Next::Close);
@@ -210,7 +210,7 @@ async fn read_body(
         Body::None => 0,
         Body::Length(n) => n,
     };
-    if len > w.cfg.max_body_size {
+    if len > w.cfg.http.max_body_size {
         return Ok(Err(HttpError {
             status: 413,
             message: "request body too large",

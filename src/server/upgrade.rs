@@ -42,7 +42,7 @@ pub async fn upgrade(
     } else {
         channel.as_deref()
     };
-    let grants = match auth::authorize_upgrade(&w.cfg, req, checked) {
+    let grants = match auth::authorize_upgrade(&w.cfg.auth, req, checked) {
         Ok(_) if status_feed => Grants::read_only(),
         Ok(g) => g,
         Err((status, message)) => {

@@ -54,9 +54,9 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         serial,
         channel: channel.as_deref(),
         grants,
-        bucket: TokenBucket::new(w.cfg.publish_rate, w.cfg.publish_rate, w.now_ms()),
+        bucket: TokenBucket::new(w.cfg.auth.publish_rate, w.cfg.auth.publish_rate, w.now_ms()),
         held: None,
-        rx: Receiver::new(Role::Server, w.cfg.ws_limits()),
+        rx: Receiver::new(Role::Server, w.cfg.ws),
     };
     let outcome = reader.run(read_stream, buf).await;
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {

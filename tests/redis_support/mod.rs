@@ -322,9 +322,9 @@ impl RespConn {
 /// resume intervals so readiness comes quickly, changed further by `tweak`.
 pub fn instance(url: corecast::redis::RedisUrl, tweak: impl FnOnce(&mut Config)) -> TestServer {
     TestServer::start(|cfg| {
-        cfg.redis_url = Some(url);
-        cfg.redis_canary_interval = Duration::from_millis(100);
-        cfg.redis_resume_delay = Duration::from_millis(100);
+        cfg.redis.url = Some(url);
+        cfg.redis.canary_interval = Duration::from_millis(100);
+        cfg.redis.resume_delay = Duration::from_millis(100);
         tweak(cfg);
     })
 }

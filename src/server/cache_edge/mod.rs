@@ -42,9 +42,10 @@ use crate::cache::purge::{self, Purge};
 use crate::cache::request::ClientRequest;
 use crate::cache::response::{self, CacheStatus, Fwd, Reply};
 use crate::cache::stored::{self, OriginResponse};
-use crate::config::{Config, Secret};
+use crate::config::Config;
 use crate::http::{self, CacheRoutes, HttpError, Route};
 use crate::log;
+use crate::secret::Secret;
 use crate::server::redis::RedisLink;
 use crate::stats::CacheStats;
 
@@ -75,9 +76,9 @@ impl CacheEdge {
         let store = match redis {
             Some(link) => Store::redis(
                 link,
-                &cfg.redis_prefix,
+                &cfg.redis.prefix,
                 c.redis_timeout,
-                cfg.redis_command_timeout,
+                cfg.redis.command_timeout,
             ),
             None => Store::memory(c.max_bytes),
         };

@@ -20,7 +20,7 @@ use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
 use crate::cache::origin::{parse_response_head, BodyDecoder, OriginUrl, ResponseError};
-use crate::config::CacheConfig;
+use crate::cache::CacheConfig;
 use crate::log;
 use crate::server::sys;
 

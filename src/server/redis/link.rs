@@ -54,19 +54,19 @@ pub struct RedisLink {
 impl RedisLink {
     /// The link for `cfg`, if Redis mode is on.
     pub fn new(cfg: &Config) -> Option<Rc<RedisLink>> {
-        let url = cfg.redis_url.clone()?;
+        let url = cfg.redis.url.clone()?;
         let instance = RandomState::new().build_hasher().finish() | 1;
         Some(Rc::new(RedisLink {
-            prefix: cfg.redis_prefix.clone(),
+            prefix: cfg.redis.prefix.clone(),
             // `!` is not allowed in channel names: no client can collide.
-            canary_key: format!("{}!canary:{instance:016x}", cfg.redis_prefix),
+            canary_key: format!("{}!canary:{instance:016x}", cfg.redis.prefix),
             instance,
-            connect_timeout: cfg.redis_connect_timeout,
-            command_timeout: cfg.redis_command_timeout,
-            canary_interval: cfg.redis_canary_interval,
-            resume_delay: cfg.redis_resume_delay,
+            connect_timeout: cfg.redis.connect_timeout,
+            command_timeout: cfg.redis.command_timeout,
+            canary_interval: cfg.redis.canary_interval,
+            resume_delay: cfg.redis.resume_delay,
             started: Instant::now(),
-            shard: Shard::new(url, cfg.redis_publish_buffer),
+            shard: Shard::new(url, cfg.redis.publish_buffer),
             stats: RefCell::new(RedisStats::default()),
         }))
     }

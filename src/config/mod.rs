@@ -1,0 +1,487 @@
+//! Every limit and knob in one place.
+//!
+//! Each option is a command-line flag with an environment-variable twin; the
+//! flag wins over the variable, the variable over a TOML file, the file over
+//! the default. The table in [`OPTIONS`] (`options.rs`, one entry per
+//! option) is the single source of truth: `--help`, the README table, the
+//! defaults and the parser all read it, so a default cannot be documented in
+//! one place and different in another. Settings are grouped by the layer
+//! that owns them; adding an option is a field in that layer's struct and
+//! one table entry.
+
+mod options;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use crate::hub::SlowConsumerPolicy;
+use crate::log::Level;
+pub use crate::secret::Secret;
+pub use options::{help_text, markdown_table, parse_duration, parse_size, OptionSpec, OPTIONS};
+
+/// The server's whole configuration: the server's own settings plus each
+/// layer's settings struct, owned by that layer (`ws::Limits`,
+/// `http::Limits`, `auth::AuthConfig`, `redis::RedisConfig`,
+/// `cache::CacheConfig`). Every field's default comes from [`OPTIONS`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// CPU to pin the worker to; `None` = the first CPU the process may use.
+    pub cpu: Option<usize>,
+    /// Channel served at `GET /` upgrades, if any.
+    pub root_channel: Option<String>,
+    /// WebSocket frame and message limits.
+    pub ws: crate::ws::Limits,
+    /// HTTP request head and body limits.
+    pub http: crate::http::Limits,
+    /// Time allowed to send a complete request head.
+    pub handshake_timeout: Duration,
+    /// Outbound queue bound per connection, in bytes.
+    pub max_outbound_queue: usize,
+    /// What happens when a subscriber exceeds `max_outbound_queue`.
+    pub slow_consumer: SlowConsumerPolicy,
+    /// Most simultaneous connections (HTTP and WebSocket).
+    pub max_connections: usize,
+    /// Most channels one connection may subscribe to.
+    pub max_subscriptions: usize,
+    /// Interval of server pings on quiet WebSocket connections (0 = off).
+    pub ping_interval: Duration,
+    /// A connection that sent nothing for this long is closed (0 = off).
+    pub idle_timeout: Duration,
+    /// Time a peer has to answer our close frame before the socket is cut.
+    pub close_timeout: Duration,
+    /// Deadline for graceful shutdown after SIGTERM/SIGINT.
+    pub shutdown_timeout: Duration,
+    /// Do not echo a message back to the connection that published it.
+    pub exclude_sender: bool,
+    /// Force the epoll driver even where io_uring works.
+    pub force_legacy_driver: bool,
+    /// Log level.
+    pub log_level: Level,
+    /// Who may publish and subscribe.
+    pub auth: crate::auth::AuthConfig,
+    /// Outbound bytes queued across all connections of the worker.
+    pub max_total_outbound: usize,
+    /// Record the fan-out delay histogram (`/metrics`, status page).
+    pub latency_histograms: bool,
+    /// Most subscriber writers woken by fan-outs writing at once.
+    pub fanout_window: usize,
+    /// Worker write backlog above which publishers are paused.
+    pub publish_backpressure: usize,
+    /// Redis mode (off while `redis.url` is unset).
+    pub redis: crate::redis::RedisConfig,
+    /// The HTTP cache in front of `--origin`.
+    pub cache: crate::cache::CacheConfig,
+}
+
+impl Default for Config {
+    /// Every layer's settings zeroed, then every documented default from
+    /// [`OPTIONS`] applied: the table is the one source of defaults.
+    fn default() -> Self {
+        let mut cfg = Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            cpu: None,
+            root_channel: None,
+            ws: crate::ws::Limits::default(),
+            http: crate::http::Limits::default(),
+            handshake_timeout: Duration::ZERO,
+            max_outbound_queue: 0,
+            slow_consumer: SlowConsumerPolicy::Disconnect,
+            max_connections: 0,
+            max_subscriptions: 0,
+            ping_interval: Duration::ZERO,
+            idle_timeout: Duration::ZERO,
+            close_timeout: Duration::ZERO,
+            shutdown_timeout: Duration::ZERO,
+            exclude_sender: false,
+            force_legacy_driver: false,
+            log_level: Level::Info,
+            auth: Default::default(),
+            max_total_outbound: 0,
+            latency_histograms: false,
+            fanout_window: 0,
+            publish_backpressure: 0,
+            redis: Default::default(),
+            cache: Default::default(),
+        };
+        for opt in OPTIONS {
+            if let Some(default) = opt.default {
+                (opt.set)(&mut cfg, default).expect("documented default parses");
+            }
+        }
+        cfg
+    }
+}
+
+/// A configuration error: which option, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    /// Serve with this configuration.
+    Serve(Box<Config>),
+    /// Print help and exit.
+    Help,
+    /// Print the version and exit.
+    Version,
+    /// `check-config`: print the effective configuration and exit.
+    CheckConfig(Box<Config>),
+    /// `healthcheck [URL]`: probe a running server (for container health
+    /// checks in images without curl).
+    Healthcheck(String),
+}
+
+/// Default URL of `corecast healthcheck`.
+pub const DEFAULT_HEALTHCHECK_URL: &str = "http://127.0.0.1:8080/healthz";
+
+/// Applies a TOML configuration file: keys are the flag names
+/// (`max-frame-size = "16MiB"`, `cpu = 0`, `exclude-sender = true`).
+pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), ConfigError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| ConfigError(format!("{origin}: {e}")))?;
+    for (key, value) in &table {
+        let opt = OPTIONS
+            .iter()
+            .find(|o| o.flag == key)
+            .ok_or_else(|| ConfigError(format!("{origin}: unknown key `{key}`")))?;
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(ConfigError(format!(
+                    "{origin}: `{key}` must be a string, integer or boolean, not {}",
+                    other.type_str()
+                )))
+            }
+        };
+        apply(opt, cfg, &text, &format!("{origin}: {key}"))?;
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Builds the configuration from flags (`args`, without the program
+    /// name) over environment variables (`env`) over defaults.
+    pub fn from_args<I, S>(
+        args: I,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Command, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let args: Vec<String> = args.into_iter().map(Into::into).collect();
+        let mut args = args.into_iter().peekable();
+        let sub = match args.peek().map(String::as_str) {
+            Some(s @ ("serve" | "check-config" | "healthcheck")) => {
+                let s = s.to_string();
+                args.next();
+                s
+            }
+            _ => "serve".to_string(),
+        };
+        if sub == "healthcheck" {
+            let url = args
+                .next()
+                .unwrap_or_else(|| DEFAULT_HEALTHCHECK_URL.to_string());
+            return Ok(Command::Healthcheck(url));
+        }
+        let rest: Vec<String> = args.collect();
+        // Precedence: flags > environment > config file > defaults.
+        let mut cfg = Config::default();
+        let file = config_file_arg(&rest).or_else(|| env("CORECAST_CONFIG"));
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| ConfigError(format!("--config {path}: {e}")))?;
+            apply_toml(&mut cfg, &text, &path)?;
+        }
+        for opt in OPTIONS {
+            if let Some(v) = env(opt.env) {
+                apply(opt, &mut cfg, &v, opt.env)?;
+            }
+        }
+        let mut args = rest.into_iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "-h" | "--help" => return Ok(Command::Help),
+                "-V" | "--version" => return Ok(Command::Version),
+                _ => {}
+            }
+            let Some(body) = arg.strip_prefix("--") else {
+                return Err(ConfigError(format!(
+                    "unexpected argument `{arg}` (see --help)"
+                )));
+            };
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (body, None),
+            };
+            if name == "config" {
+                // Already applied, before the environment.
+                if inline.is_none() {
+                    args.next();
+                }
+                continue;
+            }
+            let opt = OPTIONS
+                .iter()
+                .find(|o| o.flag == name)
+                .ok_or_else(|| ConfigError(format!("unknown flag `--{name}` (see --help)")))?;
+            let value = match (inline, opt.value.is_empty()) {
+                (Some(v), _) => v,
+                (None, true) => "true".to_string(),
+                (None, false) => args
+                    .next()
+                    .ok_or_else(|| ConfigError(format!("`--{name}` needs a value")))?,
+            };
+            apply(opt, &mut cfg, &value, &arg)?;
+        }
+        cfg.validate()?;
+        Ok(match sub.as_str() {
+            "check-config" => Command::CheckConfig(Box::new(cfg)),
+            _ => Command::Serve(Box::new(cfg)),
+        })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.ws.max_frame_size == 0 || self.ws.max_message_size == 0 {
+            return Err(ConfigError("frame and message sizes must be > 0".into()));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError("max-connections must be > 0".into()));
+        }
+        if self.redis.canary_interval.is_zero() || self.redis.command_timeout.is_zero() {
+            return Err(ConfigError(
+                "redis intervals and timeouts must be > 0".into(),
+            ));
+        }
+        if self.http.max_handshake_bytes < 256 {
+            return Err(ConfigError("max-handshake-bytes must be >= 256".into()));
+        }
+        self.validate_cache()
+    }
+
+    /// A request's deadline (`--handshake-timeout`) is renewed when it goes
+    /// to the origin or starts waiting for another request's fetch, so each
+    /// of those waits must fit inside it.
+    fn validate_cache(&self) -> Result<(), ConfigError> {
+        let c = &self.cache;
+        if c.origin.is_none() {
+            return Ok(());
+        }
+        if c.origin_timeout.is_zero() || c.origin_connect_timeout.is_zero() {
+            return Err(ConfigError("origin timeouts must be > 0".into()));
+        }
+        if c.origin_max_connections == 0 || c.origin_max_head < 256 {
+            return Err(ConfigError(
+                "origin-max-connections must be > 0 and origin-max-head >= 256".into(),
+            ));
+        }
+        if c.origin_timeout >= self.handshake_timeout
+            || c.coalesce_timeout >= self.handshake_timeout
+        {
+            return Err(ConfigError(
+                "origin-timeout and cache-coalesce-timeout must be below handshake-timeout".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The value of `--config FILE` / `--config=FILE`, if given.
+fn config_file_arg(args: &[String]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--config" {
+            return it.next().cloned();
+        }
+        if let Some(v) = a.strip_prefix("--config=") {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+fn apply(opt: &OptionSpec, cfg: &mut Config, v: &str, origin: &str) -> Result<(), ConfigError> {
+    (opt.set)(cfg, v).map_err(|e| ConfigError(format!("{origin}: invalid value `{v}`: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn serve(args: &[&str], env: impl Fn(&str) -> Option<String>) -> Config {
+        match Config::from_args(args.iter().copied(), env).unwrap() {
+            Command::Serve(c) => *c,
+            other => panic!("expected serve, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_documented_table() {
+        let c = serve(&[], no_env);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.ws.max_frame_size, 1 << 20);
+        assert_eq!(c.http.max_handshake_bytes, 8 << 10);
+        assert_eq!(c.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(c.slow_consumer, SlowConsumerPolicy::Disconnect);
+        assert!(c.cpu.is_none() && c.root_channel.is_none() && !c.exclude_sender);
+    }
+
+    #[test]
+    fn flags_override_env_which_overrides_defaults() {
+        let env = |k: &str| match k {
+            "CORECAST_LISTEN" => Some("0.0.0.0:9000".to_string()),
+            "CORECAST_MAX_FRAME_SIZE" => Some("64KiB".to_string()),
+            _ => None,
+        };
+        let c = serve(&["--max-frame-size", "16MiB", "--exclude-sender"], env);
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.ws.max_frame_size, 16 << 20);
+        assert!(c.exclude_sender);
+        let c = serve(&["serve", "--cpu=1", "--root-channel", "echo"], no_env);
+        assert_eq!(c.cpu, Some(1));
+        assert_eq!(c.root_channel.as_deref(), Some("echo"));
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error() {
+        for args in [
+            &["--nope"][..],
+            &["--listen"],
+            &["--listen", "nowhere"],
+            &["--max-frame-size", "12XB"],
+            &["--max-frame-size", "99999999999999999999GiB"],
+            &["--slow-consumer", "maybe"],
+            &["--root-channel", "bad name"],
+            &["--max-frame-size", "0"],
+            &["positional"],
+        ] {
+            assert!(
+                Config::from_args(args.iter().copied(), no_env).is_err(),
+                "{args:?} should fail"
+            );
+        }
+    }
+
+    #[test]
+    fn help_lists_every_option_with_env_and_default() {
+        let h = help_text();
+        for o in OPTIONS {
+            assert!(h.contains(&format!("--{}", o.flag)), "{}", o.flag);
+            assert!(h.contains(o.env), "{}", o.env);
+        }
+        assert!(h.contains("default 127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn readme_documents_every_option_as_generated() {
+        let readme = include_str!("../../README.md");
+        for row in markdown_table().lines().skip(2) {
+            assert!(
+                readme.contains(row),
+                "README.md config table is stale; missing row:\n{row}\n(regenerate from config::markdown_table)"
+            );
+        }
+    }
+
+    #[test]
+    fn a_toml_file_sits_between_defaults_and_env() {
+        let dir = std::env::temp_dir().join(format!("corecast-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("corecast.toml");
+        std::fs::write(
+            &path,
+            "listen = \"0.0.0.0:9000\"\nmax-frame-size = \"64KiB\"\ncpu = 1\nexclude-sender = true\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let env = |k: &str| (k == "CORECAST_MAX_FRAME_SIZE").then(|| "2KiB".to_string());
+        let c = serve(&["--config", p, "--cpu", "0"], env);
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9000", "file over default");
+        assert_eq!(c.ws.max_frame_size, 2048, "env over file");
+        assert_eq!(c.cpu, Some(0), "flag over file");
+        assert!(c.exclude_sender);
+        std::fs::write(&path, "nope = 1\n").unwrap();
+        let err = Config::from_args(["--config", p], no_env).unwrap_err();
+        assert!(err.0.contains("unknown key `nope`"), "{err}");
+        std::fs::write(&path, "cpu = [1]\n").unwrap();
+        assert!(Config::from_args(["--config", p], no_env).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        match Config::from_args(["check-config", "--cpu", "1"], no_env).unwrap() {
+            Command::CheckConfig(c) => assert_eq!(c.cpu, Some(1)),
+            other => panic!("{other:?}"),
+        }
+        match Config::from_args(["healthcheck"], no_env).unwrap() {
+            Command::Healthcheck(u) => assert_eq!(u, DEFAULT_HEALTHCHECK_URL),
+            other => panic!("{other:?}"),
+        }
+        let c = Config::from_args(["check-config", "--token-secret", "s3cr3t"], no_env).unwrap();
+        assert!(
+            !format!("{c:?}").contains("s3cr3t"),
+            "secrets never printed"
+        );
+    }
+
+    #[test]
+    fn cache_options_default_validate_and_hide_the_token() {
+        let c = serve(&[], no_env).cache;
+        assert!(c.origin.is_none() && c.purge_token.is_none());
+        assert_eq!((c.prefix.as_str(), c.origin_max_body), ("/api/", 8 << 20));
+        assert_eq!(c.max_bytes, 64 << 20);
+        assert_eq!(c.default_ttl, Duration::from_secs(60));
+        assert_eq!(c.coalesce_timeout, Duration::from_secs(5));
+        assert_eq!(c.stale_while_revalidate, Duration::from_secs(10));
+        assert_eq!(c.stale_if_error, Duration::from_secs(300));
+        assert_eq!(c.redis_timeout, Duration::from_millis(100));
+        let env = |k: &str| (k == "CORECAST_CACHE_PURGE_TOKEN").then(|| "t0ken".to_string());
+        let c = serve(&["--origin", "http://127.0.0.1:9/v1"], env).cache;
+        assert_eq!(c.origin.unwrap().to_string(), "http://127.0.0.1:9/v1");
+        assert_eq!(c.purge_token.as_ref().map(Secret::expose), Some("t0ken"));
+        assert!(!format!("{:?}", c.purge_token).contains("t0ken"));
+        for args in [
+            &["--origin", "https://a"][..],
+            &["--cache-prefix", "api"],
+            &["--cache-prefix", "/api"],
+            &["--cache-purge-token", ""],
+            &["--origin", "http://a", "--origin-timeout", "10s"],
+            &["--origin", "http://a", "--cache-coalesce-timeout", "20s"],
+        ] {
+            assert!(
+                Config::from_args(args.iter().copied(), no_env).is_err(),
+                "{args:?} should fail"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2k").unwrap(), 2048);
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5h").is_err());
+    }
+}

@@ -1,0 +1,391 @@
+//! The options table: one entry per option (flag, environment variable,
+//! placeholder, default, help, setter), and the `--help` text and README
+//! table generated from it.
+
+use std::time::Duration;
+
+use super::{Config, Secret, SlowConsumerPolicy};
+
+/// One configuration option: its flag, its variable, its default and help.
+pub struct OptionSpec {
+    /// Long flag without the leading dashes.
+    pub flag: &'static str,
+    /// Environment variable.
+    pub env: &'static str,
+    /// Placeholder shown in help; empty for switches.
+    pub value: &'static str,
+    /// Default as text (`None`: unset).
+    pub default: Option<&'static str>,
+    /// One-line description.
+    pub help: &'static str,
+    pub(super) set: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+/// One table entry: `"flag", ENV_VAR, "PLACEHOLDER", "default" (or `-`
+/// for none), "help" => setter;`.
+macro_rules! options {
+    ($($flag:literal, $env:ident, $value:literal, $default:tt, $help:literal => $set:expr;)*) => {
+        &[$(OptionSpec {
+            flag: $flag,
+            env: stringify!($env),
+            value: $value,
+            default: options!(@default $default),
+            help: $help,
+            set: $set,
+        }),*]
+    };
+    (@default -) => { None };
+    (@default $d:literal) => { Some($d) };
+}
+
+/// All options, in the order `--help` lists them.
+#[rustfmt::skip]
+pub const OPTIONS: &[OptionSpec] = options! {
+    "listen", CORECAST_LISTEN, "ADDR", "127.0.0.1:8080",
+        "address to listen on"
+        => |c, v| {
+            c.listen = v.parse().map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
+    "cpu", CORECAST_CPU, "N", -,
+        "CPU to pin the worker to (default: first CPU the process may use)"
+        => |c, v| {
+            c.cpu = Some(parse_num(v)?);
+            Ok(())
+        };
+    "root-channel", CORECAST_ROOT_CHANNEL, "NAME", -,
+        "serve this channel at `GET /` upgrades (default: none, 404)"
+        => |c, v| {
+            if !crate::hub::valid_channel_name(v) {
+                return Err("invalid channel name".into());
+            }
+            c.root_channel = Some(v.to_string());
+            Ok(())
+        };
+    "max-frame-size", CORECAST_MAX_FRAME_SIZE, "BYTES", "1MiB",
+        "largest WebSocket frame payload; larger ones close with 1009"
+        => |c, v| set_size(&mut c.ws.max_frame_size, v);
+    "max-message-size", CORECAST_MAX_MESSAGE_SIZE, "BYTES", "1MiB",
+        "largest WebSocket message; larger ones close with 1009"
+        => |c, v| set_size(&mut c.ws.max_message_size, v);
+    "max-handshake-bytes", CORECAST_MAX_HANDSHAKE_BYTES, "BYTES", "8KiB",
+        "largest HTTP request head; larger ones get 431"
+        => |c, v| set_size(&mut c.http.max_handshake_bytes, v);
+    "handshake-timeout", CORECAST_HANDSHAKE_TIMEOUT, "DURATION", "10s",
+        "time allowed for a complete request head (also between keep-alive requests)"
+        => |c, v| set_duration(&mut c.handshake_timeout, v);
+    "max-body-size", CORECAST_MAX_BODY_SIZE, "BYTES", "1MiB",
+        "largest HTTP request body; larger ones get 413"
+        => |c, v| set_size(&mut c.http.max_body_size, v);
+    "max-outbound-queue", CORECAST_MAX_OUTBOUND_QUEUE, "BYTES", "1MiB",
+        "outbound bytes queued per connection before it is a slow consumer"
+        => |c, v| set_size(&mut c.max_outbound_queue, v);
+    "slow-consumer", CORECAST_SLOW_CONSUMER, "POLICY", "disconnect",
+        "`disconnect` (close 1008) or `drop-oldest` (drop oldest queued messages)"
+        => |c, v| {
+            c.slow_consumer = match v {
+            "disconnect" => SlowConsumerPolicy::Disconnect,
+            "drop-oldest" => SlowConsumerPolicy::DropOldest,
+                _ => return Err("expected `disconnect` or `drop-oldest`".into()),
+            };
+            Ok(())
+        };
+    "max-connections", CORECAST_MAX_CONNECTIONS, "N", "50000",
+        "most simultaneous connections; more get 503"
+        => |c, v| set_num(&mut c.max_connections, v);
+    "max-subscriptions", CORECAST_MAX_SUBSCRIPTIONS, "N", "64",
+        "most channels one connection may subscribe to"
+        => |c, v| set_num(&mut c.max_subscriptions, v);
+    "max-total-outbound", CORECAST_MAX_TOTAL_OUTBOUND, "BYTES", "1GiB",
+        "outbound bytes queued across all connections; past it the subscriber being queued to is treated as slow"
+        => |c, v| set_size(&mut c.max_total_outbound, v);
+    "publish-backpressure", CORECAST_PUBLISH_BACKPRESSURE, "BYTES", "16MiB",
+        "when this much waits to be written to subscribers (each connection counted up to 64 KiB), publishers are read more slowly until it drains"
+        => |c, v| set_size(&mut c.publish_backpressure, v);
+    "fanout-window", CORECAST_FANOUT_WINDOW, "N", "256",
+        "most subscriber writes a fan-out has in progress at once; the rest are started, in order, as those complete, so a message to many thousands of subscribers cannot keep other connections waiting for more than about this many writes (0 = start all at once)"
+        => |c, v| {
+            c.fanout_window = v.trim().parse().map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
+    "latency-histograms", CORECAST_LATENCY_HISTOGRAMS, "BOOL", "true",
+        "time every subscriber write for the fan-out delay histogram of /metrics and /status (one clock read per publish and per write)"
+        => |c, v| set_bool(&mut c.latency_histograms, v);
+    "publish-rate", CORECAST_PUBLISH_RATE, "N", "10000",
+        "messages/s one connection may publish (burst: one second's worth); faster publishers are read more slowly, nothing is dropped (0 = unlimited)"
+        => |c, v| {
+            c.auth.publish_rate = v.trim().parse().map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
+    "publish-key", CORECAST_PUBLISH_KEY, "SECRET", -,
+        "require `Authorization: Bearer SECRET` on POST /publish (default: open)"
+        => |c, v| {
+            c.auth.publish_key = non_empty_secret(v)?;
+            Ok(())
+        };
+    "token-secret", CORECAST_TOKEN_SECRET, "SECRET", -,
+        "require a JWT (HS256, signed with SECRET) on every WebSocket upgrade, as ?token= or Authorization: Bearer (default: none required)"
+        => |c, v| {
+            c.auth.token_secret = non_empty_secret(v)?;
+            Ok(())
+        };
+    "allowed-origins", CORECAST_ALLOWED_ORIGINS, "LIST", -,
+        "comma-separated Origins allowed to upgrade, e.g. https://app.example (default: any)"
+        => |c, v| {
+            c.auth.allowed_origins = v
+                .split(',')
+                .map(str::trim)
+                .filter(|o| !o.is_empty())
+                .map(str::to_string)
+                .collect();
+            Ok(())
+        };
+    "ping-interval", CORECAST_PING_INTERVAL, "DURATION", "30s",
+        "server ping after this much silence from a client (0 = never)"
+        => |c, v| set_duration(&mut c.ping_interval, v);
+    "idle-timeout", CORECAST_IDLE_TIMEOUT, "DURATION", "75s",
+        "close a WebSocket whose client sent nothing (not even a pong) for this long (0 = never)"
+        => |c, v| set_duration(&mut c.idle_timeout, v);
+    "close-timeout", CORECAST_CLOSE_TIMEOUT, "DURATION", "5s",
+        "time a client has to answer our close frame"
+        => |c, v| set_duration(&mut c.close_timeout, v);
+    "shutdown-timeout", CORECAST_SHUTDOWN_TIMEOUT, "DURATION", "5s",
+        "graceful-shutdown deadline after SIGTERM/SIGINT"
+        => |c, v| set_duration(&mut c.shutdown_timeout, v);
+    "exclude-sender", CORECAST_EXCLUDE_SENDER, "", -,
+        "do not deliver a message back to the connection that sent it"
+        => |c, v| set_bool(&mut c.exclude_sender, v);
+    "legacy-driver", CORECAST_LEGACY_DRIVER, "", -,
+        "use the epoll driver even where io_uring works"
+        => |c, v| set_bool(&mut c.force_legacy_driver, v);
+    "redis-url", REDIS_URL, "URL", -,
+        "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub (default: in-process)"
+        => |c, v| {
+            c.redis.url = Some(v.parse().map_err(|e| format!("{e}"))?);
+            Ok(())
+        };
+    "redis-prefix", CORECAST_REDIS_PREFIX, "PREFIX", "corecast:",
+        "prefix of corecast's Redis channel names"
+        => |c, v| {
+            if v.len() > 64 || v.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+                return Err("at most 64 bytes, no whitespace".into());
+            }
+            c.redis.prefix = v.to_string();
+            Ok(())
+        };
+    "redis-publish-buffer", CORECAST_REDIS_PUBLISH_BUFFER, "BYTES", "8MiB",
+        "publishes held while Redis is unreachable; beyond it publishes are refused (503 / in-band error / close 1013)"
+        => |c, v| set_size(&mut c.redis.publish_buffer, v);
+    "redis-connect-timeout", CORECAST_REDIS_CONNECT_TIMEOUT, "DURATION", "2s",
+        "timeout of one Redis connection attempt (retries back off exponentially to 1s, with jitter)"
+        => |c, v| set_duration(&mut c.redis.connect_timeout, v);
+    "redis-command-timeout", CORECAST_REDIS_COMMAND_TIMEOUT, "DURATION", "2s",
+        "time Redis has to answer before the connection is considered dead"
+        => |c, v| set_duration(&mut c.redis.command_timeout, v);
+    "redis-canary-interval", CORECAST_REDIS_CANARY_INTERVAL, "DURATION", "1s",
+        "interval of the round-trip canary behind /readyz (ready while one returned within 3 intervals)"
+        => |c, v| set_duration(&mut c.redis.canary_interval, v);
+    "redis-resume-delay", CORECAST_REDIS_RESUME_DELAY, "DURATION", "1s",
+        "after (re)subscribing, wait this long before sending buffered publishes, so other instances can re-subscribe first"
+        => |c, v| set_duration(&mut c.redis.resume_delay, v);
+    "origin", CORECAST_ORIGIN, "URL", -,
+        "http://host:port[/base-path]: cache GET/HEAD under --cache-prefix in front of this origin (default: no cache, 404)"
+        => |c, v| {
+            c.cache.origin = Some(v.parse()?);
+            Ok(())
+        };
+    "cache-prefix", CORECAST_CACHE_PREFIX, "PATH", "/api/",
+        "requests under this path prefix are cached; the rest of the path and the query go to the origin"
+        => |c, v| {
+            if !v.starts_with('/') || !v.ends_with('/') || v.bytes().any(|b| b <= b' ' || b == b'?') {
+                return Err("a path starting and ending with /".into());
+            }
+            c.cache.prefix = v.to_string();
+            Ok(())
+        };
+    "origin-max-body", CORECAST_ORIGIN_MAX_BODY, "BYTES", "8MiB",
+        "largest origin response body; larger ones are answered 502"
+        => |c, v| set_size(&mut c.cache.origin_max_body, v);
+    "origin-max-head", CORECAST_ORIGIN_MAX_HEAD, "BYTES", "16KiB",
+        "largest origin response head (and chunk extensions + trailers); larger ones are answered 502"
+        => |c, v| set_size(&mut c.cache.origin_max_head, v);
+    "origin-connect-timeout", CORECAST_ORIGIN_CONNECT_TIMEOUT, "DURATION", "1s",
+        "timeout of one connection attempt to the origin (504)"
+        => |c, v| set_duration(&mut c.cache.origin_connect_timeout, v);
+    "origin-timeout", CORECAST_ORIGIN_TIMEOUT, "DURATION", "5s",
+        "time for a whole origin exchange, connection to last body byte (504); below --handshake-timeout"
+        => |c, v| set_duration(&mut c.cache.origin_timeout, v);
+    "origin-pool-size", CORECAST_ORIGIN_POOL_SIZE, "N", "16",
+        "idle keep-alive connections to the origin kept for reuse"
+        => |c, v| set_num(&mut c.cache.origin_pool_size, v);
+    "origin-idle-timeout", CORECAST_ORIGIN_IDLE_TIMEOUT, "DURATION", "30s",
+        "pooled origin connections idle longer than this are closed, not reused"
+        => |c, v| set_duration(&mut c.cache.origin_idle_timeout, v);
+    "origin-max-connections", CORECAST_ORIGIN_MAX_CONNECTIONS, "N", "256",
+        "origin requests in flight at once; more wait (within --origin-timeout)"
+        => |c, v| set_num(&mut c.cache.origin_max_connections, v);
+    "cache-max-bytes", CORECAST_CACHE_MAX_BYTES, "BYTES", "64MiB",
+        "size of the in-memory store used without Redis (least recently used entries are evicted)"
+        => |c, v| set_size(&mut c.cache.max_bytes, v);
+    "cache-default-ttl", CORECAST_CACHE_DEFAULT_TTL, "DURATION", "60s",
+        "freshness of a response whose Cache-Control has neither max-age nor s-maxage"
+        => |c, v| set_duration(&mut c.cache.default_ttl, v);
+    "cache-coalesce-timeout", CORECAST_CACHE_COALESCE_TIMEOUT, "DURATION", "5s",
+        "longest wait for a concurrent request's origin fetch of the same key before fetching itself"
+        => |c, v| set_duration(&mut c.cache.coalesce_timeout, v);
+    "cache-stale-while-revalidate", CORECAST_CACHE_STALE_WHILE_REVALIDATE, "DURATION", "10s",
+        "stale-while-revalidate window when the origin gives none"
+        => |c, v| set_duration(&mut c.cache.stale_while_revalidate, v);
+    "cache-stale-if-error", CORECAST_CACHE_STALE_IF_ERROR, "DURATION", "300s",
+        "stale-if-error window when the origin gives none"
+        => |c, v| set_duration(&mut c.cache.stale_if_error, v);
+    "cache-redis-timeout", CORECAST_CACHE_REDIS_TIMEOUT, "DURATION", "100ms",
+        "bound of every Redis cache read/write on the request path; slower = a miss, not stored"
+        => |c, v| set_duration(&mut c.cache.redis_timeout, v);
+    "cache-purge-token", CORECAST_CACHE_PURGE_TOKEN, "TOKEN", -,
+        "bearer token of POST /cache/purge (default: purge disabled, 404)"
+        => |c, v| {
+            if v.is_empty() || v.bytes().any(|b| !b.is_ascii_graphic()) {
+                return Err("a non-empty token of visible ASCII".into());
+            }
+            c.cache.purge_token = Some(Secret(v.to_string()));
+            Ok(())
+        };
+    "cache-purge-max-keys", CORECAST_CACHE_PURGE_MAX_KEYS, "N", "10000",
+        "most keys one prefix purge deletes (the reply says whether more are left)"
+        => |c, v| set_num(&mut c.cache.purge_max_keys, v);
+    "log-level", CORECAST_LOG, "LEVEL", "info",
+        "error, warn, info, debug or trace"
+        => |c, v| {
+            c.log_level = v.parse()?;
+            Ok(())
+        };
+};
+
+/// The README's configuration table, generated from [`OPTIONS`] (a test
+/// checks the README carries exactly these rows).
+pub fn markdown_table() -> String {
+    let mut out = String::from("| flag | environment | default | meaning |\n|---|---|---|---|\n");
+    for o in OPTIONS {
+        let flag = if o.value.is_empty() {
+            format!("`--{}`", o.flag)
+        } else {
+            format!("`--{} {}`", o.flag, o.value)
+        };
+        let default = o
+            .default
+            .unwrap_or(if o.value.is_empty() { "off" } else { "unset" });
+        out.push_str(&format!(
+            "| {flag} | `{}` | `{default}` | {} |\n",
+            o.env,
+            o.help.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+/// The `--help` text, generated from [`OPTIONS`].
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "corecast: a pinned, thread-per-core WebSocket pub/sub gateway\n\n\
+         Usage: corecast [serve] [OPTIONS]\n\
+         \x20      corecast check-config [OPTIONS]   print the effective configuration\n\
+         \x20      corecast healthcheck [URL]        exit 0 if URL answers 200 (default http://127.0.0.1:8080/healthz)\n\n\
+         Endpoints: GET /ws/{channel}, GET /ws (JSON control), POST /publish/{channel},\n\
+         GET /healthz, GET /stats.\n\n\
+         Options (flag / environment variable / default):\n",
+    );
+    for o in OPTIONS {
+        let flag = if o.value.is_empty() {
+            format!("--{}", o.flag)
+        } else {
+            format!("--{} {}", o.flag, o.value)
+        };
+        let default = o
+            .default
+            .unwrap_or(if o.value.is_empty() { "off" } else { "unset" });
+        out.push_str(&format!(
+            "  {flag:<30} {}\n  {:<30} env {}, default {default}\n",
+            o.help, "", o.env
+        ));
+    }
+    out.push_str("  --config FILE                  TOML file of options (keys = flag names); env CORECAST_CONFIG\n");
+    out.push_str("  -h, --help                     print this help\n");
+    out.push_str("  -V, --version                  print the version\n");
+    out.push_str(
+        "\nSizes take an optional KiB/MiB/GiB suffix; durations ms, s or m (bare = seconds).\n",
+    );
+    out
+}
+
+fn non_empty_secret(v: &str) -> Result<Option<Secret>, String> {
+    if v.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(Some(Secret(v.to_string())))
+}
+
+fn parse_num(v: &str) -> Result<usize, String> {
+    v.trim().parse().map_err(|e| format!("{e}"))
+}
+
+fn set_num(slot: &mut usize, v: &str) -> Result<(), String> {
+    *slot = parse_num(v)?;
+    Ok(())
+}
+
+fn set_bool(slot: &mut bool, v: &str) -> Result<(), String> {
+    *slot = match v {
+        "1" | "true" | "yes" | "on" => true,
+        "0" | "false" | "no" | "off" | "" => false,
+        _ => return Err("expected true or false".into()),
+    };
+    Ok(())
+}
+
+fn set_size(slot: &mut usize, v: &str) -> Result<(), String> {
+    *slot = parse_size(v)?;
+    Ok(())
+}
+
+fn set_duration(slot: &mut Duration, v: &str) -> Result<(), String> {
+    *slot = parse_duration(v)?;
+    Ok(())
+}
+
+/// Parses `123`, `4KiB`, `16MiB`, `1GiB` (also `K`, `M`, `G`, `KB`…, all
+/// binary multiples), without overflowing.
+pub fn parse_size(v: &str) -> Result<usize, String> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| "expected a number of bytes".to_string())?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("unknown size unit `{unit}`")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| "size too large".to_string())
+}
+
+/// Parses `250ms`, `10s`, `2m`, or a bare number of seconds.
+pub fn parse_duration(v: &str) -> Result<Duration, String> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: u64 = num.parse().map_err(|_| "expected a duration".to_string())?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| "duration too large".to_string()),
+        _ => Err(format!("unknown duration unit `{unit}`")),
+    }
+}
