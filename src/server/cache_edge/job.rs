@@ -1,0 +1,216 @@
+//! One cacheable request being served: follow a fetch in flight, use a
+//! stored response, or fetch (alone or joining others), and answer.
+
+use std::rc::Rc;
+
+use crate::cache::entry::{Entry, VaryMarker};
+use crate::cache::now_ms;
+use crate::cache::policy::Freshness;
+use crate::cache::request::ClientRequest;
+use crate::cache::response::{self, CacheStatus, Fwd, Reply};
+
+use super::edge::{usable_on_error, CacheEdge, Found};
+use super::flight::{Flight, Outcome};
+
+/// Remaining freshness in whole seconds (RFC 9211 `ttl`).
+fn secs(ms: u64) -> i64 {
+    i64::try_from(ms / 1000).unwrap_or(i64::MAX)
+}
+
+/// `ttl` of a stale response: negative, rounded away from zero so a
+/// response stale by 300 ms does not read `ttl=0`.
+fn overdue(ms: u64) -> i64 {
+    -i64::try_from(ms.div_ceil(1000)).unwrap_or(i64::MAX)
+}
+
+/// One cacheable request being served.
+pub(super) struct Job<'a> {
+    pub(super) renew: &'a dyn Fn(),
+    pub(super) edge: &'a Rc<CacheEdge>,
+    pub(super) req: Rc<ClientRequest>,
+    pub(super) base: Vec<u8>,
+    pub(super) keep_alive: bool,
+    pub(super) head_only: bool,
+}
+
+impl Job<'_> {
+    pub(super) async fn serve(&self) -> Vec<u8> {
+        // A foreground fetch of this key is under way: its answer is at
+        // least as fresh as anything stored, so skip the lookup.
+        if let Some(f) = self.edge.flights.get(&self.base, false) {
+            return self.join(f, None).await;
+        }
+        match self.edge.lookup(&self.base, &self.req).await {
+            Found::Entry { entry, marker } => self.use_stored(entry, marker).await,
+            Found::Missing { marker } => {
+                let fwd = if marker.is_some() {
+                    Fwd::VaryMiss
+                } else {
+                    Fwd::Miss
+                };
+                self.fetch_or_join(fwd, None, marker).await
+            }
+            Found::Unavailable => self.fetch_or_join(Fwd::Bypass, None, None).await,
+        }
+    }
+
+    async fn use_stored(&self, entry: Rc<Entry>, marker: Option<VaryMarker>) -> Vec<u8> {
+        match entry.life.classify(entry.age_ms(now_ms())) {
+            Freshness::Fresh { left_ms } => {
+                self.edge.count(|s| s.hits += 1);
+                let status = CacheStatus {
+                    hit: true,
+                    ttl_s: Some(secs(left_ms)),
+                    ..CacheStatus::default()
+                };
+                self.encode(&entry, &status)
+            }
+            Freshness::Stale {
+                over_ms,
+                while_revalidate: true,
+                ..
+            } => {
+                self.edge.count(|s| s.stale_served += 1);
+                self.edge
+                    .refresh_in_background(&self.req, &self.base, marker, entry.clone());
+                let status = CacheStatus {
+                    hit: true,
+                    fwd: Some(Fwd::Stale),
+                    ttl_s: Some(overdue(over_ms)),
+                    detail: Some("stale-while-revalidate"),
+                    ..CacheStatus::default()
+                };
+                self.encode(&entry, &status)
+            }
+            Freshness::Stale { .. } => self.fetch_or_join(Fwd::Stale, Some(entry), marker).await,
+        }
+    }
+
+    /// Waits for the fetch in flight, or becomes it.
+    async fn fetch_or_join(
+        &self,
+        fwd: Fwd,
+        stale: Option<Rc<Entry>>,
+        marker: Option<VaryMarker>,
+    ) -> Vec<u8> {
+        if let Some(f) = self.edge.flights.get(&self.base, true) {
+            return self.join(f, stale).await;
+        }
+        self.edge.count(|s| s.misses += 1);
+        let guard = self.edge.flights.begin(self.base.clone(), false);
+        self.renew_deadline();
+        let (outcome, items) = self
+            .edge
+            .fetch(&self.req, &self.base, fwd, stale, marker)
+            .await;
+        let outcome = Rc::new(outcome);
+        guard.complete(outcome.clone());
+        self.edge.store(items, guard.epoch(), Some(guard));
+        self.answer(&outcome, false)
+    }
+
+    /// Waits (bounded) for another request's fetch; falls back to its own
+    /// when that answer is not for this request or takes too long.
+    async fn join(&self, flight: Rc<Flight>, stale: Option<Rc<Entry>>) -> Vec<u8> {
+        self.edge.count(|s| s.coalesced_waiters += 1);
+        self.renew_deadline();
+        let waited = monoio::time::timeout(self.edge.coalesce_timeout, flight.wait()).await;
+        if let Ok(outcome) = waited {
+            match &*outcome {
+                Outcome::Failed { .. } if usable_on_error(stale.as_deref()) => {
+                    let entry = stale.expect("checked");
+                    let (fwd_status, vary) = (None, None);
+                    let own = Outcome::StaleOnError {
+                        entry,
+                        fwd_status,
+                        vary,
+                    };
+                    return self.answer(&own, true);
+                }
+                Outcome::Fresh(s) if s.shareable && self.same_variant(s.vary.as_ref()) => {
+                    return self.answer(&outcome, true);
+                }
+                Outcome::StaleOnError { vary, .. } if self.same_variant(vary.as_ref()) => {
+                    return self.answer(&outcome, true);
+                }
+                Outcome::Failed { .. } => return self.answer(&outcome, true),
+                _ => {}
+            }
+        }
+        self.edge.count(|s| s.misses += 1);
+        self.renew_deadline();
+        let epoch = self.edge.flights.epoch();
+        let fwd = if stale.is_some() {
+            Fwd::Stale
+        } else {
+            Fwd::Miss
+        };
+        let (outcome, items) = self
+            .edge
+            .fetch(&self.req, &self.base, fwd, stale, None)
+            .await;
+        self.edge.store(items, epoch, None);
+        self.answer(&outcome, false)
+    }
+
+    /// Whether this request has the fetcher's values of the `Vary` names.
+    fn same_variant(&self, vary: Option<&(Vec<String>, Vec<u8>)>) -> bool {
+        vary.is_none_or(|(names, values)| self.req.vary_values(names) == *values)
+    }
+
+    fn answer(&self, outcome: &Outcome, collapsed: bool) -> Vec<u8> {
+        match outcome {
+            Outcome::Fresh(s) => {
+                let status = CacheStatus {
+                    fwd: Some(s.fwd),
+                    fwd_status: Some(s.fwd_status),
+                    stored: s.stored,
+                    collapsed,
+                    ..CacheStatus::default()
+                };
+                self.encode(&s.entry, &status)
+            }
+            Outcome::StaleOnError {
+                entry, fwd_status, ..
+            } => {
+                self.edge.count(|s| s.stale_served += 1);
+                let over = entry.age_ms(now_ms()).saturating_sub(entry.life.fresh_ms);
+                let status = CacheStatus {
+                    hit: true,
+                    fwd: Some(Fwd::Stale),
+                    fwd_status: *fwd_status,
+                    ttl_s: Some(overdue(over)),
+                    collapsed,
+                    detail: Some("stale-if-error"),
+                    ..CacheStatus::default()
+                };
+                self.encode(entry, &status)
+            }
+            Outcome::Failed { error, fwd } => {
+                let status = CacheStatus {
+                    fwd: Some(*fwd),
+                    collapsed,
+                    ..CacheStatus::default()
+                };
+                response::error(error.status(), error.message(), &status, self.keep_alive)
+            }
+            Outcome::Abandoned => {
+                let status = CacheStatus::default();
+                response::error(502, "origin fetch abandoned", &status, self.keep_alive)
+            }
+        }
+    }
+
+    fn encode(&self, entry: &Entry, status: &CacheStatus) -> Vec<u8> {
+        let reply = Reply {
+            keep_alive: self.keep_alive,
+            head_only: self.head_only,
+            if_none_match: self.req.header("if-none-match"),
+        };
+        response::encode(entry, entry.age_ms(now_ms()) / 1000, status, &reply)
+    }
+
+    fn renew_deadline(&self) {
+        (self.renew)();
+    }
+}
