@@ -4,7 +4,7 @@
 //! the route and the upgrade, and encode small responses. Bodies are read by
 //! the edge using the `Content-Length` decided here.
 
-use crate::hub::valid_channel_name;
+use crate::channel::valid_channel_name;
 use crate::ws::handshake::{validate_upgrade, HandshakeError};
 
 /// Most headers in one request; more is answered 431.

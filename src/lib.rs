@@ -33,6 +33,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod channel;
 pub mod config;
 pub mod control;
 pub mod histogram;

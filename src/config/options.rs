@@ -56,7 +56,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "root-channel", CORECAST_ROOT_CHANNEL, "NAME", -,
         "serve this channel at `GET /` upgrades (default: none, 404)"
         => |c, v| {
-            if !crate::hub::valid_channel_name(v) {
+            if !crate::channel::valid_channel_name(v) {
                 return Err("invalid channel name".into());
             }
             c.root_channel = Some(v.to_string());

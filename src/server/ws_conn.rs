@@ -281,7 +281,7 @@ fn on_control(
             opcode,
             payload,
         } => {
-            if !crate::hub::valid_channel_name(&channel) {
+            if !crate::channel::valid_channel_name(&channel) {
                 Some(invalid_channel(idv))
             } else {
                 match route_publish(hub, redis, &channel, opcode, &payload, serial, false) {

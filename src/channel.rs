@@ -1,0 +1,32 @@
+//! Channel-name rules, shared by every layer that reads a channel name
+//! (the URL router, the control protocol, the configuration, the hub).
+//! A leaf: imports nothing from the crate.
+
+/// Longest channel name accepted.
+pub const MAX_CHANNEL_NAME: usize = 128;
+
+/// Channel names: 1–128 bytes of `A-Z a-z 0-9 - _ . : @`.
+///
+/// The charset keeps names safe in URLs, log lines, JSON and (later) Redis
+/// keys without escaping.
+pub fn valid_channel_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_CHANNEL_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_names_are_validated() {
+        assert!(valid_channel_name("news.eu-1:room_2@x"));
+        assert!(valid_channel_name(&"x".repeat(MAX_CHANNEL_NAME)));
+        for bad in ["", "a b", "ä", "a/b", &"x".repeat(MAX_CHANNEL_NAME + 1)] {
+            assert!(!valid_channel_name(bad), "{bad:?}");
+        }
+    }
+}
