@@ -9,7 +9,8 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 use corecast::config::Config;
-use corecast::hub::{ConnKind, Hub, HubLimits};
+use corecast::hub::{ConnKind, Hub};
+use corecast::server::formats;
 use corecast::ws::OpCode;
 
 struct Counting;
@@ -43,7 +44,7 @@ fn hub_with(n: usize, kind: ConnKind, histograms: bool) -> (Hub, Vec<usize>) {
         latency_histograms: histograms,
         ..Config::default()
     };
-    let mut hub = Hub::new(HubLimits::from(&cfg));
+    let mut hub = Hub::new(cfg.hub_limits(), formats::encoders());
     let ids: Vec<usize> = (0..n)
         .map(|_| {
             let id = hub.register(-1).unwrap();
@@ -73,9 +74,9 @@ fn fanout(c: &mut Criterion) {
         // `simple_nohist`: the same with --latency-histograms false, to
         // price the fan-out delay histogram (two clock reads per write).
         let cases = [
-            ("simple", ConnKind::Simple, true),
-            ("simple_nohist", ConnKind::Simple, false),
-            ("json", ConnKind::Multi, true),
+            ("simple", ConnKind::Ws(formats::PATH), true),
+            ("simple_nohist", ConnKind::Ws(formats::PATH), false),
+            ("json", ConnKind::Ws(formats::JSON), true),
         ];
         for (name, kind, histograms) in cases {
             let (mut hub, ids) = hub_with(n, kind, histograms);

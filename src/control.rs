@@ -205,9 +205,11 @@ pub fn error(code: ErrorCode, message: &str, id: Option<&RawValue>) -> Bytes {
 }
 
 /// The envelope a multi-channel subscriber receives for one published
-/// message, encoded once per publish (not per subscriber).
+/// message: the encoder of `server::formats::JSON`, which the hub calls
+/// once per publish (not per subscriber).
 pub fn encode_delivery(channel: &str, opcode: OpCode, payload: &[u8]) -> Bytes {
-    // Channel names are restricted to characters that need no JSON escaping.
+    // Channel names are restricted to characters that need no JSON
+    // escaping (`crate::channel`; internal names such as `!status` too).
     let head = format!("{{\"type\":\"message\",\"channel\":\"{channel}\",");
     let body = if opcode == OpCode::Text {
         let text = String::from_utf8_lossy(payload);

@@ -6,9 +6,22 @@
 //! - [`http`]: sans-I/O HTTP/1.1 request heads (httparse), routing,
 //!   responses.
 //! - [`control`]: the JSON control protocol of `GET /ws`.
-//! - [`hub`]: the per-worker connection slab, channel registry and zero-copy
-//!   fan-out into bounded outbound queues (sans-I/O; wakes writers through
-//!   `Waker`s, at most `--fanout-window` at a time: `hub::pacer`).
+//! - [`channel`]: channel-name rules (a leaf: the router, the control
+//!   protocol, the configuration and the hub all read them here).
+//! - [`hub`]: the per-worker connection table, channel registry and
+//!   zero-copy fan-out into bounded outbound queues (sans-I/O; wakes
+//!   writers through `Waker`s). `hub/mod.rs` is a facade ([`hub::Hub`]);
+//!   behind it, one module per job: `conn` (a connection's entry, kind,
+//!   state), `registry` (channels, subscriber lists, the Redis interest
+//!   log), `outbox` (queues, slow-consumer policy, worker-wide budget,
+//!   batches), `timers` (close reasons, deadlines, the keepalive sweep),
+//!   `pacer` (at most `--fanout-window` writers at a time), `format`
+//!   (wire-format ids and the encoders the edge supplies) and `limits`
+//!   ([`hub::HubLimits`], built by `Config::hub_limits`). The hub imports
+//!   neither [`config`] nor [`control`]: wire formats are the edge's
+//!   (`server::formats`: path mode, the JSON envelope), so a new protocol
+//!   adds an encoder, not a hub edit; a publish encodes at most once per
+//!   format in use and shares the frame by reference count.
 //! - [`server`]: the network edge — monoio runtime boot and CPU pinning,
 //!   accept loop, per-connection reader and writer tasks, vectored writes,
 //!   the sweeper for deadlines and keepalive, graceful shutdown.
@@ -30,6 +43,14 @@
 //!
 //! Protocol modules never import the runtime; only `server` (and the load
 //! generator's client edge in `loadgen`) await sockets.
+//!
+//! Who may import whom (no two modules import each other): `ws`,
+//! `channel`, `histogram`, `secret` and `log` are leaves; `http` and
+//! `control` use `ws` and `channel`; `hub` uses `ws`, `channel`, `stats`
+//! and `log` (its submodules use their siblings, never the facade);
+//! `config` uses the layers whose settings it builds (`hub::HubLimits`,
+//! `ws::Limits`, ...); `server` uses everything above it and is imported
+//! only by the binaries and `loadgen`.
 
 pub mod auth;
 pub mod cache;

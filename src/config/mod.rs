@@ -15,6 +15,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::hub::HubLimits;
 pub use crate::hub::SlowConsumerPolicy;
 use crate::log::Level;
 pub use crate::secret::Secret;
@@ -174,6 +175,24 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
 }
 
 impl Config {
+    /// The hub's share of the configuration (the hub never reads `Config`).
+    pub fn hub_limits(&self) -> HubLimits {
+        HubLimits {
+            max_outbound_queue: self.max_outbound_queue,
+            slow_consumer: self.slow_consumer,
+            max_subscriptions: self.max_subscriptions,
+            max_connections: self.max_connections,
+            max_total_outbound: self.max_total_outbound,
+            histograms: self.latency_histograms,
+            exclude_sender: self.exclude_sender,
+            fanout_window: self.fanout_window,
+            ping_interval_ms: self.ping_interval.as_millis() as u64,
+            idle_timeout_ms: self.idle_timeout.as_millis() as u64,
+            handshake_timeout_ms: self.handshake_timeout.as_millis() as u64,
+            close_timeout_ms: self.close_timeout.as_millis() as u64,
+        }
+    }
+
     /// Builds the configuration from flags (`args`, without the program
     /// name) over environment variables (`env`) over defaults.
     pub fn from_args<I, S>(

@@ -8,25 +8,8 @@ use std::task::Waker;
 
 use slab::Slab;
 
-use super::{wake, Conn, ConnId};
+use super::conn::{wake, Conn, ConnId, Pace};
 use crate::stats::Stats;
-
-/// A connection's place in the fan-out window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Pace {
-    /// Holds no place and waits for none: its writer sleeps with nothing
-    /// queued, or is running and asks for a place before its next write.
-    Idle,
-    /// In the pacer's queue, waiting for a place in the window.
-    Waiting,
-    /// Holds place number `n` (woken by the pacer, or admitted before a
-    /// write) until its write completes.
-    Active(u32),
-    /// Was active, but its write waits for its peer: the place was written
-    /// off ([`Pacer::write_off_stalled`]); the write completing frees
-    /// nothing.
-    Released,
-}
 
 /// Fan-out write pacing.
 ///

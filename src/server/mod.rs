@@ -14,7 +14,10 @@
 //!   config, Redis link, cache, scratch buffer).
 //! - `sock`: the split socket and how the worker reads it.
 //! - `http_conn`: a connection's HTTP phase (head → route → dispatch).
-//! - `upgrade`: the WebSocket upgrade (auth, `101`).
+//! - `upgrade`: the WebSocket upgrade (auth, `101`); it picks the
+//!   connection's wire format.
+//! - `formats`: the wire formats subscribers receive (path mode, the JSON
+//!   envelope), as the encoders the hub is built with.
 //! - `endpoints`: `/healthz`, `/readyz`, `/stats`, `/metrics`, status.
 //! - `publish`: the publish seam (in-process or through Redis) and
 //!   `POST /publish`.
@@ -27,11 +30,12 @@
 //!   raw syscalls; `status.html`: the page served at `/status`.
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `publish`, `ws_conn` → `worker` → `redis`, `cache_edge`,
-//! `sock` → `sys`; no file imports one that imports it back.
+//! `endpoints`, `publish`, `ws_conn` → `worker` → `formats`, `redis`,
+//! `cache_edge`, `sock` → `sys`; no file imports one that imports it back.
 
 mod cache_edge;
 mod endpoints;
+pub mod formats;
 mod http_conn;
 mod iovec;
 mod publish;

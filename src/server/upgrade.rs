@@ -10,6 +10,7 @@ use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
 use crate::server::endpoints::STATUS_CHANNEL;
+use crate::server::formats;
 use crate::server::sock::Sock;
 use crate::server::worker::Worker;
 
@@ -20,9 +21,12 @@ pub type Upgrade = (ConnKind, Option<String>, Grants);
 /// The mode and channel of an upgrading route; `None` for other routes.
 pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
     match route {
-        Route::WsChannel(c) => Some((ConnKind::Simple, Some(c.to_string()))),
-        Route::WsMulti => Some((ConnKind::Multi, None)),
-        Route::StatusWs => Some((ConnKind::Simple, Some(STATUS_CHANNEL.to_string()))),
+        Route::WsChannel(c) => Some((ConnKind::Ws(formats::PATH), Some(c.to_string()))),
+        Route::WsMulti => Some((ConnKind::Ws(formats::JSON), None)),
+        Route::StatusWs => Some((
+            ConnKind::Ws(formats::PATH),
+            Some(STATUS_CHANNEL.to_string()),
+        )),
         _ => None,
     }
 }

@@ -15,6 +15,7 @@ use monoio::net::TcpStream;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::server::cache_edge::CacheEdge;
+use crate::server::formats;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::sock;
 use crate::stats::Snapshot;
@@ -42,7 +43,7 @@ impl Worker {
     pub fn new(cfg: Config) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg);
         Rc::new(Worker {
-            hub: RefCell::new(Hub::new((&cfg).into())),
+            hub: RefCell::new(Hub::new(cfg.hub_limits(), formats::encoders())),
             cache: CacheEdge::new(&cfg, redis.clone()),
             redis,
             started: Instant::now(),

@@ -1,0 +1,125 @@
+//! Wire formats, seen from the hub: a connection carries a [`Format`] id,
+//! and the network edge supplies one encoder per id ([`Encoders`], built
+//! in `server::formats`). The hub never knows what a format looks like on
+//! the wire, so a new protocol (or compressed frames) adds an encoder, not
+//! a hub edit.
+//!
+//! A publish encodes lazily, at most once per format in use among the
+//! channel's subscribers ([`FrameCache`]), and every subscriber of one
+//! format gets a reference-counted clone of the same frame.
+
+use bytes::Bytes;
+
+use crate::ws::OpCode;
+
+/// Most wire formats (encoder slots) a hub can serve.
+pub const MAX_FORMATS: usize = 16;
+
+/// A wire format id: an index into the edge's [`Encoders`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Format(u8);
+
+impl Format {
+    /// Format number `n`; panics unless `n < MAX_FORMATS` (ids are
+    /// constants of the edge, so that is a programming error).
+    pub const fn new(n: u8) -> Format {
+        assert!((n as usize) < MAX_FORMATS, "format id out of range");
+        Format(n)
+    }
+
+    /// The encoder slot. The mask is a no-op (`new` checks the range) that
+    /// lets the compiler drop the bounds check on the fan-out path.
+    fn slot(self) -> usize {
+        self.0 as usize & (MAX_FORMATS - 1)
+    }
+}
+
+/// One published message, as an encoder sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// The channel it was published to.
+    pub channel: &'a str,
+    /// Text or binary.
+    pub opcode: OpCode,
+    /// The message as published.
+    pub payload: &'a [u8],
+}
+
+/// Encodes a delivery into one complete server frame (or several frames
+/// back to back) for one wire format.
+pub type Encoder = Box<dyn Fn(&Delivery<'_>) -> Bytes>;
+
+/// The edge's encoders, one slot per [`Format`].
+pub struct Encoders {
+    slots: [Option<Encoder>; MAX_FORMATS],
+}
+
+impl Default for Encoders {
+    fn default() -> Self {
+        Encoders {
+            slots: std::array::from_fn(|_| None),
+        }
+    }
+}
+
+impl std::fmt::Debug for Encoders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set: Vec<usize> = (0..MAX_FORMATS)
+            .filter(|&i| self.slots[i].is_some())
+            .collect();
+        f.debug_struct("Encoders").field("formats", &set).finish()
+    }
+}
+
+impl Encoders {
+    /// No encoders.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves `format` with `encode` (replacing any earlier encoder).
+    pub fn with(
+        mut self,
+        format: Format,
+        encode: impl Fn(&Delivery<'_>) -> Bytes + 'static,
+    ) -> Self {
+        self.slots[format.slot()] = Some(Box::new(encode));
+        self
+    }
+
+    /// Whether `format` has an encoder.
+    pub fn serves(&self, format: Format) -> bool {
+        self.slots[format.slot()].is_some()
+    }
+
+    fn encode(&self, format: Format, d: &Delivery<'_>) -> Bytes {
+        // `Hub::upgrade` refuses formats without an encoder.
+        let encode = self.slots[format.slot()]
+            .as_ref()
+            .expect("upgrade checked the format has an encoder");
+        encode(d)
+    }
+}
+
+/// One publish's frames: encoded on first use, per format.
+pub(super) struct FrameCache<'a> {
+    delivery: Delivery<'a>,
+    encoders: &'a Encoders,
+    frames: [Option<Bytes>; MAX_FORMATS],
+}
+
+impl<'a> FrameCache<'a> {
+    pub(super) fn new(delivery: Delivery<'a>, encoders: &'a Encoders) -> Self {
+        FrameCache {
+            delivery,
+            encoders,
+            frames: Default::default(),
+        }
+    }
+
+    /// The frame for `format`, encoded now if this is its first subscriber.
+    pub(super) fn frame_for(&mut self, format: Format) -> &Bytes {
+        let (d, enc) = (&self.delivery, self.encoders);
+        self.frames[format.slot()].get_or_insert_with(|| enc.encode(format, d))
+    }
+}

@@ -1,0 +1,45 @@
+//! The limits the hub enforces, owned by the hub (the configuration builds
+//! them: `Config::hub_limits`). A leaf: the hub never reads the
+//! configuration itself.
+
+/// What to do with a subscriber whose outbound queue is over its byte bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowConsumerPolicy {
+    /// Send close 1008 ("slow consumer") and disconnect it. The default:
+    /// a client that silently misses messages is worse than one that knows
+    /// it was cut off and can resubscribe.
+    Disconnect,
+    /// Drop its oldest queued data messages (never control frames) to make
+    /// room, counting every drop.
+    DropOldest,
+}
+
+/// The limits the hub enforces. The defaults are documented with the
+/// options that set them (`config::OPTIONS`).
+#[derive(Debug, Clone)]
+pub struct HubLimits {
+    /// Per-connection outbound bound in bytes.
+    pub max_outbound_queue: usize,
+    /// What to do over the bound.
+    pub slow_consumer: SlowConsumerPolicy,
+    /// Channels per connection.
+    pub max_subscriptions: usize,
+    /// Connections in the table.
+    pub max_connections: usize,
+    /// Outbound bytes across all connections.
+    pub max_total_outbound: usize,
+    /// Time deliveries for the fan-out delay histogram.
+    pub histograms: bool,
+    /// Skip the publisher when fanning out its own message.
+    pub exclude_sender: bool,
+    /// Most writers woken by fan-outs writing at once (0 = no pacing).
+    pub fanout_window: usize,
+    /// Milliseconds; 0 disables.
+    pub ping_interval_ms: u64,
+    /// Milliseconds; 0 disables.
+    pub idle_timeout_ms: u64,
+    /// Milliseconds.
+    pub handshake_timeout_ms: u64,
+    /// Milliseconds.
+    pub close_timeout_ms: u64,
+}

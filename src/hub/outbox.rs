@@ -1,0 +1,240 @@
+//! Outbound queues: queueing data under the per-connection bound, the
+//! worker-wide budget and the slow-consumer policy; control frames; and
+//! the writer's side (batches, completed writes, the byte accounting both
+//! keep in step).
+
+use bytes::Bytes;
+use slab::Slab;
+
+use super::conn::{wake, Conn, ConnId, ConnKind, ConnState};
+use super::format::FrameCache;
+use super::limits::{HubLimits, SlowConsumerPolicy};
+use super::pacer::Pacer;
+use crate::stats::Stats;
+use crate::ws::frame::encode_close_frame;
+
+/// Most frames handed to one vectored write (the kernel's `IOV_MAX`).
+pub const MAX_BATCH: usize = 1024;
+
+/// Most control frames (pongs) waiting to be written for one connection.
+pub const MAX_PENDING_CONTROL: usize = 16;
+
+/// Close code sent to a slow consumer (RFC 6455 "policy violation").
+pub const CLOSE_SLOW_CONSUMER: u16 = 1008;
+
+/// Per-connection share of `Hub::backlog`.
+pub const BACKLOG_CAP: usize = 64 * 1024;
+
+/// What a connection's writer should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterWork {
+    /// Frames are queued: take a batch and write it.
+    Write,
+    /// Nothing more will ever be written: stop.
+    Finish,
+}
+
+/// Worker-wide outbound byte counts, kept in step with every connection's
+/// `pending_bytes` (every change goes through `add`/`sub`).
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    /// Everything queued or in flight.
+    pub(super) all: usize,
+    /// The same with each connection counted up to [`BACKLOG_CAP`].
+    pub(super) capped: usize,
+}
+
+impl Totals {
+    pub(super) fn add(&mut self, conn: &mut Conn, n: usize) {
+        let old = conn.pending_bytes;
+        conn.pending_bytes += n;
+        self.all += n;
+        self.capped += conn.pending_bytes.min(BACKLOG_CAP) - old.min(BACKLOG_CAP);
+    }
+
+    pub(super) fn sub(&mut self, conn: &mut Conn, n: usize) {
+        let old = conn.pending_bytes;
+        conn.pending_bytes -= n;
+        self.all -= n;
+        self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
+    }
+}
+
+/// What queueing a data frame touches besides the connection itself.
+pub(super) struct Queueing<'a> {
+    pub(super) limits: &'a HubLimits,
+    pub(super) stats: &'a mut Stats,
+    pub(super) now_ms: u64,
+    pub(super) totals: &'a mut Totals,
+    pub(super) pacer: &'a mut Pacer,
+}
+
+impl Queueing<'_> {
+    /// Queues one publish for every subscriber in `subscribers` (skipping
+    /// the connection with serial `skip`), each in its own format from
+    /// `frames`; `t0` is the publish time for the fan-out delay histogram
+    /// (0 when off). Returns how many it was queued for.
+    ///
+    /// The hot path: per subscriber one queue push of a shared frame and,
+    /// if its writer sleeps, one wake-up.
+    pub(super) fn fan_out(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        subscribers: &[ConnId],
+        frames: &mut FrameCache<'_>,
+        skip: Option<u64>,
+        t0: u64,
+    ) -> usize {
+        let mut queued = 0;
+        for &id in subscribers {
+            let conn = &mut conns[id];
+            // Plain HTTP connections are never subscribed.
+            let ConnKind::Ws(format) = conn.kind else {
+                continue;
+            };
+            if Some(conn.serial) == skip {
+                continue;
+            }
+            let frame = frames.frame_for(format);
+            if self.enqueue_data(id, conn, frame) {
+                if conn.queued_since_ns == 0 {
+                    conn.queued_since_ns = t0;
+                }
+                self.stats.deliveries += 1;
+                queued += 1;
+            }
+        }
+        queued
+    }
+
+    /// Queues one data frame for connection `id` under the slow-consumer
+    /// policy and schedules its writer; returns whether it was queued.
+    pub(super) fn enqueue_data(&mut self, id: ConnId, conn: &mut Conn, frame: &Bytes) -> bool {
+        let (limits, stats, totals) = (self.limits, &mut *self.stats, &mut *self.totals);
+        if conn.state != ConnState::Open {
+            stats.messages_not_delivered += 1;
+            return false;
+        }
+        let len = frame.len();
+        // A frame larger than the whole bound still goes to an idle connection:
+        // the message-size limit, not the queue bound, governs single messages.
+        if over_limits(conn, len, totals.all, limits) {
+            if totals.all.saturating_add(len) > limits.max_total_outbound {
+                stats.outbound_budget_exceeded += 1;
+            }
+            if !make_room(conn, len, limits, stats, self.now_ms, totals) {
+                return false;
+            }
+        }
+        totals.add(conn, len);
+        conn.queue.push_back(frame.clone());
+        self.pacer.schedule(id, conn, stats);
+        true
+    }
+}
+
+/// Whether queueing `len` more bytes to `conn` would cross its own bound or
+/// the worker's total budget. A frame larger than the bound still goes to
+/// an idle connection: the message-size limit governs single messages.
+fn over_limits(conn: &Conn, len: usize, total: usize, limits: &HubLimits) -> bool {
+    conn.pending_bytes > 0
+        && (conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue
+            || total.saturating_add(len) > limits.max_total_outbound)
+}
+
+/// Applies the slow-consumer policy; returns whether the new frame may be queued.
+fn make_room(
+    conn: &mut Conn,
+    len: usize,
+    limits: &HubLimits,
+    stats: &mut Stats,
+    now_ms: u64,
+    totals: &mut Totals,
+) -> bool {
+    match limits.slow_consumer {
+        SlowConsumerPolicy::Disconnect => {
+            let dropped = conn.queue.len() as u64 + 1;
+            let freed: usize = conn.queue.iter().map(Bytes::len).sum();
+            conn.queue.clear();
+            totals.sub(conn, freed);
+            stats.slow_consumer_disconnects += 1;
+            stats.messages_not_delivered += dropped;
+            crate::log!(
+                Info,
+                "slow consumer disconnected",
+                fd = conn.fd,
+                dropped = dropped
+            );
+            conn.state = ConnState::Closing;
+            // The close deadline runs from now, as for every other close
+            // (`Hub::close`), not from when the connection was opened.
+            conn.since_ms = now_ms;
+            let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
+            totals.add(conn, close.len());
+            conn.queue.push_back(close);
+            wake(conn);
+            false
+        }
+        SlowConsumerPolicy::DropOldest => {
+            while over_limits(conn, len, totals.all, limits) {
+                let Some(old) = conn.queue.pop_front() else {
+                    // Everything left is in flight: drop the new frame instead.
+                    stats.slow_consumer_drops += 1;
+                    stats.messages_not_delivered += 1;
+                    return false;
+                };
+                totals.sub(conn, old.len());
+                stats.slow_consumer_drops += 1;
+                stats.messages_not_delivered += 1;
+            }
+            true
+        }
+    }
+}
+
+/// Queues a control frame for an open connection; past
+/// [`MAX_PENDING_CONTROL`] the newest replaces the last unsent one.
+pub(super) fn queue_ctrl(conn: &mut Conn, frame: Bytes) {
+    if conn.state != ConnState::Open {
+        return;
+    }
+    if conn.ctrl.len() >= MAX_PENDING_CONTROL {
+        conn.ctrl.pop_back();
+    }
+    conn.ctrl.push_back(frame);
+    wake(conn);
+}
+
+/// Queues the close frame last and refuses further data (the closing
+/// handshake's start; see `Hub::close`). A second call is a no-op.
+pub(super) fn queue_close(conn: &mut Conn, totals: &mut Totals, frame: Bytes, now_ms: u64) {
+    if conn.state == ConnState::Closing {
+        return;
+    }
+    conn.state = ConnState::Closing;
+    conn.since_ms = now_ms;
+    totals.add(conn, frame.len());
+    conn.queue.push_back(frame);
+    wake(conn);
+}
+
+/// Moves up to [`MAX_BATCH`] frames (control frames first) into `out`;
+/// returns whether the batch holds the close frame. See `Hub::take_batch`.
+pub(super) fn take_batch(conn: &mut Conn, totals: &mut Totals, out: &mut Vec<Bytes>) -> bool {
+    let ctrl_bytes: usize = conn.ctrl.iter().map(Bytes::len).sum();
+    out.extend(conn.ctrl.drain(..));
+    totals.add(conn, ctrl_bytes);
+    let n = conn.queue.len().min(MAX_BATCH.saturating_sub(out.len()));
+    out.extend(conn.queue.drain(..n));
+    if conn.batch_since_ns == 0 {
+        conn.batch_since_ns = conn.queued_since_ns;
+    }
+    if conn.queue.is_empty() {
+        conn.queued_since_ns = 0;
+    }
+    let last = conn.state == ConnState::Closing && conn.queue.is_empty();
+    if last {
+        conn.finished = true;
+    }
+    last
+}

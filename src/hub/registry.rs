@@ -1,0 +1,226 @@
+//! The channel registry: channels with local subscribers, each with a dense
+//! subscriber list (the fan-out loop's input) and back-pointers from the
+//! connections, so leaving is O(1) per channel; plus the interest log an
+//! upstream (Redis) follows to subscribe only to what has local
+//! subscribers.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use slab::Slab;
+
+use super::conn::{ChannelId, Conn, ConnId};
+use crate::channel::valid_channel_name;
+use crate::stats::Stats;
+
+/// Why a subscription was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscribeError {
+    /// The name is empty, too long, or has characters outside the charset.
+    InvalidChannel,
+    /// The connection is at `max_subscriptions`.
+    TooManySubscriptions,
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: Rc<str>,
+    subscribers: Vec<ConnId>,
+}
+
+/// Channels gained and lost, for an upstream (Redis) that subscribes only
+/// to what has local subscribers.
+#[derive(Debug, Default)]
+struct Interest {
+    changes: Vec<(Rc<str>, bool)>,
+    waker: Option<Waker>,
+}
+
+/// Channels by id and by name, and the interest log.
+#[derive(Debug, Default)]
+pub(super) struct Registry {
+    channels: Slab<Channel>,
+    by_name: HashMap<Rc<str>, ChannelId>,
+    interest: Option<Interest>,
+}
+
+impl Registry {
+    /// Number of channels with at least one subscriber.
+    pub(super) fn len(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// The channel called `name`, if it has subscribers.
+    pub(super) fn lookup(&self, name: &str) -> Option<ChannelId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The subscribers of channel `cid`.
+    pub(super) fn subscribers(&self, cid: ChannelId) -> &[ConnId] {
+        &self.channels[cid].subscribers
+    }
+
+    /// Subscribers of `name`.
+    pub(super) fn subscriber_count(&self, name: &str) -> usize {
+        self.lookup(name)
+            .map_or(0, |c| self.channels[c].subscribers.len())
+    }
+
+    /// Subscribes `id` to `name` within `max_subscriptions`; subscribing
+    /// twice is a no-op.
+    pub(super) fn subscribe(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        stats: &mut Stats,
+        id: ConnId,
+        name: &str,
+        max_subscriptions: usize,
+    ) -> Result<(), SubscribeError> {
+        if !valid_channel_name(name) {
+            return Err(SubscribeError::InvalidChannel);
+        }
+        let Some(conn) = conns.get(id) else {
+            return Ok(());
+        };
+        let existing = self.lookup(name);
+        if let Some(cid) = existing {
+            if conn.subs.iter().any(|&(c, _)| c == cid) {
+                return Ok(());
+            }
+        }
+        if conn.subs.len() >= max_subscriptions {
+            return Err(SubscribeError::TooManySubscriptions);
+        }
+        let cid = existing.unwrap_or_else(|| self.add_channel(name));
+        self.attach(conns, stats, id, cid);
+        Ok(())
+    }
+
+    /// Subscribes `id` to an internal channel (name outside the client
+    /// charset), skipping name validation and the subscription bound.
+    pub(super) fn subscribe_internal(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        stats: &mut Stats,
+        id: ConnId,
+        name: &str,
+    ) {
+        if conns.contains(id) {
+            let cid = self.lookup(name).unwrap_or_else(|| self.add_channel(name));
+            self.attach(conns, stats, id, cid);
+        }
+    }
+
+    fn attach(&mut self, conns: &mut Slab<Conn>, stats: &mut Stats, id: ConnId, cid: ChannelId) {
+        let ch = &mut self.channels[cid];
+        let pos = ch.subscribers.len() as u32;
+        ch.subscribers.push(id);
+        conns[id].subs.push((cid, pos));
+        stats.subscriptions += 1;
+    }
+
+    fn add_channel(&mut self, name: &str) -> ChannelId {
+        let name: Rc<str> = Rc::from(name);
+        let cid = self.channels.insert(Channel {
+            name: name.clone(),
+            subscribers: Vec::new(),
+        });
+        self.by_name.insert(name.clone(), cid);
+        self.note_interest(name, true);
+        cid
+    }
+
+    /// Unsubscribes `id` from `name`; returns whether it was subscribed.
+    pub(super) fn unsubscribe(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        stats: &mut Stats,
+        id: ConnId,
+        name: &str,
+    ) -> bool {
+        let Some(cid) = self.lookup(name) else {
+            return false;
+        };
+        let Some(conn) = conns.get_mut(id) else {
+            return false;
+        };
+        let Some(i) = conn.subs.iter().position(|&(c, _)| c == cid) else {
+            return false;
+        };
+        let (_, pos) = conn.subs.swap_remove(i);
+        self.detach(conns, stats, cid, pos);
+        true
+    }
+
+    /// Removes slot `pos` of channel `cid`, fixing the back-pointer of the
+    /// subscriber moved into it; drops the channel when it empties. O(the
+    /// moved connection's subscriptions), bounded by `max_subscriptions`.
+    pub(super) fn detach(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        stats: &mut Stats,
+        cid: ChannelId,
+        pos: u32,
+    ) {
+        let ch = &mut self.channels[cid];
+        ch.subscribers.swap_remove(pos as usize);
+        if let Some(&moved) = ch.subscribers.get(pos as usize) {
+            if let Some(slot) = conns[moved].subs.iter_mut().find(|s| s.0 == cid) {
+                slot.1 = pos;
+            }
+        }
+        if ch.subscribers.is_empty() {
+            let ch = self.channels.remove(cid);
+            self.by_name.remove(&ch.name);
+            self.note_interest(ch.name, false);
+        }
+        stats.subscriptions -= 1;
+    }
+
+    fn note_interest(&mut self, name: Rc<str>, gained: bool) {
+        if let Some(i) = &mut self.interest {
+            i.changes.push((name, gained));
+            if let Some(w) = i.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// See `Hub::wake_interest`.
+    pub(super) fn wake_interest(&mut self) {
+        if let Some(w) = self.interest.as_mut().and_then(|i| i.waker.take()) {
+            w.wake();
+        }
+    }
+
+    /// See `Hub::track_interest`.
+    pub(super) fn track_interest(&mut self) {
+        self.interest.get_or_insert_with(Interest::default);
+    }
+
+    /// See `Hub::interest_snapshot`.
+    pub(super) fn interest_snapshot(&mut self) -> Vec<Rc<str>> {
+        if let Some(i) = &mut self.interest {
+            i.changes.clear();
+        }
+        self.channels.iter().map(|(_, c)| c.name.clone()).collect()
+    }
+
+    /// See `Hub::poll_interest`.
+    pub(super) fn poll_interest(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Vec<(Rc<str>, bool)>,
+    ) -> Poll<()> {
+        let Some(i) = &mut self.interest else {
+            return Poll::Pending;
+        };
+        if i.changes.is_empty() {
+            i.waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        out.append(&mut i.changes);
+        Poll::Ready(())
+    }
+}
