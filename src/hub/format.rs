@@ -5,7 +5,7 @@
 //! a hub edit.
 //!
 //! A publish encodes lazily, at most once per format in use among the
-//! channel's subscribers ([`FrameCache`]), and every subscriber of one
+//! channel's subscribers (`FrameCache`), and every subscriber of one
 //! format gets a reference-counted clone of the same frame.
 
 use bytes::Bytes;
