@@ -305,7 +305,10 @@ pub fn authorize_upgrade(
         return Err((403, "origin not allowed"));
     }
     let Some(secret) = &cfg.token_secret else {
-        return Ok(Grants::all());
+        return Ok(match &cfg.publish_key {
+            None => Grants::all(),
+            Some(key) => publisher_grants(key, req)?,
+        });
     };
     let token = req
         .query
@@ -324,6 +327,25 @@ pub fn authorize_upgrade(
     match channel {
         Some(c) if !grants.may_subscribe(c) => Err((403, "token does not grant this channel")),
         _ => Ok(grants),
+    }
+}
+
+/// With a publish key and no token secret, a WebSocket may publish only
+/// when it presented the key at the upgrade (`?key=` or `Authorization:
+/// Bearer`); without one it may subscribe only. A wrong key is refused
+/// (401) rather than silently downgraded, so a misconfigured publisher
+/// notices at once.
+fn publisher_grants(key: &Secret, req: &crate::http::Request) -> Result<Grants, Refusal> {
+    let given = req
+        .query
+        .as_deref()
+        .and_then(|q| query_param(q, "key"))
+        .map(str::as_bytes)
+        .or_else(|| req.authorization.as_deref().and_then(bearer));
+    match given {
+        None => Ok(Grants::read_only()),
+        Some(k) if secrets_equal(k, key.0.as_bytes()) => Ok(Grants::all()),
+        Some(_) => Err((401, "invalid publish key")),
     }
 }
 

@@ -205,6 +205,12 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_publish_forbidden_total",
+        "WebSocket publishes refused: the connection may not publish there.",
+        s.publish_forbidden,
+    );
+    counter(
+        &mut o,
         "corecast_publish_backpressure_total",
         "Publisher pauses while the write backlog is over --publish-backpressure.",
         s.publish_backpressure,

@@ -69,6 +69,10 @@ pub struct Stats {
     /// Upgrades refused for a missing/invalid token (401), a channel the
     /// Token does not grant or a disallowed Origin (403).
     pub auth_failures: u64,
+    /// Publishes refused on an open WebSocket that may not publish there
+    /// (no publish key presented, or a token without the channel): path
+    /// mode closes 1008, JSON mode answers `forbidden`.
+    pub publish_forbidden: u64,
     /// Vectored writes issued.
     pub writes: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).

@@ -213,3 +213,64 @@ async fn the_worker_wide_outbound_budget_cuts_off_stalled_readers() {
     assert_eq!(counter(&s, "subscriptions"), 1, "{s}");
     drop(stalled);
 }
+
+/// Issue 12 item 1: with only `--publish-key`, WebSockets may subscribe
+/// freely but publish only when they presented the key at the upgrade.
+#[tokio::test]
+async fn a_publish_key_also_guards_websocket_publishing() {
+    let srv = TestServer::start(|c| c.auth.publish_key = Some(Secret("k3y".into())));
+    let a = srv.addr;
+    let mut sub = ws_connect(a, "/ws/news").await;
+    // Path mode without the key: subscribing works, publishing closes 1008.
+    let mut anon = ws_connect(a, "/ws/news").await;
+    anon.send(Message::text("forged")).await.unwrap();
+    assert_eq!(expect_close(&mut anon).await, 1008);
+    // JSON mode without the key: an in-band `forbidden`, the connection stays.
+    let mut multi = ws_connect(a, "/ws").await;
+    multi
+        .send(Message::text(
+            r#"{"op":"publish","channel":"news","data":"forged","id":1}"#,
+        ))
+        .await
+        .unwrap();
+    let err = next_json(&mut multi).await;
+    assert_eq!(
+        (err["type"].as_str(), err["code"].as_str()),
+        (Some("error"), Some("forbidden")),
+        "{err}"
+    );
+    multi
+        .send(Message::text(
+            r#"{"op":"subscribe","channel":"news","id":2}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut multi).await["type"], "subscribed");
+    // A wrong key is refused at the upgrade.
+    assert_eq!(upgrade_status(a, "/ws/news?key=k3z", "").await, 401);
+    assert_eq!(
+        upgrade_status(a, "/ws/news", "Authorization: Bearer nope\r\n").await,
+        401
+    );
+    // The key as a query parameter or a bearer header grants publishing.
+    let mut keyed = ws_connect(a, "/ws/news?key=k3y").await;
+    keyed.send(Message::text("by query")).await.unwrap();
+    assert_eq!(next_text(&mut sub).await, "by query");
+    assert_eq!(next_json(&mut multi).await["data"], "by query");
+    let mut req = format!("ws://{a}/ws").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("Authorization", "Bearer k3y".parse().unwrap());
+    let (mut bearer, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    bearer
+        .send(Message::text(
+            r#"{"op":"publish","channel":"news","data":"by header","id":3}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut bearer).await["type"], "published");
+    assert_eq!(next_text(&mut sub).await, "by header");
+    assert_eq!(next_json(&mut multi).await["data"], "by header");
+    let s = stats(a).await;
+    assert_eq!(counter(&s, "publish_forbidden"), 2, "{s}");
+    assert_eq!(counter(&s, "auth_failures"), 2, "{s}");
+}

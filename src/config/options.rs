@@ -118,7 +118,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "publish-key", CORECAST_PUBLISH_KEY, "SECRET", -,
-        "require `Authorization: Bearer SECRET` on POST /publish (default: open)"
+        "require `Authorization: Bearer SECRET` on POST /publish and, without --token-secret, for publishing over WebSockets (key given at the upgrade as Bearer or ?key=; without it a WebSocket may only subscribe) (default: open)"
         => |c, v| {
             c.auth.publish_key = non_empty_secret(v)?;
             Ok(())

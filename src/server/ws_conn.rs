@@ -205,11 +205,11 @@ impl WsReader<'_> {
             return on_control(hub, redis, who, opcode, &payload);
         };
         if !self.grants.may_publish(c) {
-            hub.stats.auth_failures += 1;
+            hub.stats.publish_forbidden += 1;
             hub.close(
                 self.id,
                 1008,
-                "token does not grant publishing here",
+                "this connection may not publish here",
                 CloseReason::Protocol,
             );
             return;
@@ -260,6 +260,7 @@ fn on_control(
             Some(forbidden(idv))
         }
         control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
+            hub.stats.publish_forbidden += 1;
             Some(forbidden(idv))
         }
         control::Request::Subscribe { channel } => match hub.subscribe(id, &channel) {
@@ -309,7 +310,7 @@ fn on_control(
 fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
     control::error(
         ErrorCode::Forbidden,
-        "the connection token does not grant this channel",
+        "this connection is not granted this channel (token or publish key)",
         id,
     )
 }
