@@ -211,6 +211,18 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_token_expirations_total",
+        "WebSockets closed with 4001 when their token expired.",
+        s.token_expirations,
+    );
+    counter(
+        &mut o,
+        "corecast_token_refreshes_total",
+        "Connection tokens refreshed in JSON mode.",
+        s.token_refreshes,
+    );
+    counter(
+        &mut o,
         "corecast_publish_backpressure_total",
         "Publisher pauses while the write backlog is over --publish-backpressure.",
         s.publish_backpressure,

@@ -73,6 +73,11 @@ pub struct Stats {
     /// (no publish key presented, or a token without the channel): path
     /// mode closes 1008, JSON mode answers `forbidden`.
     pub publish_forbidden: u64,
+    /// WebSockets closed with 4001 because their token expired without a
+    /// refresh.
+    pub token_expirations: u64,
+    /// Successful `{"op":"refresh"}` token refreshes.
+    pub token_refreshes: u64,
     /// Vectored writes issued.
     pub writes: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).

@@ -274,3 +274,91 @@ async fn a_publish_key_also_guards_websocket_publishing() {
     assert_eq!(counter(&s, "publish_forbidden"), 2, "{s}");
     assert_eq!(counter(&s, "auth_failures"), 2, "{s}");
 }
+
+/// Issue 12 item 8: a connection does not outlive its token. Both
+/// connections hold a token expiring in 1-2 s; the one that refreshes in
+/// JSON mode stays, the other is closed with 4001.
+#[tokio::test]
+async fn an_expired_token_closes_its_connection_unless_refreshed() {
+    let srv = TestServer::start(|c| c.auth.token_secret = Some(Secret(SECRET.into())));
+    let a = srv.addr;
+    let short = |grants: &str| {
+        let exp = unix_now() + 2;
+        token(&format!(r#"{{"exp":{exp},{grants}}}"#))
+    };
+    let grants = r#""subscribe":["room"],"publish":["room"]"#;
+    let mut path = ws_connect(a, &format!("/ws/room?token={}", short(grants))).await;
+    let mut plain = ws_connect(a, &format!("/ws?token={}", short(grants))).await;
+    let mut refreshed = ws_connect(a, &format!("/ws?token={}", short(grants))).await;
+    // A refresh must keep the channels: a wider token is refused.
+    let wider = valid(r#"["*"]"#, r#"["*"]"#);
+    let req = format!(r#"{{"op":"refresh","token":"{wider}","id":1}}"#);
+    refreshed.send(Message::text(req)).await.unwrap();
+    let err = next_json(&mut refreshed).await;
+    assert_eq!(err["code"], "invalid_token", "{err}");
+    let bad = format!(
+        r#"{{"op":"refresh","token":"{}x","id":2}}"#,
+        valid("[]", "[]")
+    );
+    refreshed.send(Message::text(bad)).await.unwrap();
+    assert_eq!(next_json(&mut refreshed).await["code"], "invalid_token");
+    let later = token(&format!(r#"{{"exp":{},{grants}}}"#, unix_now() + 3600));
+    let req = format!(r#"{{"op":"refresh","token":"{later}","id":3}}"#);
+    refreshed.send(Message::text(req)).await.unwrap();
+    let ok = next_json(&mut refreshed).await;
+    assert_eq!(
+        (ok["type"].as_str(), ok["id"].as_u64()),
+        (Some("refreshed"), Some(3)),
+        "{ok}"
+    );
+    // The unrefreshed ones are closed with 4001 once exp passes.
+    let limit = std::time::Duration::from_secs(5);
+    assert_eq!(
+        within_for(limit, "path close", expect_close(&mut path)).await,
+        4001
+    );
+    assert_eq!(
+        within_for(limit, "json close", expect_close(&mut plain)).await,
+        4001
+    );
+    // The refreshed one outlived its first token.
+    let sub = r#"{"op":"subscribe","channel":"room","id":4}"#;
+    refreshed.send(Message::text(sub)).await.unwrap();
+    assert_eq!(next_json(&mut refreshed).await["type"], "subscribed");
+    let s = stats(a).await;
+    assert_eq!(counter(&s, "token_expirations"), 2, "{s}");
+    assert_eq!(counter(&s, "token_refreshes"), 1, "{s}");
+}
+
+/// Issue 12 item 8: `nbf`, `--token-audience` and `--token-issuer`.
+#[tokio::test]
+async fn nbf_audience_and_issuer_are_enforced_at_the_upgrade() {
+    let srv = TestServer::start(|c| {
+        c.auth.token_secret = Some(Secret(SECRET.into()));
+        c.auth.token_audience = Some("corecast".into());
+        c.auth.token_issuer = Some("https://id.example".into());
+    });
+    let a = srv.addr;
+    let exp = unix_now() + 3600;
+    let with = |extra: &str| token(&format!(r#"{{"exp":{exp},"subscribe":["*"]{extra}}}"#));
+    let good = r#","aud":"corecast","iss":"https://id.example""#;
+    let cases = [
+        (with(good), 101),
+        (
+            with(r#","aud":["x","corecast"],"iss":"https://id.example""#),
+            101,
+        ),
+        (with(r#","iss":"https://id.example""#), 401),
+        (with(r#","aud":"other","iss":"https://id.example""#), 401),
+        (
+            with(r#","aud":"corecast","iss":"https://evil.example""#),
+            401,
+        ),
+        (with(&format!(r#"{good},"nbf":{}"#, unix_now() + 600)), 401),
+        (with(&format!(r#"{good},"nbf":{}"#, unix_now() - 5)), 101),
+    ];
+    for (i, (t, want)) in cases.iter().enumerate() {
+        let got = upgrade_status(a, &format!("/ws/x?token={t}"), "").await;
+        assert_eq!(got, *want, "case {i}");
+    }
+}

@@ -124,9 +124,28 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "token-secret", CORECAST_TOKEN_SECRET, "SECRET", -,
-        "require a JWT (HS256, signed with SECRET) on every WebSocket upgrade, as ?token= or Authorization: Bearer (default: none required)"
+        "require a JWT (HS256, signed with SECRET, at least 32 bytes) on every WebSocket upgrade, as ?token= or Authorization: Bearer; connections are closed with 4001 when it expires (default: none required)"
         => |c, v| {
+            if v.len() < crate::auth::MIN_TOKEN_SECRET_LEN {
+                return Err(format!(
+                    "too short ({} bytes): an HS256 secret needs at least {} (e.g. `openssl rand -base64 32`)",
+                    v.len(),
+                    crate::auth::MIN_TOKEN_SECRET_LEN
+                ));
+            }
             c.auth.token_secret = non_empty_secret(v)?;
+            Ok(())
+        };
+    "token-audience", CORECAST_TOKEN_AUDIENCE, "AUD", -,
+        "with --token-secret: tokens must carry this `aud` (a string, or in a list) (default: not checked)"
+        => |c, v| {
+            c.auth.token_audience = Some(v.to_string()).filter(|a| !a.is_empty());
+            Ok(())
+        };
+    "token-issuer", CORECAST_TOKEN_ISSUER, "ISS", -,
+        "with --token-secret: tokens must carry this `iss` (default: not checked)"
+        => |c, v| {
+            c.auth.token_issuer = Some(v.to_string()).filter(|a| !a.is_empty());
             Ok(())
         };
     "allowed-origins", CORECAST_ALLOWED_ORIGINS, "LIST", -,

@@ -92,7 +92,13 @@ pub enum CloseReason {
     Shutdown,
     /// The server cannot take the peer's messages now (publish buffer full).
     Overloaded,
+    /// The connection's token expired (close 4001).
+    TokenExpired,
 }
+
+/// Close code sent when a connection's token expires without a refresh
+/// (the 4000-4999 range is for applications, RFC 6455 7.4.2).
+pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
 
 /// What a connection's writer should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +137,10 @@ pub struct Conn {
     /// Coarse time (ms) the current deadline started (request head, close).
     since_ms: u64,
     ping_outstanding: bool,
+    /// Coarse time (ms) the connection's token expires (0 = no token):
+    /// the sweep closes it with [`CLOSE_TOKEN_EXPIRED`] then, so expiry
+    /// costs no timer per connection.
+    token_expires_ms: u64,
     /// A deadline already fired; the edge is tearing it down.
     expired: bool,
     /// When the oldest frame now in `queue` was published (ns since the
@@ -380,6 +390,7 @@ impl Hub {
             last_recv_ms: now,
             since_ms: now,
             ping_outstanding: false,
+            token_expires_ms: 0,
             expired: false,
             queued_since_ns: 0,
             batch_since_ns: 0,
@@ -405,6 +416,14 @@ impl Hub {
             c.kind = kind;
             c.last_recv_ms = now;
             self.stats.websockets_opened += 1;
+        }
+    }
+
+    /// Sets (or, after a refresh, moves) when `id`'s token expires, in the
+    /// hub's coarse milliseconds; 0 = never.
+    pub fn set_token_expiry(&mut self, id: ConnId, at_ms: u64) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.token_expires_ms = at_ms;
         }
     }
 
@@ -883,9 +902,16 @@ impl Hub {
         let first = expired.len();
         // One ping frame shared by every connection pinged in this sweep.
         let ping = encode_server_frame(OpCode::Ping, b"");
+        // Connections whose token expired (allocates only when one did).
+        let mut token_expired = Vec::new();
         for (id, conn) in conns.iter_mut() {
             if conn.expired {
                 continue;
+            }
+            let token_due = conn.token_expires_ms != 0 && now >= conn.token_expires_ms;
+            if token_due && conn.state == ConnState::Open && conn.kind != ConnKind::Http {
+                conn.token_expires_ms = 0;
+                token_expired.push(id);
             }
             if let Some(why) = deadline_passed(conn, l, now) {
                 conn.expired = true;
@@ -913,6 +939,15 @@ impl Hub {
                 Expired::Idle => stats.idle_timeouts += 1,
                 Expired::Close => stats.close_timeouts += 1,
             }
+        }
+        stats.token_expirations += token_expired.len() as u64;
+        for id in token_expired {
+            self.close(
+                id,
+                CLOSE_TOKEN_EXPIRED,
+                "token expired",
+                CloseReason::TokenExpired,
+            );
         }
     }
 }

@@ -7,14 +7,14 @@ use std::future::poll_fn;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use monoio::io::AsyncWriteRent;
 use monoio::net::tcp::TcpOwnedWriteHalf;
 use monoio::net::TcpStream;
 
-use crate::auth::{Grants, TokenBucket};
+use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
 use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
@@ -34,6 +34,10 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     {
         let mut hub = w.hub.borrow_mut();
         hub.upgrade(id, kind);
+        if let Some(exp) = grants.expires() {
+            let at = token_deadline(hub.now_ms(), exp);
+            hub.set_token_expiry(id, at);
+        }
         if let Some(c) = channel.as_deref().filter(|c| c.starts_with('!')) {
             hub.subscribe_internal(id, c);
         } else if let Some(c) = &channel {
@@ -66,6 +70,15 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     }
     let _ = writer.await;
     drop(rd);
+}
+
+/// The hub's coarse time at which a token with `exp` (seconds since the
+/// epoch) expires; the sweep closes the connection then.
+fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    hub_now_ms + exp.saturating_mul(1000).saturating_sub(now_ms).max(1)
 }
 
 /// What draining the read buffer came to.
@@ -202,7 +215,7 @@ impl WsReader<'_> {
         let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {
             let who = (self.id, self.serial, &self.grants);
-            return on_control(hub, redis, who, opcode, &payload);
+            return on_control(hub, redis, &self.w.cfg.auth, who, opcode, &payload);
         };
         if !self.grants.may_publish(c) {
             hub.stats.publish_forbidden += 1;
@@ -238,6 +251,7 @@ impl WsReader<'_> {
 fn on_control(
     hub: &mut Hub,
     redis: Option<&RedisLink>,
+    auth: &AuthConfig,
     (id, serial, grants): (ConnId, u64, &Grants),
     opcode: OpCode,
     payload: &[u8],
@@ -256,6 +270,7 @@ fn on_control(
     };
     let idv = env.id.as_deref();
     let reply = match env.request {
+        control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
         control::Request::Subscribe { channel } if !grants.may_subscribe(&channel) => {
             Some(forbidden(idv))
         }
@@ -304,6 +319,39 @@ fn on_control(
     };
     if let Some(frame) = reply {
         hub.send_to(id, frame);
+    }
+}
+
+/// `{"op":"refresh"}`: a valid token for the same channels moves the
+/// connection's expiry; anything else is refused and the old expiry stands.
+fn refresh(
+    hub: &mut Hub,
+    auth: &AuthConfig,
+    id: ConnId,
+    grants: &Grants,
+    token: &str,
+    idv: Option<&serde_json::value::RawValue>,
+) -> Bytes {
+    let (Some(secret), Grants::Token(current)) = (&auth.token_secret, grants) else {
+        let msg = "this connection holds no token to refresh";
+        return control::error(ErrorCode::BadRequest, msg, idv);
+    };
+    match auth.verify(token.as_bytes(), secret) {
+        Ok(Grants::Token(new)) if new.same_channels(current) => {
+            let at = token_deadline(hub.now_ms(), new.exp);
+            hub.set_token_expiry(id, at);
+            hub.stats.token_refreshes += 1;
+            control::refreshed(new.exp, idv)
+        }
+        Ok(_) => {
+            hub.stats.auth_failures += 1;
+            let msg = "a refresh token must grant the same channels";
+            control::error(ErrorCode::InvalidToken, msg, idv)
+        }
+        Err(e) => {
+            hub.stats.auth_failures += 1;
+            control::error(ErrorCode::InvalidToken, e.message(), idv)
+        }
     }
 }
 
