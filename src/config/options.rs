@@ -21,6 +21,13 @@ pub struct OptionSpec {
     pub(super) set: fn(&mut Config, &str) -> Result<(), String>,
 }
 
+impl OptionSpec {
+    /// Whether the value is a secret, never to be shown in errors or logs.
+    pub fn is_secret(&self) -> bool {
+        matches!(self.value, "SECRET" | "TOKEN")
+    }
+}
+
 /// One table entry: `"flag", ENV_VAR, "PLACEHOLDER", "default" (or `-`
 /// for none), "help" => setter;`.
 macro_rules! options {
