@@ -211,6 +211,18 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_refusal_logs_suppressed_total",
+        "Refusal log lines suppressed by the per-kind rate limit.",
+        s.refusal_logs_suppressed,
+    );
+    counter(
+        &mut o,
+        "corecast_cache_purge_refused_total",
+        "POST /cache/purge refused for a missing or wrong token.",
+        snap.cache.purge_refused,
+    );
+    counter(
+        &mut o,
         "corecast_token_expirations_total",
         "WebSockets closed with 4001 when their token expired.",
         s.token_expirations,

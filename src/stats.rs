@@ -78,6 +78,10 @@ pub struct Stats {
     pub token_expirations: u64,
     /// Successful `{"op":"refresh"}` token refreshes.
     pub token_refreshes: u64,
+    /// Refusal log lines (bad purge tokens, refused upgrades, bad publish
+    /// keys) not written because one of their kind was written within the
+    /// last 10 s (`log::refused`).
+    pub refusal_logs_suppressed: u64,
     /// Vectored writes issued.
     pub writes: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
@@ -162,6 +166,9 @@ pub struct CacheStats {
     /// Keys removed by `POST /cache/purge`.
     #[serde(rename = "cache_purged")]
     pub purged: u64,
+    /// `POST /cache/purge` refused for a missing or wrong token.
+    #[serde(rename = "cache_purge_refused")]
+    pub purge_refused: u64,
 }
 
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.

@@ -362,3 +362,49 @@ async fn nbf_audience_and_issuer_are_enforced_at_the_upgrade() {
         assert_eq!(got, *want, "case {i}");
     }
 }
+
+/// Issue 12 item 7: 1,000 wrong purge tokens, 1,000 refused upgrades and
+/// 1,000 wrong publish keys write a bounded number of log lines (one per
+/// kind per 10 s, with the number suppressed), and are all counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_writes_a_bounded_number_of_log_lines() {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let srv = BinServer::spawn(&[
+        "--log-level",
+        "info",
+        "--origin",
+        "http://127.0.0.1:9",
+        "--cache-purge-token",
+        "purge-t0ken",
+        "--publish-key",
+        "k3y",
+        "--token-secret",
+        secret,
+    ]);
+    let a = srv.addr;
+    for _ in 0..1000 {
+        let purge = "POST /cache/purge HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n\
+                     Content-Length: 2\r\n\r\n{}";
+        assert_eq!(http_raw(a, purge.as_bytes()).await.status, 401);
+        assert_eq!(upgrade_status(a, "/ws/c?token=bad", "").await, 401);
+        let publish = "POST /publish/c HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3z\r\n\
+                       Content-Length: 2\r\n\r\nhi";
+        assert_eq!(http_raw(a, publish.as_bytes()).await.status, 401);
+    }
+    let s = stats(a).await;
+    assert_eq!(counter(&s, "cache_purge_refused"), 1000, "{s}");
+    assert_eq!(counter(&s, "auth_failures"), 2000, "{s}");
+    let suppressed = counter(&s, "refusal_logs_suppressed");
+    let lines = srv.stop_and_collect();
+    let refusals: Vec<&String> = lines.iter().filter(|l| l.contains("refused")).collect();
+    // One line per kind, or two if the run straddled a 10 s interval.
+    assert!(
+        (3..=6).contains(&refusals.len()),
+        "{} refusal lines: {refusals:#?}",
+        refusals.len()
+    );
+    assert_eq!(suppressed + refusals.len() as u64, 3000, "{s}");
+    assert!(lines
+        .iter()
+        .all(|l| !l.contains("nope") && !l.contains("k3z")));
+}

@@ -137,6 +137,7 @@ async fn serve(
         Route::Publish(channel) => {
             if let Err((status, message)) = auth::authorize_publish(&w.cfg.auth, req) {
                 w.hub.borrow_mut().stats.auth_failures += 1;
+                log::refused(log::Refusal::PublishKey, "publish refused", message);
                 reply_error(sock, &HttpError { status, message }, false).await?;
                 return Ok(Next::Close);
             }

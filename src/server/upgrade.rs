@@ -47,13 +47,7 @@ pub async fn upgrade(
         Ok(g) => g,
         Err((status, message)) => {
             w.hub.borrow_mut().stats.auth_failures += 1;
-            log!(
-                Debug,
-                "upgrade refused",
-                conn = id,
-                status = status,
-                reason = message
-            );
+            log::refused(log::Refusal::Upgrade, "upgrade refused", message);
             refuse(sock, &HttpError { status, message }).await?;
             return Ok(None);
         }
