@@ -408,3 +408,33 @@ async fn a_flood_of_refusals_writes_a_bounded_number_of_log_lines() {
         .iter()
         .all(|l| !l.contains("nope") && !l.contains("k3z")));
 }
+
+/// Issue 12 item 9: with `--admin-listen`, the admin routes are served
+/// only there; the public listener answers them 404 and the admin one
+/// serves nothing public.
+#[tokio::test]
+async fn admin_routes_move_to_the_admin_listener() {
+    let srv = TestServer::start(|c| c.admin_listen = Some("127.0.0.1:0".parse().unwrap()));
+    let (public, admin) = (srv.addr, srv.admin.expect("admin listener"));
+    assert_ne!(public, admin);
+    for path in ["/stats", "/metrics", "/status"] {
+        assert_eq!(get(public, path).await.status, 404, "public {path}");
+        assert_eq!(get(admin, path).await.status, 200, "admin {path}");
+    }
+    assert_eq!(upgrade_status(public, "/status/ws", "").await, 404);
+    assert_eq!(upgrade_status(admin, "/status/ws", "").await, 101);
+    // The public surface stays public, and only there.
+    assert_eq!(upgrade_status(public, "/ws/c", "").await, 101);
+    assert_eq!(upgrade_status(admin, "/ws/c", "").await, 404);
+    let publish = post_request("/publish/c", b"hi", false);
+    assert_eq!(http_raw(public, &publish).await.status, 200);
+    assert_eq!(http_raw(admin, &publish).await.status, 404);
+    for probe in ["/healthz", "/readyz"] {
+        assert_eq!(get(public, probe).await.status, 200);
+        assert_eq!(get(admin, probe).await.status, 200);
+    }
+    // Without --admin-listen, everything stays on the one listener.
+    let one = TestServer::start(|_| {});
+    assert!(one.admin.is_none());
+    assert_eq!(get(one.addr, "/metrics").await.status, 200);
+}

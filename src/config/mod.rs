@@ -28,6 +28,9 @@ pub use options::{help_text, markdown_table, parse_duration, parse_size, OptionS
 pub struct Config {
     /// Address to listen on.
     pub listen: SocketAddr,
+    /// Separate address for `/stats`, `/metrics`, `/status`, `/status/ws`
+    /// (None = served on `listen`).
+    pub admin_listen: Option<SocketAddr>,
     /// CPU to pin the worker to; `None` = the first CPU the process may use.
     pub cpu: Option<usize>,
     /// Channel served at `GET /` upgrades, if any.
@@ -82,6 +85,7 @@ impl Default for Config {
     fn default() -> Self {
         let mut cfg = Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin_listen: None,
             cpu: None,
             root_channel: None,
             ws: crate::ws::Limits::default(),

@@ -54,6 +54,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.listen = v.parse().map_err(|e| format!("{e}"))?;
             Ok(())
         };
+    "admin-listen", CORECAST_ADMIN_LISTEN, "ADDR", -,
+        "serve /stats, /metrics, /status and /status/ws only on this address (plus /healthz and /readyz); the main listener then answers them 404 (default: on --listen)"
+        => |c, v| {
+            c.admin_listen = Some(v.parse().map_err(|e| format!("{e}"))?);
+            Ok(())
+        };
     "cpu", CORECAST_CPU, "N", -,
         "CPU to pin the worker to (default: first CPU the process may use)"
         => |c, v| {

@@ -22,7 +22,7 @@ use crate::server::{endpoints, publish, ws_conn};
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
 /// short-lived phases are boxed; see the size test).
-pub async fn handle(w: Rc<Worker>, mut sock: Sock) {
+pub async fn handle(w: Rc<Worker>, mut sock: Sock, role: Listener) {
     let fd = sock.stream().as_raw_fd();
     let registered = w.hub.borrow_mut().register(fd);
     let Some(id) = registered else {
@@ -40,12 +40,38 @@ pub async fn handle(w: Rc<Worker>, mut sock: Sock) {
     let mut buf = BytesMut::new();
     // Boxed: the HTTP phase (with the cache and publish paths) is large and
     // short-lived; inline it would size every WebSocket's task for it.
-    match Box::pin(http_phase(&w, &mut sock, id, &mut buf)).await {
+    match Box::pin(http_phase(&w, &mut sock, (id, role), &mut buf)).await {
         Ok(Some(up)) => ws_conn::websocket(&w, sock, id, up, buf).await,
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }
     w.hub.borrow_mut().remove(id);
+}
+
+/// Which listener accepted a connection: with `--admin-listen`, the admin
+/// routes are served only on the admin one, and it serves nothing else
+/// but the probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--listen`.
+    Public,
+    /// `--admin-listen`.
+    Admin,
+}
+
+impl Listener {
+    /// Whether this listener serves `route` (`split`: `--admin-listen` set).
+    fn serves(self, split: bool, route: &Route<'_>) -> bool {
+        let admin = matches!(
+            route,
+            Route::Stats | Route::Metrics | Route::Status | Route::StatusWs
+        );
+        match self {
+            _ if !split => true,
+            Listener::Public => !admin,
+            Listener::Admin => admin || matches!(route, Route::Healthz | Route::Readyz),
+        }
+    }
 }
 
 /// What to do after a request was answered.
@@ -63,7 +89,7 @@ enum Next {
 async fn http_phase(
     w: &Rc<Worker>,
     sock: &mut Sock,
-    id: ConnId,
+    (id, role): (ConnId, Listener),
     buf: &mut BytesMut,
 ) -> io::Result<Option<Upgrade>> {
     loop {
@@ -71,7 +97,7 @@ async fn http_phase(
         let Some(req) = read_head(w, sock, buf).await? else {
             return Ok(None);
         };
-        match serve(w, sock, id, buf, &req).await? {
+        match serve(w, sock, (id, role), buf, &req).await? {
             Next::KeepAlive => {}
             Next::Close => return Ok(None),
             Next::Upgrade(up) => return Ok(Some(up)),
@@ -105,13 +131,23 @@ async fn read_head(
 async fn serve(
     w: &Rc<Worker>,
     sock: &mut Sock,
-    id: ConnId,
+    (id, role): (ConnId, Listener),
     buf: &mut BytesMut,
     req: &http::Request,
 ) -> io::Result<Next> {
     let root = w.cfg.root_channel.as_deref();
     let cache_routes = w.cache.as_ref().map(|c| c.routes());
-    let route = http::route_with_cache(req.method, &req.path, root, cache_routes);
+    let split = w.cfg.admin_listen.is_some();
+    let route = http::route_with_cache(req.method, &req.path, root, cache_routes).and_then(|r| {
+        if role.serves(split, &r) {
+            Ok(r)
+        } else {
+            Err(HttpError {
+                status: 404,
+                message: "not found",
+            })
+        }
+    });
     // The cache re-reads the head (query, Vary'd headers); only its
     // routes pay for the copy.
     let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge))
@@ -254,7 +290,7 @@ mod tests {
             server.set_nonblocking(true).unwrap();
             let stream = TcpStream::from_std(server).unwrap();
             let w = Worker::new(Config::default());
-            let conn = handle(w.clone(), Sock::new(stream));
+            let conn = handle(w.clone(), Sock::new(stream), Listener::Public);
             let size = std::mem::size_of_val(&conn);
             eprintln!("connection task future: {size} bytes");
             assert!(size <= 1000, "connection task future is {size} bytes");

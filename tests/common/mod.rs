@@ -39,6 +39,8 @@ pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 pub struct TestServer {
     server: Option<Server>,
     pub addr: SocketAddr,
+    /// The `--admin-listen` address, when one was configured.
+    pub admin: Option<SocketAddr>,
 }
 
 impl TestServer {
@@ -54,9 +56,11 @@ impl TestServer {
         tweak(&mut cfg);
         let server = Server::start(cfg).expect("server starts");
         let addr = server.local_addr();
+        let admin = server.admin_addr();
         TestServer {
             server: Some(server),
             addr,
+            admin,
         }
     }
 
@@ -771,7 +775,7 @@ impl BinServer {
 
     /// Stops the process gracefully (SIGTERM) and returns every line it
     /// logged from now to its exit: a complete, deterministic capture.
-    pub fn stop_and_collect(mut self) -> Vec<String> {
+    pub fn stop_and_collect(self) -> Vec<String> {
         // SAFETY: kill takes no pointers; the pid is our own live child.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
