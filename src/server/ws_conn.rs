@@ -21,7 +21,9 @@ use crate::log;
 use crate::server::iovec::IoVecs;
 use crate::server::publish::{route_publish, Published};
 use crate::server::redis::RedisLink;
-use crate::server::sock::{read_stream, Sock};
+use crate::server::sock::{
+    drain_close, read_stream, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
+};
 use crate::server::sys;
 use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
@@ -69,6 +71,13 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         w.hub.borrow_mut().abort(id);
     }
     let _ = writer.await;
+    if matches!(outcome, ReadEnd::Failed) {
+        // Our close frame is queued in the kernel; closing now with the
+        // peer's unread bytes would send an RST and lose it.
+        let drain = drain_close(read_stream, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME);
+        // Boxed: its buffer would otherwise enlarge every connection's task.
+        Box::pin(drain).await;
+    }
     drop(rd);
 }
 
