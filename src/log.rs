@@ -208,6 +208,8 @@ pub enum Refusal {
     Upgrade,
     /// `POST /publish` with a missing or wrong publish key.
     PublishKey,
+    /// A connection or handshake over a per-IP limit.
+    PerIp,
 }
 
 /// Interval of [`refused`] lines per kind.
@@ -217,8 +219,8 @@ thread_local! {
     /// Per worker thread (each worker owns its limiters, no locks):
     /// limiters by [`Refusal`] kind, lines suppressed in total, and the
     /// clock they run on.
-    static REFUSALS: std::cell::RefCell<([LogLimiter; 3], u64)> = const {
-        std::cell::RefCell::new(([LogLimiter::new(REFUSAL_LOG_INTERVAL_MS); 3], 0))
+    static REFUSALS: std::cell::RefCell<([LogLimiter; 4], u64)> = const {
+        std::cell::RefCell::new(([LogLimiter::new(REFUSAL_LOG_INTERVAL_MS); 4], 0))
     };
 }
 

@@ -217,6 +217,24 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_per_ip_connections_rejected_total",
+        "Connections refused at --max-connections-per-ip.",
+        s.per_ip_connections_rejected,
+    );
+    counter(
+        &mut o,
+        "corecast_per_ip_handshakes_limited_total",
+        "Upgrades refused over --handshake-rate-per-ip.",
+        s.per_ip_handshakes_limited,
+    );
+    gauge(
+        &mut o,
+        "corecast_per_ip_tracked",
+        "Client addresses tracked by the per-IP limits.",
+        s.per_ip_tracked,
+    );
+    counter(
+        &mut o,
         "corecast_cache_purge_refused_total",
         "POST /cache/purge refused for a missing or wrong token.",
         snap.cache.purge_refused,

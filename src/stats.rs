@@ -82,6 +82,12 @@ pub struct Stats {
     /// keys) not written because one of their kind was written within the
     /// last 10 s (`log::refused`).
     pub refusal_logs_suppressed: u64,
+    /// Connections refused (503) at `--max-connections-per-ip`.
+    pub per_ip_connections_rejected: u64,
+    /// Upgrades refused (429) over `--handshake-rate-per-ip`.
+    pub per_ip_handshakes_limited: u64,
+    /// Client addresses tracked by the per-IP limits (gauge).
+    pub per_ip_tracked: u64,
     /// Vectored writes issued.
     pub writes: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).

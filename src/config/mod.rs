@@ -65,6 +65,8 @@ pub struct Config {
     pub log_level: Level,
     /// Who may publish and subscribe.
     pub auth: crate::auth::AuthConfig,
+    /// Per-client-address limits.
+    pub peers: crate::peers::PeerConfig,
     /// Outbound bytes queued across all connections of the worker.
     pub max_total_outbound: usize,
     /// Record the fan-out delay histogram (`/metrics`, status page).
@@ -103,6 +105,7 @@ impl Default for Config {
             force_legacy_driver: false,
             log_level: Level::Info,
             auth: Default::default(),
+            peers: Default::default(),
             max_total_outbound: 0,
             latency_histograms: false,
             fanout_window: 0,

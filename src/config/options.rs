@@ -106,6 +106,31 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "max-connections", CORECAST_MAX_CONNECTIONS, "N", "50000",
         "most simultaneous connections; more get 503"
         => |c, v| set_num(&mut c.max_connections, v);
+    "max-connections-per-ip", CORECAST_MAX_CONNECTIONS_PER_IP, "N", "256",
+        "most simultaneous connections from one client address; more get 503 (0 = unlimited)"
+        => |c, v| set_num(&mut c.peers.max_connections_per_ip, v);
+    "handshake-rate-per-ip", CORECAST_HANDSHAKE_RATE_PER_IP, "RATE[:BURST]", "50:100",
+        "WebSocket handshakes per second one client address may start (burst: BURST, default 2 × RATE); faster ones get 429 (0 = unlimited)"
+        => |c, v| {
+            let (rate, burst) = match v.split_once(':') {
+                Some((r, b)) => (r, Some(b)),
+                None => (v, None),
+            };
+            let rate: u32 = rate.trim().parse().map_err(|e| format!("{e}"))?;
+            let burst = match burst {
+                Some(b) => b.trim().parse().map_err(|e| format!("{e}"))?,
+                None => rate.saturating_mul(2),
+            };
+            c.peers.handshake_rate = rate;
+            c.peers.handshake_burst = burst;
+            Ok(())
+        };
+    "per-ip-exempt", CORECAST_PER_IP_EXEMPT, "LIST", "127.0.0.0/8,::1",
+        "comma-separated addresses or CIDR ranges the per-IP limits do not apply to (empty = nobody; behind a proxy, list the proxy only if it is the sole client)"
+        => |c, v| {
+            c.peers.exempt = crate::peers::parse_nets(v)?;
+            Ok(())
+        };
     "max-subscriptions", CORECAST_MAX_SUBSCRIPTIONS, "N", "64",
         "most channels one connection may subscribe to"
         => |c, v| set_num(&mut c.max_subscriptions, v);

@@ -268,8 +268,9 @@ async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener, role: Li
     let mut last_warn: Option<Instant> = None;
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                monoio::spawn(http_conn::handle(w.clone(), Sock::new(stream), role));
+            Ok((stream, peer)) => {
+                let ctx = http_conn::ConnCtx::new(role, peer.ip());
+                monoio::spawn(http_conn::handle(w.clone(), Sock::new(stream), ctx));
             }
             Err(e) if is_fd_exhaustion(&e) => {
                 // Out of descriptors: back off instead of spinning, and log
@@ -302,6 +303,8 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
         monoio::time::sleep(TICK).await;
         if tick % 10 == 0 {
             endpoints::publish_status(&w, &mut status_prev);
+            let now = w.now_ms();
+            w.peers.borrow_mut().evict_idle(now, crate::peers::IDLE_MS);
         }
         {
             let now = Instant::now();

@@ -14,6 +14,7 @@ use monoio::net::TcpStream;
 
 use crate::config::Config;
 use crate::hub::Hub;
+use crate::peers::Peers;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::sock;
@@ -33,6 +34,8 @@ pub struct Worker {
     pub redis: Option<Rc<RedisLink>>,
     /// The HTTP cache, when `--origin` is set.
     pub cache: Option<Rc<CacheEdge>>,
+    /// Per-client-address limits.
+    pub peers: RefCell<Peers>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -45,6 +48,7 @@ impl Worker {
             hub: RefCell::new(Hub::new((&cfg).into())),
             cache: CacheEdge::new(&cfg, redis.clone()),
             redis,
+            peers: RefCell::new(Peers::new(cfg.peers.clone())),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -80,6 +84,7 @@ impl Worker {
         let hub = self.hub.borrow();
         let mut worker = hub.stats.clone();
         worker.refusal_logs_suppressed = crate::log::refusals_suppressed();
+        worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
         Snapshot {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
