@@ -303,6 +303,20 @@ pub fn sign_token(claims_json: &str, secret: &[u8]) -> String {
     token
 }
 
+/// When a token with `exp` (seconds since the epoch) expires, on a clock
+/// that reads `clock_now_ms` now; `unix_now_ms` is the wall clock now.
+/// At least 1 ms from now, so 0 can keep meaning "never".
+pub fn token_deadline_ms(clock_now_ms: u64, exp: u64, unix_now_ms: u64) -> u64 {
+    clock_now_ms + exp.saturating_mul(1000).saturating_sub(unix_now_ms).max(1)
+}
+
+/// Milliseconds since the epoch.
+pub fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Seconds since the epoch, for token expiry.
 pub fn unix_now() -> u64 {
     SystemTime::now()

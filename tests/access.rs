@@ -290,6 +290,7 @@ async fn an_expired_token_closes_its_connection_unless_refreshed() {
     let mut path = ws_connect(a, &format!("/ws/room?token={}", short(grants))).await;
     let mut plain = ws_connect(a, &format!("/ws?token={}", short(grants))).await;
     let mut refreshed = ws_connect(a, &format!("/ws?token={}", short(grants))).await;
+    let mut status = ws_connect(a, &format!("/status/ws?token={}", short(grants))).await;
     // A refresh must keep the channels: a wider token is refused.
     let wider = valid(r#"["*"]"#, r#"["*"]"#);
     let req = format!(r#"{{"op":"refresh","token":"{wider}","id":1}}"#);
@@ -321,12 +322,21 @@ async fn an_expired_token_closes_its_connection_unless_refreshed() {
         within_for(limit, "json close", expect_close(&mut plain)).await,
         4001
     );
+    // The read-only status feed too (it may get a sample or two first).
+    let status_close = async {
+        loop {
+            if let Message::Close(f) = next_msg(&mut status).await {
+                return f.map_or(1005, |f| u16::from(f.code));
+            }
+        }
+    };
+    assert_eq!(within_for(limit, "status close", status_close).await, 4001);
     // The refreshed one outlived its first token.
     let sub = r#"{"op":"subscribe","channel":"room","id":4}"#;
     refreshed.send(Message::text(sub)).await.unwrap();
     assert_eq!(next_json(&mut refreshed).await["type"], "subscribed");
     let s = stats(a).await;
-    assert_eq!(counter(&s, "token_expirations"), 2, "{s}");
+    assert_eq!(counter(&s, "token_expirations"), 3, "{s}");
     assert_eq!(counter(&s, "token_refreshes"), 1, "{s}");
 }
 

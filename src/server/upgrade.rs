@@ -60,7 +60,15 @@ pub async fn upgrade(
         channel.as_deref()
     };
     let grants = match auth::authorize_upgrade(&w.cfg.auth, req, checked) {
-        Ok(_) if status_feed => Grants::read_only(),
+        Ok(g) if status_feed => {
+            // Read-only whatever the token grants, but not beyond its exp.
+            if let Some(exp) = g.expires() {
+                let mut hub = w.hub.borrow_mut();
+                let at = auth::token_deadline_ms(hub.now_ms(), exp, auth::unix_now_ms());
+                hub.set_token_expiry(id, at);
+            }
+            Grants::read_only()
+        }
         Ok(g) => g,
         Err((status, message)) => {
             w.hub.borrow_mut().stats.auth_failures += 1;

@@ -7,7 +7,7 @@ use std::future::poll_fn;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use monoio::io::AsyncWriteRent;
@@ -36,6 +36,8 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     {
         let mut hub = w.hub.borrow_mut();
         hub.upgrade(id, kind);
+        // The status feed's grants are read-only; its token's expiry was
+        // recorded at the upgrade.
         if let Some(exp) = grants.expires() {
             let at = token_deadline(hub.now_ms(), exp);
             hub.set_token_expiry(id, at);
@@ -83,11 +85,8 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
 
 /// The hub's coarse time at which a token with `exp` (seconds since the
 /// epoch) expires; the sweep closes the connection then.
-fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    hub_now_ms + exp.saturating_mul(1000).saturating_sub(now_ms).max(1)
+pub(super) fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
+    crate::auth::token_deadline_ms(hub_now_ms, exp, crate::auth::unix_now_ms())
 }
 
 /// What draining the read buffer came to.
