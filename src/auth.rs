@@ -19,6 +19,9 @@ use crate::secret::Secret;
 pub const MAX_TOKEN_LEN: usize = 4096;
 /// Most channel patterns in one token.
 pub const MAX_PATTERNS: usize = 64;
+/// Shortest `--token-secret` accepted: HS256 keys shorter than the hash
+/// (32 bytes) are weaker than the algorithm (RFC 7518 3.2).
+pub const MIN_TOKEN_SECRET_LEN: usize = 32;
 
 /// Constant-time equality of two secrets (time depends on lengths only).
 pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {
@@ -50,17 +53,33 @@ pub enum TokenError {
     BadSignature,
     /// `exp` is missing or in the past.
     Expired,
+    /// `nbf` is in the future.
+    NotYetValid,
+    /// `--token-audience` is set and `aud` does not name it.
+    WrongAudience,
+    /// `--token-issuer` is set and `iss` is not it.
+    WrongIssuer,
 }
 
-impl fmt::Display for TokenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl TokenError {
+    /// The short reason sent with the 401 (never the token itself).
+    pub fn message(self) -> &'static str {
+        match self {
             TokenError::Missing => "missing token",
             TokenError::Malformed => "malformed token",
             TokenError::UnsupportedAlgorithm => "token algorithm must be HS256",
             TokenError::BadSignature => "invalid token signature",
             TokenError::Expired => "token expired or without exp",
-        })
+            TokenError::NotYetValid => "token not valid yet (nbf)",
+            TokenError::WrongAudience => "token audience does not match",
+            TokenError::WrongIssuer => "token issuer does not match",
+        }
+    }
+}
+
+impl fmt::Display for TokenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
     }
 }
 
@@ -83,8 +102,19 @@ pub enum Grants {
 pub struct TokenGrants {
     /// Who the token was issued to (`sub`), for logs.
     pub subject: Option<String>,
+    /// When the token expires (seconds since the epoch): the connection is
+    /// closed with 4001 then unless it refreshed its token.
+    pub exp: u64,
     subscribe: Vec<String>,
     publish: Vec<String>,
+}
+
+impl TokenGrants {
+    /// Whether `other` grants exactly the same channels (a refresh may
+    /// extend a connection's life, never widen or narrow what it may do).
+    pub fn same_channels(&self, other: &TokenGrants) -> bool {
+        self.subscribe == other.subscribe && self.publish == other.publish
+    }
 }
 
 impl Grants {
@@ -96,6 +126,14 @@ impl Grants {
     /// Nothing may be published (the status feed).
     pub fn read_only() -> Grants {
         Grants::ReadOnly
+    }
+
+    /// The token's `exp`, if a token was used.
+    pub fn expires(&self) -> Option<u64> {
+        match self {
+            Grants::Token(t) => Some(t.exp),
+            _ => None,
+        }
     }
 
     /// Who the token was issued to, if a token was used.
@@ -138,9 +176,29 @@ struct Header<'a> {
     alg: &'a str,
 }
 
+/// `aud` is a string or an array of strings (RFC 7519 4.1.3).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Audience {
+    fn names(&self, wanted: &str) -> bool {
+        match self {
+            Audience::One(a) => a == wanted,
+            Audience::Many(list) => list.iter().any(|a| a == wanted),
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Claims {
     exp: Option<u64>,
+    nbf: Option<u64>,
+    aud: Option<Audience>,
+    iss: Option<String>,
     sub: Option<String>,
     #[serde(default)]
     subscribe: Vec<String>,
@@ -148,10 +206,30 @@ struct Claims {
     publish: Vec<String>,
 }
 
+/// What a token's registered claims must say besides `exp`/`nbf`
+/// (`--token-audience`, `--token-issuer`; `None` = not checked).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Expected<'a> {
+    /// `aud` must be (or list) this.
+    pub audience: Option<&'a str>,
+    /// `iss` must be this.
+    pub issuer: Option<&'a str>,
+}
+
 /// Verifies a JWT (HS256) against `secret` at time `now` (seconds since
-/// the epoch). Claims: `exp` (required), `sub`, `subscribe` and `publish`
-/// (lists of channel patterns).
+/// the epoch). Claims: `exp` (required), `nbf`, `sub`, `subscribe` and
+/// `publish` (lists of channel patterns); `aud` and `iss` are not checked.
 pub fn verify_token(token: &[u8], secret: &[u8], now: u64) -> Result<Grants, TokenError> {
+    verify_token_for(token, secret, now, Expected::default())
+}
+
+/// [`verify_token`], also checking `aud` and `iss` against `expected`.
+pub fn verify_token_for(
+    token: &[u8],
+    secret: &[u8],
+    now: u64,
+    expected: Expected<'_>,
+) -> Result<Grants, TokenError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(TokenError::Malformed);
     }
@@ -174,14 +252,29 @@ pub fn verify_token(token: &[u8], secret: &[u8], now: u64) -> Result<Grants, Tok
     mac.verify_slice(&signature)
         .map_err(|_| TokenError::BadSignature)?;
     let claims: Claims = serde_json::from_slice(&b64(c)?).map_err(|_| TokenError::Malformed)?;
-    if claims.exp.is_none_or(|exp| exp <= now) {
-        return Err(TokenError::Expired);
+    let exp = match claims.exp {
+        Some(exp) if exp > now => exp,
+        _ => return Err(TokenError::Expired),
+    };
+    if claims.nbf.is_some_and(|nbf| nbf > now) {
+        return Err(TokenError::NotYetValid);
+    }
+    if let Some(want) = expected.audience {
+        if !claims.aud.is_some_and(|a| a.names(want)) {
+            return Err(TokenError::WrongAudience);
+        }
+    }
+    if let Some(want) = expected.issuer {
+        if claims.iss.as_deref() != Some(want) {
+            return Err(TokenError::WrongIssuer);
+        }
     }
     if claims.subscribe.len() + claims.publish.len() > MAX_PATTERNS {
         return Err(TokenError::Malformed);
     }
     Ok(Grants::Token(Box::new(TokenGrants {
         subject: claims.sub,
+        exp,
         subscribe: claims.subscribe,
         publish: claims.publish,
     })))
@@ -208,6 +301,20 @@ pub fn sign_token(claims_json: &str, secret: &[u8]) -> String {
     token.push('.');
     token.push_str(&sig);
     token
+}
+
+/// When a token with `exp` (seconds since the epoch) expires, on a clock
+/// that reads `clock_now_ms` now; `unix_now_ms` is the wall clock now.
+/// At least 1 ms from now, so 0 can keep meaning "never".
+pub fn token_deadline_ms(clock_now_ms: u64, exp: u64, unix_now_ms: u64) -> u64 {
+    clock_now_ms + exp.saturating_mul(1000).saturating_sub(unix_now_ms).max(1)
+}
+
+/// Milliseconds since the epoch.
+pub fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Seconds since the epoch, for token expiry.
@@ -278,9 +385,6 @@ impl TokenBucket {
 /// Why an upgrade or request is refused: status and a short reason.
 pub type Refusal = (u16, &'static str);
 
-/// Checks a WebSocket upgrade against the `Origin` allow-list and, when a
-/// token secret is configured, the connection token (from `?token=` or
-/// `Authorization: Bearer`); `channel` is the channel of a `/ws/{channel}`
 /// Who may publish and subscribe (`--publish-key`, `--token-secret`,
 /// `--allowed-origins`, `--publish-rate`), owned by this layer.
 #[derive(Debug, Clone, Default)]
@@ -289,13 +393,21 @@ pub struct AuthConfig {
     pub publish_key: Option<Secret>,
     /// HS256 secret of connection tokens (None = no token required).
     pub token_secret: Option<Secret>,
+    /// `aud` every token must carry (None = not checked).
+    pub token_audience: Option<String>,
+    /// `iss` every token must carry (None = not checked).
+    pub token_issuer: Option<String>,
     /// Browser origins allowed to upgrade (empty = any).
     pub allowed_origins: Vec<String>,
     /// Messages per second one connection may publish (0 = unlimited).
     pub publish_rate: u32,
 }
 
-/// upgrade. Returns what the connection may do.
+/// Checks a WebSocket upgrade against the `Origin` allow-list and, when a
+/// token secret is configured, the connection token (from `?token=` or
+/// `Authorization: Bearer`), else the publish key if one is configured;
+/// `channel` is the channel of a `/ws/{channel}` upgrade. Returns what the
+/// connection may do.
 pub fn authorize_upgrade(
     cfg: &AuthConfig,
     req: &crate::http::Request,
@@ -305,7 +417,10 @@ pub fn authorize_upgrade(
         return Err((403, "origin not allowed"));
     }
     let Some(secret) = &cfg.token_secret else {
-        return Ok(Grants::all());
+        return Ok(match &cfg.publish_key {
+            None => Grants::all(),
+            Some(key) => publisher_grants(key, req)?,
+        });
     };
     let token = req
         .query
@@ -314,16 +429,41 @@ pub fn authorize_upgrade(
         .map(str::as_bytes)
         .or_else(|| req.authorization.as_deref().and_then(bearer))
         .ok_or((401, "missing token"))?;
-    let grants = verify_token(token, secret.0.as_bytes(), unix_now()).map_err(|e| match e {
-        TokenError::Missing => (401, "missing token"),
-        TokenError::Malformed => (401, "malformed token"),
-        TokenError::UnsupportedAlgorithm => (401, "token algorithm must be HS256"),
-        TokenError::BadSignature => (401, "invalid token signature"),
-        TokenError::Expired => (401, "token expired or without exp"),
-    })?;
+    let grants = cfg.verify(token, secret).map_err(|e| (401, e.message()))?;
     match channel {
         Some(c) if !grants.may_subscribe(c) => Err((403, "token does not grant this channel")),
         _ => Ok(grants),
+    }
+}
+
+/// With a publish key and no token secret, a WebSocket may publish only
+/// when it presented the key at the upgrade (`?key=` or `Authorization:
+/// Bearer`); without one it may subscribe only. A wrong key is refused
+/// (401) rather than silently downgraded, so a misconfigured publisher
+/// notices at once.
+fn publisher_grants(key: &Secret, req: &crate::http::Request) -> Result<Grants, Refusal> {
+    let given = req
+        .query
+        .as_deref()
+        .and_then(|q| query_param(q, "key"))
+        .map(str::as_bytes)
+        .or_else(|| req.authorization.as_deref().and_then(bearer));
+    match given {
+        None => Ok(Grants::read_only()),
+        Some(k) if secrets_equal(k, key.0.as_bytes()) => Ok(Grants::all()),
+        Some(_) => Err((401, "invalid publish key")),
+    }
+}
+
+impl AuthConfig {
+    /// Verifies a connection token (at the upgrade or on refresh) with
+    /// every configured check.
+    pub fn verify(&self, token: &[u8], secret: &Secret) -> Result<Grants, TokenError> {
+        let expected = Expected {
+            audience: self.token_audience.as_deref(),
+            issuer: self.token_issuer.as_deref(),
+        };
+        verify_token_for(token, secret.0.as_bytes(), unix_now(), expected)
     }
 }
 
@@ -395,6 +535,57 @@ mod tests {
             verify_token(&[b'a'; MAX_TOKEN_LEN + 1], SECRET, 1),
             Err(TokenError::Malformed)
         );
+    }
+
+    #[test]
+    fn nbf_aud_and_iss_are_checked() {
+        let t = sign_token(r#"{"exp":2000,"nbf":1500,"subscribe":["*"]}"#, SECRET);
+        assert_eq!(
+            verify_token(t.as_bytes(), SECRET, 1000),
+            Err(TokenError::NotYetValid)
+        );
+        assert_eq!(
+            verify_token(t.as_bytes(), SECRET, 1500).unwrap().expires(),
+            Some(2000)
+        );
+        let want = Expected {
+            audience: Some("corecast"),
+            issuer: Some("https://id.example"),
+        };
+        let ok = sign_token(
+            r#"{"exp":2000,"aud":["x","corecast"],"iss":"https://id.example"}"#,
+            SECRET,
+        );
+        assert!(verify_token_for(ok.as_bytes(), SECRET, 1000, want).is_ok());
+        let one = sign_token(
+            r#"{"exp":2000,"aud":"corecast","iss":"https://id.example"}"#,
+            SECRET,
+        );
+        assert!(verify_token_for(one.as_bytes(), SECRET, 1000, want).is_ok());
+        for (claims, err) in [
+            (
+                r#"{"exp":2000,"iss":"https://id.example"}"#,
+                TokenError::WrongAudience,
+            ),
+            (
+                r#"{"exp":2000,"aud":"other","iss":"https://id.example"}"#,
+                TokenError::WrongAudience,
+            ),
+            (r#"{"exp":2000,"aud":"corecast"}"#, TokenError::WrongIssuer),
+            (
+                r#"{"exp":2000,"aud":"corecast","iss":"evil"}"#,
+                TokenError::WrongIssuer,
+            ),
+        ] {
+            let t = sign_token(claims, SECRET);
+            assert_eq!(
+                verify_token_for(t.as_bytes(), SECRET, 1000, want),
+                Err(err),
+                "{claims}"
+            );
+            // Unchecked when not configured.
+            assert!(verify_token(t.as_bytes(), SECRET, 1000).is_ok());
+        }
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub enum Request {
         /// Message bytes (decoded from `data` or `data_base64`).
         payload: Vec<u8>,
     },
+    /// Replace the connection token before it expires (same grants, later
+    /// `exp`).
+    Refresh {
+        /// The new token.
+        token: String,
+    },
 }
 
 /// A request with its optional correlation id (raw JSON, echoed as is).
@@ -77,6 +83,8 @@ pub enum ErrorCode {
     Unavailable,
     /// The connection token does not grant the channel.
     Forbidden,
+    /// A refresh token that is invalid, or grants something else.
+    InvalidToken,
 }
 
 impl ErrorCode {
@@ -90,6 +98,7 @@ impl ErrorCode {
             ErrorCode::BinaryNotSupported => "binary_not_supported",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::InvalidToken => "invalid_token",
         }
     }
 }
@@ -112,6 +121,7 @@ struct Wire<'a> {
     channel: Option<String>,
     data: Option<String>,
     data_base64: Option<&'a str>,
+    token: Option<String>,
     id: Option<Box<RawValue>>,
 }
 
@@ -128,6 +138,15 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
         message: message.to_string(),
         id,
     };
+    if wire.op == Some("refresh") {
+        return match wire.token {
+            Some(token) => Ok(Envelope {
+                request: Request::Refresh { token },
+                id,
+            }),
+            None => Err(fail(ErrorCode::BadRequest, "missing \"token\"", id)),
+        };
+    }
     let Some(channel) = wire.channel else {
         return Err(fail(ErrorCode::BadRequest, "missing \"channel\"", id));
     };
@@ -172,6 +191,8 @@ struct Reply<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    exp: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<&'a RawValue>,
 }
 
@@ -188,6 +209,20 @@ pub fn ack(kind: &str, channel: &str, subscribers: Option<usize>, id: Option<&Ra
         subscribers,
         code: None,
         message: None,
+        exp: None,
+        id,
+    })
+}
+
+/// `{"type":"refreshed","exp":N}`: the connection now lives until `exp`.
+pub fn refreshed(exp: u64, id: Option<&RawValue>) -> Bytes {
+    reply_frame(&Reply {
+        kind: "refreshed",
+        channel: None,
+        subscribers: None,
+        code: None,
+        message: None,
+        exp: Some(exp),
         id,
     })
 }
@@ -200,6 +235,7 @@ pub fn error(code: ErrorCode, message: &str, id: Option<&RawValue>) -> Bytes {
         subscribers: None,
         code: Some(code.as_str()),
         message: Some(message),
+        exp: None,
         id,
     })
 }

@@ -27,6 +27,8 @@
 //!   the sweeper for deadlines and keepalive, graceful shutdown.
 //! - [`auth`]: publish keys, JWT (HS256) connection tokens, `Origin`
 //!   allow-list, token-bucket publish rates (sans-I/O).
+//! - [`peers`]: per-client-address connection and handshake-rate limits
+//!   with a bounded table (sans-I/O).
 //! - [`cache`]: the HTTP response cache in front of `--origin`, sans-I/O —
 //!   `Cache-Control` policy, keys, entry encoding, the LRU memory store,
 //!   chunked decoding, origin response heads (edge in `server::cache_edge`).
@@ -63,6 +65,7 @@ pub mod hub;
 pub mod loadgen;
 pub mod log;
 pub mod metrics;
+pub mod peers;
 pub mod redis;
 pub mod secret;
 pub mod server;

@@ -165,10 +165,117 @@ macro_rules! log {
     };
 }
 
+/// At most one line per `interval` for one kind of event; the rest are
+/// counted and the next line says how many were suppressed. Sans-I/O:
+/// the caller passes the clock.
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimiter {
+    interval_ms: u64,
+    /// When the next line may be written (`None`: now).
+    next_ms: Option<u64>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    /// A limiter allowing one line per `interval_ms`.
+    pub const fn new(interval_ms: u64) -> LogLimiter {
+        LogLimiter {
+            interval_ms,
+            next_ms: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(n)` when a line may be written now (`n` lines were suppressed
+    /// since the last one), `None` when this one is suppressed.
+    pub fn allow(&mut self, now_ms: u64) -> Option<u64> {
+        if self.next_ms.is_some_and(|next| now_ms < next) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.next_ms = Some(now_ms.saturating_add(self.interval_ms));
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Refusals that a client can trigger at will, each logged through its
+/// own [`LogLimiter`] so a flood of bad requests cannot flood the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `POST /cache/purge` with a missing or wrong token.
+    PurgeToken,
+    /// A WebSocket upgrade refused (token, origin, publish key).
+    Upgrade,
+    /// `POST /publish` with a missing or wrong publish key.
+    PublishKey,
+    /// A connection or handshake over a per-IP limit.
+    PerIp,
+}
+
+/// Interval of [`refused`] lines per kind.
+pub const REFUSAL_LOG_INTERVAL_MS: u64 = 10_000;
+
+thread_local! {
+    /// Per worker thread (each worker owns its limiters, no locks):
+    /// limiters by [`Refusal`] kind, lines suppressed in total, and the
+    /// clock they run on.
+    static REFUSALS: std::cell::RefCell<([LogLimiter; 4], u64)> = const {
+        std::cell::RefCell::new(([LogLimiter::new(REFUSAL_LOG_INTERVAL_MS); 4], 0))
+    };
+}
+
+fn refusal_clock_ms() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// Logs a refusal at info level, at most once per
+/// [`REFUSAL_LOG_INTERVAL_MS`] per kind on this thread, with the number
+/// of lines suppressed since the previous one.
+pub fn refused(kind: Refusal, msg: &str, reason: &str) {
+    if !enabled(Level::Info) {
+        return;
+    }
+    let now = refusal_clock_ms();
+    let allowed = REFUSALS.with(|r| {
+        let mut r = r.borrow_mut();
+        let allowed = r.0[kind as usize].allow(now);
+        if allowed.is_none() {
+            r.1 += 1;
+        }
+        allowed
+    });
+    if let Some(suppressed) = allowed {
+        emit(
+            Level::Info,
+            msg,
+            &[("reason", &reason), ("suppressed", &suppressed)],
+        );
+    }
+}
+
+/// Refusal lines suppressed on this thread so far (`/stats`).
+pub fn refusals_suppressed() -> u64 {
+    REFUSALS.with(|r| r.borrow().1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_limiter_allows_one_line_per_interval_and_counts_the_rest() {
+        let mut l = LogLimiter::new(1000);
+        assert_eq!(l.allow(0), Some(0));
+        assert!((0..999).all(|i| l.allow(1 + i).is_none()));
+        assert_eq!(l.allow(1000), Some(999), "the next line reports them");
+        assert_eq!(l.allow(1500), None);
+        assert_eq!(l.allow(5000), Some(1));
+        assert_eq!(l.allow(6000), Some(0));
+    }
 
     #[test]
     fn lines_are_logfmt_with_quoted_values() {

@@ -205,6 +205,54 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_publish_forbidden_total",
+        "WebSocket publishes refused: the connection may not publish there.",
+        s.publish_forbidden,
+    );
+    counter(
+        &mut o,
+        "corecast_refusal_logs_suppressed_total",
+        "Refusal log lines suppressed by the per-kind rate limit.",
+        s.refusal_logs_suppressed,
+    );
+    counter(
+        &mut o,
+        "corecast_per_ip_connections_rejected_total",
+        "Connections refused at --max-connections-per-ip.",
+        s.per_ip_connections_rejected,
+    );
+    counter(
+        &mut o,
+        "corecast_per_ip_handshakes_limited_total",
+        "Upgrades refused over --handshake-rate-per-ip.",
+        s.per_ip_handshakes_limited,
+    );
+    gauge(
+        &mut o,
+        "corecast_per_ip_tracked",
+        "Client addresses tracked by the per-IP limits.",
+        s.per_ip_tracked,
+    );
+    counter(
+        &mut o,
+        "corecast_cache_purge_refused_total",
+        "POST /cache/purge refused for a missing or wrong token.",
+        snap.cache.purge_refused,
+    );
+    counter(
+        &mut o,
+        "corecast_token_expirations_total",
+        "WebSockets closed with 4001 when their token expired.",
+        s.token_expirations,
+    );
+    counter(
+        &mut o,
+        "corecast_token_refreshes_total",
+        "Connection tokens refreshed in JSON mode.",
+        s.token_refreshes,
+    );
+    counter(
+        &mut o,
         "corecast_publish_backpressure_total",
         "Publisher pauses while the write backlog is over --publish-backpressure.",
         s.publish_backpressure,

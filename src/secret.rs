@@ -25,3 +25,38 @@ impl Secret {
         &self.0
     }
 }
+
+/// A URL as it may be shown in an error or a log line: the password in its
+/// userinfo (`scheme://user:password@host`) replaced by `***`. Everything
+/// before the last `@` counts as userinfo, so an unencoded `/` or `@` in a
+/// password errs towards masking more, never less.
+pub fn mask_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some(at) = rest.rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &rest[..at];
+    let user = match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{scheme}://{user}@{}", &rest[at + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_passwords() {
+        assert_eq!(mask_url("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(mask_url("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(mask_url("redis://pw@h"), "redis://***@h");
+        assert_eq!(mask_url("redis://u:p/w@x@h:1"), "redis://u:***@h:1");
+        assert_eq!(mask_url("redis://h:1"), "redis://h:1");
+        assert_eq!(mask_url("not a url"), "not a url");
+        assert_eq!(format!("{:?}", Secret::new("k")), "***");
+    }
+}

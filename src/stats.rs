@@ -69,6 +69,25 @@ pub struct Stats {
     /// Upgrades refused for a missing/invalid token (401), a channel the
     /// Token does not grant or a disallowed Origin (403).
     pub auth_failures: u64,
+    /// Publishes refused on an open WebSocket that may not publish there
+    /// (no publish key presented, or a token without the channel): path
+    /// mode closes 1008, JSON mode answers `forbidden`.
+    pub publish_forbidden: u64,
+    /// WebSockets closed with 4001 because their token expired without a
+    /// refresh.
+    pub token_expirations: u64,
+    /// Successful `{"op":"refresh"}` token refreshes.
+    pub token_refreshes: u64,
+    /// Refusal log lines (bad purge tokens, refused upgrades, bad publish
+    /// keys) not written because one of their kind was written within the
+    /// last 10 s (`log::refused`).
+    pub refusal_logs_suppressed: u64,
+    /// Connections refused (503) at `--max-connections-per-ip`.
+    pub per_ip_connections_rejected: u64,
+    /// Upgrades refused (429) over `--handshake-rate-per-ip`.
+    pub per_ip_handshakes_limited: u64,
+    /// Client addresses tracked by the per-IP limits (gauge).
+    pub per_ip_tracked: u64,
     /// Vectored writes issued.
     pub writes: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
@@ -153,6 +172,9 @@ pub struct CacheStats {
     /// Keys removed by `POST /cache/purge`.
     #[serde(rename = "cache_purged")]
     pub purged: u64,
+    /// `POST /cache/purge` refused for a missing or wrong token.
+    #[serde(rename = "cache_purge_refused")]
+    pub purge_refused: u64,
 }
 
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.

@@ -213,3 +213,238 @@ async fn the_worker_wide_outbound_budget_cuts_off_stalled_readers() {
     assert_eq!(counter(&s, "subscriptions"), 1, "{s}");
     drop(stalled);
 }
+
+/// Issue 12 item 1: with only `--publish-key`, WebSockets may subscribe
+/// freely but publish only when they presented the key at the upgrade.
+#[tokio::test]
+async fn a_publish_key_also_guards_websocket_publishing() {
+    let srv = TestServer::start(|c| c.auth.publish_key = Some(Secret("k3y".into())));
+    let a = srv.addr;
+    let mut sub = ws_connect(a, "/ws/news").await;
+    // Path mode without the key: subscribing works, publishing closes 1008.
+    let mut anon = ws_connect(a, "/ws/news").await;
+    anon.send(Message::text("forged")).await.unwrap();
+    assert_eq!(expect_close(&mut anon).await, 1008);
+    // JSON mode without the key: an in-band `forbidden`, the connection stays.
+    let mut multi = ws_connect(a, "/ws").await;
+    multi
+        .send(Message::text(
+            r#"{"op":"publish","channel":"news","data":"forged","id":1}"#,
+        ))
+        .await
+        .unwrap();
+    let err = next_json(&mut multi).await;
+    assert_eq!(
+        (err["type"].as_str(), err["code"].as_str()),
+        (Some("error"), Some("forbidden")),
+        "{err}"
+    );
+    multi
+        .send(Message::text(
+            r#"{"op":"subscribe","channel":"news","id":2}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut multi).await["type"], "subscribed");
+    // A wrong key is refused at the upgrade.
+    assert_eq!(upgrade_status(a, "/ws/news?key=k3z", "").await, 401);
+    assert_eq!(
+        upgrade_status(a, "/ws/news", "Authorization: Bearer nope\r\n").await,
+        401
+    );
+    // The key as a query parameter or a bearer header grants publishing.
+    let mut keyed = ws_connect(a, "/ws/news?key=k3y").await;
+    keyed.send(Message::text("by query")).await.unwrap();
+    assert_eq!(next_text(&mut sub).await, "by query");
+    assert_eq!(next_json(&mut multi).await["data"], "by query");
+    let mut req = format!("ws://{a}/ws").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("Authorization", "Bearer k3y".parse().unwrap());
+    let (mut bearer, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    bearer
+        .send(Message::text(
+            r#"{"op":"publish","channel":"news","data":"by header","id":3}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut bearer).await["type"], "published");
+    assert_eq!(next_text(&mut sub).await, "by header");
+    assert_eq!(next_json(&mut multi).await["data"], "by header");
+    let s = stats(a).await;
+    assert_eq!(counter(&s, "publish_forbidden"), 2, "{s}");
+    assert_eq!(counter(&s, "auth_failures"), 2, "{s}");
+}
+
+/// Issue 12 item 8: a connection does not outlive its token. Both
+/// connections hold a token expiring in 1-2 s; the one that refreshes in
+/// JSON mode stays, the other is closed with 4001.
+#[tokio::test]
+async fn an_expired_token_closes_its_connection_unless_refreshed() {
+    let srv = TestServer::start(|c| c.auth.token_secret = Some(Secret(SECRET.into())));
+    let a = srv.addr;
+    let short = |grants: &str| {
+        let exp = unix_now() + 2;
+        token(&format!(r#"{{"exp":{exp},{grants}}}"#))
+    };
+    let grants = r#""subscribe":["room"],"publish":["room"]"#;
+    let mut path = ws_connect(a, &format!("/ws/room?token={}", short(grants))).await;
+    let mut plain = ws_connect(a, &format!("/ws?token={}", short(grants))).await;
+    let mut refreshed = ws_connect(a, &format!("/ws?token={}", short(grants))).await;
+    let mut status = ws_connect(a, &format!("/status/ws?token={}", short(grants))).await;
+    // A refresh must keep the channels: a wider token is refused.
+    let wider = valid(r#"["*"]"#, r#"["*"]"#);
+    let req = format!(r#"{{"op":"refresh","token":"{wider}","id":1}}"#);
+    refreshed.send(Message::text(req)).await.unwrap();
+    let err = next_json(&mut refreshed).await;
+    assert_eq!(err["code"], "invalid_token", "{err}");
+    let bad = format!(
+        r#"{{"op":"refresh","token":"{}x","id":2}}"#,
+        valid("[]", "[]")
+    );
+    refreshed.send(Message::text(bad)).await.unwrap();
+    assert_eq!(next_json(&mut refreshed).await["code"], "invalid_token");
+    let later = token(&format!(r#"{{"exp":{},{grants}}}"#, unix_now() + 3600));
+    let req = format!(r#"{{"op":"refresh","token":"{later}","id":3}}"#);
+    refreshed.send(Message::text(req)).await.unwrap();
+    let ok = next_json(&mut refreshed).await;
+    assert_eq!(
+        (ok["type"].as_str(), ok["id"].as_u64()),
+        (Some("refreshed"), Some(3)),
+        "{ok}"
+    );
+    // The unrefreshed ones are closed with 4001 once exp passes.
+    let limit = std::time::Duration::from_secs(5);
+    assert_eq!(
+        within_for(limit, "path close", expect_close(&mut path)).await,
+        4001
+    );
+    assert_eq!(
+        within_for(limit, "json close", expect_close(&mut plain)).await,
+        4001
+    );
+    // The read-only status feed too (it may get a sample or two first).
+    let status_close = async {
+        loop {
+            if let Message::Close(f) = next_msg(&mut status).await {
+                return f.map_or(1005, |f| u16::from(f.code));
+            }
+        }
+    };
+    assert_eq!(within_for(limit, "status close", status_close).await, 4001);
+    // The refreshed one outlived its first token.
+    let sub = r#"{"op":"subscribe","channel":"room","id":4}"#;
+    refreshed.send(Message::text(sub)).await.unwrap();
+    assert_eq!(next_json(&mut refreshed).await["type"], "subscribed");
+    let s = stats(a).await;
+    assert_eq!(counter(&s, "token_expirations"), 3, "{s}");
+    assert_eq!(counter(&s, "token_refreshes"), 1, "{s}");
+}
+
+/// Issue 12 item 8: `nbf`, `--token-audience` and `--token-issuer`.
+#[tokio::test]
+async fn nbf_audience_and_issuer_are_enforced_at_the_upgrade() {
+    let srv = TestServer::start(|c| {
+        c.auth.token_secret = Some(Secret(SECRET.into()));
+        c.auth.token_audience = Some("corecast".into());
+        c.auth.token_issuer = Some("https://id.example".into());
+    });
+    let a = srv.addr;
+    let exp = unix_now() + 3600;
+    let with = |extra: &str| token(&format!(r#"{{"exp":{exp},"subscribe":["*"]{extra}}}"#));
+    let good = r#","aud":"corecast","iss":"https://id.example""#;
+    let cases = [
+        (with(good), 101),
+        (
+            with(r#","aud":["x","corecast"],"iss":"https://id.example""#),
+            101,
+        ),
+        (with(r#","iss":"https://id.example""#), 401),
+        (with(r#","aud":"other","iss":"https://id.example""#), 401),
+        (
+            with(r#","aud":"corecast","iss":"https://evil.example""#),
+            401,
+        ),
+        (with(&format!(r#"{good},"nbf":{}"#, unix_now() + 600)), 401),
+        (with(&format!(r#"{good},"nbf":{}"#, unix_now() - 5)), 101),
+    ];
+    for (i, (t, want)) in cases.iter().enumerate() {
+        let got = upgrade_status(a, &format!("/ws/x?token={t}"), "").await;
+        assert_eq!(got, *want, "case {i}");
+    }
+}
+
+/// Issue 12 item 7: 1,000 wrong purge tokens, 1,000 refused upgrades and
+/// 1,000 wrong publish keys write a bounded number of log lines (one per
+/// kind per 10 s, with the number suppressed), and are all counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_writes_a_bounded_number_of_log_lines() {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let srv = BinServer::spawn(&[
+        "--log-level",
+        "info",
+        "--origin",
+        "http://127.0.0.1:9",
+        "--cache-purge-token",
+        "purge-t0ken",
+        "--publish-key",
+        "k3y",
+        "--token-secret",
+        secret,
+    ]);
+    let a = srv.addr;
+    for _ in 0..1000 {
+        let purge = "POST /cache/purge HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n\
+                     Content-Length: 2\r\n\r\n{}";
+        assert_eq!(http_raw(a, purge.as_bytes()).await.status, 401);
+        assert_eq!(upgrade_status(a, "/ws/c?token=bad", "").await, 401);
+        let publish = "POST /publish/c HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3z\r\n\
+                       Content-Length: 2\r\n\r\nhi";
+        assert_eq!(http_raw(a, publish.as_bytes()).await.status, 401);
+    }
+    let s = stats(a).await;
+    assert_eq!(counter(&s, "cache_purge_refused"), 1000, "{s}");
+    assert_eq!(counter(&s, "auth_failures"), 2000, "{s}");
+    let suppressed = counter(&s, "refusal_logs_suppressed");
+    let lines = srv.stop_and_collect();
+    let refusals: Vec<&String> = lines.iter().filter(|l| l.contains("refused")).collect();
+    // One line per kind, or two if the run straddled a 10 s interval.
+    assert!(
+        (3..=6).contains(&refusals.len()),
+        "{} refusal lines: {refusals:#?}",
+        refusals.len()
+    );
+    assert_eq!(suppressed + refusals.len() as u64, 3000, "{s}");
+    assert!(lines
+        .iter()
+        .all(|l| !l.contains("nope") && !l.contains("k3z")));
+}
+
+/// Issue 12 item 9: with `--admin-listen`, the admin routes are served
+/// only there; the public listener answers them 404 and the admin one
+/// serves nothing public.
+#[tokio::test]
+async fn admin_routes_move_to_the_admin_listener() {
+    let srv = TestServer::start(|c| c.admin_listen = Some("127.0.0.1:0".parse().unwrap()));
+    let (public, admin) = (srv.addr, srv.admin.expect("admin listener"));
+    assert_ne!(public, admin);
+    for path in ["/stats", "/metrics", "/status"] {
+        assert_eq!(get(public, path).await.status, 404, "public {path}");
+        assert_eq!(get(admin, path).await.status, 200, "admin {path}");
+    }
+    assert_eq!(upgrade_status(public, "/status/ws", "").await, 404);
+    assert_eq!(upgrade_status(admin, "/status/ws", "").await, 101);
+    // The public surface stays public, and only there.
+    assert_eq!(upgrade_status(public, "/ws/c", "").await, 101);
+    assert_eq!(upgrade_status(admin, "/ws/c", "").await, 404);
+    let publish = post_request("/publish/c", b"hi", false);
+    assert_eq!(http_raw(public, &publish).await.status, 200);
+    assert_eq!(http_raw(admin, &publish).await.status, 404);
+    for probe in ["/healthz", "/readyz"] {
+        assert_eq!(get(public, probe).await.status, 200);
+        assert_eq!(get(admin, probe).await.status, 200);
+    }
+    // Without --admin-listen, everything stays on the one listener.
+    let one = TestServer::start(|_| {});
+    assert!(one.admin.is_none());
+    assert_eq!(get(one.addr, "/metrics").await.status, 200);
+}

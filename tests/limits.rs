@@ -553,3 +553,99 @@ on_both_drivers!(
     unresponsive_peers_time_out_responsive_ones_stay,
     ping_flood_does_not_grow_server_state,
 );
+
+/// Issue 12 item 13: one address may hold at most
+/// `--max-connections-per-ip` connections (503 past it, answered before
+/// anything else) and start at most `--handshake-rate-per-ip` upgrades
+/// (429 past it). Loopback is exempt by default, so the test empties the
+/// exempt list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_ip_connection_and_handshake_limits() {
+    let srv = TestServer::start(|c| {
+        c.peers.exempt.clear();
+        c.peers.max_connections_per_ip = 3;
+        c.peers.handshake_rate = 1;
+        c.peers.handshake_burst = 4;
+    });
+    let a = srv.addr;
+    // Three held connections (one of them an upgraded WebSocket).
+    let ws = ws_connect(a, "/ws/c").await;
+    let mut held = vec![HttpConn::connect(a).await, HttpConn::connect(a).await];
+    wait_stat_via(&mut held[0], "connections", |n| n == 3).await;
+    let r = try_http_raw(a, get_request("/healthz", false).as_bytes()).await;
+    assert_eq!(r.expect("an answer, not a reset").status, 503);
+    let s = held[0]
+        .request(get_request("/stats", true).as_bytes())
+        .await
+        .json();
+    assert_eq!(counter(&s, "per_ip_connections_rejected"), 1, "{s}");
+    // Closing one makes room again.
+    drop(ws);
+    held.pop();
+    wait_stat_via(&mut held[0], "connections", |n| n == 1).await;
+    // Handshakes: the burst (4, one used above) then 429.
+    let mut ok = 0;
+    let mut limited = 0;
+    for _ in 0..6 {
+        match upgrade_once(a).await {
+            101 => ok += 1,
+            429 => limited += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert!(
+        (3..=4).contains(&ok) && ok + limited == 6,
+        "{ok} ok, {limited} limited"
+    );
+    let s = held[0]
+        .request(get_request("/stats", true).as_bytes())
+        .await
+        .json();
+    assert_eq!(counter(&s, "per_ip_handshakes_limited"), limited, "{s}");
+    // Plain requests are not handshakes.
+    assert_eq!(get(a, "/healthz").await.status, 200);
+}
+
+/// Loopback is exempt by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_is_exempt_from_per_ip_limits_by_default() {
+    let srv = TestServer::start(|c| {
+        c.peers.max_connections_per_ip = 1;
+        c.peers.handshake_rate = 1;
+        c.peers.handshake_burst = 1;
+    });
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(ws_connect(srv.addr, "/ws/c").await);
+    }
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "per_ip_connections_rejected"), 0, "{s}");
+    assert_eq!(counter(&s, "per_ip_tracked"), 0, "{s}");
+}
+
+async fn wait_stat_via(conn: &mut HttpConn, key: &str, pred: impl Fn(u64) -> bool) {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let s = conn
+            .request(get_request("/stats", true).as_bytes())
+            .await
+            .json();
+        if pred(counter(&s, key)) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out: {key} in {s}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Status of one upgrade on a fresh connection (which then closes).
+async fn upgrade_once(addr: std::net::SocketAddr) -> u16 {
+    let req = format!(
+        "GET /ws/c HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {RFC_KEY}\r\n\r\n"
+    );
+    http_raw(addr, req.as_bytes()).await.status
+}

@@ -247,3 +247,35 @@ on_both_drivers!(
     framing_violations_close_with_1002,
     every_length_class_round_trips_with_minimal_encoding,
 );
+
+/// Issue 12 item 10: after a protocol error the server half-closes and
+/// drains its input (bounded) before closing, so the peer gets our close
+/// frame. Closing a socket with unread input sends an RST, which also
+/// throws away what the server has not sent yet: here the client reads
+/// slowly (small receive buffer, messages queued ahead of the close), so
+/// the close frame is still in the server's send queue when it closes.
+async fn a_protocol_error_close_survives_unread_input(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| c.ws.max_frame_size = 1024);
+    let mut ws = RawWs::connect_small_rcvbuf(srv.addr, "/ws/proto", 4096).await;
+    let body = "m".repeat(4 << 10);
+    for _ in 0..3 {
+        publish(srv.addr, "proto", &body).await;
+    }
+    // Written (into the server's send buffer), not yet read by us.
+    wait_stat(srv.addr, "bytes_out", |n| n >= 3 * (4 << 10)).await;
+    let mut bytes = vec![FIN | OP_BINARY, 0x80 | 126];
+    bytes.extend_from_slice(&4096u16.to_be_bytes());
+    bytes.extend_from_slice(&[1, 2, 3, 4]);
+    // More than one read takes (the server reads through a 64 KiB
+    // scratch buffer), so some stays unread in the kernel.
+    bytes.extend_from_slice(&[b'j'; 160 << 10]);
+    // Bounded: the server may stop reading before it took everything.
+    let _ = tokio::time::timeout(Duration::from_secs(2), ws.try_send_raw(&bytes)).await;
+    wait_stat(srv.addr, "websockets_closed", |n| n == 1).await;
+    let (seen, ending) = ws.read_until_close().await;
+    assert_eq!(seen.len(), 3, "the queued messages first");
+    assert_eq!(ending, Ending::Close(Some(1009)));
+    ws.expect_eof().await;
+}
+
+on_both_drivers!(a_protocol_error_close_survives_unread_input);

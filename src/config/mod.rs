@@ -29,6 +29,9 @@ pub use options::{help_text, markdown_table, parse_duration, parse_size, OptionS
 pub struct Config {
     /// Address to listen on.
     pub listen: SocketAddr,
+    /// Separate address for `/stats`, `/metrics`, `/status`, `/status/ws`
+    /// (None = served on `listen`).
+    pub admin_listen: Option<SocketAddr>,
     /// CPU to pin the worker to; `None` = the first CPU the process may use.
     pub cpu: Option<usize>,
     /// Channel served at `GET /` upgrades, if any.
@@ -63,6 +66,8 @@ pub struct Config {
     pub log_level: Level,
     /// Who may publish and subscribe.
     pub auth: crate::auth::AuthConfig,
+    /// Per-client-address limits.
+    pub peers: crate::peers::PeerConfig,
     /// Outbound bytes queued across all connections of the worker.
     pub max_total_outbound: usize,
     /// Record the fan-out delay histogram (`/metrics`, status page).
@@ -83,6 +88,7 @@ impl Default for Config {
     fn default() -> Self {
         let mut cfg = Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin_listen: None,
             cpu: None,
             root_channel: None,
             ws: crate::ws::Limits::default(),
@@ -100,6 +106,7 @@ impl Default for Config {
             force_legacy_driver: false,
             log_level: Level::Info,
             auth: Default::default(),
+            peers: Default::default(),
             max_total_outbound: 0,
             latency_histograms: false,
             fanout_window: 0,
@@ -150,9 +157,14 @@ pub const DEFAULT_HEALTHCHECK_URL: &str = "http://127.0.0.1:8080/healthz";
 /// Applies a TOML configuration file: keys are the flag names
 /// (`max-frame-size = "16MiB"`, `cpu = 0`, `exclude-sender = true`).
 pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), ConfigError> {
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| ConfigError(format!("{origin}: {e}")))?;
+    // Not `{e}`: toml's message quotes the offending line, which may hold a
+    // secret. The line number and the parser's reason are enough.
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        let line = e.span().map_or(0, |s| {
+            text[..s.start.min(text.len())].lines().count().max(1)
+        });
+        ConfigError(format!("{origin}: line {line}: {}", e.message()))
+    })?;
     for (key, value) in &table {
         let opt = OPTIONS
             .iter()
@@ -267,7 +279,8 @@ impl Config {
                     .next()
                     .ok_or_else(|| ConfigError(format!("`--{name}` needs a value")))?,
             };
-            apply(opt, &mut cfg, &value, &arg)?;
+            // `--{name}`, not `arg`: `--flag=value` would echo a secret.
+            apply(opt, &mut cfg, &value, &format!("--{name}"))?;
         }
         cfg.validate()?;
         Ok(match sub.as_str() {
@@ -336,7 +349,18 @@ fn config_file_arg(args: &[String]) -> Option<String> {
 }
 
 fn apply(opt: &OptionSpec, cfg: &mut Config, v: &str, origin: &str) -> Result<(), ConfigError> {
-    (opt.set)(cfg, v).map_err(|e| ConfigError(format!("{origin}: invalid value `{v}`: {e}")))
+    (opt.set)(cfg, v)
+        .map_err(|e| ConfigError(format!("{origin}: invalid value {}: {e}", shown(opt, v))))
+}
+
+/// A value as a configuration error may quote it: secrets (keys, tokens)
+/// never, URLs without their password. The binary prints these errors,
+/// and they end up in service logs.
+fn shown(opt: &OptionSpec, v: &str) -> String {
+    if opt.is_secret() {
+        return format!("({} bytes, not shown)", v.len());
+    }
+    format!("`{}`", crate::secret::mask_url(v))
 }
 
 #[cfg(test)]
@@ -457,7 +481,15 @@ mod tests {
             Command::Healthcheck(u) => assert_eq!(u, DEFAULT_HEALTHCHECK_URL),
             other => panic!("{other:?}"),
         }
-        let c = Config::from_args(["check-config", "--token-secret", "s3cr3t"], no_env).unwrap();
+        let c = Config::from_args(
+            [
+                "check-config",
+                "--token-secret",
+                "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t",
+            ],
+            no_env,
+        )
+        .unwrap();
         assert!(
             !format!("{c:?}").contains("s3cr3t"),
             "secrets never printed"
@@ -493,6 +525,58 @@ mod tests {
                 "{args:?} should fail"
             );
         }
+    }
+
+    #[test]
+    fn a_short_token_secret_is_refused_without_echoing_it() {
+        let err = Config::from_args(["--token-secret", "short-s3cr3t"], no_env).unwrap_err();
+        assert!(err.0.contains("at least 32"), "{err}");
+        assert!(!err.0.contains("short-s3cr3t"), "secret echoed: {err}");
+        let long = "x".repeat(32);
+        let c = serve(&["--token-secret", &long, "--token-audience", "cc"], no_env);
+        assert!(c.auth.token_secret.is_some());
+        assert_eq!(c.auth.token_audience.as_deref(), Some("cc"));
+    }
+
+    #[test]
+    fn config_errors_never_echo_secrets() {
+        let cases: [(&[&str], &str, &str, &str); 6] = [
+            (&[], "REDIS_URL", "redis://u:hunter2@h:99999", "hunter2"),
+            (&[], "REDIS_URL", "redis://:hunter2@", "hunter2"),
+            (
+                &[],
+                "CORECAST_CACHE_PURGE_TOKEN",
+                "t0ken-s3cr3t\n",
+                "t0ken-s3cr3t",
+            ),
+            (&["--token-secret=short-s3cr3t"], "", "", "short-s3cr3t"),
+            (&["--token-secret", "short-s3cr3t"], "", "", "short-s3cr3t"),
+            (&["--publish-key="], "", "", "--publish-key="),
+        ];
+        for (args, var, value, secret) in cases {
+            let env = |k: &str| (k == var).then(|| value.to_string());
+            let err = Config::from_args(args.iter().copied(), env).unwrap_err();
+            assert!(!err.0.contains(secret), "{secret:?} echoed: {err}");
+        }
+        let env = |k: &str| (k == "REDIS_URL").then(|| "redis://u:hunter2@h:99999".to_string());
+        let err = Config::from_args(Vec::<String>::new(), env).unwrap_err();
+        assert!(err.0.contains("redis://u:***@h:99999"), "{err}");
+        // A TOML file with a syntax error on a secret's line.
+        let err = apply_toml(
+            &mut Config::default(),
+            "publish-key = \"s3cr3t-k3y\n",
+            "f.toml",
+        )
+        .unwrap_err();
+        assert!(err.0.contains("f.toml: line 1"), "{err}");
+        assert!(!err.0.contains("s3cr3t-k3y"), "{err}");
+        let err = apply_toml(
+            &mut Config::default(),
+            "cache-purge-token = \"a b\"\n",
+            "f.toml",
+        )
+        .unwrap_err();
+        assert!(!err.0.contains("a b"), "{err}");
     }
 
     #[test]

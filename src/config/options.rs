@@ -21,6 +21,13 @@ pub struct OptionSpec {
     pub(super) set: fn(&mut Config, &str) -> Result<(), String>,
 }
 
+impl OptionSpec {
+    /// Whether the value is a secret, never to be shown in errors or logs.
+    pub fn is_secret(&self) -> bool {
+        matches!(self.value, "SECRET" | "TOKEN")
+    }
+}
+
 /// One table entry: `"flag", ENV_VAR, "PLACEHOLDER", "default" (or `-`
 /// for none), "help" => setter;`.
 macro_rules! options {
@@ -45,6 +52,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "address to listen on"
         => |c, v| {
             c.listen = v.parse().map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
+    "admin-listen", CORECAST_ADMIN_LISTEN, "ADDR", -,
+        "serve /stats, /metrics, /status and /status/ws only on this address (plus /healthz and /readyz); the main listener then answers them 404 (default: on --listen)"
+        => |c, v| {
+            c.admin_listen = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
     "cpu", CORECAST_CPU, "N", -,
@@ -93,6 +106,31 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "max-connections", CORECAST_MAX_CONNECTIONS, "N", "50000",
         "most simultaneous connections; more get 503"
         => |c, v| set_num(&mut c.max_connections, v);
+    "max-connections-per-ip", CORECAST_MAX_CONNECTIONS_PER_IP, "N", "256",
+        "most simultaneous connections from one client address; more get 503 (0 = unlimited)"
+        => |c, v| set_num(&mut c.peers.max_connections_per_ip, v);
+    "handshake-rate-per-ip", CORECAST_HANDSHAKE_RATE_PER_IP, "RATE[:BURST]", "50:100",
+        "WebSocket handshakes per second one client address may start (burst: BURST, default 2 × RATE); faster ones get 429 (0 = unlimited)"
+        => |c, v| {
+            let (rate, burst) = match v.split_once(':') {
+                Some((r, b)) => (r, Some(b)),
+                None => (v, None),
+            };
+            let rate: u32 = rate.trim().parse().map_err(|e| format!("{e}"))?;
+            let burst = match burst {
+                Some(b) => b.trim().parse().map_err(|e| format!("{e}"))?,
+                None => rate.saturating_mul(2),
+            };
+            c.peers.handshake_rate = rate;
+            c.peers.handshake_burst = burst;
+            Ok(())
+        };
+    "per-ip-exempt", CORECAST_PER_IP_EXEMPT, "LIST", "127.0.0.0/8,::1",
+        "comma-separated addresses or CIDR ranges the per-IP limits do not apply to (empty = nobody; behind a proxy, list the proxy only if it is the sole client)"
+        => |c, v| {
+            c.peers.exempt = crate::peers::parse_nets(v)?;
+            Ok(())
+        };
     "max-subscriptions", CORECAST_MAX_SUBSCRIPTIONS, "N", "64",
         "most channels one connection may subscribe to"
         => |c, v| set_num(&mut c.max_subscriptions, v);
@@ -118,15 +156,34 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "publish-key", CORECAST_PUBLISH_KEY, "SECRET", -,
-        "require `Authorization: Bearer SECRET` on POST /publish (default: open)"
+        "require `Authorization: Bearer SECRET` on POST /publish and, without --token-secret, for publishing over WebSockets (key given at the upgrade as Bearer or ?key=; without it a WebSocket may only subscribe) (default: open)"
         => |c, v| {
             c.auth.publish_key = non_empty_secret(v)?;
             Ok(())
         };
     "token-secret", CORECAST_TOKEN_SECRET, "SECRET", -,
-        "require a JWT (HS256, signed with SECRET) on every WebSocket upgrade, as ?token= or Authorization: Bearer (default: none required)"
+        "require a JWT (HS256, signed with SECRET, at least 32 bytes) on every WebSocket upgrade, as ?token= or Authorization: Bearer; connections are closed with 4001 when it expires (default: none required)"
         => |c, v| {
+            if v.len() < crate::auth::MIN_TOKEN_SECRET_LEN {
+                return Err(format!(
+                    "too short ({} bytes): an HS256 secret needs at least {} (e.g. `openssl rand -base64 32`)",
+                    v.len(),
+                    crate::auth::MIN_TOKEN_SECRET_LEN
+                ));
+            }
             c.auth.token_secret = non_empty_secret(v)?;
+            Ok(())
+        };
+    "token-audience", CORECAST_TOKEN_AUDIENCE, "AUD", -,
+        "with --token-secret: tokens must carry this `aud` (a string, or in a list) (default: not checked)"
+        => |c, v| {
+            c.auth.token_audience = Some(v.to_string()).filter(|a| !a.is_empty());
+            Ok(())
+        };
+    "token-issuer", CORECAST_TOKEN_ISSUER, "ISS", -,
+        "with --token-secret: tokens must carry this `iss` (default: not checked)"
+        => |c, v| {
+            c.auth.token_issuer = Some(v.to_string()).filter(|a| !a.is_empty());
             Ok(())
         };
     "allowed-origins", CORECAST_ALLOWED_ORIGINS, "LIST", -,

@@ -79,6 +79,11 @@ pub struct Conn {
     /// Coarse time (ms) the current deadline started (request head, close).
     pub(super) since_ms: u64,
     pub(super) ping_outstanding: bool,
+    /// Coarse time (s since the hub's epoch) the connection's token
+    /// expires, 0 = no token: the sweep closes it with
+    /// `CLOSE_TOKEN_EXPIRED` then, so expiry costs no timer per
+    /// connection (u32 seconds fit the entry's padding: 136 years).
+    pub(super) token_expires_s: u32,
     /// A deadline already fired; the edge is tearing it down.
     pub(super) expired: bool,
     /// When the oldest frame now in `queue` was published (ns since the
@@ -111,6 +116,7 @@ impl Conn {
             last_recv_ms: now_ms,
             since_ms: now_ms,
             ping_outstanding: false,
+            token_expires_s: 0,
             expired: false,
             queued_since_ns: 0,
             batch_since_ns: 0,

@@ -47,7 +47,7 @@ pub use format::{Delivery, Encoder, Encoders, Format, MAX_FORMATS};
 pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, MAX_BATCH, MAX_PENDING_CONTROL};
 pub use registry::SubscribeError;
-pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY};
+pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
 use format::FrameCache;
 use outbox::{Queueing, Totals};
@@ -161,6 +161,15 @@ impl Hub {
             c.kind = kind;
             c.last_recv_ms = now;
             self.stats.websockets_opened += 1;
+        }
+    }
+
+    /// Sets (or, after a refresh, moves) when `id`'s token expires, in the
+    /// hub's coarse milliseconds; 0 = never.
+    pub fn set_token_expiry(&mut self, id: ConnId, at_ms: u64) {
+        if let Some(c) = self.conns.get_mut(id) {
+            // Rounded up to whole seconds: never closes before `exp`.
+            c.token_expires_s = u32::try_from(at_ms.div_ceil(1000)).unwrap_or(u32::MAX);
         }
     }
 
@@ -494,6 +503,18 @@ impl Hub {
             stats,
             ..
         } = self;
-        timers::sweep(conns, limits, *now_ms, pacer, stats, expired);
+        let mut due = timers::Due {
+            expired,
+            token_expired: Vec::new(),
+        };
+        timers::sweep(conns, limits, *now_ms, pacer, stats, &mut due);
+        for id in due.token_expired {
+            self.close(
+                id,
+                CLOSE_TOKEN_EXPIRED,
+                "token expired",
+                CloseReason::TokenExpired,
+            );
+        }
     }
 }

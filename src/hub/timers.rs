@@ -26,7 +26,13 @@ pub enum CloseReason {
     Shutdown,
     /// The server cannot take the peer's messages now (publish buffer full).
     Overloaded,
+    /// The connection's token expired (close 4001).
+    TokenExpired,
 }
+
+/// Close code sent when a connection's token expires without a refresh
+/// (the 4000-4999 range is for applications, RFC 6455 7.4.2).
+pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
 
 /// A timed action the sweeper asks the edge to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,22 +45,35 @@ pub enum Expired {
     Close,
 }
 
+/// What one sweep found: sockets whose deadline passed (for the edge)
+/// and open WebSockets whose token expired (for the hub to close).
+pub(super) struct Due<'a> {
+    pub expired: &'a mut Vec<(i32, Expired)>,
+    pub token_expired: Vec<usize>,
+}
+
 /// The periodic sweep at coarse time `now`: queues keepalive pings
-/// (paced like a fan-out) and appends the sockets whose deadline passed.
+/// (paced like a fan-out), appends the sockets whose deadline passed and
+/// collects the connections whose token expired.
 pub(super) fn sweep(
     conns: &mut Slab<Conn>,
     l: &HubLimits,
     now: u64,
     pacer: &mut Pacer,
     stats: &mut Stats,
-    expired: &mut Vec<(i32, Expired)>,
+    due: &mut Due<'_>,
 ) {
+    let expired = &mut *due.expired;
     let first = expired.len();
     // One ping frame shared by every connection pinged in this sweep.
     let ping = encode_server_frame(OpCode::Ping, b"");
     for (id, conn) in conns.iter_mut() {
         if conn.expired {
             continue;
+        }
+        if token_due(conn, now) {
+            conn.token_expires_s = 0;
+            due.token_expired.push(id);
         }
         if let Some(why) = deadline_passed(conn, l, now) {
             conn.expired = true;
@@ -76,6 +95,16 @@ pub(super) fn sweep(
             Expired::Close => stats.close_timeouts += 1,
         }
     }
+    stats.token_expirations += due.token_expired.len() as u64;
+}
+
+/// An open WebSocket whose token's `exp` (coarse seconds; 0 = none) has
+/// passed.
+fn token_due(conn: &Conn, now_ms: u64) -> bool {
+    conn.token_expires_s != 0
+        && now_ms / 1000 >= u64::from(conn.token_expires_s)
+        && conn.state == ConnState::Open
+        && conn.kind != ConnKind::Http
 }
 
 /// An open WebSocket quiet for `ping_interval`, with no ping unanswered

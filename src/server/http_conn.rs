@@ -3,6 +3,7 @@
 //! then hand an upgraded connection to `ws_conn`.
 
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
@@ -22,14 +23,32 @@ use crate::server::{endpoints, publish, ws_conn};
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
 /// short-lived phases are boxed; see the size test).
-pub async fn handle(w: Rc<Worker>, mut sock: Sock) {
+pub async fn handle(w: Rc<Worker>, mut sock: Sock, ctx: ConnCtx) {
     let fd = sock.stream().as_raw_fd();
-    let registered = w.hub.borrow_mut().register(fd);
+    let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
+    let registered = match per_ip {
+        Ok(_) => w.hub.borrow_mut().register(fd),
+        Err(_) => None,
+    };
     let Some(id) = registered else {
-        w.hub.borrow_mut().stats.connections_rejected += 1;
+        let message = if per_ip.is_err() {
+            w.hub.borrow_mut().stats.per_ip_connections_rejected += 1;
+            log::refused(
+                log::Refusal::PerIp,
+                "connection refused",
+                "too many connections from this address",
+            );
+            "too many connections from this address"
+        } else {
+            if per_ip == Ok(true) {
+                w.peers.borrow_mut().release(ctx.ip, w.now_ms());
+            }
+            w.hub.borrow_mut().stats.connections_rejected += 1;
+            "too many connections"
+        };
         let err = HttpError {
             status: 503,
-            message: "too many connections",
+            message,
         };
         let _ = sock.wr.write_all(http::error_response(&err, false)).await;
         // Boxed: its drain buffer would otherwise enlarge every task.
@@ -40,12 +59,57 @@ pub async fn handle(w: Rc<Worker>, mut sock: Sock) {
     let mut buf = BytesMut::new();
     // Boxed: the HTTP phase (with the cache and publish paths) is large and
     // short-lived; inline it would size every WebSocket's task for it.
-    match Box::pin(http_phase(&w, &mut sock, id, &mut buf)).await {
+    match Box::pin(http_phase(&w, &mut sock, (id, ctx), &mut buf)).await {
         Ok(Some(up)) => ws_conn::websocket(&w, sock, id, up, buf).await,
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }
     w.hub.borrow_mut().remove(id);
+    if per_ip == Ok(true) {
+        w.peers.borrow_mut().release(ctx.ip, w.now_ms());
+    }
+}
+
+/// Which listener accepted a connection: with `--admin-listen`, the admin
+/// routes are served only on the admin one, and it serves nothing else
+/// but the probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--listen`.
+    Public,
+    /// `--admin-listen`.
+    Admin,
+}
+
+impl Listener {
+    /// Whether this listener serves `route` (`split`: `--admin-listen` set).
+    fn serves(self, split: bool, route: &Route<'_>) -> bool {
+        let admin = matches!(
+            route,
+            Route::Stats | Route::Metrics | Route::Status | Route::StatusWs
+        );
+        match self {
+            _ if !split => true,
+            Listener::Public => !admin,
+            Listener::Admin => admin || matches!(route, Route::Healthz | Route::Readyz),
+        }
+    }
+}
+
+/// What a connection's tasks know about where it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnCtx {
+    /// The listener that accepted it.
+    pub role: Listener,
+    /// The client's address (per-IP limits).
+    pub ip: IpAddr,
+}
+
+impl ConnCtx {
+    /// A connection accepted by `role` from `ip`.
+    pub fn new(role: Listener, ip: IpAddr) -> ConnCtx {
+        ConnCtx { role, ip }
+    }
 }
 
 /// What to do after a request was answered.
@@ -63,7 +127,7 @@ enum Next {
 async fn http_phase(
     w: &Rc<Worker>,
     sock: &mut Sock,
-    id: ConnId,
+    (id, ctx): (ConnId, ConnCtx),
     buf: &mut BytesMut,
 ) -> io::Result<Option<Upgrade>> {
     loop {
@@ -71,7 +135,7 @@ async fn http_phase(
         let Some(req) = read_head(w, sock, buf).await? else {
             return Ok(None);
         };
-        match serve(w, sock, id, buf, &req).await? {
+        match serve(w, sock, (id, ctx), buf, &req).await? {
             Next::KeepAlive => {}
             Next::Close => return Ok(None),
             Next::Upgrade(up) => return Ok(Some(up)),
@@ -105,13 +169,23 @@ async fn read_head(
 async fn serve(
     w: &Rc<Worker>,
     sock: &mut Sock,
-    id: ConnId,
+    (id, ctx): (ConnId, ConnCtx),
     buf: &mut BytesMut,
     req: &http::Request,
 ) -> io::Result<Next> {
     let root = w.cfg.root_channel.as_deref();
     let cache_routes = w.cache.as_ref().map(|c| c.routes());
-    let route = http::route_with_cache(req.method, &req.path, root, cache_routes);
+    let split = w.cfg.admin_listen.is_some();
+    let route = http::route_with_cache(req.method, &req.path, root, cache_routes).and_then(|r| {
+        if ctx.role.serves(split, &r) {
+            Ok(r)
+        } else {
+            Err(HttpError {
+                status: 404,
+                message: "not found",
+            })
+        }
+    });
     // The cache re-reads the head (query, Vary'd headers); only its
     // routes pay for the copy.
     let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge))
@@ -127,16 +201,19 @@ async fn serve(
         }
     };
     if let Some(target) = upgrade::upgrade_target(&route) {
-        return Ok(match upgrade::upgrade(w, sock, id, req, target).await? {
-            Some(up) => Next::Upgrade(up),
-            None => Next::Close,
-        });
+        return Ok(
+            match upgrade::upgrade(w, sock, (id, ctx.ip), req, target).await? {
+                Some(up) => Next::Upgrade(up),
+                None => Next::Close,
+            },
+        );
     }
     let head_only = req.method == Method::Head;
     let resp = match route {
         Route::Publish(channel) => {
             if let Err((status, message)) = auth::authorize_publish(&w.cfg.auth, req) {
                 w.hub.borrow_mut().stats.auth_failures += 1;
+                log::refused(log::Refusal::PublishKey, "publish refused", message);
                 reply_error(sock, &HttpError { status, message }, false).await?;
                 return Ok(Next::Close);
             }
@@ -253,7 +330,8 @@ mod tests {
             server.set_nonblocking(true).unwrap();
             let stream = TcpStream::from_std(server).unwrap();
             let w = Worker::new(Config::default());
-            let conn = handle(w.clone(), Sock::new(stream));
+            let ctx = ConnCtx::new(Listener::Public, addr.ip());
+            let conn = handle(w.clone(), Sock::new(stream), ctx);
             let size = std::mem::size_of_val(&conn);
             eprintln!("connection task future: {size} bytes");
             assert!(size <= 1000, "connection task future is {size} bytes");

@@ -60,6 +60,7 @@ use std::time::{Duration, Instant};
 
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 
+use http_conn::Listener;
 use sock::Sock;
 use worker::Worker;
 
@@ -114,6 +115,7 @@ pub enum DriverKind {
 /// A running server: its address, a stop switch and its worker thread.
 pub struct Server {
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
     worker: JoinHandle<io::Result<()>>,
 }
@@ -125,17 +127,32 @@ impl Server {
         let listener = std::net::TcpListener::bind(cfg.listen)?;
         sys::set_backlog(listener.as_raw_fd(), BACKLOG)?;
         let addr = listener.local_addr()?;
+        let admin = cfg
+            .admin_listen
+            .map(std::net::TcpListener::bind)
+            .transpose()?;
+        let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let worker = std::thread::Builder::new()
             .name("corecast-worker-0".into())
-            .spawn(move || run_worker(cfg, listener, flag))?;
-        Ok(Server { addr, stop, worker })
+            .spawn(move || run_worker(cfg, [Some(listener), admin], flag))?;
+        Ok(Server {
+            addr,
+            admin_addr,
+            stop,
+            worker,
+        })
     }
 
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the admin listener (`--admin-listen`), if any.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     /// Asks the worker to shut down gracefully (as SIGTERM does).
@@ -156,11 +173,11 @@ impl Server {
     }
 }
 
-fn run_worker(
-    cfg: Config,
-    listener: std::net::TcpListener,
-    stop: Arc<AtomicBool>,
-) -> io::Result<()> {
+/// The main listener and the optional admin listener.
+type Listeners = [Option<std::net::TcpListener>; 2];
+
+fn run_worker(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::Result<()> {
+    let listener = listeners[0].as_ref().expect("the main listener");
     let cpu = cfg.cpu.or_else(sys::first_allowed_cpu).unwrap_or(0);
     if let Err(e) = monoio::utils::bind_to_cpu_set([cpu]) {
         if cfg.cpu.is_some() {
@@ -174,7 +191,9 @@ fn run_worker(
         DriverKind::Legacy
     };
     if driver == DriverKind::Legacy {
-        listener.set_nonblocking(true)?;
+        for l in listeners.iter().flatten() {
+            l.set_nonblocking(true)?;
+        }
     }
     log!(
         Info,
@@ -184,7 +203,10 @@ fn run_worker(
         cpu = cpu,
         version = env!("CARGO_PKG_VERSION"),
     );
-    let serve = worker_main(cfg, listener, stop);
+    if let Some(admin) = &listeners[1] {
+        log!(Info, "admin listener", admin_addr = admin.local_addr()?);
+    }
+    let serve = worker_main(cfg, listeners, stop);
     match driver {
         // DEFER_TASKRUN needs Linux 6.1; older kernels refuse the flag.
         DriverKind::IoUring => uring_runtime(true, SERVER_RING_ENTRIES)
@@ -197,14 +219,12 @@ fn run_worker(
     }
 }
 
-async fn worker_main(
-    cfg: Config,
-    listener: std::net::TcpListener,
-    stop: Arc<AtomicBool>,
-) -> io::Result<()> {
+async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
     let w = Worker::new(cfg);
-    let listener = monoio::net::TcpListener::from_std(listener)?;
+    let [main, admin] = listeners;
+    let listener = monoio::net::TcpListener::from_std(main.expect("the main listener"))?;
+    let admin = admin.map(monoio::net::TcpListener::from_std).transpose()?;
     let started = Instant::now();
     monoio::spawn(sweeper(w.clone(), started));
     if w.hub.borrow().limits().fanout_window > 0 {
@@ -213,7 +233,17 @@ async fn worker_main(
     if let Some(link) = &w.redis {
         redis::spawn(link, w.clone());
     }
-    race(accept_loop(w.clone(), listener), wait_for_stop(&stop)).await;
+    let accept_admin = async {
+        match admin {
+            Some(l) => accept_loop(w.clone(), l, Listener::Admin).await,
+            None => std::future::pending().await,
+        }
+    };
+    let accept_main = race(
+        accept_loop(w.clone(), listener, Listener::Public),
+        accept_admin,
+    );
+    race(accept_main, wait_for_stop(&stop)).await;
     // The listener is dropped here: no new connections from now on.
     graceful_shutdown(&w, shutdown_timeout).await;
     Ok(())
@@ -238,12 +268,13 @@ async fn wait_for_stop(stop: &AtomicBool) {
     }
 }
 
-async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener) {
+async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener, role: Listener) {
     let mut last_warn: Option<Instant> = None;
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                monoio::spawn(http_conn::handle(w.clone(), Sock::new(stream)));
+            Ok((stream, peer)) => {
+                let ctx = http_conn::ConnCtx::new(role, peer.ip());
+                monoio::spawn(http_conn::handle(w.clone(), Sock::new(stream), ctx));
             }
             Err(e) if is_fd_exhaustion(&e) => {
                 // Out of descriptors: back off instead of spinning, and log
@@ -276,6 +307,8 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
         monoio::time::sleep(TICK).await;
         if tick % 10 == 0 {
             endpoints::publish_status(&w, &mut status_prev);
+            let now = w.now_ms();
+            w.peers.borrow_mut().evict_idle(now, crate::peers::IDLE_MS);
         }
         {
             let now = Instant::now();

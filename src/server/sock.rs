@@ -75,13 +75,28 @@ pub(crate) async fn recv_into(
 /// time), so the kernel sends FIN rather than RST and the client can read
 /// the response.
 pub(crate) async fn linger_close(stream: &TcpStream) {
+    drain_close(stream, 64 << 10, Duration::from_millis(200)).await;
+}
+
+/// Most input drained after a protocol-error close ([`drain_close`]).
+pub(crate) const PROTOCOL_DRAIN_BYTES: usize = 256 << 10;
+/// Longest wait for the peer's end of stream after a protocol-error close.
+pub(crate) const PROTOCOL_DRAIN_TIME: Duration = Duration::from_secs(1);
+
+/// Half-closes (our FIN goes out after what is queued), then reads and
+/// discards input until end of stream, `max_bytes`, or `max_time`. Closing
+/// a socket with unread input makes the kernel send an RST and drop what
+/// it has not sent yet (our final response or close frame); after this,
+/// the close is graceful unless the peer sends more than the bounds allow.
+pub(crate) async fn drain_close(stream: &TcpStream, max_bytes: usize, max_time: Duration) {
     sys::shutdown_write(stream.as_raw_fd());
     let mut scratch = [0u8; 4096];
-    let deadline = Instant::now() + Duration::from_millis(200);
-    for _ in 0..16 {
+    let deadline = Instant::now() + max_time;
+    let mut drained = 0;
+    while drained < max_bytes {
         match sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch) {
             Ok(0) => return,
-            Ok(_) => continue,
+            Ok(n) => drained += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if monoio::time::timeout(left, stream.readable(false))

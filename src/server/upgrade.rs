@@ -2,6 +2,7 @@
 //! tokens), and the `101 Switching Protocols` answer.
 
 use std::io;
+use std::net::IpAddr;
 
 use monoio::io::AsyncWriteRentExt;
 
@@ -9,6 +10,7 @@ use crate::auth::{self, Grants};
 use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
+use crate::peers::PeerRefusal;
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
 use crate::server::sock::Sock;
@@ -36,10 +38,25 @@ pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
 pub async fn upgrade(
     w: &Worker,
     sock: &mut Sock,
-    id: ConnId,
+    (id, ip): (ConnId, IpAddr),
     req: &http::Request,
     (kind, channel): (ConnKind, Option<String>),
 ) -> io::Result<Option<Upgrade>> {
+    let verdict = w.peers.borrow_mut().handshake(ip, w.now_ms());
+    if let Err(PeerRefusal::TooFast(_)) = verdict {
+        w.hub.borrow_mut().stats.per_ip_handshakes_limited += 1;
+        log::refused(
+            log::Refusal::PerIp,
+            "upgrade refused",
+            "handshake rate per address exceeded",
+        );
+        let err = HttpError {
+            status: 429,
+            message: "too many handshakes from this address",
+        };
+        refuse(sock, &err).await?;
+        return Ok(None);
+    }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
     let checked = if status_feed {
         None
@@ -47,17 +64,19 @@ pub async fn upgrade(
         channel.as_deref()
     };
     let grants = match auth::authorize_upgrade(&w.cfg.auth, req, checked) {
-        Ok(_) if status_feed => Grants::read_only(),
+        Ok(g) if status_feed => {
+            // Read-only whatever the token grants, but not beyond its exp.
+            if let Some(exp) = g.expires() {
+                let mut hub = w.hub.borrow_mut();
+                let at = auth::token_deadline_ms(hub.now_ms(), exp, auth::unix_now_ms());
+                hub.set_token_expiry(id, at);
+            }
+            Grants::read_only()
+        }
         Ok(g) => g,
         Err((status, message)) => {
             w.hub.borrow_mut().stats.auth_failures += 1;
-            log!(
-                Debug,
-                "upgrade refused",
-                conn = id,
-                status = status,
-                reason = message
-            );
+            log::refused(log::Refusal::Upgrade, "upgrade refused", message);
             refuse(sock, &HttpError { status, message }).await?;
             return Ok(None);
         }

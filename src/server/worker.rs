@@ -14,6 +14,7 @@ use monoio::net::TcpStream;
 
 use crate::config::Config;
 use crate::hub::Hub;
+use crate::peers::Peers;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
 use crate::server::redis::{Local, RedisLink};
@@ -34,6 +35,8 @@ pub struct Worker {
     pub redis: Option<Rc<RedisLink>>,
     /// The HTTP cache, when `--origin` is set.
     pub cache: Option<Rc<CacheEdge>>,
+    /// Per-client-address limits.
+    pub peers: RefCell<Peers>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -46,6 +49,7 @@ impl Worker {
             hub: RefCell::new(Hub::new(cfg.hub_limits(), formats::encoders())),
             cache: CacheEdge::new(&cfg, redis.clone()),
             redis,
+            peers: RefCell::new(Peers::new(cfg.peers.clone())),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -79,8 +83,11 @@ impl Worker {
     /// Every layer's counters now.
     pub fn snapshot(&self) -> Snapshot {
         let hub = self.hub.borrow();
+        let mut worker = hub.stats.clone();
+        worker.refusal_logs_suppressed = crate::log::refusals_suppressed();
+        worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
         Snapshot {
-            worker: hub.stats.clone(),
+            worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             connections: hub.connection_count() as u64,

@@ -14,14 +14,16 @@ use monoio::io::AsyncWriteRent;
 use monoio::net::tcp::TcpOwnedWriteHalf;
 use monoio::net::TcpStream;
 
-use crate::auth::{Grants, TokenBucket};
+use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
 use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
 use crate::server::iovec::IoVecs;
 use crate::server::publish::{route_publish, Published};
 use crate::server::redis::RedisLink;
-use crate::server::sock::{read_stream, Sock};
+use crate::server::sock::{
+    drain_close, read_stream, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
+};
 use crate::server::sys;
 use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
@@ -34,6 +36,12 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     {
         let mut hub = w.hub.borrow_mut();
         hub.upgrade(id, kind);
+        // The status feed's grants are read-only; its token's expiry was
+        // recorded at the upgrade.
+        if let Some(exp) = grants.expires() {
+            let at = token_deadline(hub.now_ms(), exp);
+            hub.set_token_expiry(id, at);
+        }
         if let Some(c) = channel.as_deref().filter(|c| c.starts_with('!')) {
             hub.subscribe_internal(id, c);
         } else if let Some(c) = &channel {
@@ -65,7 +73,20 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         w.hub.borrow_mut().abort(id);
     }
     let _ = writer.await;
+    if matches!(outcome, ReadEnd::Failed) {
+        // Our close frame is queued in the kernel; closing now with the
+        // peer's unread bytes would send an RST and lose it.
+        let drain = drain_close(read_stream, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME);
+        // Boxed: its buffer would otherwise enlarge every connection's task.
+        Box::pin(drain).await;
+    }
     drop(rd);
+}
+
+/// The hub's coarse time at which a token with `exp` (seconds since the
+/// epoch) expires; the sweep closes the connection then.
+pub(super) fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
+    crate::auth::token_deadline_ms(hub_now_ms, exp, crate::auth::unix_now_ms())
 }
 
 /// What draining the read buffer came to.
@@ -202,14 +223,14 @@ impl WsReader<'_> {
         let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {
             let who = (self.id, self.serial, &self.grants);
-            return on_control(hub, redis, who, opcode, &payload);
+            return on_control(hub, redis, &self.w.cfg.auth, who, opcode, &payload);
         };
         if !self.grants.may_publish(c) {
-            hub.stats.auth_failures += 1;
+            hub.stats.publish_forbidden += 1;
             hub.close(
                 self.id,
                 1008,
-                "token does not grant publishing here",
+                "this connection may not publish here",
                 CloseReason::Protocol,
             );
             return;
@@ -238,6 +259,7 @@ impl WsReader<'_> {
 fn on_control(
     hub: &mut Hub,
     redis: Option<&RedisLink>,
+    auth: &AuthConfig,
     (id, serial, grants): (ConnId, u64, &Grants),
     opcode: OpCode,
     payload: &[u8],
@@ -256,10 +278,12 @@ fn on_control(
     };
     let idv = env.id.as_deref();
     let reply = match env.request {
+        control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
         control::Request::Subscribe { channel } if !grants.may_subscribe(&channel) => {
             Some(forbidden(idv))
         }
         control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
+            hub.stats.publish_forbidden += 1;
             Some(forbidden(idv))
         }
         control::Request::Subscribe { channel } => match hub.subscribe(id, &channel) {
@@ -306,10 +330,43 @@ fn on_control(
     }
 }
 
+/// `{"op":"refresh"}`: a valid token for the same channels moves the
+/// connection's expiry; anything else is refused and the old expiry stands.
+fn refresh(
+    hub: &mut Hub,
+    auth: &AuthConfig,
+    id: ConnId,
+    grants: &Grants,
+    token: &str,
+    idv: Option<&serde_json::value::RawValue>,
+) -> Bytes {
+    let (Some(secret), Grants::Token(current)) = (&auth.token_secret, grants) else {
+        let msg = "this connection holds no token to refresh";
+        return control::error(ErrorCode::BadRequest, msg, idv);
+    };
+    match auth.verify(token.as_bytes(), secret) {
+        Ok(Grants::Token(new)) if new.same_channels(current) => {
+            let at = token_deadline(hub.now_ms(), new.exp);
+            hub.set_token_expiry(id, at);
+            hub.stats.token_refreshes += 1;
+            control::refreshed(new.exp, idv)
+        }
+        Ok(_) => {
+            hub.stats.auth_failures += 1;
+            let msg = "a refresh token must grant the same channels";
+            control::error(ErrorCode::InvalidToken, msg, idv)
+        }
+        Err(e) => {
+            hub.stats.auth_failures += 1;
+            control::error(ErrorCode::InvalidToken, e.message(), idv)
+        }
+    }
+}
+
 fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
     control::error(
         ErrorCode::Forbidden,
-        "the connection token does not grant this channel",
+        "this connection is not granted this channel (token or publish key)",
         id,
     )
 }

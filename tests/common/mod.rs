@@ -39,6 +39,8 @@ pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 pub struct TestServer {
     server: Option<Server>,
     pub addr: SocketAddr,
+    /// The `--admin-listen` address, when one was configured.
+    pub admin: Option<SocketAddr>,
 }
 
 impl TestServer {
@@ -54,9 +56,11 @@ impl TestServer {
         tweak(&mut cfg);
         let server = Server::start(cfg).expect("server starts");
         let addr = server.local_addr();
+        let admin = server.admin_addr();
         TestServer {
             server: Some(server),
             addr,
+            admin,
         }
     }
 
@@ -714,5 +718,85 @@ pub fn ensure_fd_limit(n: libc::rlim_t) {
         let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) };
         assert_eq!(rc, 0, "setrlimit");
         assert!(want.rlim_cur >= n, "need {n} descriptors");
+    }
+}
+
+// ------------------------------------------------------ the binary --
+
+/// The real `corecast` binary in its own process, for what an in-process
+/// server cannot show (its stderr: the logger writes to the process's).
+/// Killed on drop.
+pub struct BinServer {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    /// Its stderr, one line per message.
+    pub logs: std::sync::mpsc::Receiver<String>,
+}
+
+impl BinServer {
+    /// Starts `corecast --listen 127.0.0.1:0 ARGS` and waits for the line
+    /// with its address.
+    pub fn spawn(args: &[&str]) -> BinServer {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_corecast"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("corecast binary starts");
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, logs) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let addr = loop {
+            let line = logs
+                .recv_timeout(DEADLINE)
+                .expect("server logs its address");
+            if let Some(a) = line
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("addr="))
+            {
+                break a.parse().expect("socket address");
+            }
+        };
+        BinServer { child, addr, logs }
+    }
+
+    /// Stops the process gracefully (SIGTERM) and returns every line it
+    /// logged from now to its exit: a complete, deterministic capture.
+    pub fn stop_and_collect(self) -> Vec<String> {
+        // SAFETY: kill takes no pointers; the pid is our own live child.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let mut lines = Vec::new();
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.logs.recv_timeout(left) {
+                Ok(l) => lines.push(l),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(e) => panic!("server did not exit: {e}"),
+            }
+        }
+        lines
+    }
+}
+
+impl Drop for BinServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

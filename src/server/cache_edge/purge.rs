@@ -28,7 +28,12 @@ pub(super) async fn purge(edge: &CacheEdge, inc: Incoming) -> Vec<u8> {
     let req = ClientRequest::parse(&inc.head).ok();
     let auth = req.as_ref().and_then(|r| r.header("authorization"));
     if !purge::bearer_matches(auth, token.expose().as_bytes()) {
-        log!(Info, "cache purge refused: missing or wrong bearer token");
+        edge.count(|s| s.purge_refused += 1);
+        log::refused(
+            log::Refusal::PurgeToken,
+            "cache purge refused",
+            "missing or wrong bearer token",
+        );
         let body = serde_json::json!({ "error": "missing or wrong bearer token" });
         return json(401, body, &[("WWW-Authenticate", "Bearer")]);
     }
