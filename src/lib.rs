@@ -42,6 +42,7 @@ pub mod loadgen;
 pub mod log;
 pub mod metrics;
 pub mod redis;
+pub mod runtime;
 pub mod secret;
 pub mod server;
 pub mod stats;

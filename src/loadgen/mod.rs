@@ -47,7 +47,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use monoio::{LegacyDriver, RuntimeBuilder};
+use crate::runtime::{self, DriverKind};
 
 use args::{Command, Common, WsUrl};
 use client::Target;
@@ -168,26 +168,14 @@ const RING_ENTRIES: u32 = 4096;
 /// epoll otherwise (as the server does).
 fn block_on<F: Future>(common: &Common, make: impl FnOnce() -> F) -> Result<F::Output, BenchError> {
     if let Some(cpu) = common.cpu {
-        monoio::utils::bind_to_cpu_set([cpu])
-            .map_err(|e| BenchError::Runtime(format!("cannot pin to CPU {cpu}: {e:?}")))?;
+        runtime::pin_to_cpu(cpu).map_err(|e| BenchError::Runtime(e.to_string()))?;
     }
-    if !common.legacy_driver && monoio::utils::detect_uring() {
-        let defer = !common.plain_uring;
-        // DEFER_TASKRUN needs Linux 6.1; older kernels refuse the flag.
-        let built = crate::server::uring_runtime(defer, RING_ENTRIES).or_else(|e| {
-            if defer {
-                crate::server::uring_runtime(false, RING_ENTRIES)
-            } else {
-                Err(e)
-            }
-        });
-        if let Ok(mut rt) = built {
+    if DriverKind::detect(common.legacy_driver) == DriverKind::IoUring {
+        if let Ok(mut rt) = runtime::uring_runtime_or_plain(!common.plain_uring, RING_ENTRIES) {
             return Ok(rt.block_on(make()));
         }
     }
-    let mut rt = RuntimeBuilder::<LegacyDriver>::new()
-        .enable_timer()
-        .build()
+    let mut rt = runtime::legacy_runtime()
         .map_err(|e| BenchError::Runtime(format!("cannot start runtime: {e}")))?;
     Ok(rt.block_on(make()))
 }
