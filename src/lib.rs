@@ -23,13 +23,9 @@
 //!   messages on Redis channels (sans-I/O; connections in `server::redis`).
 //! - [`stats`], [`log`](mod@log), [`metrics`]: counters, logfmt logging, and the
 //!   Prometheus exposition with latency histograms.
-//! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast,
-//!   http) and `paper`, which orchestrates Redis, an origin, corecast
-//!   instances and those subcommands (as child processes) into the
-//!   reference experiment's report.
 //!
-//! Protocol modules never import the runtime; only `server` (and the load
-//! generator's client edge in `loadgen`) await sockets.
+//! Protocol modules never import the runtime; only `server` awaits sockets.
+//! The load generator `corecast-bench` is its own crate (`bench/`).
 
 pub mod auth;
 pub mod cache;
@@ -38,7 +34,6 @@ pub mod control;
 pub mod histogram;
 pub mod http;
 pub mod hub;
-pub mod loadgen;
 pub mod log;
 pub mod metrics;
 pub mod redis;
@@ -47,3 +42,6 @@ pub mod secret;
 pub mod server;
 pub mod stats;
 pub mod ws;
+
+pub use config::Config;
+pub use server::Server;

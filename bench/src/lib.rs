@@ -7,7 +7,9 @@
 //! its own CPU cost per received frame next to every result.
 //!
 //! # Layout
-//! - [`args`]: command-line parsing (sans-I/O).
+//! - [`flags`]: the flag/value grammar (pairs, numbers, durations,
+//!   address lists), a leaf both [`args`] and `paper::opts` use.
+//! - [`args`]: the subcommands' options and usage (sans-I/O).
 //! - [`stats`]: log-linear latency histogram and per-stream sequence
 //!   tracking for loss / duplicate / order accounting (sans-I/O).
 //! - [`payload`]: the stamp each message carries (publisher, sequence,
@@ -31,6 +33,7 @@ pub mod args;
 pub mod broadcast;
 pub mod client;
 pub mod connect;
+pub mod flags;
 pub mod http_load;
 pub mod open;
 pub mod paper;
@@ -47,7 +50,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::runtime::{self, DriverKind};
+use corecast::runtime::{self, DriverKind};
 
 use args::{Command, Common, WsUrl};
 use client::Target;

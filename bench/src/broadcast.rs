@@ -24,8 +24,8 @@ use super::report::{BroadcastReport, GeneratorCpu, LatencySummary, MachineCpu, S
 use super::stats::{Arrival, Histogram, SeqTracker};
 use super::wire::FastRng;
 use super::{probe, sys, target_of, BenchError};
-use crate::ws::frame::encode_client_frame;
-use crate::ws::OpCode;
+use corecast::ws::frame::encode_client_frame;
+use corecast::ws::OpCode;
 
 /// Delay between the last subscriber being ready and the first publish.
 const LEAD_IN: Duration = Duration::from_millis(20);

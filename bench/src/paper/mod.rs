@@ -64,7 +64,7 @@ pub fn run(o: PaperOpts) -> Result<PaperReport, BenchError> {
         .unwrap_or_else(|| exe.with_file_name("corecast"));
     if !server_bin.is_file() {
         return Err(BenchError::Setup(format!(
-            "no corecast binary at {}: build it (cargo build --release) or pass --server-bin",
+            "no corecast binary at {}: build it (`cargo build --release` builds the workspace: corecast and corecast-bench) or pass --server-bin",
             server_bin.display()
         )));
     }
@@ -371,7 +371,7 @@ fn write_report(
     let o = &ctx.o;
     let mut report = PaperReport {
         command: "paper",
-        date: crate::log::timestamp_now(),
+        date: corecast::log::timestamp_now(),
         command_line: std::env::args()
             .map(|a| file_name_of_exe(&a))
             .collect::<Vec<_>>()

@@ -13,7 +13,7 @@ use super::open::{open_all, OpenPlan, OpenProgress};
 use super::report::{ConnectReport, LatencySummary, ServerSample};
 use super::wire::FastRng;
 use super::{probe, sys, target_of, BenchError};
-use crate::ws::OpCode;
+use corecast::ws::OpCode;
 
 /// Time allowed for the close handshakes at the end.
 const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
