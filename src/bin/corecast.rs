@@ -9,7 +9,7 @@ use std::time::Duration;
 use corecast::config::{help_text, Command, Config};
 use corecast::log;
 use corecast::runtime;
-use corecast::server::Server;
+use corecast::Server;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
