@@ -81,7 +81,9 @@ fn read_text_frame(r: &mut impl Read) -> io::Result<String> {
     let mut head = [0u8; 2];
     r.read_exact(&mut head)?;
     if head[0] != 0x81 || head[1] >= 126 {
-        return Err(io::Error::other(format!("unexpected frame head {head:02x?}")));
+        return Err(io::Error::other(format!(
+            "unexpected frame head {head:02x?}"
+        )));
     }
     let mut payload = vec![0u8; usize::from(head[1])];
     r.read_exact(&mut payload)?;

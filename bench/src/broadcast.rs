@@ -23,7 +23,9 @@ use super::publish::{self, Format, PubConn, PubResult, Publisher, Schedule};
 use super::report::{BroadcastReport, GeneratorCpu, LatencySummary, MachineCpu, ServerSample};
 use super::stats::{Arrival, Histogram, SeqTracker};
 use super::wire::FastRng;
-use super::{probe, sys, target_of, BenchError};
+use crate::engine::{probe, target_of};
+use crate::error::BenchError;
+use crate::sys;
 use corecast::ws::frame::encode_client_frame;
 use corecast::ws::OpCode;
 

@@ -12,7 +12,9 @@ use super::client::{
 use super::open::{open_all, OpenPlan, OpenProgress};
 use super::report::{ConnectReport, LatencySummary, ServerSample};
 use super::wire::FastRng;
-use super::{probe, sys, target_of, BenchError};
+use crate::engine::{probe, target_of};
+use crate::error::BenchError;
+use crate::sys;
 use corecast::ws::OpCode;
 
 /// Time allowed for the close handshakes at the end.

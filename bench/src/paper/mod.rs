@@ -25,7 +25,8 @@ use origin::Origin;
 use procs::{http_get, start_corecast, start_redis, BenchRun, Proc};
 use results::{api_from_json, cell_from_json, ApiComparison, Cell, Machine, PaperReport, Params};
 
-use super::{sys, BenchError};
+use crate::error::BenchError;
+use crate::sys;
 
 /// The channel every client subscribes to.
 const CHANNEL: &str = "paper";
