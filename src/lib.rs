@@ -41,34 +41,40 @@
 //! sans-I/O parts; they are not a stable API.
 //!
 //! # Layout
-//! Imports go down this list; no module imports one above it, and no two
-//! files import each other (`scripts/check_imports.py` enforces it).
-//! - `server`: the network edge — accept loop, per-connection reader and
-//!   writer tasks, vectored writes, the sweeper for deadlines and keepalive,
-//!   graceful shutdown; the Redis edge (`server::redis`) and the cache
-//!   edge (`server::cache_edge`).
-//! - [`runtime`]: monoio runtime boot (io_uring ring or epoll), CPU
-//!   pinning, rlimit, signals; used by `server` and by `corecast-bench`.
-//! - `hub`: the per-worker connection slab, channel registry and zero-copy
-//!   fan-out into bounded outbound queues (sans-I/O; wakes writers through
-//!   `Waker`s, at most `--fanout-window` at a time: `hub::pacer`).
-//! - [`config`]: every limit and knob: flags, environment variables, a
-//!   TOML file; `--help` and the README table come from one table. It
-//!   composes the layers' own option structs (below).
-//! - `control`: the JSON control protocol of `GET /ws`.
-//! - `auth`: publish keys, JWT (HS256) connection tokens, `Origin`
-//!   allow-list, token-bucket publish rates (sans-I/O).
-//! - `cache`: the HTTP response cache in front of `--origin`, sans-I/O —
-//!   `Cache-Control` policy, keys, entry encoding, the LRU memory store,
-//!   chunked decoding, origin response heads.
-//! - `redis`: RESP (redis-protocol), commands, pipelining, URLs, the
-//!   envelope of messages on Redis channels (sans-I/O).
-//! - `stats`, `metrics`, `histogram`, [`log`](mod@log): counters per
-//!   layer, the Prometheus exposition, latency histograms, logfmt logging.
-//! - [`ws`], `http`, `secret`: leaves — RFC 6455 (frame headers, masking,
-//!   message assembly with incremental UTF-8 checks, close codes, the
-//!   upgrade handshake), HTTP/1.1 request heads and responses, secrets
-//!   that never print.
+//! Top to bottom; a module imports only modules below it (→ lists what it
+//! may import), no two files import each other, and
+//! `scripts/check_imports.py` (in `scripts/test.sh`) fails on any loop.
+//! - `server` → everything below: the network edge — accept loop,
+//!   per-connection reader and writer tasks, vectored writes, the sweeper
+//!   for deadlines and keepalive, graceful shutdown; the Redis edge
+//!   (`server::redis`) and the cache edge (`server::cache_edge`). Its own
+//!   Layout section orders its files.
+//! - [`config`] → `auth`, `cache`, `http`, `hub`, `redis`, [`ws`],
+//!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
+//!   variables, a TOML file; `--help` and the README table come from one
+//!   table. It composes the layers' own option structs.
+//! - `auth` → `http`, `secret`: publish keys, JWT (HS256) connection
+//!   tokens, `Origin` allow-list, token-bucket publish rates (sans-I/O).
+//! - `cache` → `http`, `secret`: the HTTP response cache in front of
+//!   `--origin`, sans-I/O — `Cache-Control` policy, keys, entry encoding,
+//!   the LRU memory store, chunked decoding, origin response heads.
+//! - `http` → [`ws`], `hub` (the channel-name rule, until it gets its own
+//!   leaf): HTTP/1.1 request heads (httparse), routing, responses.
+//! - `hub` → `control`, `stats`, [`ws`], [`log`](mod@log): the per-worker
+//!   connection slab, channel registry and zero-copy fan-out into bounded
+//!   outbound queues (sans-I/O; wakes writers through `Waker`s, at most
+//!   `--fanout-window` at a time: `hub::pacer`). It still imports
+//!   `config::Config` — the one loop left, removed by the hub split.
+//! - `metrics` → `stats` → `histogram`: counters per layer in one
+//!   snapshot, the Prometheus exposition, latency histograms.
+//! - `control`, `redis` → [`ws`]: the JSON control protocol of `GET /ws`;
+//!   RESP (redis-protocol), commands, URLs, the envelope of messages on
+//!   Redis channels (sans-I/O).
+//! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
+//!   with incremental UTF-8 checks, close codes, the upgrade handshake),
+//!   `secret` (secrets that never print), [`log`](mod@log) (logfmt),
+//!   [`runtime`] (ring, pinning, rlimit, signals; used by `server` and
+//!   by `corecast-bench`).
 //!
 //! Protocol modules never import monoio; only `server` and [`runtime`]
 //! do. The load generator `corecast-bench` is its own crate (`bench/` in

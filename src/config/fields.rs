@@ -11,7 +11,7 @@ use crate::log::Level;
 /// The server's whole configuration: the server's own settings plus each
 /// layer's settings struct, owned by that layer (`ws::Limits`,
 /// `http::Limits`, `auth::AuthConfig`, `redis::RedisConfig`,
-/// `cache::CacheConfig`). Every field's default comes from [`OPTIONS`].
+/// `cache::CacheConfig`). Every field's default comes from [`OPTIONS`](crate::config::OPTIONS).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Address to listen on.
