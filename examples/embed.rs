@@ -13,8 +13,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 fn main() -> io::Result<()> {
-    let mut cfg = corecast::Config::default();
-    cfg.listen = "127.0.0.1:0".parse().expect("an address");
+    let cfg = corecast::Config {
+        listen: "127.0.0.1:0".parse().expect("an address"), // any free port
+        ..Default::default()
+    };
     let server = corecast::Server::start(cfg)?;
     let addr = server.local_addr();
     println!("corecast embedded on {addr}");

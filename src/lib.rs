@@ -10,8 +10,10 @@
 //! ```
 //! use std::io::{Read, Write};
 //!
-//! let mut cfg = corecast::Config::default();
-//! cfg.listen = "127.0.0.1:0".parse().unwrap(); // any free port
+//! let cfg = corecast::Config {
+//!     listen: "127.0.0.1:0".parse().unwrap(), // any free port
+//!     ..Default::default()
+//! };
 //! let server = corecast::Server::start(cfg)?;
 //! let addr = server.local_addr();
 //!
