@@ -9,8 +9,8 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 use corecast::config::Config;
+use corecast::formats;
 use corecast::hub::{ConnKind, Hub};
-use corecast::server::formats;
 use corecast::ws::OpCode;
 
 struct Counting;

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=perf/thresholds.json
 get() { python3 -c "import json,sys; print(json.load(open('$cfg'))['$1'])"; }
-cargo build --release --quiet --bin corecast --bin corecast-bench
+cargo build --release --quiet -p corecast -p corecast-bench --bins
 mkdir -p target/perf
 ncpu=$(nproc)
 server_cpu=0; load_cpu=$(( ncpu > 1 ? 1 : 0 ))

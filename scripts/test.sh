@@ -5,7 +5,9 @@
 # Installs what it needs when missing: redis-server, chromium and nginx from
 # Debian; a Python venv (.venv) with kosoku (Autobahn cases) and
 # check-jsonschema; playwright-core from npm; cargo-fuzz. Then: format
-# check, clippy -D warnings, every cargo test (benches run once), Autobahn
+# check, the import-graph and size check, clippy -D warnings, every cargo
+# test of the workspace (benches run once) and the doc tests, the embedding
+# example, Autobahn
 # against the committed baseline, headless-browser tests, a fuzz smoke run
 # of every target, deployment-file checks, and the performance gate.
 set -euo pipefail
@@ -37,18 +39,29 @@ fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets --quiet -- -D warnings
+step "import graph, file and function sizes (scripts/check_imports.py)"
+python3 scripts/check_imports.py --self-test
+python3 scripts/check_imports.py
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # --all-targets also builds the criterion benches and runs each once in
-# test mode, so they cannot rot.
-step "cargo test --all-targets"
+# test mode, so they cannot rot; --workspace includes corecast-bench
+# (bench/), whose CLI tests run the corecast binary built alongside.
+step "cargo test --workspace --all-targets"
 mkdir -p target
 set +e
-cargo test --all-targets 2>&1 | tee target/test-output.txt
+{
+    cargo test --workspace --all-targets 2>&1 &&
+        cargo test --workspace --doc 2>&1
+} | tee target/test-output.txt
 status=${PIPESTATUS[0]}
 set -e
 [ "$status" -eq 0 ] || exit "$status"
+
+step "examples/embed.rs: the embedding example runs and exits"
+cargo run --quiet --example embed
 
 step "Autobahn conformance (kosoku, sections 1-10)"
 scripts/autobahn.sh

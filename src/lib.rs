@@ -1,73 +1,134 @@
 //! corecast: a pinned, thread-per-core WebSocket pub/sub gateway.
 //!
+//! Most users run the `corecast` binary (`cargo run --release -- --help`).
+//! The library embeds the same server in another program: build a
+//! [`Config`] (its [`Default`] is the binary's defaults, or parse flags
+//! and environment with [`Config::from_args`]), [`Server::start`] it, and
+//! [`Server::stop`] + [`Server::join`] it when done. The server runs on
+//! its own pinned worker thread; the calling thread is free.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//!
+//! let cfg = corecast::Config {
+//!     listen: "127.0.0.1:0".parse().unwrap(), // any free port
+//!     ..Default::default()
+//! };
+//! let server = corecast::Server::start(cfg)?;
+//! let addr = server.local_addr();
+//!
+//! let mut s = std::net::TcpStream::connect(addr)?;
+//! s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+//! let mut answer = String::new();
+//! s.read_to_string(&mut answer)?;
+//! assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+//!
+//! server.stop(); // graceful: close 1001 to every WebSocket, then exit
+//! server.join()?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! # Public API
+//! - [`Server`] and [`Config`] (with [`config`]: the per-layer option
+//!   structs and the options table behind `--help`).
+//! - [`runtime`]: ring builder, driver detection, CPU pinning, the
+//!   descriptor limit and SIGTERM/SIGINT — what a program that embeds the
+//!   server (or the load generator) sets up before the runtime exists.
+//! - [`ws`]: the sans-I/O RFC 6455 codec (also the load generator's).
+//! - [`log`](mod@log): the logfmt logger's level and output.
+//!
+//! `auth`, `cache`, `control`, `http`, `hub` and `redis` are public but
+//! hidden from the docs: the fuzz targets (`fuzz/`), the microbenchmarks
+//! (`benches/`) and the integration tests (`tests/`) reach into their
+//! sans-I/O parts; they are not a stable API.
+//!
 //! # Layout
-//! - [`ws`]: RFC 6455, sans-I/O — frame headers, masking, message assembly
-//!   with incremental UTF-8 checks, close codes, the upgrade handshake.
-//! - [`http`]: sans-I/O HTTP/1.1 request heads (httparse), routing,
-//!   responses.
-//! - [`control`]: the JSON control protocol of `GET /ws`.
-//! - [`channel`]: channel-name rules (a leaf: the router, the control
-//!   protocol, the configuration and the hub all read them here).
-//! - [`hub`]: the per-worker connection table, channel registry and
-//!   zero-copy fan-out into bounded outbound queues (sans-I/O; wakes
-//!   writers through `Waker`s). `hub/mod.rs` is a facade ([`hub::Hub`]);
-//!   behind it, one module per job: `conn` (a connection's entry, kind,
-//!   state), `registry` (channels, subscriber lists, the Redis interest
-//!   log), `outbox` (queues, slow-consumer policy, worker-wide budget,
-//!   batches), `timers` (close reasons, deadlines, the keepalive sweep),
-//!   `pacer` (at most `--fanout-window` writers at a time), `format`
-//!   (wire-format ids and the encoders the edge supplies) and `limits`
-//!   ([`hub::HubLimits`], built by `Config::hub_limits`). The hub imports
-//!   neither [`config`] nor [`control`]: wire formats are the edge's
-//!   (`server::formats`: path mode, the JSON envelope), so a new protocol
-//!   adds an encoder, not a hub edit; a publish encodes at most once per
-//!   format in use and shares the frame by reference count.
-//! - [`server`]: the network edge — monoio runtime boot and CPU pinning,
-//!   accept loop, per-connection reader and writer tasks, vectored writes,
-//!   the sweeper for deadlines and keepalive, graceful shutdown.
-//! - [`auth`]: publish keys, JWT (HS256) connection tokens, `Origin`
-//!   allow-list, token-bucket publish rates (sans-I/O).
-//! - [`peers`]: per-client-address connection and handshake-rate limits
-//!   with a bounded table (sans-I/O).
-//! - [`cache`]: the HTTP response cache in front of `--origin`, sans-I/O —
-//!   `Cache-Control` policy, keys, entry encoding, the LRU memory store,
-//!   chunked decoding, origin response heads (edge in `server::cache_edge`).
-//! - [`config`]: every limit and knob: flags, environment variables, a
-//!   TOML file; `--help` and the README table come from one table.
-//! - [`redis`]: RESP (redis-protocol), pipelining, URLs, the envelope of
-//!   messages on Redis channels (sans-I/O; connections in `server::redis`).
-//! - [`stats`], [`log`](mod@log), [`metrics`]: counters, logfmt logging, and the
-//!   Prometheus exposition with latency histograms.
-//! - [`loadgen`]: the `corecast-bench` load generator (connect, broadcast,
-//!   http) and `paper`, which orchestrates Redis, an origin, corecast
-//!   instances and those subcommands (as child processes) into the
-//!   reference experiment's report.
+//! Top to bottom; a module imports only modules below it (→ lists what it
+//! may import), no two files import each other, and
+//! `scripts/check_imports.py` (in `scripts/test.sh`) fails on any loop.
+//! - `server` → everything below: the network edge — accept loop,
+//!   per-connection reader and writer tasks, vectored writes, the sweeper
+//!   for deadlines and keepalive, graceful shutdown; the Redis edge
+//!   (`server::redis`) and the cache edge (`server::cache_edge`). Its own
+//!   Layout section orders its files.
+//! - [`config`] → `auth`, `cache`, `http`, `hub`, `redis`, [`ws`],
+//!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
+//!   variables, a TOML file; `--help` and the README table come from one
+//!   table. It composes the layers' own option structs.
+//! - `auth` → `http`, `secret`: publish keys, JWT (HS256) connection
+//!   tokens, `Origin` allow-list, token-bucket publish rates (sans-I/O).
+//! - `cache` → `http`, `secret`: the HTTP response cache in front of
+//!   `--origin`, sans-I/O — `Cache-Control` policy, keys, entry encoding,
+//!   the LRU memory store, chunked decoding, origin response heads.
+//! - `peers` → `http`: per-client-address connection and handshake-rate
+//!   limits with a bounded table (sans-I/O).
+//! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
+//!   routing, responses.
+//! - `hub` → `stats`, [`ws`], `channel`, [`log`](mod@log): the per-worker
+//!   connection table, channel registry and zero-copy fan-out into bounded
+//!   outbound queues (sans-I/O; wakes writers through `Waker`s).
+//!   `hub/mod.rs` is a facade (`hub::Hub`); behind it, one module per
+//!   job: `conn` (a connection's entry, kind, state), `registry`
+//!   (channels, subscriber lists, the Redis interest log), `outbox`
+//!   (queues, slow-consumer policy, worker-wide budget, batches), `timers`
+//!   (close reasons, deadlines, token expiry, the keepalive sweep), `pacer`
+//!   (at most `--fanout-window` writers at a time), `format` (wire-format
+//!   ids and the encoders the edge supplies) and `limits` (`HubLimits`,
+//!   built by `Config::hub_limits`). The hub imports neither `config` nor
+//!   `control`: wire formats are the edge's (`server::formats`: path mode,
+//!   the JSON envelope), so a new protocol adds an encoder, not a hub
+//!   edit; a publish encodes at most once per format in use and shares
+//!   the frame by reference count. Its submodules use their siblings,
+//!   never the facade.
+//! - `metrics` → `stats` → `histogram`: counters per layer in one
+//!   snapshot, the Prometheus exposition, latency histograms.
+//! - `control`, `redis` → [`ws`]: the JSON control protocol of `GET /ws`;
+//!   RESP (redis-protocol), commands, URLs, the envelope of messages on
+//!   Redis channels (sans-I/O).
+//! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
+//!   with incremental UTF-8 checks, close codes, the upgrade handshake),
+//!   `channel` (channel-name rules), `secret` (secrets that never print),
+//!   [`log`](mod@log) (logfmt),
+//!   [`runtime`] (ring, pinning, rlimit, signals; used by `server` and
+//!   by `corecast-bench`).
 //!
-//! Protocol modules never import the runtime; only `server` (and the load
-//! generator's client edge in `loadgen`) await sockets.
-//!
-//! Who may import whom (no two modules import each other): `ws`,
-//! `channel`, `histogram`, `secret` and `log` are leaves; `http` and
-//! `control` use `ws` and `channel`; `hub` uses `ws`, `channel`, `stats`
-//! and `log` (its submodules use their siblings, never the facade);
-//! `config` uses the layers whose settings it builds (`hub::HubLimits`,
-//! `ws::Limits`, ...); `server` uses everything above it and is imported
-//! only by the binaries and `loadgen`.
+//! Protocol modules never import monoio; only `server` and [`runtime`]
+//! do. The load generator `corecast-bench` is its own crate (`bench/` in
+//! the workspace) and uses only this public API.
 
+#![warn(missing_docs)]
+
+// Hidden but public: reached by fuzz/, benches/ and tests/ (see above).
+#[doc(hidden)]
 pub mod auth;
+#[doc(hidden)]
 pub mod cache;
+#[doc(hidden)]
 pub mod channel;
 pub mod config;
+#[doc(hidden)]
 pub mod control;
-pub mod histogram;
+pub(crate) mod histogram;
+#[doc(hidden)]
 pub mod http;
+#[doc(hidden)]
 pub mod hub;
-pub mod loadgen;
 pub mod log;
-pub mod metrics;
+pub(crate) mod metrics;
+#[doc(hidden)]
 pub mod peers;
+#[doc(hidden)]
 pub mod redis;
-pub mod secret;
-pub mod server;
-pub mod stats;
+pub mod runtime;
+pub(crate) mod secret;
+pub(crate) mod server;
+pub(crate) mod stats;
 pub mod ws;
+
+pub use config::Config;
+pub use server::Server;
+
+/// The edge's wire-format encoders (path mode, the JSON envelope), for
+/// the fan-out microbenchmark (`benches/fanout.rs`); not a stable API.
+#[doc(hidden)]
+pub use server::formats;

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::stats::Snapshot;
+use crate::stats::{RedisStats, Snapshot, Stats};
 
 /// Gauges sampled when `/metrics` is served.
 #[derive(Debug, Clone, Default)]
@@ -54,26 +54,48 @@ fn labelled(
 pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     let (s, r) = (&snap.worker, &snap.redis);
     let mut o = String::with_capacity(8 * 1024);
-    gauge(
+    connections(&mut o, s, g);
+    deliveries(&mut o, s, g);
+    pressure(&mut o, s, g);
+    refusals(&mut o, snap);
+    if g.redis_enabled {
+        redis(&mut o, r);
+    }
+    s.fanout_delay.render(
         &mut o,
+        "corecast_fanout_write_delay_seconds",
+        "Time from publish until the write carrying the message to a subscriber completed (per write, oldest message).",
+    );
+    s.loop_lag.render(
+        &mut o,
+        "corecast_event_loop_lag_seconds",
+        "How late the 100 ms housekeeping timer fired: time the event loop was busy.",
+    );
+    o
+}
+
+/// Connections, upgrades, channels and subscriptions.
+fn connections(o: &mut String, s: &Stats, g: &Gauges) {
+    gauge(
+        o,
         "corecast_connections",
         "Open TCP connections (HTTP and WebSocket).",
         g.connections,
     );
     counter(
-        &mut o,
+        o,
         "corecast_connections_opened_total",
         "TCP connections accepted.",
         s.connections_opened,
     );
     counter(
-        &mut o,
+        o,
         "corecast_connections_rejected_total",
         "Connections refused at --max-connections (503).",
         s.connections_rejected,
     );
     labelled(
-        &mut o,
+        o,
         "corecast_connections_closed_total",
         "Connections ended, by reason (server-side reasons; `other` = client left or error).",
         "counter",
@@ -97,13 +119,13 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         ],
     );
     counter(
-        &mut o,
+        o,
         "corecast_websockets_opened_total",
         "Successful WebSocket upgrades.",
         s.websockets_opened,
     );
     labelled(
-        &mut o,
+        o,
         "corecast_handshake_failures_total",
         "Refused upgrades, by reason.",
         "counter",
@@ -114,216 +136,222 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         ],
     );
     gauge(
-        &mut o,
+        o,
         "corecast_channels",
         "Channels with at least one local subscriber.",
         g.channels,
     );
     gauge(
-        &mut o,
+        o,
         "corecast_subscriptions",
         "Channel subscriptions.",
         s.subscriptions,
     );
+}
+
+/// Messages, deliveries, bytes and writes.
+fn deliveries(o: &mut String, s: &Stats, g: &Gauges) {
     counter(
-        &mut o,
+        o,
         "corecast_messages_in_total",
         "Messages fanned out by this instance.",
         s.messages_in,
     );
     counter(
-        &mut o,
+        o,
         "corecast_deliveries_total",
         "Messages queued to a subscriber (one per subscriber).",
         s.deliveries,
     );
     counter(
-        &mut o,
+        o,
         "corecast_messages_not_delivered_total",
         "Deliveries dropped (slow consumer, closing connection).",
         s.messages_not_delivered,
     );
     counter(
-        &mut o,
+        o,
         "corecast_received_bytes_total",
         "Bytes received from clients.",
         s.bytes_in,
     );
     counter(
-        &mut o,
+        o,
         "corecast_sent_bytes_total",
         "Bytes written to clients.",
         s.bytes_out,
     );
     counter(
-        &mut o,
+        o,
         "corecast_writes_total",
         "Vectored writes issued to clients.",
         s.writes,
     );
     gauge(
-        &mut o,
+        o,
         "corecast_outbound_queued_bytes",
         "Bytes queued or in flight to clients.",
         g.outbound_bytes,
     );
+}
+
+/// Slow consumers, the outbound budget, pacing, publish limits, plain HTTP
+/// and readiness.
+fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
     counter(
-        &mut o,
+        o,
         "corecast_slow_consumer_disconnects_total",
         "Subscribers cut off with close 1008.",
         s.slow_consumer_disconnects,
     );
     counter(
-        &mut o,
+        o,
         "corecast_slow_consumer_drops_total",
         "Messages dropped under drop-oldest.",
         s.slow_consumer_drops,
     );
     counter(
-        &mut o,
+        o,
         "corecast_outbound_budget_exceeded_total",
         "Times --max-total-outbound was reached.",
         s.outbound_budget_exceeded,
     );
     counter(
-        &mut o,
+        o,
         "corecast_fanout_paced_total",
         "Writer wake-ups that waited for a place in the fan-out window.",
         s.fanout_paced,
     );
     counter(
-        &mut o,
+        o,
         "corecast_fanout_window_stalls_total",
         "Times the fan-out window was full of writes waiting for peers that do not read.",
         s.fanout_window_stalls,
     );
     counter(
-        &mut o,
+        o,
         "corecast_publish_rate_limited_total",
         "Publisher pauses under --publish-rate.",
         s.publish_rate_limited,
     );
     counter(
-        &mut o,
-        "corecast_publish_forbidden_total",
-        "WebSocket publishes refused: the connection may not publish there.",
-        s.publish_forbidden,
-    );
-    counter(
-        &mut o,
-        "corecast_refusal_logs_suppressed_total",
-        "Refusal log lines suppressed by the per-kind rate limit.",
-        s.refusal_logs_suppressed,
-    );
-    counter(
-        &mut o,
-        "corecast_per_ip_connections_rejected_total",
-        "Connections refused at --max-connections-per-ip.",
-        s.per_ip_connections_rejected,
-    );
-    counter(
-        &mut o,
-        "corecast_per_ip_handshakes_limited_total",
-        "Upgrades refused over --handshake-rate-per-ip.",
-        s.per_ip_handshakes_limited,
-    );
-    gauge(
-        &mut o,
-        "corecast_per_ip_tracked",
-        "Client addresses tracked by the per-IP limits.",
-        s.per_ip_tracked,
-    );
-    counter(
-        &mut o,
-        "corecast_cache_purge_refused_total",
-        "POST /cache/purge refused for a missing or wrong token.",
-        snap.cache.purge_refused,
-    );
-    counter(
-        &mut o,
-        "corecast_token_expirations_total",
-        "WebSockets closed with 4001 when their token expired.",
-        s.token_expirations,
-    );
-    counter(
-        &mut o,
-        "corecast_token_refreshes_total",
-        "Connection tokens refreshed in JSON mode.",
-        s.token_refreshes,
-    );
-    counter(
-        &mut o,
+        o,
         "corecast_publish_backpressure_total",
         "Publisher pauses while the write backlog is over --publish-backpressure.",
         s.publish_backpressure,
     );
     counter(
-        &mut o,
+        o,
         "corecast_http_requests_total",
         "Plain HTTP requests answered.",
         s.http_requests,
     );
     gauge(
-        &mut o,
+        o,
         "corecast_ready",
         "1 while /readyz answers 200.",
         u64::from(g.ready),
     );
-    if g.redis_enabled {
-        gauge(
-            &mut o,
-            "corecast_redis_connected",
-            "1 while the Redis command connection is up.",
-            r.connected,
-        );
-        counter(
-            &mut o,
-            "corecast_redis_reconnects_total",
-            "Redis connections lost and re-established.",
-            r.reconnects,
-        );
-        counter(
-            &mut o,
-            "corecast_redis_publishes_total",
-            "Publishes queued for Redis.",
-            r.publishes,
-        );
-        gauge(
-            &mut o,
-            "corecast_redis_publishes_buffered",
-            "Publishes waiting for Redis.",
-            r.publishes_buffered,
-        );
-        counter(
-            &mut o,
-            "corecast_redis_publishes_rejected_total",
-            "Publishes refused: buffer full.",
-            r.publishes_rejected,
-        );
-        counter(
-            &mut o,
-            "corecast_redis_messages_received_total",
-            "Messages received from Redis.",
-            r.messages_received,
-        );
-        let _ = writeln!(
-            o,
-            "# HELP corecast_redis_canary_rtt_seconds Round trip of the last readiness canary.\n\
-             # TYPE corecast_redis_canary_rtt_seconds gauge\ncorecast_redis_canary_rtt_seconds {}",
-            r.canary_rtt_us as f64 / 1e6
-        );
-    }
-    s.fanout_delay.render(
-        &mut o,
-        "corecast_fanout_write_delay_seconds",
-        "Time from publish until the write carrying the message to a subscriber completed (per write, oldest message).",
+}
+
+/// Redis mode's link.
+/// Refusals: publishes without the grant, per-address limits, wrong purge
+/// tokens, expired tokens, and the refusal log lines held back.
+fn refusals(o: &mut String, snap: &Snapshot) {
+    let s = &snap.worker;
+    counter(
+        o,
+        "corecast_publish_forbidden_total",
+        "WebSocket publishes refused: the connection may not publish there.",
+        s.publish_forbidden,
     );
-    s.loop_lag.render(
-        &mut o,
-        "corecast_event_loop_lag_seconds",
-        "How late the 100 ms housekeeping timer fired: time the event loop was busy.",
+    counter(
+        o,
+        "corecast_refusal_logs_suppressed_total",
+        "Refusal log lines suppressed by the per-kind rate limit.",
+        s.refusal_logs_suppressed,
     );
-    o
+    counter(
+        o,
+        "corecast_per_ip_connections_rejected_total",
+        "Connections refused at --max-connections-per-ip.",
+        s.per_ip_connections_rejected,
+    );
+    counter(
+        o,
+        "corecast_per_ip_handshakes_limited_total",
+        "Upgrades refused over --handshake-rate-per-ip.",
+        s.per_ip_handshakes_limited,
+    );
+    gauge(
+        o,
+        "corecast_per_ip_tracked",
+        "Client addresses tracked by the per-IP limits.",
+        s.per_ip_tracked,
+    );
+    counter(
+        o,
+        "corecast_cache_purge_refused_total",
+        "POST /cache/purge refused for a missing or wrong token.",
+        snap.cache.purge_refused,
+    );
+    counter(
+        o,
+        "corecast_token_expirations_total",
+        "WebSockets closed with 4001 when their token expired.",
+        s.token_expirations,
+    );
+    counter(
+        o,
+        "corecast_token_refreshes_total",
+        "Connection tokens refreshed in JSON mode.",
+        s.token_refreshes,
+    );
+}
+
+fn redis(o: &mut String, r: &RedisStats) {
+    gauge(
+        o,
+        "corecast_redis_connected",
+        "1 while the Redis command connection is up.",
+        r.connected,
+    );
+    counter(
+        o,
+        "corecast_redis_reconnects_total",
+        "Redis connections lost and re-established.",
+        r.reconnects,
+    );
+    counter(
+        o,
+        "corecast_redis_publishes_total",
+        "Publishes queued for Redis.",
+        r.publishes,
+    );
+    gauge(
+        o,
+        "corecast_redis_publishes_buffered",
+        "Publishes waiting for Redis.",
+        r.publishes_buffered,
+    );
+    counter(
+        o,
+        "corecast_redis_publishes_rejected_total",
+        "Publishes refused: buffer full.",
+        r.publishes_rejected,
+    );
+    counter(
+        o,
+        "corecast_redis_messages_received_total",
+        "Messages received from Redis.",
+        r.messages_received,
+    );
+    let _ = writeln!(
+        o,
+        "# HELP corecast_redis_canary_rtt_seconds Round trip of the last readiness canary.\n\
+         # TYPE corecast_redis_canary_rtt_seconds gauge\ncorecast_redis_canary_rtt_seconds {}",
+        r.canary_rtt_us as f64 / 1e6
+    );
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use corecast::config::{help_text, Command, Config};
 use corecast::log;
-use corecast::server::{sys, Server};
+use corecast::runtime;
+use corecast::Server;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -41,7 +42,7 @@ fn main() -> ExitCode {
 
 fn serve(cfg: Config) -> ExitCode {
     log::set_level(cfg.log_level);
-    if let Err(e) = sys::install_signal_handlers() {
+    if let Err(e) = runtime::install_signal_handlers() {
         log::emit(
             log::Level::Error,
             "cannot install signal handlers",
@@ -50,7 +51,7 @@ fn serve(cfg: Config) -> ExitCode {
         return ExitCode::FAILURE;
     }
     // Before the listener exists, so no accept can hit the old limit.
-    let nofile = sys::raise_nofile_limit();
+    let nofile = runtime::raise_nofile_limit();
     let max_connections = cfg.max_connections;
     match nofile {
         Ok(limit) if limit < max_connections as u64 => log::emit(

@@ -9,6 +9,7 @@
 //! that owns them; adding an option is a field in that layer's struct and
 //! one table entry.
 
+mod fields;
 mod options;
 
 use std::fmt;
@@ -19,68 +20,8 @@ use crate::hub::HubLimits;
 pub use crate::hub::SlowConsumerPolicy;
 use crate::log::Level;
 pub use crate::secret::Secret;
+pub use fields::Config;
 pub use options::{help_text, markdown_table, parse_duration, parse_size, OptionSpec, OPTIONS};
-
-/// The server's whole configuration: the server's own settings plus each
-/// layer's settings struct, owned by that layer (`ws::Limits`,
-/// `http::Limits`, `auth::AuthConfig`, `redis::RedisConfig`,
-/// `cache::CacheConfig`). Every field's default comes from [`OPTIONS`].
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Address to listen on.
-    pub listen: SocketAddr,
-    /// Separate address for `/stats`, `/metrics`, `/status`, `/status/ws`
-    /// (None = served on `listen`).
-    pub admin_listen: Option<SocketAddr>,
-    /// CPU to pin the worker to; `None` = the first CPU the process may use.
-    pub cpu: Option<usize>,
-    /// Channel served at `GET /` upgrades, if any.
-    pub root_channel: Option<String>,
-    /// WebSocket frame and message limits.
-    pub ws: crate::ws::Limits,
-    /// HTTP request head and body limits.
-    pub http: crate::http::Limits,
-    /// Time allowed to send a complete request head.
-    pub handshake_timeout: Duration,
-    /// Outbound queue bound per connection, in bytes.
-    pub max_outbound_queue: usize,
-    /// What happens when a subscriber exceeds `max_outbound_queue`.
-    pub slow_consumer: SlowConsumerPolicy,
-    /// Most simultaneous connections (HTTP and WebSocket).
-    pub max_connections: usize,
-    /// Most channels one connection may subscribe to.
-    pub max_subscriptions: usize,
-    /// Interval of server pings on quiet WebSocket connections (0 = off).
-    pub ping_interval: Duration,
-    /// A connection that sent nothing for this long is closed (0 = off).
-    pub idle_timeout: Duration,
-    /// Time a peer has to answer our close frame before the socket is cut.
-    pub close_timeout: Duration,
-    /// Deadline for graceful shutdown after SIGTERM/SIGINT.
-    pub shutdown_timeout: Duration,
-    /// Do not echo a message back to the connection that published it.
-    pub exclude_sender: bool,
-    /// Force the epoll driver even where io_uring works.
-    pub force_legacy_driver: bool,
-    /// Log level.
-    pub log_level: Level,
-    /// Who may publish and subscribe.
-    pub auth: crate::auth::AuthConfig,
-    /// Per-client-address limits.
-    pub peers: crate::peers::PeerConfig,
-    /// Outbound bytes queued across all connections of the worker.
-    pub max_total_outbound: usize,
-    /// Record the fan-out delay histogram (`/metrics`, status page).
-    pub latency_histograms: bool,
-    /// Most subscriber writers woken by fan-outs writing at once.
-    pub fanout_window: usize,
-    /// Worker write backlog above which publishers are paused.
-    pub publish_backpressure: usize,
-    /// Redis mode (off while `redis.url` is unset).
-    pub redis: crate::redis::RedisConfig,
-    /// The HTTP cache in front of `--origin`.
-    pub cache: crate::cache::CacheConfig,
-}
 
 impl Default for Config {
     /// Every layer's settings zeroed, then every documented default from
@@ -245,42 +186,8 @@ impl Config {
                 apply(opt, &mut cfg, &v, opt.env)?;
             }
         }
-        let mut args = rest.into_iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "-h" | "--help" => return Ok(Command::Help),
-                "-V" | "--version" => return Ok(Command::Version),
-                _ => {}
-            }
-            let Some(body) = arg.strip_prefix("--") else {
-                return Err(ConfigError(format!(
-                    "unexpected argument `{arg}` (see --help)"
-                )));
-            };
-            let (name, inline) = match body.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (body, None),
-            };
-            if name == "config" {
-                // Already applied, before the environment.
-                if inline.is_none() {
-                    args.next();
-                }
-                continue;
-            }
-            let opt = OPTIONS
-                .iter()
-                .find(|o| o.flag == name)
-                .ok_or_else(|| ConfigError(format!("unknown flag `--{name}` (see --help)")))?;
-            let value = match (inline, opt.value.is_empty()) {
-                (Some(v), _) => v,
-                (None, true) => "true".to_string(),
-                (None, false) => args
-                    .next()
-                    .ok_or_else(|| ConfigError(format!("`--{name}` needs a value")))?,
-            };
-            // `--{name}`, not `arg`: `--flag=value` would echo a secret.
-            apply(opt, &mut cfg, &value, &format!("--{name}"))?;
+        if let Some(early) = apply_flags(&mut cfg, rest)? {
+            return Ok(early);
         }
         cfg.validate()?;
         Ok(match sub.as_str() {
@@ -332,6 +239,48 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Applies command-line flags over `cfg`; `Some` for `--help`/`--version`.
+fn apply_flags(cfg: &mut Config, rest: Vec<String>) -> Result<Option<Command>, ConfigError> {
+    let mut args = rest.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Some(Command::Help)),
+            "-V" | "--version" => return Ok(Some(Command::Version)),
+            _ => {}
+        }
+        let Some(body) = arg.strip_prefix("--") else {
+            return Err(ConfigError(format!(
+                "unexpected argument `{arg}` (see --help)"
+            )));
+        };
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (body, None),
+        };
+        if name == "config" {
+            // Already applied, before the environment.
+            if inline.is_none() {
+                args.next();
+            }
+            continue;
+        }
+        let opt = OPTIONS
+            .iter()
+            .find(|o| o.flag == name)
+            .ok_or_else(|| ConfigError(format!("unknown flag `--{name}` (see --help)")))?;
+        let value = match (inline, opt.value.is_empty()) {
+            (Some(v), _) => v,
+            (None, true) => "true".to_string(),
+            (None, false) => args
+                .next()
+                .ok_or_else(|| ConfigError(format!("`--{name}` needs a value")))?,
+        };
+        // `--{name}`, not `arg`: `--flag=value` would echo a secret.
+        apply(opt, cfg, &value, &format!("--{name}"))?;
+    }
+    Ok(None)
 }
 
 /// The value of `--config FILE` / `--config=FILE`, if given.

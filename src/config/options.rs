@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use super::{Config, Secret, SlowConsumerPolicy};
+use super::fields::Config;
+use crate::hub::SlowConsumerPolicy;
+use crate::secret::Secret;
 
 /// One configuration option: its flag, its variable, its default and help.
 pub struct OptionSpec {

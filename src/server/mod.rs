@@ -41,7 +41,7 @@ mod iovec;
 mod publish;
 mod redis;
 mod sock;
-pub mod sys;
+mod sys;
 mod upgrade;
 mod worker;
 mod ws_conn;
@@ -58,8 +58,6 @@ use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
-
 use http_conn::Listener;
 use sock::Sock;
 use worker::Worker;
@@ -67,6 +65,7 @@ use worker::Worker;
 use crate::config::Config;
 use crate::hub::Expired;
 use crate::log;
+use crate::runtime::{self, DriverKind};
 
 /// How often deadlines, keepalive pings and the stop flag are checked.
 const TICK: Duration = Duration::from_millis(100);
@@ -79,38 +78,7 @@ const BACKLOG: i32 = 4096;
 /// (`--fanout-window`, 256) bounds the writes one pass submits, so a
 /// larger ring buys nothing, and each 1,024 entries cost ~100 KiB of
 /// resident ring memory (SQE array and rings) in an idle server.
-pub const SERVER_RING_ENTRIES: u32 = 1024;
-
-/// An io_uring runtime with `entries` SQ entries and timers. With `defer`, completions
-/// are not pushed to this thread as they happen — an inter-processor
-/// interrupt and a task-work run per completion, paid partly by whichever
-/// thread made the socket ready — but collected when the runtime next
-/// waits for events (`IORING_SETUP_DEFER_TASKRUN`, which requires
-/// `SINGLE_ISSUER`: only this thread touches the ring). Shared by the
-/// server's worker and the load generator.
-pub fn uring_runtime(
-    defer: bool,
-    entries: u32,
-) -> io::Result<monoio::Runtime<monoio::time::TimeDriver<IoUringDriver>>> {
-    let mut urb = io_uring::IoUring::builder();
-    if defer {
-        urb.setup_single_issuer().setup_defer_taskrun();
-    }
-    RuntimeBuilder::<IoUringDriver>::new()
-        .enable_timer()
-        .with_entries(entries)
-        .uring_builder(urb)
-        .build()
-}
-
-/// The I/O driver a worker runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriverKind {
-    /// io_uring.
-    IoUring,
-    /// epoll.
-    Legacy,
-}
+const SERVER_RING_ENTRIES: u32 = 1024;
 
 /// A running server: its address, a stop switch and its worker thread.
 pub struct Server {
@@ -178,18 +146,14 @@ type Listeners = [Option<std::net::TcpListener>; 2];
 
 fn run_worker(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::Result<()> {
     let listener = listeners[0].as_ref().expect("the main listener");
-    let cpu = cfg.cpu.or_else(sys::first_allowed_cpu).unwrap_or(0);
-    if let Err(e) = monoio::utils::bind_to_cpu_set([cpu]) {
+    let cpu = cfg.cpu.or_else(runtime::first_allowed_cpu).unwrap_or(0);
+    if let Err(e) = runtime::pin_to_cpu(cpu) {
         if cfg.cpu.is_some() {
-            return Err(io::Error::other(format!("cannot pin to CPU {cpu}: {e:?}")));
+            return Err(e);
         }
-        log!(Warn, "cannot pin worker", cpu = cpu, error = log::Dbg(e));
+        log!(Warn, "cannot pin worker", cpu = cpu, error = e);
     }
-    let driver = if !cfg.force_legacy_driver && monoio::utils::detect_uring() {
-        DriverKind::IoUring
-    } else {
-        DriverKind::Legacy
-    };
+    let driver = DriverKind::detect(cfg.force_legacy_driver);
     if driver == DriverKind::Legacy {
         for l in listeners.iter().flatten() {
             l.set_nonblocking(true)?;
@@ -208,14 +172,10 @@ fn run_worker(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::R
     }
     let serve = worker_main(cfg, listeners, stop);
     match driver {
-        // DEFER_TASKRUN needs Linux 6.1; older kernels refuse the flag.
-        DriverKind::IoUring => uring_runtime(true, SERVER_RING_ENTRIES)
-            .or_else(|_| uring_runtime(false, SERVER_RING_ENTRIES))?
-            .block_on(serve),
-        DriverKind::Legacy => RuntimeBuilder::<LegacyDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(serve),
+        DriverKind::IoUring => {
+            runtime::uring_runtime_or_plain(true, SERVER_RING_ENTRIES)?.block_on(serve)
+        }
+        DriverKind::Legacy => runtime::legacy_runtime()?.block_on(serve),
     }
 }
 
@@ -263,7 +223,7 @@ async fn race(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
 }
 
 async fn wait_for_stop(stop: &AtomicBool) {
-    while !stop.load(Ordering::SeqCst) && !sys::signalled() {
+    while !stop.load(Ordering::SeqCst) && !runtime::signalled() {
         monoio::time::sleep(TICK).await;
     }
 }

@@ -2,7 +2,6 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Reads what the socket has without blocking: `Ok(0)` is end of stream,
 /// `ErrorKind::WouldBlock` means nothing is there yet.
@@ -49,64 +48,4 @@ pub fn set_backlog(fd: RawFd, backlog: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// The first CPU this process may run on.
-pub fn first_allowed_cpu() -> Option<usize> {
-    // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set, and
-    // sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        (0..libc::CPU_SETSIZE as usize).find(|&cpu| libc::CPU_ISSET(cpu, &set))
-    }
-}
-
-static SIGNALLED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    SIGNALLED.store(true, Ordering::SeqCst);
-}
-
-/// Routes SIGTERM and SIGINT to [`signalled`]; workers poll it.
-pub fn install_signal_handlers() -> io::Result<()> {
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that performs only
-        // an atomic store, which is async-signal-safe.
-        let prev = unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-        if prev == libc::SIG_ERR {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// Whether SIGTERM or SIGINT arrived.
-pub fn signalled() -> bool {
-    SIGNALLED.load(Ordering::SeqCst)
-}
-
-/// Raises the soft open-file limit to the hard limit; returns the new soft
-/// limit. Every connection is a descriptor: a server that kept the
-/// usual soft limit of 1,024 would turn clients away long before the kernel
-/// or `--max-connections` does.
-pub fn raise_nofile_limit() -> io::Result<u64> {
-    // SAFETY: `rlimit` is plain data; getrlimit/setrlimit read or write
-    // exactly one `rlimit` through the pointer, which is valid for both.
-    unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(lim.rlim_cur)
-    }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use corecast::config::Config;
 use corecast::log::{self, Level};
-use corecast::server::Server;
+use corecast::Server;
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -7,6 +7,7 @@ use crate::http::{self};
 use crate::log;
 
 use super::edge::{CacheEdge, Incoming};
+use super::store::StoreError;
 
 /// `POST /cache/purge` with `Authorization: Bearer {token}`.
 pub(super) async fn purge(edge: &CacheEdge, inc: Incoming) -> Vec<u8> {
@@ -42,22 +43,7 @@ pub(super) async fn purge(edge: &CacheEdge, inc: Incoming) -> Vec<u8> {
         Err(message) => return json(400, serde_json::json!({ "error": message }), &[]),
     };
     edge.flights.purged();
-    let max = edge.purge_max_keys;
-    let result = match &what {
-        Purge::Key(target) => {
-            let k = key::key_of_target(target);
-            let mut variants = k.clone();
-            variants.push(VARIANT_SEP);
-            edge.store
-                .delete(&k, &variants, max)
-                .await
-                .map(|n| (n, true))
-        }
-        Purge::Prefix(prefix) => {
-            let k = key::base_key(prefix, "");
-            edge.store.delete_prefix(&k, max).await
-        }
-    };
+    let result = delete(edge, &what).await;
     let memory = edge.store.memory_bytes();
     match result {
         Ok((n, complete)) => {
@@ -92,6 +78,27 @@ pub(super) async fn purge(edge: &CacheEdge, inc: Incoming) -> Vec<u8> {
                 serde_json::json!({ "error": "cache store unavailable" }),
                 &[],
             )
+        }
+    }
+}
+
+/// Deletes what a purge names (at most `--cache-purge-max-keys` keys):
+/// how many, and whether that was all of them.
+async fn delete(edge: &CacheEdge, what: &Purge) -> Result<(usize, bool), StoreError> {
+    let max = edge.purge_max_keys;
+    match what {
+        Purge::Key(target) => {
+            let k = key::key_of_target(target);
+            let mut variants = k.clone();
+            variants.push(VARIANT_SEP);
+            edge.store
+                .delete(&k, &variants, max)
+                .await
+                .map(|n| (n, true))
+        }
+        Purge::Prefix(prefix) => {
+            let k = key::base_key(prefix, "");
+            edge.store.delete_prefix(&k, max).await
         }
     }
 }

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::super::report::LatencySummary;
+use crate::report::LatencySummary;
 
 /// The reference evaluation's published figures (Node.js `ws` + Redis on
 /// a 1 vCPU / 4 GB VPS, Grafana k6 with 500 virtual users).

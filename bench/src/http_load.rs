@@ -19,7 +19,7 @@ use super::args::HttpOpts;
 use super::report::LatencySummary;
 use super::stats::Histogram;
 use super::sys;
-use super::BenchError;
+use crate::error::BenchError;
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;

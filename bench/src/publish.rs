@@ -23,8 +23,8 @@ use bytes::BytesMut;
 use super::payload::{Encoding, Stamp};
 use super::sys;
 use super::wire::{parse_http_response, publish_request, FastRng};
-use crate::ws::frame::encode_client_frame;
-use crate::ws::OpCode;
+use corecast::ws::frame::encode_client_frame;
+use corecast::ws::OpCode;
 
 /// Most messages sent in one write when catching up.
 const MAX_BATCH: u64 = 64;

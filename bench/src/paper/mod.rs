@@ -25,7 +25,8 @@ use origin::Origin;
 use procs::{http_get, start_corecast, start_redis, BenchRun, Proc};
 use results::{api_from_json, cell_from_json, ApiComparison, Cell, Machine, PaperReport, Params};
 
-use super::{sys, BenchError};
+use crate::error::BenchError;
+use crate::sys;
 
 /// The channel every client subscribes to.
 const CHANNEL: &str = "paper";
@@ -64,7 +65,7 @@ pub fn run(o: PaperOpts) -> Result<PaperReport, BenchError> {
         .unwrap_or_else(|| exe.with_file_name("corecast"));
     if !server_bin.is_file() {
         return Err(BenchError::Setup(format!(
-            "no corecast binary at {}: build it (cargo build --release) or pass --server-bin",
+            "no corecast binary at {}: build it (`cargo build --release` builds the workspace: corecast and corecast-bench) or pass --server-bin",
             server_bin.display()
         )));
     }
@@ -371,7 +372,7 @@ fn write_report(
     let o = &ctx.o;
     let mut report = PaperReport {
         command: "paper",
-        date: crate::log::timestamp_now(),
+        date: corecast::log::timestamp_now(),
         command_line: std::env::args()
             .map(|a| file_name_of_exe(&a))
             .collect::<Vec<_>>()

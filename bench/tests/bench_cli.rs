@@ -4,9 +4,24 @@
 
 use std::process::{Command, Output};
 
-use corecast::config::Config;
-use corecast::server::Server;
+use corecast::{Config, Server};
 use serde_json::Value;
+
+/// The `corecast` binary of the same build. It is another package's, so
+/// cargo does not name it for us (`CARGO_BIN_EXE_*` covers this package
+/// only); `cargo test --workspace` and `cargo build` put it next to ours.
+fn corecast_bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_corecast-bench")).with_file_name("corecast");
+        assert!(
+            bin.is_file(),
+            "no corecast binary at {}: run `cargo build -p corecast` (or `cargo test --workspace`) first",
+            bin.display()
+        );
+        bin.to_string_lossy().into_owned()
+    })
+}
 
 fn start_server() -> Server {
     let cfg = Config {
@@ -231,7 +246,7 @@ fn paper_runs_the_matrix_and_writes_the_report() {
         "--out",
         out_s,
         "--server-bin",
-        env!("CARGO_BIN_EXE_corecast"),
+        corecast_bin(),
         "--scales",
         "20,40",
         "--duration",
@@ -315,7 +330,7 @@ fn paper_without_redis_is_one_clear_error() {
         "--out",
         out.to_str().unwrap(),
         "--server-bin",
-        env!("CARGO_BIN_EXE_corecast"),
+        corecast_bin(),
         "--configs",
         "c2",
         "--scales",
@@ -363,7 +378,7 @@ fn a_killed_paper_run_leaves_no_server_or_redis_behind() {
     let out = std::env::temp_dir().join(format!("corecast-paper-kill-{}", std::process::id()));
     let mut paper = Command::new(env!("CARGO_BIN_EXE_corecast-bench"))
         .args(["paper", "--quiet", "--out", out.to_str().unwrap()])
-        .args(["--server-bin", env!("CARGO_BIN_EXE_corecast")])
+        .args(["--server-bin", corecast_bin()])
         .args(["--configs", "c2", "--scales", "20", "--duration", "60"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -14,7 +14,7 @@
 //! loses the overwritten ones (`RecvError::Lagged`), the broadcast
 //! channel's policy; the generator reports those as lost.
 //!
-//! Run: `cargo run --release --example tokio_baseline -- 127.0.0.1:PORT`.
+//! Run: `cargo run --release -p corecast-bench --example tokio_baseline -- 127.0.0.1:PORT`.
 
 use std::collections::HashMap;
 use std::io;

@@ -22,9 +22,9 @@ use monoio::net::TcpStream;
 
 use super::sys;
 use super::wire::{split_frames, FastRng, Frame, WireError};
-use crate::ws::frame::encode_client_frame;
-use crate::ws::handshake::{client_request, parse_server_response, ClientHandshakeError};
-use crate::ws::OpCode;
+use corecast::ws::frame::encode_client_frame;
+use corecast::ws::handshake::{client_request, parse_server_response, ClientHandshakeError};
+use corecast::ws::OpCode;
 
 /// Size of the per-thread receive buffer: one `recvmsg` takes up to this
 /// many bytes, i.e. hundreds of small frames per wake-up under load.

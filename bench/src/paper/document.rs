@@ -399,17 +399,7 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
         fallback = parse_time_note(&r.cells),
     );
     s.push_str(&matrix(&r.cells));
-    let notes: Vec<String> = r.cells.iter().filter_map(generator_note).collect();
-    if notes.is_empty() {
-        s.push_str(
-            "\nThe generator's CPU stayed below 90 % in every cell: it was not the limit.\n",
-        );
-    } else {
-        s.push_str("\nGenerator warnings:\n\n");
-        for n in notes {
-            let _ = writeln!(s, "- {n}");
-        }
-    }
+    s.push_str(&generator_notes(&r.cells));
     s.push_str("\n## HTTP API and the cache (C3)\n\n");
     let api = api_section(r);
     s.push_str(if api.is_empty() {
@@ -433,6 +423,20 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
          - The reference's figures come from its own machine and k6 scripts; they are quoted, \
          not re-measured. Compare shapes and orders of magnitude, not third digits.\n",
     );
+    s
+}
+
+/// Whether the load generator was ever the limit.
+fn generator_notes(cells: &[Cell]) -> String {
+    let notes: Vec<String> = cells.iter().filter_map(generator_note).collect();
+    if notes.is_empty() {
+        return "\nThe generator's CPU stayed below 90 % in every cell: it was not the limit.\n"
+            .into();
+    }
+    let mut s = String::from("\nGenerator warnings:\n\n");
+    for n in notes {
+        let _ = writeln!(s, "- {n}");
+    }
     s
 }
 

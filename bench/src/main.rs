@@ -1,10 +1,10 @@
 //! `corecast-bench`: the load generator. Parses arguments, raises the
 //! descriptor limit, runs the subcommand, prints the report; everything
-//! else lives in `corecast::loadgen`.
+//! else lives in the `corecast_bench` library.
 
 use std::process::ExitCode;
 
-use corecast::loadgen::{self, args, sys};
+use corecast_bench::{self as loadgen, args, sys};
 
 /// Descriptors the process needs besides its connections (std streams,
 /// the ring, the runtime's eventfd, /proc reads).

@@ -16,7 +16,7 @@ const SO_TIMESTAMPING: libc::c_int = 37;
 const SCM_TIMESTAMPING: libc::c_int = SO_TIMESTAMPING;
 
 /// Shared with the server binary.
-pub use crate::server::sys::raise_nofile_limit;
+pub use corecast::runtime::raise_nofile_limit;
 
 /// Starts a nonblocking TCP connect to `dst`, first binding to `src` (port
 /// chosen at connect time) if given. The connect is usually still in

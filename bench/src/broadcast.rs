@@ -23,9 +23,11 @@ use super::publish::{self, Format, PubConn, PubResult, Publisher, Schedule};
 use super::report::{BroadcastReport, GeneratorCpu, LatencySummary, MachineCpu, ServerSample};
 use super::stats::{Arrival, Histogram, SeqTracker};
 use super::wire::FastRng;
-use super::{probe, sys, target_of, BenchError};
-use crate::ws::frame::encode_client_frame;
-use crate::ws::OpCode;
+use crate::engine::{probe, target_of};
+use crate::error::BenchError;
+use crate::sys;
+use corecast::ws::frame::encode_client_frame;
+use corecast::ws::OpCode;
 
 /// Delay between the last subscriber being ready and the first publish.
 const LEAD_IN: Duration = Duration::from_millis(20);
@@ -406,6 +408,20 @@ impl Sample {
     }
 }
 
+/// Loss, duplicates and order summed over the (subscriber, publisher)
+/// streams that share a group.
+fn seq_totals(rec: &Recorder, results: &[PubResult]) -> SeqTotals {
+    let p = rec.publishers;
+    let mut totals = SeqTotals::default();
+    for (i, t) in rec.trackers.iter().enumerate() {
+        let (sub, publ) = (i / p, i % p);
+        if rec.sub_group.get(sub) == rec.pub_group.get(publ) {
+            totals.add(t, results.get(publ).map_or(0, |r| r.sent));
+        }
+    }
+    totals
+}
+
 fn build_report(
     opts: &BroadcastOpts,
     rec: &Recorder,
@@ -415,13 +431,7 @@ fn build_report(
     after: &Sample,
 ) -> BroadcastReport {
     let p = rec.publishers;
-    let mut totals = SeqTotals::default();
-    for (i, t) in rec.trackers.iter().enumerate() {
-        let (sub, publ) = (i / p, i % p);
-        if rec.sub_group.get(sub) == rec.pub_group.get(publ) {
-            totals.add(t, results.get(publ).map_or(0, |r| r.sent));
-        }
-    }
+    let totals = seq_totals(rec, results);
     let wall = after.at.duration_since(before.at).as_secs_f64().max(1e-9);
     let frames = after.frames - before.frames;
     let cpu = (after.cpu.saturating_sub(before.cpu)).as_secs_f64();

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::super::args::{duration, ip_list, num, pairs, positive};
+use crate::flags::{duration, ip_list, num, pairs, positive};
 
 /// The reference's three configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

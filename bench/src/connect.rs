@@ -12,8 +12,10 @@ use super::client::{
 use super::open::{open_all, OpenPlan, OpenProgress};
 use super::report::{ConnectReport, LatencySummary, ServerSample};
 use super::wire::FastRng;
-use super::{probe, sys, target_of, BenchError};
-use crate::ws::OpCode;
+use crate::engine::{probe, target_of};
+use crate::error::BenchError;
+use crate::sys;
+use corecast::ws::OpCode;
 
 /// Time allowed for the close handshakes at the end.
 const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
@@ -75,19 +77,8 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
         .until_or(deadline, || hold.alive.get() == 0)
         .await;
 
-    let server = pid.map(|pid| ServerSample {
-        pid,
-        rss_before_kib: rss_before,
-        rss_connected_kib: rss_connected,
-        rss_held_kib: rss_held,
-        rss_bytes_per_connection: match (rss_before, rss_connected) {
-            (Some(b), Some(a)) if connected > 0 => {
-                Some((a as f64 - b as f64) * 1024.0 / connected as f64)
-            }
-            _ => None,
-        },
-        ..ServerSample::default()
-    });
+    let rss = [rss_before, rss_connected, rss_held];
+    let server = pid.map(|pid| server_sample(pid, rss, connected));
     let open_seconds = opened.elapsed.as_secs_f64();
     Ok(ConnectReport {
         command: "connect",
@@ -104,6 +95,25 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
         closed_clean: hold.clean.get(),
         server,
     })
+}
+
+/// The server's memory before the connects, with them open and after the
+/// hold, and what one connection cost.
+fn server_sample(pid: u32, rss: [Option<u64>; 3], connected: usize) -> ServerSample {
+    let [rss_before, rss_connected, rss_held] = rss;
+    ServerSample {
+        pid,
+        rss_before_kib: rss_before,
+        rss_connected_kib: rss_connected,
+        rss_held_kib: rss_held,
+        rss_bytes_per_connection: match (rss_before, rss_connected) {
+            (Some(b), Some(a)) if connected > 0 => {
+                Some((a as f64 - b as f64) * 1024.0 / connected as f64)
+            }
+            _ => None,
+        },
+        ..ServerSample::default()
+    }
 }
 
 /// What the holders share with the main task.

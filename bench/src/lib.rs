@@ -7,7 +7,9 @@
 //! its own CPU cost per received frame next to every result.
 //!
 //! # Layout
-//! - [`args`]: command-line parsing (sans-I/O).
+//! - [`flags`]: the flag/value grammar (pairs, numbers, durations,
+//!   address lists), a leaf both [`args`] and `paper::opts` use.
+//! - [`args`]: the subcommands' options and usage (sans-I/O).
 //! - [`stats`]: log-linear latency histogram and per-stream sequence
 //!   tracking for loss / duplicate / order accounting (sans-I/O).
 //! - [`payload`]: the stamp each message carries (publisher, sequence,
@@ -31,6 +33,9 @@ pub mod args;
 pub mod broadcast;
 pub mod client;
 pub mod connect;
+mod engine;
+pub mod error;
+pub mod flags;
 pub mod http_load;
 pub mod open;
 pub mod paper;
@@ -41,58 +46,9 @@ pub mod stats;
 pub mod sys;
 pub mod wire;
 
-use std::fmt;
-use std::future::Future;
-use std::io;
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use monoio::{LegacyDriver, RuntimeBuilder};
-
-use args::{Command, Common, WsUrl};
-use client::Target;
-
-/// Why a run could not produce a report.
-#[derive(Debug)]
-pub enum BenchError {
-    /// The target did not accept a TCP connection.
-    Unreachable {
-        /// Where we tried to connect.
-        addr: SocketAddr,
-        /// What the kernel said.
-        cause: io::Error,
-    },
-    /// The URL's host did not resolve.
-    Resolve(String, io::Error),
-    /// The run could not be set up as asked (e.g. not every subscriber
-    /// connected).
-    Setup(String),
-    /// Pinning or starting the runtime failed.
-    Runtime(String),
-    /// Any other I/O error.
-    Io(io::Error),
-}
-
-impl fmt::Display for BenchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Unreachable { addr, cause } => {
-                write!(f, "cannot reach {addr}: {cause} (is the server running?)")
-            }
-            Self::Resolve(host, e) => write!(f, "cannot resolve {host}: {e}"),
-            Self::Setup(msg) | Self::Runtime(msg) => f.write_str(msg),
-            Self::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for BenchError {}
-
-impl From<io::Error> for BenchError {
-    fn from(e: io::Error) -> Self {
-        Self::Io(e)
-    }
-}
+use args::Command;
+use engine::block_on;
+pub use error::BenchError;
 
 /// A finished run's report.
 #[derive(Debug)]
@@ -157,63 +113,5 @@ pub fn run(cmd: Command) -> Result<Report, BenchError> {
                     .map(|r| Report::Broadcast(Box::new(r)))
             })?
         }
-    }
-}
-
-/// The generator's ring: many subscribers' reads in flight at once.
-const RING_ENTRIES: u32 = 4096;
-
-/// Pins (if asked) before the runtime exists, so its ring and every
-/// allocation start on the right CPU; io_uring where the kernel allows,
-/// epoll otherwise (as the server does).
-fn block_on<F: Future>(common: &Common, make: impl FnOnce() -> F) -> Result<F::Output, BenchError> {
-    if let Some(cpu) = common.cpu {
-        monoio::utils::bind_to_cpu_set([cpu])
-            .map_err(|e| BenchError::Runtime(format!("cannot pin to CPU {cpu}: {e:?}")))?;
-    }
-    if !common.legacy_driver && monoio::utils::detect_uring() {
-        let defer = !common.plain_uring;
-        // DEFER_TASKRUN needs Linux 6.1; older kernels refuse the flag.
-        let built = crate::server::uring_runtime(defer, RING_ENTRIES).or_else(|e| {
-            if defer {
-                crate::server::uring_runtime(false, RING_ENTRIES)
-            } else {
-                Err(e)
-            }
-        });
-        if let Ok(mut rt) = built {
-            return Ok(rt.block_on(make()));
-        }
-    }
-    let mut rt = RuntimeBuilder::<LegacyDriver>::new()
-        .enable_timer()
-        .build()
-        .map_err(|e| BenchError::Runtime(format!("cannot start runtime: {e}")))?;
-    Ok(rt.block_on(make()))
-}
-
-/// Resolves a URL into a connection target.
-fn target_of(url: &WsUrl) -> Result<Target, BenchError> {
-    let addr = url
-        .resolve()
-        .map_err(|e| BenchError::Resolve(url.host.clone(), e))?;
-    Ok(Target {
-        addr,
-        authority: url.authority(),
-        path: url.path.clone(),
-    })
-}
-
-/// One plain TCP connect, so an unreachable target is one clear error
-/// instead of N counted failures.
-async fn probe(target: &Target, deadline: Duration) -> Result<(), BenchError> {
-    let unreachable = |cause| BenchError::Unreachable {
-        addr: target.addr,
-        cause,
-    };
-    match monoio::time::timeout(deadline, client::tcp_connect(target.addr, None)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(unreachable(e)),
-        Err(_) => Err(unreachable(io::ErrorKind::TimedOut.into())),
     }
 }

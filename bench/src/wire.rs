@@ -7,7 +7,7 @@ use std::fmt;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
-use crate::ws::{FrameHeader, OpCode, ProtocolError};
+use corecast::ws::{FrameHeader, OpCode, ProtocolError};
 
 /// A complete frame borrowed from the read buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +189,7 @@ pub fn parse_http_response(buf: &[u8]) -> Result<Option<(u16, usize)>, HttpRespo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ws::frame::{encode_client_frame, encode_server_frame};
+    use corecast::ws::frame::{encode_client_frame, encode_server_frame};
 
     fn collect(buf: &[u8]) -> (Vec<String>, Result<usize, WireError>) {
         let mut seen = Vec::new();

@@ -1,0 +1,70 @@
+//! The [`Config`] struct itself: a leaf both the options table
+//! (`options.rs`, which sets its fields) and the parser (`mod.rs`, which
+//! builds it from the table) import, so neither imports the other.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::hub::SlowConsumerPolicy;
+use crate::log::Level;
+
+/// The server's whole configuration: the server's own settings plus each
+/// layer's settings struct, owned by that layer (`ws::Limits`,
+/// `http::Limits`, `auth::AuthConfig`, `redis::RedisConfig`,
+/// `cache::CacheConfig`). Every field's default comes from [`OPTIONS`](crate::config::OPTIONS).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Separate address for `/stats`, `/metrics`, `/status`, `/status/ws`
+    /// (None = served on `listen`).
+    pub admin_listen: Option<SocketAddr>,
+    /// CPU to pin the worker to; `None` = the first CPU the process may use.
+    pub cpu: Option<usize>,
+    /// Channel served at `GET /` upgrades, if any.
+    pub root_channel: Option<String>,
+    /// WebSocket frame and message limits.
+    pub ws: crate::ws::Limits,
+    /// HTTP request head and body limits.
+    pub http: crate::http::Limits,
+    /// Time allowed to send a complete request head.
+    pub handshake_timeout: Duration,
+    /// Outbound queue bound per connection, in bytes.
+    pub max_outbound_queue: usize,
+    /// What happens when a subscriber exceeds `max_outbound_queue`.
+    pub slow_consumer: SlowConsumerPolicy,
+    /// Most simultaneous connections (HTTP and WebSocket).
+    pub max_connections: usize,
+    /// Most channels one connection may subscribe to.
+    pub max_subscriptions: usize,
+    /// Interval of server pings on quiet WebSocket connections (0 = off).
+    pub ping_interval: Duration,
+    /// A connection that sent nothing for this long is closed (0 = off).
+    pub idle_timeout: Duration,
+    /// Time a peer has to answer our close frame before the socket is cut.
+    pub close_timeout: Duration,
+    /// Deadline for graceful shutdown after SIGTERM/SIGINT.
+    pub shutdown_timeout: Duration,
+    /// Do not echo a message back to the connection that published it.
+    pub exclude_sender: bool,
+    /// Force the epoll driver even where io_uring works.
+    pub force_legacy_driver: bool,
+    /// Log level.
+    pub log_level: Level,
+    /// Who may publish and subscribe.
+    pub auth: crate::auth::AuthConfig,
+    /// Per-client-address limits.
+    pub peers: crate::peers::PeerConfig,
+    /// Outbound bytes queued across all connections of the worker.
+    pub max_total_outbound: usize,
+    /// Record the fan-out delay histogram (`/metrics`, status page).
+    pub latency_histograms: bool,
+    /// Most subscriber writers woken by fan-outs writing at once.
+    pub fanout_window: usize,
+    /// Worker write backlog above which publishers are paused.
+    pub publish_backpressure: usize,
+    /// Redis mode (off while `redis.url` is unset).
+    pub redis: crate::redis::RedisConfig,
+    /// The HTTP cache in front of `--origin`.
+    pub cache: crate::cache::CacheConfig,
+}
