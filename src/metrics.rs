@@ -258,6 +258,18 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
             "Messages received from Redis.",
             r.messages_received,
         );
+        counter(
+            &mut o,
+            "corecast_redis_messages_dropped_total",
+            "Messages from Redis not delivered (too large, invalid UTF-8 text, unknown channel).",
+            r.messages_dropped,
+        );
+        counter(
+            &mut o,
+            "corecast_redis_protocol_errors_total",
+            "Redis connections dropped for what Redis sent (malformed, too deep, too large).",
+            r.protocol_errors,
+        );
         let _ = writeln!(
             o,
             "# HELP corecast_redis_canary_rtt_seconds Round trip of the last readiness canary.\n\

@@ -104,6 +104,14 @@ pub struct RedisStats {
     /// Messages received from Redis and fanned out.
     #[serde(rename = "redis_messages_received")]
     pub messages_received: u64,
+    /// Messages from Redis not delivered: over `--max-message-size`, text
+    /// that is not UTF-8, or on a channel we do not serve.
+    #[serde(rename = "redis_messages_dropped")]
+    pub messages_dropped: u64,
+    /// Redis connections dropped because of what Redis sent (malformed,
+    /// too deep, too large, unexpected).
+    #[serde(rename = "redis_protocol_errors")]
+    pub protocol_errors: u64,
     /// Round trip of the last canary, in microseconds.
     #[serde(rename = "redis_canary_rtt_us")]
     pub canary_rtt_us: u64,

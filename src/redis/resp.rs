@@ -10,6 +10,9 @@ use redis_protocol::resp2::decode::decode_bytes_mut;
 use redis_protocol::resp2::encode::extend_encode_borrowed;
 use redis_protocol::resp2::types::{BorrowedFrame, BytesFrame};
 
+use super::scan;
+pub use super::scan::Limits;
+
 /// A decoded reply (a view into the read buffer, no copies).
 pub type Reply = BytesFrame;
 
@@ -22,6 +25,26 @@ pub enum RespError {
     UnexpectedReply,
     /// A subscriber connection got something that is not a pub/sub event.
     NotPubSub,
+    /// Arrays nested deeper than any reply we use (see [`scan`]).
+    TooDeep {
+        /// Deepest nesting accepted.
+        max: usize,
+    },
+    /// A reply (or the part of it buffered so far) is over
+    /// `--redis-max-reply-size`.
+    TooLarge {
+        /// Bytes declared or buffered.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An array declares more elements than accepted.
+    TooManyElements {
+        /// Declared elements.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 impl fmt::Display for RespError {
@@ -30,6 +53,13 @@ impl fmt::Display for RespError {
             RespError::Protocol(e) => write!(f, "RESP protocol error: {e}"),
             RespError::UnexpectedReply => f.write_str("reply without a pending command"),
             RespError::NotPubSub => f.write_str("unexpected reply on a subscriber connection"),
+            RespError::TooDeep { max } => write!(f, "reply nested deeper than {max} arrays"),
+            RespError::TooLarge { size, max } => {
+                write!(f, "reply of {size} bytes over the {max}-byte limit")
+            }
+            RespError::TooManyElements { len, max } => {
+                write!(f, "array of {len} elements over the {max}-element limit")
+            }
         }
     }
 }
@@ -78,10 +108,27 @@ pub fn command(args: &[&[u8]]) -> Bytes {
 
 /// Takes one complete reply from the front of `buf`; `Ok(None)` = need
 /// more bytes (nothing consumed).
-pub fn decode(buf: &mut BytesMut) -> Result<Option<Reply>, RespError> {
-    match decode_bytes_mut(buf) {
-        Ok(Some((frame, _, _))) => Ok(Some(frame)),
-        Ok(None) => Ok(None),
+///
+/// The bytes are first scanned iteratively within `limits` (depth, size,
+/// elements: see [`scan`]); only a complete, bounded frame reaches the
+/// recursive decoder, and only that frame's bytes. A partial reply may
+/// hold at most `limits.max_len` bytes: a longer one is an error, so the
+/// caller's read buffer stays bounded.
+pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Reply>, RespError> {
+    let len = match scan::frame_len(buf, limits)? {
+        Some(len) => len,
+        None if buf.len() > limits.max_len => {
+            return Err(RespError::TooLarge {
+                size: buf.len(),
+                max: limits.max_len,
+            })
+        }
+        None => return Ok(None),
+    };
+    let mut frame = buf.split_to(len);
+    match decode_bytes_mut(&mut frame) {
+        Ok(Some((reply, _, _))) if frame.is_empty() => Ok(Some(reply)),
+        Ok(_) => Err(RespError::Protocol("reply framing mismatch".into())),
         Err(e) => Err(RespError::Protocol(format!("{e:?}"))),
     }
 }
@@ -239,7 +286,7 @@ mod tests {
     fn all_replies(bytes: &[u8]) -> Vec<Reply> {
         let mut buf = BytesMut::from(bytes);
         let mut out = Vec::new();
-        while let Some(r) = decode(&mut buf).unwrap() {
+        while let Some(r) = decode(&mut buf, &Limits::default()).unwrap() {
             out.push(r);
         }
         assert!(buf.is_empty());
@@ -268,11 +315,11 @@ mod tests {
         for cut in 0..STREAM.len() {
             let mut buf = BytesMut::from(&STREAM[..cut]);
             let mut got = Vec::new();
-            while let Some(r) = decode(&mut buf).unwrap() {
+            while let Some(r) = decode(&mut buf, &Limits::default()).unwrap() {
                 got.push(r);
             }
             buf.extend_from_slice(&STREAM[cut..]);
-            while let Some(r) = decode(&mut buf).unwrap() {
+            while let Some(r) = decode(&mut buf, &Limits::default()).unwrap() {
                 got.push(r);
             }
             assert_eq!(got, whole, "cut at {cut}");
@@ -282,7 +329,10 @@ mod tests {
     #[test]
     fn garbage_is_a_protocol_error() {
         let mut buf = BytesMut::from(&b"?what\r\n"[..]);
-        assert!(matches!(decode(&mut buf), Err(RespError::Protocol(_))));
+        assert!(matches!(
+            decode(&mut buf, &Limits::default()),
+            Err(RespError::Protocol(_))
+        ));
     }
 
     #[test]
