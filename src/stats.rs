@@ -161,6 +161,9 @@ pub struct CacheStats {
     /// Keys removed by `POST /cache/purge`.
     #[serde(rename = "cache_purged")]
     pub purged: u64,
+    /// Personal requests (`--cache-bypass-headers`) sent past the cache.
+    #[serde(rename = "cache_bypassed")]
+    pub bypassed: u64,
 }
 
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.

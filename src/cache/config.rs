@@ -44,4 +44,8 @@ pub struct CacheConfig {
     pub purge_token: Option<Secret>,
     /// Most keys one prefix purge deletes.
     pub purge_max_keys: usize,
+    /// Request headers (lowercase) that make a request personal: it is
+    /// neither served from nor stored into the shared cache unless the
+    /// response says `public` or `s-maxage`.
+    pub bypass_headers: Vec<String>,
 }

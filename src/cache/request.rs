@@ -7,29 +7,16 @@ use crate::http::MAX_HEADERS;
 
 use super::key;
 
-/// Request headers never forwarded to the origin: hop-by-hop ones (RFC
-/// 9110 7.6.1), `Host` (the origin's own is sent), framing, and the
-/// conditional and range headers — the cache fetches whole responses and
-/// answers conditionals itself.
-const NOT_FORWARDED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "expect",
-    "if-none-match",
-    "if-match",
-    "if-modified-since",
-    "if-unmodified-since",
-    "if-range",
-    "range",
-];
+/// Request headers forwarded to the origin: content negotiation and the
+/// CORS `Origin` (a response echoing it is stored only with `Vary:
+/// Origin`, see `policy::decide`). A
+/// response fetched for one client may be served to every other, so
+/// nothing that could make it about that client (`X-Forwarded-*`,
+/// `User-Agent`, custom headers) reaches the origin; `Host` is the
+/// origin's own, conditionals and ranges are the cache's business. The
+/// bypass headers (`Cookie`, `Authorization`) are added by the caller,
+/// for personal requests only, whose responses are not shared.
+pub const FORWARDED: &[&str] = &["accept", "accept-encoding", "accept-language", "origin"];
 
 /// A cacheable request.
 #[derive(Debug, Clone)]
@@ -104,9 +91,20 @@ impl ClientRequest {
         key::vary_values(names, &self.headers)
     }
 
-    /// Header lines to forward to the origin: all but `NOT_FORWARDED`
-    /// and those the `Connection` header names.
-    pub fn forwarded(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+    /// Whether the request carries one of `names` (lowercase): it is
+    /// personal, and bypasses the shared cache.
+    pub fn has_any(&self, names: &[String]) -> bool {
+        self.headers
+            .iter()
+            .any(|(k, _)| names.iter().any(|n| k.eq_ignore_ascii_case(n.as_bytes())))
+    }
+
+    /// Header lines to forward to the origin: those in [`FORWARDED`] or
+    /// `extra` (lowercase), minus those the `Connection` header names.
+    pub fn forwarded<'s>(
+        &'s self,
+        extra: &'s [String],
+    ) -> impl Iterator<Item = (&'s [u8], &'s [u8])> + 's {
         let listed: Vec<&[u8]> = self
             .values("connection")
             .flat_map(|v| v.split(|&b| b == b','))
@@ -115,10 +113,11 @@ impl ClientRequest {
         self.headers
             .iter()
             .filter(move |(k, _)| {
-                !NOT_FORWARDED
+                let allowed = FORWARDED
                     .iter()
                     .any(|n| k.eq_ignore_ascii_case(n.as_bytes()))
-                    && !listed.iter().any(|l| k.eq_ignore_ascii_case(l))
+                    || extra.iter().any(|n| k.eq_ignore_ascii_case(n.as_bytes()));
+                allowed && !listed.iter().any(|l| k.eq_ignore_ascii_case(l))
             })
             .map(|(k, v)| (&k[..], &v[..]))
     }
@@ -140,7 +139,7 @@ mod tests {
         assert_eq!(r.query, "a=2&z=1");
         assert_eq!(r.base_key(), b"GET /api/a%20b?a=2&z=1");
         assert_eq!(r.header("if-none-match"), Some(&b"\"e\""[..]));
-        let fwd: Vec<_> = r.forwarded().map(|(k, _)| k.to_vec()).collect();
+        let fwd: Vec<_> = r.forwarded(&[]).map(|(k, _)| k.to_vec()).collect();
         assert_eq!(fwd, vec![b"Accept".to_vec(), b"Accept-Language".to_vec()]);
         assert_eq!(
             r.vary_values(&["accept-language".into()]),
@@ -148,6 +147,27 @@ mod tests {
         );
         let (name, _) = &r.headers[0];
         assert!(head.as_ptr_range().contains(&name.as_ptr()), "zero-copy");
+    }
+
+    #[test]
+    fn only_negotiation_headers_are_forwarded_and_bypass_ones_on_request() {
+        let head = Bytes::from_static(
+            b"GET /api/x HTTP/1.1\r\nHost: x\r\nX-Forwarded-Host: evil\r\n\
+              User-Agent: u\r\nCookie: s=1\r\nAccept-Encoding: gzip\r\n\
+              Authorization: Bearer t\r\nConnection: accept-encoding\r\n\r\n",
+        );
+        let r = ClientRequest::parse(&head).unwrap();
+        let bypass = vec!["cookie".to_string(), "authorization".to_string()];
+        assert!(r.has_any(&bypass));
+        assert!(!r.has_any(&["x-other".to_string()]));
+        let names = |extra: &[String]| -> Vec<Vec<u8>> {
+            r.forwarded(extra).map(|(k, _)| k.to_vec()).collect()
+        };
+        assert!(names(&[]).is_empty(), "Connection-listed one dropped too");
+        assert_eq!(
+            names(&bypass),
+            vec![b"Cookie".to_vec(), b"Authorization".to_vec()]
+        );
     }
 
     #[test]

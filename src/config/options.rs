@@ -231,8 +231,22 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "size of the in-memory store used without Redis (least recently used entries are evicted)"
         => |c, v| set_size(&mut c.cache.max_bytes, v);
     "cache-default-ttl", CORECAST_CACHE_DEFAULT_TTL, "DURATION", "60s",
-        "freshness of a response whose Cache-Control has neither max-age nor s-maxage"
+        "heuristic freshness of a response without max-age, s-maxage or Expires; only when it is public, has Last-Modified, or has no Cache-Control at all"
         => |c, v| set_duration(&mut c.cache.default_ttl, v);
+    "cache-bypass-headers", CORECAST_CACHE_BYPASS_HEADERS, "NAMES", "cookie,authorization",
+        "comma-separated request headers that make a request personal: not served from or stored into the cache unless the response says public or s-maxage"
+        => |c, v| {
+            let names: Vec<String> = v
+                .split(',')
+                .map(|n| n.trim().to_ascii_lowercase())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if names.iter().any(|n| !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')) {
+                return Err("header names are letters, digits, - and _".into());
+            }
+            c.cache.bypass_headers = names;
+            Ok(())
+        };
     "cache-coalesce-timeout", CORECAST_CACHE_COALESCE_TIMEOUT, "DURATION", "5s",
         "longest wait for a concurrent request's origin fetch of the same key before fetching itself"
         => |c, v| set_duration(&mut c.cache.coalesce_timeout, v);

@@ -35,6 +35,9 @@ pub(super) struct Job<'a> {
 
 impl Job<'_> {
     pub(super) async fn serve(&self) -> Vec<u8> {
+        if self.edge.is_personal(&self.req) {
+            return self.bypass().await;
+        }
         // A foreground fetch of this key is under way: its answer is at
         // least as fresh as anything stored, so skip the lookup.
         if let Some(f) = self.edge.flights.get(&self.base, false) {
@@ -84,6 +87,22 @@ impl Job<'_> {
             }
             Freshness::Stale { .. } => self.fetch_or_join(Fwd::Stale, Some(entry), marker).await,
         }
+    }
+
+    /// A personal request (`Cookie`, `Authorization`): never answered from
+    /// the cache or from another request's fetch, and its own fetch is
+    /// never joined; its response is stored only if the origin said it may
+    /// be shared (`public`, `s-maxage`), decided in `settle`.
+    async fn bypass(&self) -> Vec<u8> {
+        self.edge.count(|s| s.bypassed += 1);
+        self.renew_deadline();
+        let epoch = self.edge.flights.epoch();
+        let (outcome, items) = self
+            .edge
+            .fetch(&self.req, &self.base, Fwd::Bypass, None, None)
+            .await;
+        self.edge.store(items, epoch, None);
+        self.answer(&outcome, false)
     }
 
     /// Waits for the fetch in flight, or becomes it.
