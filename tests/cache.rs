@@ -800,7 +800,10 @@ async fn expires_pragma_and_the_heuristic(backend: Backend) {
     };
     // Without a grace window, a stale entry is fetched again in the
     // foreground: the origin's count shows it.
-    let s = Setup::start(backend, b, |c| c.cache.stale_while_revalidate = Duration::ZERO).await;
+    let s = Setup::start(backend, b, |c| {
+        c.cache.stale_while_revalidate = Duration::ZERO
+    })
+    .await;
     let twice = |path: &'static str| {
         let s = &s;
         async move {
@@ -1015,4 +1018,37 @@ async fn private_responses_are_not_shared() {
         assert!(!cache_status(&r).contains("collapsed"));
     }
     assert_eq!(s.origin.count("/v1/mine"), 5);
+}
+
+/// Issue 12 item 5: an origin named by host name is resolved (at start,
+/// then off the worker thread every `--origin-dns-ttl`), and one whose
+/// name does not resolve is a 502 while WebSocket traffic goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_by_host_name_resolves_off_the_worker() {
+    let origin = Origin::start(Behaviour::default()).await;
+    let url = format!("http://localhost:{}/v1", origin.addr.port());
+    let srv = TestServer::start(|c| {
+        c.cache.origin = Some(url.parse().expect("origin url"));
+        // Expired at once: every connect re-resolves in the background.
+        c.cache.origin_dns_ttl = Duration::from_millis(1);
+        c.cache.origin_pool_size = 0;
+    });
+    for i in 0..5 {
+        let r = get(srv.addr, &format!("/api/n{i}")).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    assert_eq!(origin.total(), 5);
+
+    let srv = TestServer::start(|c| {
+        c.cache.origin = Some("http://no-such-host.invalid:1/v1".parse().expect("url"));
+        c.cache.origin_dns_ttl = Duration::from_millis(1);
+    });
+    let mut ws = ws_connect(srv.addr, "/ws/live").await;
+    for i in 0..3 {
+        let r = get(srv.addr, &format!("/api/x{i}")).await;
+        assert_eq!(r.status, 502, "{r:?}");
+        assert!(body(&r).contains("origin unreachable"), "{r:?}");
+        publish(srv.addr, "live", &format!("m{i}")).await;
+        assert_eq!(next_text(&mut ws).await, format!("m{i}"));
+    }
 }

@@ -22,6 +22,9 @@ pub struct CacheConfig {
     /// Time for a whole origin exchange, from waiting for a connection to
     /// the last body byte (504).
     pub origin_timeout: Duration,
+    /// How long resolved origin addresses are used before they are
+    /// resolved again (in the background, off the worker thread).
+    pub origin_dns_ttl: Duration,
     /// Idle keep-alive connections kept per worker.
     pub origin_pool_size: usize,
     /// An idle pooled connection older than this is closed, not reused.

@@ -221,6 +221,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "origin-pool-size", CORECAST_ORIGIN_POOL_SIZE, "N", "16",
         "idle keep-alive connections to the origin kept for reuse"
         => |c, v| set_num(&mut c.cache.origin_pool_size, v);
+    "origin-dns-ttl", CORECAST_ORIGIN_DNS_TTL, "DURATION", "30s",
+        "resolved origin addresses are re-resolved (off the worker thread) after this long"
+        => |c, v| set_duration(&mut c.cache.origin_dns_ttl, v);
     "origin-idle-timeout", CORECAST_ORIGIN_IDLE_TIMEOUT, "DURATION", "30s",
         "pooled origin connections idle longer than this are closed, not reused"
         => |c, v| set_duration(&mut c.cache.origin_idle_timeout, v);
