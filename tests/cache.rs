@@ -994,7 +994,25 @@ async fn routing_without_and_with_an_origin() {
     // The origin would resolve dot segments and leave its base path.
     assert_eq!(get(s.addr(), "/api/../admin").await.status, 400);
     assert_eq!(get(s.addr(), "/api/%2e%2E/admin").await.status, 400);
+    // Issue 12 item 12: every form an origin (or what is behind it) may
+    // take for traversal.
+    for bad in [
+        "/api/..%2fadmin",
+        "/api/%2e%2e%2Fadmin",
+        "/api/..;/admin",
+        "/api/..\\admin",
+        "/api/..%5cadmin",
+        "/api/%252e%252e/admin",
+        "/api/%252e%252e%252fadmin",
+    ] {
+        assert_eq!(get(s.addr(), bad).await.status, 400, "{bad}");
+    }
     assert_eq!(s.origin.total(), 0);
+    assert_eq!(
+        get(s.addr(), "/api/a%2fb").await.status,
+        200,
+        "not traversal"
+    );
 }
 
 /// Private responses and ones with cookies are passed to their client

@@ -18,6 +18,32 @@ use super::key;
 /// for personal requests only, whose responses are not shared.
 pub const FORWARDED: &[&str] = &["accept", "accept-encoding", "accept-language", "origin"];
 
+/// Percent-decoding rounds before a path is judged (`%25` nests).
+const MAX_DECODE_ROUNDS: usize = 4;
+
+/// One round of percent-decoding; invalid escapes stay as they are.
+fn percent_decode(s: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let escaped = (s[i] == b'%')
+            .then(|| Some(hex(*s.get(i + 1)?)? << 4 | hex(*s.get(i + 2)?)?))
+            .flatten();
+        match escaped {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(s[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// A cacheable request.
 #[derive(Debug, Clone)]
 pub struct ClientRequest {
@@ -58,13 +84,25 @@ impl ClientRequest {
         })
     }
 
-    /// Whether the path has a `.` or `..` segment (also percent-encoded):
-    /// the origin would resolve it and could leave its base path, so such
-    /// requests are refused rather than forwarded.
+    /// Whether the path has a `.` or `..` segment in any form an origin
+    /// (or a server behind it) may resolve, which could take the request
+    /// out of the origin's base path: so such requests are refused rather
+    /// than forwarded. The path is percent-decoded until it no longer
+    /// changes (`%252e` → `%2e` → `.`), `\` counts as a separator (`..\`,
+    /// `%5c`), as does an encoded `/` (`..%2f`), and a segment's `;`
+    /// parameters are ignored (`..;/`, as servlet containers do).
     pub fn has_dot_segment(&self) -> bool {
-        self.path.split('/').any(|seg| {
-            let seg = seg.to_ascii_lowercase().replace("%2e", ".");
-            seg == "." || seg == ".."
+        let mut path = self.path.as_bytes().to_vec();
+        for _ in 0..MAX_DECODE_ROUNDS {
+            let decoded = percent_decode(&path);
+            if decoded == path {
+                break;
+            }
+            path = decoded;
+        }
+        path.split(|&b| b == b'/' || b == b'\\').any(|seg| {
+            let seg = seg.split(|&b| b == b';').next().unwrap_or(seg);
+            seg == b"." || seg == b".."
         })
     }
 
@@ -176,10 +214,42 @@ mod tests {
             let head = format!("GET {t} HTTP/1.1\r\n\r\n");
             ClientRequest::parse(&Bytes::from(head)).unwrap()
         };
-        for bad in ["/api/../x", "/api/./x", "/api/%2E%2e/x", "/api/.."] {
+        for bad in [
+            "/api/../x",
+            "/api/./x",
+            "/api/%2E%2e/x",
+            "/api/..",
+            "/api/..%2fadmin",
+            "/api/..%2Fadmin",
+            "/api/%2e%2e%2fadmin",
+            "/api/%2e%2e/admin",
+            "/api/.%2e/admin",
+            "/api/..;/admin",
+            "/api/..;jsessionid=1/admin",
+            "/api/.;x/admin",
+            "/api/..\\admin",
+            "/api/..%5cadmin",
+            "/api/..%5Cadmin",
+            "/api/%252e%252e/admin",
+            "/api/%252e%252e%252fadmin",
+            "/api/%25252e%25252e/admin",
+            "/api/x/..",
+        ] {
             assert!(parse(bad).has_dot_segment(), "{bad}");
         }
-        for ok in ["/api/x", "/api/..x/y", "/api/x.y", "/api/x?a=..", "/api/"] {
+        for ok in [
+            "/api/x",
+            "/api/..x/y",
+            "/api/x.y",
+            "/api/x?a=..",
+            "/api/",
+            "/api/a%2fb",
+            "/api/...",
+            "/api/x;v=1",
+            "/api/%zz",
+            "/api/50%",
+            "/api/%2",
+        ] {
             assert!(!parse(ok).has_dot_segment(), "{ok}");
         }
     }
