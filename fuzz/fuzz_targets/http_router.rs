@@ -3,7 +3,9 @@
 //! never reads more than `--max-body-size`, and a request without a body
 //! never plans to read or close for one.
 #![no_main]
-use corecast::http::{body_plan, parse_request, route_with_cache, Body, BodyPlan, CacheRoutes, Limits};
+use corecast::http::{
+    body_plan, parse_request, route_with_cache, Body, BodyPlan, CacheRoutes, Limits,
+};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: Limits = Limits {
