@@ -12,6 +12,8 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 use crate::cache::entry::Entry;
+use crate::cache::now_ms;
+use crate::cache::policy::Freshness;
 use crate::cache::response::Fwd;
 
 use super::origin::FetchError;
@@ -70,6 +72,26 @@ pub struct Flight {
 }
 
 impl Flight {
+    /// Whether a request arriving now may take this flight's answer: while
+    /// it is under way, yes; once it finished (it lingers only to bridge
+    /// its store write), only a response being stored and still fresh —
+    /// anything else a late arrival fetches for itself, as it would after
+    /// the flight were gone.
+    fn joinable(&self) -> bool {
+        match self.outcome.borrow().as_deref() {
+            None => true,
+            Some(Outcome::Fresh(s)) => {
+                s.stored
+                    && s.shareable
+                    && matches!(
+                        s.entry.life.classify(s.entry.age_ms(now_ms())),
+                        Freshness::Fresh { .. }
+                    )
+            }
+            Some(_) => false,
+        }
+    }
+
     /// Publishes the outcome and wakes every waiter (once).
     pub fn complete(&self, outcome: Rc<Outcome>) {
         if self.outcome.borrow().is_some() {
@@ -106,12 +128,13 @@ pub struct Flights {
 }
 
 impl Flights {
-    /// The flight for `key`; background ones only if `any`.
+    /// The flight for `key` a request may join; background ones only if
+    /// `any`.
     pub fn get(&self, key: &[u8], any: bool) -> Option<Rc<Flight>> {
         self.map
             .borrow()
             .get(key)
-            .filter(|f| any || !f.background)
+            .filter(|f| (any || !f.background) && f.joinable())
             .cloned()
     }
 
@@ -220,6 +243,10 @@ mod tests {
         let done = wait.as_mut().poll(&mut cx);
         assert!(matches!(done, Poll::Ready(o) if matches!(*o, Outcome::Abandoned)));
         assert_eq!(flights.len(), 1, "lingers until the guard goes");
+        assert!(
+            flights.get(b"k", true).is_none(),
+            "a finished flight without a fresh stored answer is not joined"
+        );
         drop(guard);
         assert!(flights.is_empty());
     }
