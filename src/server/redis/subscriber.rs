@@ -12,8 +12,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use monoio::io::{AsyncWriteRentExt, Splitable};
-use monoio::net::tcp::TcpOwnedWriteHalf;
+use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
 use super::canary;
@@ -23,7 +22,6 @@ use crate::log;
 use crate::redis::commands::{self, Interest};
 use crate::redis::resp::{self, PubSubEvent};
 use crate::redis::{envelope, RedisError};
-use crate::server::sock::read_stream;
 use crate::server::sys;
 
 /// Keeps the subscriber connection up for as long as the worker runs.
@@ -83,18 +81,22 @@ async fn run(
         return RedisError::Io(e);
     }
     let fd = stream.as_raw_fd();
-    let (rd, mut wr) = stream.into_split();
+    // Two streams over the socket: the writer task owns its own, so the
+    // reader's `&stream` (held across `readable`) aliases nothing.
+    let mut wr = match sys::dup_stream(&stream) {
+        Ok(wr) => wr,
+        Err(e) => return RedisError::Io(e),
+    };
     let stop = Rc::new(Cell::new(false));
     let writer = monoio::spawn({
         let (link, local, stop) = (link.clone(), local.clone(), stop.clone());
         async move { interest_writer(&link, &*local, &mut wr, &stop).await }
     });
-    let stream = read_stream(&rd);
     let err = loop {
         if let Err(e) = deliver_events(link, &**local, &mut buf, &mut restore) {
             break e;
         }
-        match read_some(stream, &mut buf).await {
+        match read_some(&stream, &mut buf).await {
             Ok(0) => break RedisError::Io(io::ErrorKind::UnexpectedEof.into()),
             Ok(_) => {}
             Err(e) => break RedisError::Io(e),
@@ -104,7 +106,7 @@ async fn run(
     sys::shutdown(fd);
     local.wake_interest();
     let _ = writer.await;
-    drop(rd);
+    drop(stream);
     err
 }
 
@@ -172,7 +174,7 @@ fn on_message(link: &RedisLink, local: &dyn Local, channel: &[u8], payload: Byte
 async fn interest_writer(
     link: &RedisLink,
     local: &dyn Local,
-    wr: &mut TcpOwnedWriteHalf,
+    wr: &mut TcpStream,
     stop: &Cell<bool>,
 ) {
     let mut changes = Vec::new();
