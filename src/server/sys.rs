@@ -6,7 +6,8 @@ use std::os::fd::RawFd;
 /// Reads what the socket has without blocking: `Ok(0)` is end of stream,
 /// `ErrorKind::WouldBlock` means nothing is there yet.
 ///
-/// Readiness comes from monoio (`readable()`); the read itself goes into a
+/// The wait for input comes from monoio (a one-byte read on a client's read
+/// half, `readable()` on a whole stream); the read itself goes into a
 /// per-worker scratch buffer so an idle connection owns no read buffer.
 pub fn recv_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a valid, exclusively borrowed region of `buf.len()`
