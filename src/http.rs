@@ -288,6 +288,45 @@ pub fn route_with_cache<'a>(
     Ok(route)
 }
 
+/// What the connection does with a request's body before (or instead of)
+/// the next request. Every route gets one, so a body is never left in the
+/// buffer to be parsed as the next request (CL.0 request smuggling: a
+/// `POST /publish/...` hidden in the body of a health check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyPlan {
+    /// No body: keep the connection alive if the client asked to.
+    None,
+    /// Read exactly this many bytes for the handler (at most
+    /// `max_body_size`), then go on.
+    Length(usize),
+    /// The route takes no body: answer, then close without reading it.
+    Close,
+    /// Answer this error and close (body over `max_body_size`, or a body on
+    /// a WebSocket upgrade, where it would be taken for frames).
+    Refuse(HttpError),
+}
+
+/// The [`BodyPlan`] of a routed request (`route` as [`route_with_cache`]
+/// returned it; an unroutable request with a body is answered and closed).
+pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &Limits) -> BodyPlan {
+    let Body::Length(n) = req.body else {
+        return BodyPlan::None;
+    };
+    match route {
+        Ok(Route::WsChannel(_) | Route::WsMulti | Route::StatusWs) => {
+            BodyPlan::Refuse(HttpError::new(400, "a WebSocket upgrade has no body"))
+        }
+        Ok(Route::Publish(_) | Route::Cache(_) | Route::CachePurge) => {
+            if n > limits.max_body_size {
+                BodyPlan::Refuse(HttpError::new(413, "request body too large"))
+            } else {
+                BodyPlan::Length(n)
+            }
+        }
+        Ok(_) | Err(_) => BodyPlan::Close,
+    }
+}
+
 fn channel(name: &str) -> Result<&str, HttpError> {
     if valid_channel_name(name) {
         Ok(name)
@@ -421,6 +460,46 @@ mod tests {
                 .status,
             400
         );
+    }
+
+    #[test]
+    fn every_route_has_a_body_plan_and_none_leaves_a_body_unread() {
+        let limits = Limits {
+            max_handshake_bytes: 8192,
+            max_body_size: 100,
+        };
+        let cache = Some(CacheRoutes {
+            prefix: "/cache/",
+            purge: true,
+        });
+        let plan = |method: &str, path: &str, body: usize| {
+            let head = format!("{method} {path} HTTP/1.1\r\nContent-Length: {body}\r\n\r\n");
+            let req = parse_request(head.as_bytes(), 8192).unwrap().unwrap();
+            let route = route_with_cache(req.method, &req.path, None, cache);
+            body_plan(&req, &route, &limits)
+        };
+        for path in [
+            "/healthz", "/readyz", "/stats", "/metrics", "/status", "/nope",
+        ] {
+            assert_eq!(plan("GET", path, 0), BodyPlan::None, "{path}");
+            assert_eq!(plan("GET", path, 20), BodyPlan::Close, "{path}");
+        }
+        assert_eq!(plan("POST", "/publish/c", 20), BodyPlan::Length(20));
+        assert_eq!(plan("GET", "/cache/x", 20), BodyPlan::Length(20));
+        assert_eq!(plan("POST", "/cache/purge", 20), BodyPlan::Length(20));
+        assert_eq!(plan("POST", "/publish/c", 101).status(), Some(413));
+        assert_eq!(plan("GET", "/ws/c", 5).status(), Some(400));
+        assert_eq!(plan("GET", "/ws", 5).status(), Some(400));
+        assert_eq!(plan("GET", "/publish/c", 5), BodyPlan::Close, "405 closes");
+    }
+
+    impl BodyPlan {
+        fn status(&self) -> Option<u16> {
+            match self {
+                BodyPlan::Refuse(e) => Some(e.status),
+                _ => None,
+            }
+        }
     }
 
     #[test]

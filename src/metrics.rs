@@ -254,7 +254,6 @@ fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
     );
 }
 
-/// Redis mode's link.
 /// Refusals: publishes without the grant, per-address limits, wrong purge
 /// tokens, expired tokens, and the refusal log lines held back.
 fn refusals(o: &mut String, snap: &Snapshot) {
@@ -309,6 +308,7 @@ fn refusals(o: &mut String, snap: &Snapshot) {
     );
 }
 
+/// Redis mode's link.
 fn redis(o: &mut String, r: &RedisStats) {
     gauge(
         o,
@@ -345,6 +345,18 @@ fn redis(o: &mut String, r: &RedisStats) {
         "corecast_redis_messages_received_total",
         "Messages received from Redis.",
         r.messages_received,
+    );
+    counter(
+        o,
+        "corecast_redis_messages_dropped_total",
+        "Messages from Redis not delivered (too large, invalid UTF-8 text, unknown channel).",
+        r.messages_dropped,
+    );
+    counter(
+        o,
+        "corecast_redis_protocol_errors_total",
+        "Redis connections dropped for what Redis sent (malformed, too deep, too large).",
+        r.protocol_errors,
     );
     let _ = writeln!(
         o,

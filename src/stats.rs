@@ -123,6 +123,14 @@ pub struct RedisStats {
     /// Messages received from Redis and fanned out.
     #[serde(rename = "redis_messages_received")]
     pub messages_received: u64,
+    /// Messages from Redis not delivered: over `--max-message-size`, text
+    /// that is not UTF-8, or on a channel we do not serve.
+    #[serde(rename = "redis_messages_dropped")]
+    pub messages_dropped: u64,
+    /// Redis connections dropped because of what Redis sent (malformed,
+    /// too deep, too large, unexpected).
+    #[serde(rename = "redis_protocol_errors")]
+    pub protocol_errors: u64,
     /// Round trip of the last canary, in microseconds.
     #[serde(rename = "redis_canary_rtt_us")]
     pub canary_rtt_us: u64,
@@ -175,6 +183,9 @@ pub struct CacheStats {
     /// `POST /cache/purge` refused for a missing or wrong token.
     #[serde(rename = "cache_purge_refused")]
     pub purge_refused: u64,
+    /// Personal requests (`--cache-bypass-headers`) sent past the cache.
+    #[serde(rename = "cache_bypassed")]
+    pub bypassed: u64,
 }
 
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.

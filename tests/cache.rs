@@ -46,6 +46,10 @@ struct Behaviour {
     etag: Option<String>,
     vary: Option<String>,
     chunked: bool,
+    /// Raw header lines added to every 200 (`Expires: ...\r\n`).
+    extra: String,
+    /// Echo the request's `Origin` in `Access-Control-Allow-Origin`.
+    reflect_origin: bool,
 }
 
 impl Default for Behaviour {
@@ -57,6 +61,8 @@ impl Default for Behaviour {
             etag: None,
             vary: None,
             chunked: false,
+            extra: String::new(),
+            reflect_origin: false,
         }
     }
 }
@@ -168,6 +174,7 @@ async fn serve_origin_conn(mut stream: TcpStream, state: Arc<OriginState>) {
                 .map(|h| String::from_utf8_lossy(h.value).to_string())
         };
         let (lang, inm) = (header("accept-language"), header("if-none-match"));
+        let (cookie, origin) = (header("cookie"), header("origin"));
         state.heads.lock().unwrap().push(head.clone());
         state.total.fetch_add(1, Ordering::SeqCst);
         let n = {
@@ -185,7 +192,7 @@ async fn serve_origin_conn(mut stream: TcpStream, state: Arc<OriginState>) {
             Mode::Fail => {
                 b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\noops".to_vec()
             }
-            Mode::Ok => origin_response(&b, &target, n, lang, inm),
+            Mode::Ok => origin_response(&b, &target, n, lang, inm, cookie, origin),
         };
         if stream.write_all(&response).await.is_err() {
             return;
@@ -199,8 +206,13 @@ fn origin_response(
     n: usize,
     lang: Option<String>,
     inm: Option<String>,
+    cookie: Option<String>,
+    origin: Option<String>,
 ) -> Vec<u8> {
-    let mut head = String::new();
+    let mut head = b.extra.clone();
+    if let Some(o) = origin.filter(|_| b.reflect_origin) {
+        head += &format!("Access-Control-Allow-Origin: {o}\r\n");
+    }
     if let Some(cc) = &b.cache_control {
         head += &format!("Cache-Control: {cc}\r\n");
     }
@@ -213,8 +225,9 @@ fn origin_response(
     if let Some(v) = &b.vary {
         head += &format!("Vary: {v}\r\n");
     }
+    let cookie = cookie.map_or(String::new(), |c| format!(r#","cookie":"{c}""#));
     let body = format!(
-        r#"{{"target":"{target}","n":{n},"lang":"{}"}}"#,
+        r#"{{"target":"{target}","n":{n},"lang":"{}"{cookie}}}"#,
         lang.unwrap_or_default()
     );
     let mut out =
@@ -746,6 +759,134 @@ async fn no_cache_revalidates_with_the_etag(backend: Backend) {
     assert_eq!(s.origin.count("/v1/nc"), 2);
 }
 
+/// Issue 12 item 3: a request with `Cookie` or `Authorization` is neither
+/// served from the cache nor stored, unless the response says `public` or
+/// `s-maxage`; an origin that reflects the cookie and sends no freshness
+/// headers used to have the first client's body served to the next.
+async fn personal_requests_bypass_the_cache(backend: Backend) {
+    let b = Behaviour {
+        cache_control: None,
+        ..Behaviour::default()
+    };
+    let s = Setup::start(backend, b, |_| {}).await;
+    let alice = s.get_with("/api/me", "Cookie: s=alice\r\n").await;
+    assert!(body(&alice).contains(r#""cookie":"s=alice""#), "{alice:?}");
+    assert!(cache_status(&alice).contains("fwd=bypass"), "{alice:?}");
+    assert!(s.origin.last_head().contains("Cookie: s=alice\r\n"));
+    let anon = s.get("/api/me").await;
+    assert!(!body(&anon).contains("cookie"), "{anon:?}");
+    s.stored(1).await;
+    assert!(cache_status(&s.get("/api/me").await).contains("hit"));
+    // A stored response is not served to a personal request either.
+    let bearer = s.get_with("/api/me", "Authorization: Bearer t\r\n").await;
+    assert!(!cache_status(&bearer).contains("hit"), "{bearer:?}");
+    assert_eq!(s.origin.count("/v1/me"), 3);
+    assert_eq!(counter(&stats(s.addr()).await, "cache_bypassed"), 2);
+
+    // Marked shareable by the origin: stored, and served to others.
+    s.origin
+        .set(|b| b.cache_control = Some("public, max-age=60".into()));
+    let r = s.get_with("/api/pub", "Cookie: s=bob\r\n").await;
+    assert!(cache_status(&r).contains("stored"), "{r:?}");
+    s.stored(2).await;
+    assert!(cache_status(&s.get("/api/pub").await).contains("hit"));
+}
+
+/// Heuristic freshness only where allowed; `Expires` and `Pragma` count.
+async fn expires_pragma_and_the_heuristic(backend: Backend) {
+    let b = Behaviour {
+        cache_control: Some("no-transform".into()),
+        ..Behaviour::default()
+    };
+    // Without a grace window, a stale entry is fetched again in the
+    // foreground: the origin's count shows it.
+    let s = Setup::start(backend, b, |c| {
+        c.cache.stale_while_revalidate = Duration::ZERO
+    })
+    .await;
+    let twice = |path: &'static str| {
+        let s = &s;
+        async move {
+            s.get(path).await;
+            s.get(path).await;
+            s.origin.count(&format!("/v1{}", &path[4..]))
+        }
+    };
+    // Cache-Control without a lifetime: no heuristic, never fresh.
+    assert_eq!(twice("/api/nolife").await, 2);
+    s.origin.set(|b| {
+        b.cache_control = None;
+        b.extra = "Expires: Thu, 01 Jan 1970 00:00:00 GMT\r\n".into();
+    });
+    assert_eq!(twice("/api/past").await, 2, "past Expires is stale");
+    s.origin.set(|b| b.extra = "Expires: 0\r\n".into());
+    assert_eq!(twice("/api/invalid").await, 2, "invalid Expires is stale");
+    s.origin.set(|b| b.extra = "Pragma: no-cache\r\n".into());
+    assert_eq!(twice("/api/pragma").await, 2, "Pragma: no-cache");
+    s.origin
+        .set(|b| b.extra = "Expires: Fri, 01 Jan 2100 00:00:00 GMT\r\n".into());
+    let stores = counter(&stats(s.addr()).await, "cache_stores");
+    s.get("/api/future").await;
+    s.stored(stores + 1).await;
+    assert!(cache_status(&s.get("/api/future").await).contains("hit"));
+    s.origin.set(|b| {
+        b.extra = "Last-Modified: Thu, 01 Jan 2015 00:00:00 GMT\r\n".into();
+        b.cache_control = Some("no-transform".into());
+    });
+    s.get("/api/lm").await;
+    s.stored(stores + 2).await;
+    assert!(
+        cache_status(&s.get("/api/lm").await).contains("hit"),
+        "Last-Modified allows the heuristic"
+    );
+}
+
+/// A response echoing the request's `Origin` in
+/// `Access-Control-Allow-Origin` is stored only with `Vary: Origin`;
+/// only negotiation headers reach the origin.
+async fn reflected_cors_origin_needs_vary(backend: Backend) {
+    let b = Behaviour {
+        reflect_origin: true,
+        ..Behaviour::default()
+    };
+    let s = Setup::start(backend, b, |_| {}).await;
+    let from = |o: &'static str| {
+        let s = &s;
+        async move {
+            let h = format!("Origin: {o}\r\nX-Forwarded-Host: evil\r\nUser-Agent: u\r\n");
+            s.get_with("/api/cors", &h).await
+        }
+    };
+    let a = from("https://a.example").await;
+    assert_eq!(
+        a.header("access-control-allow-origin"),
+        Some("https://a.example")
+    );
+    let head = s.origin.last_head();
+    assert!(
+        !head.contains("X-Forwarded-Host") && !head.contains("User-Agent"),
+        "{head}"
+    );
+    let b = from("https://b.example").await;
+    assert_eq!(
+        b.header("access-control-allow-origin"),
+        Some("https://b.example")
+    );
+    assert_eq!(s.origin.count("/v1/cors"), 2, "not stored");
+
+    s.origin.set(|b| b.vary = Some("Origin".into()));
+    let stores = counter(&stats(s.addr()).await, "cache_stores");
+    from("https://a.example").await;
+    s.stored(stores + 1).await;
+    let again = from("https://a.example").await;
+    assert!(cache_status(&again).contains("hit"), "{again:?}");
+    let other = from("https://b.example").await;
+    assert_eq!(
+        other.header("access-control-allow-origin"),
+        Some("https://b.example")
+    );
+}
+
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -782,6 +923,9 @@ on_both_stores!(
     vary_keys_on_request_headers,
     stale_while_revalidate,
     no_cache_revalidates_with_the_etag,
+    personal_requests_bypass_the_cache,
+    expires_pragma_and_the_heuristic,
+    reflected_cors_origin_needs_vary,
 );
 
 // ------------------------------------------------ store-independent --
@@ -850,7 +994,25 @@ async fn routing_without_and_with_an_origin() {
     // The origin would resolve dot segments and leave its base path.
     assert_eq!(get(s.addr(), "/api/../admin").await.status, 400);
     assert_eq!(get(s.addr(), "/api/%2e%2E/admin").await.status, 400);
+    // Issue 12 item 12: every form an origin (or what is behind it) may
+    // take for traversal.
+    for bad in [
+        "/api/..%2fadmin",
+        "/api/%2e%2e%2Fadmin",
+        "/api/..;/admin",
+        "/api/..\\admin",
+        "/api/..%5cadmin",
+        "/api/%252e%252e/admin",
+        "/api/%252e%252e%252fadmin",
+    ] {
+        assert_eq!(get(s.addr(), bad).await.status, 400, "{bad}");
+    }
     assert_eq!(s.origin.total(), 0);
+    assert_eq!(
+        get(s.addr(), "/api/a%2fb").await.status,
+        200,
+        "not traversal"
+    );
 }
 
 /// Private responses and ones with cookies are passed to their client
@@ -874,4 +1036,37 @@ async fn private_responses_are_not_shared() {
         assert!(!cache_status(&r).contains("collapsed"));
     }
     assert_eq!(s.origin.count("/v1/mine"), 5);
+}
+
+/// Issue 12 item 5: an origin named by host name is resolved (at start,
+/// then off the worker thread every `--origin-dns-ttl`), and one whose
+/// name does not resolve is a 502 while WebSocket traffic goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_by_host_name_resolves_off_the_worker() {
+    let origin = Origin::start(Behaviour::default()).await;
+    let url = format!("http://localhost:{}/v1", origin.addr.port());
+    let srv = TestServer::start(|c| {
+        c.cache.origin = Some(url.parse().expect("origin url"));
+        // Expired at once: every connect re-resolves in the background.
+        c.cache.origin_dns_ttl = Duration::from_millis(1);
+        c.cache.origin_pool_size = 0;
+    });
+    for i in 0..5 {
+        let r = get(srv.addr, &format!("/api/n{i}")).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    assert_eq!(origin.total(), 5);
+
+    let srv = TestServer::start(|c| {
+        c.cache.origin = Some("http://no-such-host.invalid:1/v1".parse().expect("url"));
+        c.cache.origin_dns_ttl = Duration::from_millis(1);
+    });
+    let mut ws = ws_connect(srv.addr, "/ws/live").await;
+    for i in 0..3 {
+        let r = get(srv.addr, &format!("/api/x{i}")).await;
+        assert_eq!(r.status, 502, "{r:?}");
+        assert!(body(&r).contains("origin unreachable"), "{r:?}");
+        publish(srv.addr, "live", &format!("m{i}")).await;
+        assert_eq!(next_text(&mut ws).await, format!("m{i}"));
+    }
 }

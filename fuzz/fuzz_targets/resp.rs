@@ -3,7 +3,7 @@
 //! subscriber-side classification of whatever decodes.
 #![no_main]
 use bytes::BytesMut;
-use corecast::redis::resp::{decode, pubsub_event};
+use corecast::redis::resp::{decode, pubsub_event, Limits};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     for piece in rest.chunks(chunk) {
         buf.extend_from_slice(piece);
         loop {
-            match decode(&mut buf) {
+            match decode(&mut buf, &Limits::default()) {
                 Ok(Some(reply)) => {
                     let _ = pubsub_event(reply);
                 }

@@ -22,6 +22,9 @@ pub struct CacheConfig {
     /// Time for a whole origin exchange, from waiting for a connection to
     /// the last body byte (504).
     pub origin_timeout: Duration,
+    /// How long resolved origin addresses are used before they are
+    /// resolved again (in the background, off the worker thread).
+    pub origin_dns_ttl: Duration,
     /// Idle keep-alive connections kept per worker.
     pub origin_pool_size: usize,
     /// An idle pooled connection older than this is closed, not reused.
@@ -44,4 +47,8 @@ pub struct CacheConfig {
     pub purge_token: Option<Secret>,
     /// Most keys one prefix purge deletes.
     pub purge_max_keys: usize,
+    /// Request headers (lowercase) that make a request personal: it is
+    /// neither served from nor stored into the shared cache unless the
+    /// response says `public` or `s-maxage`.
+    pub bypass_headers: Vec<String>,
 }

@@ -9,6 +9,8 @@
 //!   fresh / stale-while-revalidate / stale-if-error / expired.
 //! - [`key`]: cache keys — normalized query, `Vary` names and the variant
 //!   key built from the request's values of them.
+//! - [`date`]: HTTP dates (IMF-fixdate) for `Expires` and `Date`.
+//! - [`dns`]: the origin's addresses with a TTL (what a connect should do).
 //! - [`entry`]: one stored response (or a `Vary` marker) in a compact
 //!   binary encoding, the same bytes in Redis and in memory.
 //! - [`memory`]: the embedded store, bounded in bytes, LRU eviction.
@@ -24,6 +26,8 @@
 
 pub mod chunked;
 pub mod config;
+pub mod date;
+pub mod dns;
 pub mod entry;
 pub mod key;
 pub mod memory;

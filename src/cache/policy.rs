@@ -235,8 +235,21 @@ pub struct Facts {
     pub vary_any: bool,
     /// The response sets a cookie: it is about one client.
     pub sets_cookie: bool,
-    /// The request carried `Authorization`.
-    pub authorized: bool,
+    /// The request carried a `--cache-bypass-headers` header (`Cookie`,
+    /// `Authorization`): its response may be about that user.
+    pub personal: bool,
+    /// `Access-Control-Allow-Origin` echoes the request's `Origin` without
+    /// `Vary: Origin`: stored, it would be served to other origins.
+    pub reflects_origin: bool,
+    /// The response has a `Cache-Control` field (any).
+    pub has_cache_control: bool,
+    /// `Pragma: no-cache` (honoured only without `Cache-Control`).
+    pub pragma_no_cache: bool,
+    /// Freshness from `Expires` minus `Date`, in ms (0 when `Expires` is
+    /// invalid or past); `None` without `Expires`.
+    pub expires_ms: Option<u64>,
+    /// The response has `Last-Modified`.
+    pub last_modified: bool,
 }
 
 /// The verdict on one response.
@@ -252,19 +265,36 @@ pub struct Verdict {
 
 /// Decides storability and lifetimes (RFC 9111 3 and 4.2, RFC 5861).
 ///
-/// - `s-maxage` wins over `max-age`; without either, `defaults.ttl_ms`.
+/// - `s-maxage` wins over `max-age`, which wins over `Expires` − `Date`.
+/// - Without any of them, the heuristic `defaults.ttl_ms` applies only
+///   where RFC 9111 4.2.2 allows it and the response gives a reason to
+///   think it is shared content: `public`, or `Last-Modified`, or no
+///   `Cache-Control` and no `Expires` at all (a plain static response).
+///   Otherwise it is stored stale (revalidated on every use) at most.
+/// - `Pragma: no-cache` without `Cache-Control` counts as `no-cache`.
 /// - `no-cache` stores the response stale from the start (every use
 ///   revalidates) and without `stale-while-revalidate`.
 /// - `must-revalidate` / `proxy-revalidate` forbid serving it stale at all.
 ///   `s-maxage` implies `proxy-revalidate` (RFC 9111 5.2.2.10), so with it
 ///   only grace windows the origin names explicitly apply.
-/// - A request with `Authorization` is only shared when the response says
-///   so (`public`, `s-maxage`, `must-revalidate`; RFC 9111 3.5).
+/// - The response to a personal request (`Cookie`, `Authorization`) is
+///   only shared when it says so: `public` or `s-maxage` (RFC 9111 3.5,
+///   applied to cookies too).
+/// - A response whose `Access-Control-Allow-Origin` reflects the request's
+///   `Origin` without `Vary: Origin` is never shared.
 pub fn decide(cc: &CacheControl, facts: Facts, defaults: &Defaults) -> Verdict {
-    let auth_ok = !facts.authorized || cc.public || cc.s_maxage.is_some() || cc.must_revalidate;
-    let shareable = !cc.no_store && !cc.private && !facts.vary_any && !facts.sets_cookie && auth_ok;
-    let explicit = cc.s_maxage.or(cc.max_age);
-    let fresh_s = explicit.map(|s| s.saturating_mul(1000));
+    let personal_ok = !facts.personal || cc.public || cc.s_maxage.is_some();
+    let shareable = !cc.no_store
+        && !cc.private
+        && !facts.vary_any
+        && !facts.sets_cookie
+        && !facts.reflects_origin
+        && personal_ok;
+    let explicit = cc.s_maxage.or(cc.max_age).map(|s| s.saturating_mul(1000));
+    let heuristic = cc.public
+        || facts.last_modified
+        || (!facts.has_cache_control && facts.expires_ms.is_none());
+    let fresh_s = explicit.or(facts.expires_ms).or((!heuristic).then_some(0));
     let grace = |explicit: Option<u64>, default: u64| match explicit {
         Some(s) => s.saturating_mul(1000),
         None if cc.s_maxage.is_some() => 0,
@@ -275,7 +305,7 @@ pub fn decide(cc: &CacheControl, facts: Facts, defaults: &Defaults) -> Verdict {
         swr_ms: grace(cc.stale_while_revalidate, defaults.swr_ms),
         sie_ms: grace(cc.stale_if_error, defaults.sie_ms),
     };
-    if cc.no_cache {
+    if cc.no_cache || (facts.pragma_no_cache && !facts.has_cache_control) {
         life.fresh_ms = 0;
         life.swr_ms = 0;
     }
@@ -383,7 +413,7 @@ mod tests {
             (
                 "max-age=60",
                 Facts {
-                    authorized: true,
+                    personal: true,
                     ..ok(200)
                 },
             ),
@@ -394,7 +424,7 @@ mod tests {
         let v = decide(
             &cc("public"),
             Facts {
-                authorized: true,
+                personal: true,
                 ..ok(200)
             },
             &D,
@@ -407,6 +437,62 @@ mod tests {
             let v = decide(&cc("max-age=60"), ok(s), &D);
             assert!(!v.storable && v.shareable, "{s}");
         }
+    }
+
+    #[test]
+    fn heuristic_freshness_only_where_allowed_and_expires_and_pragma_count() {
+        let with = |f: Facts| decide(&cc(""), f, &D).life.fresh_ms;
+        let cc_present = Facts {
+            has_cache_control: true,
+            ..ok(200)
+        };
+        assert_eq!(with(ok(200)), 60_000, "no Cache-Control, no Expires");
+        assert_eq!(with(cc_present), 0, "Cache-Control without a lifetime");
+        let lm = Facts {
+            last_modified: true,
+            ..cc_present
+        };
+        assert_eq!(with(lm), 60_000, "Last-Modified allows the heuristic");
+        assert_eq!(decide(&cc("public"), cc_present, &D).life.fresh_ms, 60_000);
+        let expires = |ms| Facts {
+            expires_ms: Some(ms),
+            ..ok(200)
+        };
+        assert_eq!(with(expires(5_000)), 5_000);
+        assert_eq!(with(expires(0)), 0, "invalid or past Expires is stale");
+        assert_eq!(
+            decide(&cc("max-age=9"), expires(5_000), &D).life.fresh_ms,
+            9_000,
+            "max-age wins over Expires"
+        );
+        let pragma = Facts {
+            pragma_no_cache: true,
+            ..ok(200)
+        };
+        assert_eq!(with(pragma), 0);
+        let pragma_and_cc = Facts {
+            has_cache_control: true,
+            ..pragma
+        };
+        let v = decide(&cc("max-age=9"), pragma_and_cc, &D);
+        assert_eq!(v.life.fresh_ms, 9_000, "Cache-Control wins over Pragma");
+    }
+
+    #[test]
+    fn personal_and_origin_reflecting_responses_are_not_shared() {
+        let personal = Facts {
+            personal: true,
+            ..ok(200)
+        };
+        assert!(!decide(&cc(""), personal, &D).storable);
+        assert!(!decide(&cc("max-age=60, must-revalidate"), personal, &D).shareable);
+        assert!(decide(&cc("s-maxage=60"), personal, &D).storable);
+        assert!(decide(&cc("public, max-age=60"), personal, &D).storable);
+        let reflects = Facts {
+            reflects_origin: true,
+            ..ok(200)
+        };
+        assert!(!decide(&cc("public, max-age=60"), reflects, &D).shareable);
     }
 
     #[test]

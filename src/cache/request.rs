@@ -7,29 +7,42 @@ use crate::http::MAX_HEADERS;
 
 use super::key;
 
-/// Request headers never forwarded to the origin: hop-by-hop ones (RFC
-/// 9110 7.6.1), `Host` (the origin's own is sent), framing, and the
-/// conditional and range headers — the cache fetches whole responses and
-/// answers conditionals itself.
-const NOT_FORWARDED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "expect",
-    "if-none-match",
-    "if-match",
-    "if-modified-since",
-    "if-unmodified-since",
-    "if-range",
-    "range",
-];
+/// Request headers forwarded to the origin: content negotiation and the
+/// CORS `Origin` (a response echoing it is stored only with `Vary:
+/// Origin`, see `policy::decide`). A
+/// response fetched for one client may be served to every other, so
+/// nothing that could make it about that client (`X-Forwarded-*`,
+/// `User-Agent`, custom headers) reaches the origin; `Host` is the
+/// origin's own, conditionals and ranges are the cache's business. The
+/// bypass headers (`Cookie`, `Authorization`) are added by the caller,
+/// for personal requests only, whose responses are not shared.
+pub const FORWARDED: &[&str] = &["accept", "accept-encoding", "accept-language", "origin"];
+
+/// Percent-decoding rounds before a path is judged (`%25` nests).
+const MAX_DECODE_ROUNDS: usize = 4;
+
+/// One round of percent-decoding; invalid escapes stay as they are.
+fn percent_decode(s: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let escaped = (s[i] == b'%')
+            .then(|| Some(hex(*s.get(i + 1)?)? << 4 | hex(*s.get(i + 2)?)?))
+            .flatten();
+        match escaped {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(s[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
 
 /// A cacheable request.
 #[derive(Debug, Clone)]
@@ -71,13 +84,25 @@ impl ClientRequest {
         })
     }
 
-    /// Whether the path has a `.` or `..` segment (also percent-encoded):
-    /// the origin would resolve it and could leave its base path, so such
-    /// requests are refused rather than forwarded.
+    /// Whether the path has a `.` or `..` segment in any form an origin
+    /// (or a server behind it) may resolve, which could take the request
+    /// out of the origin's base path: so such requests are refused rather
+    /// than forwarded. The path is percent-decoded until it no longer
+    /// changes (`%252e` → `%2e` → `.`), `\` counts as a separator (`..\`,
+    /// `%5c`), as does an encoded `/` (`..%2f`), and a segment's `;`
+    /// parameters are ignored (`..;/`, as servlet containers do).
     pub fn has_dot_segment(&self) -> bool {
-        self.path.split('/').any(|seg| {
-            let seg = seg.to_ascii_lowercase().replace("%2e", ".");
-            seg == "." || seg == ".."
+        let mut path = self.path.as_bytes().to_vec();
+        for _ in 0..MAX_DECODE_ROUNDS {
+            let decoded = percent_decode(&path);
+            if decoded == path {
+                break;
+            }
+            path = decoded;
+        }
+        path.split(|&b| b == b'/' || b == b'\\').any(|seg| {
+            let seg = seg.split(|&b| b == b';').next().unwrap_or(seg);
+            seg == b"." || seg == b".."
         })
     }
 
@@ -104,9 +129,20 @@ impl ClientRequest {
         key::vary_values(names, &self.headers)
     }
 
-    /// Header lines to forward to the origin: all but `NOT_FORWARDED`
-    /// and those the `Connection` header names.
-    pub fn forwarded(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+    /// Whether the request carries one of `names` (lowercase): it is
+    /// personal, and bypasses the shared cache.
+    pub fn has_any(&self, names: &[String]) -> bool {
+        self.headers
+            .iter()
+            .any(|(k, _)| names.iter().any(|n| k.eq_ignore_ascii_case(n.as_bytes())))
+    }
+
+    /// Header lines to forward to the origin: those in [`FORWARDED`] or
+    /// `extra` (lowercase), minus those the `Connection` header names.
+    pub fn forwarded<'s>(
+        &'s self,
+        extra: &'s [String],
+    ) -> impl Iterator<Item = (&'s [u8], &'s [u8])> + 's {
         let listed: Vec<&[u8]> = self
             .values("connection")
             .flat_map(|v| v.split(|&b| b == b','))
@@ -115,10 +151,11 @@ impl ClientRequest {
         self.headers
             .iter()
             .filter(move |(k, _)| {
-                !NOT_FORWARDED
+                let allowed = FORWARDED
                     .iter()
                     .any(|n| k.eq_ignore_ascii_case(n.as_bytes()))
-                    && !listed.iter().any(|l| k.eq_ignore_ascii_case(l))
+                    || extra.iter().any(|n| k.eq_ignore_ascii_case(n.as_bytes()));
+                allowed && !listed.iter().any(|l| k.eq_ignore_ascii_case(l))
             })
             .map(|(k, v)| (&k[..], &v[..]))
     }
@@ -140,7 +177,7 @@ mod tests {
         assert_eq!(r.query, "a=2&z=1");
         assert_eq!(r.base_key(), b"GET /api/a%20b?a=2&z=1");
         assert_eq!(r.header("if-none-match"), Some(&b"\"e\""[..]));
-        let fwd: Vec<_> = r.forwarded().map(|(k, _)| k.to_vec()).collect();
+        let fwd: Vec<_> = r.forwarded(&[]).map(|(k, _)| k.to_vec()).collect();
         assert_eq!(fwd, vec![b"Accept".to_vec(), b"Accept-Language".to_vec()]);
         assert_eq!(
             r.vary_values(&["accept-language".into()]),
@@ -151,15 +188,68 @@ mod tests {
     }
 
     #[test]
+    fn only_negotiation_headers_are_forwarded_and_bypass_ones_on_request() {
+        let head = Bytes::from_static(
+            b"GET /api/x HTTP/1.1\r\nHost: x\r\nX-Forwarded-Host: evil\r\n\
+              User-Agent: u\r\nCookie: s=1\r\nAccept-Encoding: gzip\r\n\
+              Authorization: Bearer t\r\nConnection: accept-encoding\r\n\r\n",
+        );
+        let r = ClientRequest::parse(&head).unwrap();
+        let bypass = vec!["cookie".to_string(), "authorization".to_string()];
+        assert!(r.has_any(&bypass));
+        assert!(!r.has_any(&["x-other".to_string()]));
+        let names = |extra: &[String]| -> Vec<Vec<u8>> {
+            r.forwarded(extra).map(|(k, _)| k.to_vec()).collect()
+        };
+        assert!(names(&[]).is_empty(), "Connection-listed one dropped too");
+        assert_eq!(
+            names(&bypass),
+            vec![b"Cookie".to_vec(), b"Authorization".to_vec()]
+        );
+    }
+
+    #[test]
     fn dot_segments_are_spotted() {
         let parse = |t: &str| {
             let head = format!("GET {t} HTTP/1.1\r\n\r\n");
             ClientRequest::parse(&Bytes::from(head)).unwrap()
         };
-        for bad in ["/api/../x", "/api/./x", "/api/%2E%2e/x", "/api/.."] {
+        for bad in [
+            "/api/../x",
+            "/api/./x",
+            "/api/%2E%2e/x",
+            "/api/..",
+            "/api/..%2fadmin",
+            "/api/..%2Fadmin",
+            "/api/%2e%2e%2fadmin",
+            "/api/%2e%2e/admin",
+            "/api/.%2e/admin",
+            "/api/..;/admin",
+            "/api/..;jsessionid=1/admin",
+            "/api/.;x/admin",
+            "/api/..\\admin",
+            "/api/..%5cadmin",
+            "/api/..%5Cadmin",
+            "/api/%252e%252e/admin",
+            "/api/%252e%252e%252fadmin",
+            "/api/%25252e%25252e/admin",
+            "/api/x/..",
+        ] {
             assert!(parse(bad).has_dot_segment(), "{bad}");
         }
-        for ok in ["/api/x", "/api/..x/y", "/api/x.y", "/api/x?a=..", "/api/"] {
+        for ok in [
+            "/api/x",
+            "/api/..x/y",
+            "/api/x.y",
+            "/api/x?a=..",
+            "/api/",
+            "/api/a%2fb",
+            "/api/...",
+            "/api/x;v=1",
+            "/api/%zz",
+            "/api/50%",
+            "/api/%2",
+        ] {
             assert!(!parse(ok).has_dot_segment(), "{ok}");
         }
     }

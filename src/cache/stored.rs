@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use super::date;
 use super::entry::Entry;
 use super::key::{self, Vary};
 use super::origin::values;
@@ -94,16 +95,41 @@ pub struct OriginResponse<'a> {
     pub body: &'a Bytes,
 }
 
-/// Builds the entry for an origin response received at `now_ms`, for a
-/// request that did (`authorized`) or did not carry `Authorization`.
-pub fn from_origin(r: OriginResponse<'_>, authorized: bool, now_ms: u64, d: &Defaults) -> Built {
+/// What of the request decides whether its response may be shared.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Asked<'a> {
+    /// The request carried a `--cache-bypass-headers` header.
+    pub personal: bool,
+    /// The request's `Origin`.
+    pub origin: Option<&'a [u8]>,
+}
+
+/// Builds the entry for an origin response received at `now_ms`, for the
+/// request described by `asked`.
+pub fn from_origin(r: OriginResponse<'_>, asked: Asked<'_>, now_ms: u64, d: &Defaults) -> Built {
     let cc = CacheControl::parse(values(r.headers, "cache-control"));
     let vary = key::parse_vary(values(r.headers, "vary"));
+    let first = |name| values(r.headers, name).next();
+    let varies_on_origin = matches!(&vary, Vary::Names(n) if n.iter().any(|n| n == "origin"));
+    let acao = first("access-control-allow-origin").map(<[u8]>::trim_ascii);
+    let expires_ms = first("expires").map(|e| {
+        let date = first("date").and_then(date::parse_ms).unwrap_or(now_ms);
+        date::parse_ms(e).map_or(0, |e| e.saturating_sub(date))
+    });
     let facts = Facts {
         status: r.status,
         vary_any: vary == Vary::Any,
-        sets_cookie: values(r.headers, "set-cookie").next().is_some(),
-        authorized,
+        sets_cookie: first("set-cookie").is_some(),
+        personal: asked.personal,
+        reflects_origin: !varies_on_origin
+            && acao.is_some_and(|a| a != b"*" && Some(a) == asked.origin.map(<[u8]>::trim_ascii)),
+        has_cache_control: first("cache-control").is_some(),
+        pragma_no_cache: values(r.headers, "pragma").any(|p| {
+            p.split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"no-cache"))
+        }),
+        expires_ms,
+        last_modified: first("last-modified").is_some(),
     };
     let verdict = policy::decide(&cc, facts, d);
     let origin_etag = values(r.headers, "etag").next().map(Bytes::copy_from_slice);
@@ -131,7 +157,7 @@ pub fn from_origin(r: OriginResponse<'_>, authorized: bool, now_ms: u64, d: &Def
 pub fn revalidated(
     stale: &Entry,
     headers: &[(Bytes, Bytes)],
-    authorized: bool,
+    asked: Asked<'_>,
     now_ms: u64,
     d: &Defaults,
 ) -> Built {
@@ -150,7 +176,7 @@ pub fn revalidated(
             headers: &merged,
             body: &body,
         },
-        authorized,
+        asked,
         // The merged headers carry no `Age`; the 304's own counts.
         now_ms.saturating_sub(age_ms(headers)),
         d,
@@ -205,7 +231,10 @@ mod tests {
                 headers: &headers,
                 body: &body,
             },
-            auth,
+            Asked {
+                personal: auth,
+                origin: None,
+            },
             100_000,
             &D,
         )
@@ -302,7 +331,7 @@ mod tests {
         )
         .entry;
         let nm = h(&[("Cache-Control", "max-age=30"), ("X-Other", "ignored")]);
-        let b = revalidated(&stale, &nm, false, 200_000, &D);
+        let b = revalidated(&stale, &nm, Asked::default(), 200_000, &D);
         assert_eq!(b.entry.body, stale.body);
         assert_eq!(b.entry.date_ms, 200_000);
         assert_eq!(b.verdict.life.fresh_ms, 30_000);

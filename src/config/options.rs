@@ -247,6 +247,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "redis-resume-delay", CORECAST_REDIS_RESUME_DELAY, "DURATION", "1s",
         "after (re)subscribing, wait this long before sending buffered publishes, so other instances can re-subscribe first"
         => |c, v| set_duration(&mut c.redis.resume_delay, v);
+    "redis-max-reply-size", CORECAST_REDIS_MAX_REPLY_SIZE, "BYTES", "64MiB",
+        "largest reply accepted from Redis; a larger one (or nesting deeper than 3 arrays) drops the connection"
+        => |c, v| set_size(&mut c.redis.max_reply_size, v);
     "origin", CORECAST_ORIGIN, "URL", -,
         "http://host:port[/base-path]: cache GET/HEAD under --cache-prefix in front of this origin (default: no cache, 404)"
         => |c, v| {
@@ -277,6 +280,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "origin-pool-size", CORECAST_ORIGIN_POOL_SIZE, "N", "16",
         "idle keep-alive connections to the origin kept for reuse"
         => |c, v| set_num(&mut c.cache.origin_pool_size, v);
+    "origin-dns-ttl", CORECAST_ORIGIN_DNS_TTL, "DURATION", "30s",
+        "resolved origin addresses are re-resolved (off the worker thread) after this long"
+        => |c, v| set_duration(&mut c.cache.origin_dns_ttl, v);
     "origin-idle-timeout", CORECAST_ORIGIN_IDLE_TIMEOUT, "DURATION", "30s",
         "pooled origin connections idle longer than this are closed, not reused"
         => |c, v| set_duration(&mut c.cache.origin_idle_timeout, v);
@@ -287,8 +293,22 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "size of the in-memory store used without Redis (least recently used entries are evicted)"
         => |c, v| set_size(&mut c.cache.max_bytes, v);
     "cache-default-ttl", CORECAST_CACHE_DEFAULT_TTL, "DURATION", "60s",
-        "freshness of a response whose Cache-Control has neither max-age nor s-maxage"
+        "heuristic freshness of a response without max-age, s-maxage or Expires; only when it is public, has Last-Modified, or has no Cache-Control at all"
         => |c, v| set_duration(&mut c.cache.default_ttl, v);
+    "cache-bypass-headers", CORECAST_CACHE_BYPASS_HEADERS, "NAMES", "cookie,authorization",
+        "comma-separated request headers that make a request personal: not served from or stored into the cache unless the response says public or s-maxage"
+        => |c, v| {
+            let names: Vec<String> = v
+                .split(',')
+                .map(|n| n.trim().to_ascii_lowercase())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if names.iter().any(|n| !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')) {
+                return Err("header names are letters, digits, - and _".into());
+            }
+            c.cache.bypass_headers = names;
+            Ok(())
+        };
     "cache-coalesce-timeout", CORECAST_CACHE_COALESCE_TIMEOUT, "DURATION", "5s",
         "longest wait for a concurrent request's origin fetch of the same key before fetching itself"
         => |c, v| set_duration(&mut c.cache.coalesce_timeout, v);

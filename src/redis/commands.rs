@@ -96,11 +96,11 @@ pub fn handshake(url: &RedisUrl, select: bool) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::resp::{decode, Reply};
+    use crate::redis::resp::{decode, Limits, Reply};
     use redis_protocol::resp2::types::Resp2Frame as _;
 
     fn args_of(buf: &mut BytesMut) -> Vec<Vec<u8>> {
-        match decode(buf).unwrap().unwrap() {
+        match decode(buf, &Limits::default()).unwrap().unwrap() {
             Reply::Array(items) => items
                 .into_iter()
                 .map(|f| f.as_bytes().unwrap().to_vec())

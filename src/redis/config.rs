@@ -22,4 +22,6 @@ pub struct RedisConfig {
     pub canary_interval: Duration,
     /// Pause after (re)subscribing before buffered publishes are sent.
     pub resume_delay: Duration,
+    /// Largest reply accepted from Redis (also bounds the read buffer).
+    pub max_reply_size: usize,
 }

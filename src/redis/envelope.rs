@@ -72,9 +72,92 @@ pub fn decode(mut raw: Bytes) -> Envelope {
     }
 }
 
+/// Why a message from Redis is not delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// The payload is over `--max-message-size` (a WebSocket client could
+    /// not have published it through us).
+    TooLarge {
+        /// Payload bytes.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A corecast text envelope whose payload is not UTF-8: delivered, it
+    /// would make every subscriber's client close with 1007.
+    InvalidUtf8,
+    /// A channel outside our prefix, or not UTF-8.
+    UnknownChannel,
+}
+
+impl Rejected {
+    /// A short reason for the log line.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Rejected::TooLarge { .. } => "message over --max-message-size",
+            Rejected::InvalidUtf8 => "text message is not UTF-8",
+            Rejected::UnknownChannel => "message on a channel we do not serve",
+        }
+    }
+}
+
+/// Decodes a message received from Redis and checks it may be delivered:
+/// its payload at most `max_payload` bytes, and UTF-8 when it is text.
+pub fn accept(raw: Bytes, max_payload: usize) -> Result<Envelope, Rejected> {
+    let env = decode(raw);
+    if env.payload.len() > max_payload {
+        return Err(Rejected::TooLarge {
+            size: env.payload.len(),
+            max: max_payload,
+        });
+    }
+    // Foreign messages are already text only when UTF-8; ours claim it.
+    if env.opcode == OpCode::Text
+        && env.origin.is_some()
+        && std::str::from_utf8(&env.payload).is_err()
+    {
+        return Err(Rejected::InvalidUtf8);
+    }
+    Ok(env)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oversized_and_invalid_text_envelopes_are_rejected() {
+        let origin = Origin {
+            instance: 1,
+            sender: 2,
+        };
+        let with = |op, payload: &[u8]| {
+            let mut b = BytesMut::new();
+            put_header(&mut b, op, origin);
+            b.put_slice(payload);
+            b.freeze()
+        };
+        assert_eq!(
+            accept(with(OpCode::Text, b"\xff\xfe"), 100),
+            Err(Rejected::InvalidUtf8)
+        );
+        assert!(accept(with(OpCode::Binary, b"\xff\xfe"), 100).is_ok());
+        assert!(accept(with(OpCode::Text, "h\u{e9}".as_bytes()), 100).is_ok());
+        assert_eq!(
+            accept(with(OpCode::Binary, &[0; 101]), 100),
+            Err(Rejected::TooLarge {
+                size: 101,
+                max: 100
+            })
+        );
+        assert!(accept(with(OpCode::Binary, &[0; 100]), 100).is_ok());
+        // Foreign bytes: the limit applies, non-UTF-8 becomes binary.
+        assert!(accept(Bytes::from(vec![b'a'; 101]), 100).is_err());
+        assert_eq!(
+            accept(Bytes::from_static(b"\xff"), 100).unwrap().opcode,
+            OpCode::Binary
+        );
+    }
 
     #[test]
     fn round_trip_and_foreign_messages() {

@@ -1,10 +1,60 @@
 //! Why a Redis connection failed: one variant per cause, mapped to a log
-//! line and a `/readyz` reason at the edge. RESP errors keep their type.
+//! line and a `/readyz` reason at the edge. RESP errors keep their type:
+//! [`RespError`] lives here, a leaf both the decoder (`resp`) and its
+//! bounded pre-scan (`scan`) import.
 
 use std::fmt;
 use std::io;
 
-use super::resp::RespError;
+/// Errors of the RESP layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RespError {
+    /// The bytes are not RESP2.
+    Protocol(String),
+    /// A reply arrived with no command waiting for it.
+    UnexpectedReply,
+    /// A subscriber connection got something that is not a pub/sub event.
+    NotPubSub,
+    /// Arrays nested deeper than any reply we use (see `scan`).
+    TooDeep {
+        /// Deepest nesting accepted.
+        max: usize,
+    },
+    /// A reply (or the part of it buffered so far) is over
+    /// `--redis-max-reply-size`.
+    TooLarge {
+        /// Bytes declared or buffered.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An array declares more elements than accepted.
+    TooManyElements {
+        /// Declared elements.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+impl fmt::Display for RespError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RespError::Protocol(e) => write!(f, "RESP protocol error: {e}"),
+            RespError::UnexpectedReply => f.write_str("reply without a pending command"),
+            RespError::NotPubSub => f.write_str("unexpected reply on a subscriber connection"),
+            RespError::TooDeep { max } => write!(f, "reply nested deeper than {max} arrays"),
+            RespError::TooLarge { size, max } => {
+                write!(f, "reply of {size} bytes over the {max}-byte limit")
+            }
+            RespError::TooManyElements { len, max } => {
+                write!(f, "array of {len} elements over the {max}-element limit")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RespError {}
 
 /// A Redis connection's failure.
 #[derive(Debug)]

@@ -7,7 +7,11 @@
 //! - [`resp`]: command encoding, zero-copy reply decoding, pub/sub event
 //!   classification, and [`resp::Pipeline`] — in-order reply matching with
 //!   a byte bound and requeue-on-reconnect.
+//! - [`scan`]: the bounded, iterative pre-scan every reply passes before
+//!   the (recursive) decoder sees it.
 //! - [`envelope`]: opcode and origin carried through Redis.
+//! - [`inbound`]: a subscriber connection's bytes classified into events
+//!   (deliver, canary, dropped and why, refused).
 //! - [`commands`]: the commands corecast sends (`PUBLISH` with its
 //!   envelope, bounded `SUBSCRIBE` groups, the `AUTH`/`SELECT` handshake).
 //! - [`config`]: [`RedisConfig`], Redis mode's settings.
@@ -17,7 +21,9 @@ pub mod commands;
 pub mod config;
 pub mod envelope;
 pub mod error;
+pub mod inbound;
 pub mod resp;
+pub mod scan;
 pub mod url;
 
 pub use config::RedisConfig;

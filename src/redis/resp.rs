@@ -3,38 +3,18 @@
 //! read buffer, and the bookkeeping of a pipelined connection.
 
 use std::collections::VecDeque;
-use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::decode::decode_bytes_mut;
 use redis_protocol::resp2::encode::extend_encode_borrowed;
 use redis_protocol::resp2::types::{BorrowedFrame, BytesFrame};
 
+pub use super::error::RespError;
+use super::scan;
+pub use super::scan::Limits;
+
 /// A decoded reply (a view into the read buffer, no copies).
 pub type Reply = BytesFrame;
-
-/// Errors of the RESP layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RespError {
-    /// The bytes are not RESP2.
-    Protocol(String),
-    /// A reply arrived with no command waiting for it.
-    UnexpectedReply,
-    /// A subscriber connection got something that is not a pub/sub event.
-    NotPubSub,
-}
-
-impl fmt::Display for RespError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RespError::Protocol(e) => write!(f, "RESP protocol error: {e}"),
-            RespError::UnexpectedReply => f.write_str("reply without a pending command"),
-            RespError::NotPubSub => f.write_str("unexpected reply on a subscriber connection"),
-        }
-    }
-}
-
-impl std::error::Error for RespError {}
 
 /// Most arguments in one encoded command (SUBSCRIBE batches stay below it).
 pub const MAX_ARGS: usize = 1025;
@@ -78,10 +58,27 @@ pub fn command(args: &[&[u8]]) -> Bytes {
 
 /// Takes one complete reply from the front of `buf`; `Ok(None)` = need
 /// more bytes (nothing consumed).
-pub fn decode(buf: &mut BytesMut) -> Result<Option<Reply>, RespError> {
-    match decode_bytes_mut(buf) {
-        Ok(Some((frame, _, _))) => Ok(Some(frame)),
-        Ok(None) => Ok(None),
+///
+/// The bytes are first scanned iteratively within `limits` (depth, size,
+/// elements: see [`scan`]); only a complete, bounded frame reaches the
+/// recursive decoder, and only that frame's bytes. A partial reply may
+/// hold at most `limits.max_len` bytes: a longer one is an error, so the
+/// caller's read buffer stays bounded.
+pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Reply>, RespError> {
+    let len = match scan::frame_len(buf, limits)? {
+        Some(len) => len,
+        None if buf.len() > limits.max_len => {
+            return Err(RespError::TooLarge {
+                size: buf.len(),
+                max: limits.max_len,
+            })
+        }
+        None => return Ok(None),
+    };
+    let mut frame = buf.split_to(len);
+    match decode_bytes_mut(&mut frame) {
+        Ok(Some((reply, _, _))) if frame.is_empty() => Ok(Some(reply)),
+        Ok(_) => Err(RespError::Protocol("reply framing mismatch".into())),
         Err(e) => Err(RespError::Protocol(format!("{e:?}"))),
     }
 }
@@ -239,7 +236,7 @@ mod tests {
     fn all_replies(bytes: &[u8]) -> Vec<Reply> {
         let mut buf = BytesMut::from(bytes);
         let mut out = Vec::new();
-        while let Some(r) = decode(&mut buf).unwrap() {
+        while let Some(r) = decode(&mut buf, &Limits::default()).unwrap() {
             out.push(r);
         }
         assert!(buf.is_empty());
@@ -268,11 +265,11 @@ mod tests {
         for cut in 0..STREAM.len() {
             let mut buf = BytesMut::from(&STREAM[..cut]);
             let mut got = Vec::new();
-            while let Some(r) = decode(&mut buf).unwrap() {
+            while let Some(r) = decode(&mut buf, &Limits::default()).unwrap() {
                 got.push(r);
             }
             buf.extend_from_slice(&STREAM[cut..]);
-            while let Some(r) = decode(&mut buf).unwrap() {
+            while let Some(r) = decode(&mut buf, &Limits::default()).unwrap() {
                 got.push(r);
             }
             assert_eq!(got, whole, "cut at {cut}");
@@ -282,7 +279,10 @@ mod tests {
     #[test]
     fn garbage_is_a_protocol_error() {
         let mut buf = BytesMut::from(&b"?what\r\n"[..]);
-        assert!(matches!(decode(&mut buf), Err(RespError::Protocol(_))));
+        assert!(matches!(
+            decode(&mut buf, &Limits::default()),
+            Err(RespError::Protocol(_))
+        ));
     }
 
     #[test]

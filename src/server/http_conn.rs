@@ -10,7 +10,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use monoio::io::AsyncWriteRentExt;
 
 use crate::auth;
-use crate::http::{self, Body, HttpError, Method, Route};
+use crate::http::{self, BodyPlan, HttpError, Method, Route};
 use crate::hub::ConnId;
 use crate::log;
 use crate::server::cache_edge::{self, Incoming};
@@ -171,31 +171,27 @@ async fn serve(
     buf: &mut BytesMut,
     req: &http::Request,
 ) -> io::Result<Next> {
-    let root = w.cfg.root_channel.as_deref();
-    let cache_routes = w.cache.as_ref().map(|c| c.routes());
-    let split = w.cfg.admin_listen.is_some();
-    let route = http::route_with_cache(req.method, &req.path, root, cache_routes).and_then(|r| {
-        if ctx.role.serves(split, &r) {
-            Ok(r)
-        } else {
-            Err(HttpError {
-                status: 404,
-                message: "not found",
-            })
-        }
-    });
+    let route = route_for(w, &ctx, req);
     // The cache re-reads the head (query, Vary'd headers); only its
     // routes pay for the copy.
     let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge))
         .then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
     buf.advance(req.head_len);
     w.hub.borrow_mut().stats.http_requests += 1;
+    // Decided for every route before anything is answered: a body is read
+    // for the handler, or the connection closes after the answer; it is
+    // never left in `buf` to be parsed as the next request.
+    let plan = http::body_plan(req, &route, &w.cfg.http);
+    if let BodyPlan::Refuse(e) = &plan {
+        reply_error(sock, e, false).await?;
+        return Ok(close_unread(sock).await);
+    }
+    let keep_alive = req.keep_alive && plan != BodyPlan::Close;
     let route = match route {
         Ok(r) => r,
         Err(e) => {
-            let keep = req.keep_alive && req.body == Body::None;
-            reply_error(sock, &e, keep).await?;
-            return Ok(if keep { Next::KeepAlive } else { Next::Close });
+            reply_error(sock, &e, keep_alive).await?;
+            return Ok(after_answer(sock, keep_alive, plan).await);
         }
     };
     if let Some(target) = upgrade::upgrade_target(&route) {
@@ -230,16 +226,53 @@ async fn serve(
             // connection's future larger (by 384 bytes when measured).
             Box::pin(cache_edge::respond(w.cache.as_ref(), &route, inc, &renew)).await
         }
-        other => endpoints::respond(w, &other, req.keep_alive, head_only)
+        other => endpoints::respond(w, &other, keep_alive, head_only)
             .expect("every other route is a plain endpoint"),
     };
     let (res, _) = sock.wr.write_all(resp).await;
     res?;
-    Ok(if req.keep_alive {
-        Next::KeepAlive
-    } else {
-        Next::Close
+    Ok(after_answer(sock, keep_alive, plan).await)
+}
+
+/// The route for `req` on this listener: admin routes answer 404 on the
+/// public listener when `--admin-listen` is set.
+fn route_for<'a>(
+    w: &'a Worker,
+    ctx: &ConnCtx,
+    req: &'a http::Request,
+) -> Result<Route<'a>, HttpError> {
+    let root = w.cfg.root_channel.as_deref();
+    let cache_routes = w.cache.as_ref().map(|c| c.routes());
+    let split = w.cfg.admin_listen.is_some();
+    http::route_with_cache(req.method, &req.path, root, cache_routes).and_then(|r| {
+        if ctx.role.serves(split, &r) {
+            Ok(r)
+        } else {
+            Err(HttpError {
+                status: 404,
+                message: "not found",
+            })
+        }
     })
+}
+
+/// What follows an answer: keep-alive, or close (draining a body the
+/// route did not read).
+async fn after_answer(sock: &mut Sock, keep_alive: bool, plan: BodyPlan) -> Next {
+    match (keep_alive, plan) {
+        (true, _) => Next::KeepAlive,
+        (false, BodyPlan::Close) => close_unread(sock).await,
+        (false, _) => Next::Close,
+    }
+}
+
+/// Ends a connection whose client sent bytes we will not read (a body
+/// the route takes none of): half-close and drain, bounded, so the client
+/// gets the answer rather than a reset.
+async fn close_unread(sock: &mut Sock) -> Next {
+    // Boxed: its drain buffer would otherwise enlarge every task.
+    Box::pin(linger_close(sock)).await;
+    Next::Close
 }
 
 async fn reply_error(sock: &mut Sock, err: &HttpError, keep_alive: bool) -> io::Result<()> {
@@ -272,8 +305,8 @@ async fn body_or_refuse(
     }
 }
 
-/// Reads a `Content-Length` body, refusing it (413) before reading when it
-/// is over `max_body_size`. A client that sent `Expect: 100-continue` is
+/// Reads a `Content-Length` body (its size already checked by
+/// [`http::body_plan`]; checked again here, so no caller can skip it). A client that sent `Expect: 100-continue` is
 /// told to go on first (RFC 9110 10.1.1), unless the body is already here.
 async fn read_body(
     w: &Worker,
@@ -282,8 +315,8 @@ async fn read_body(
     req: &http::Request,
 ) -> io::Result<Result<Bytes, HttpError>> {
     let len = match req.body {
-        Body::None => 0,
-        Body::Length(n) => n,
+        http::Body::None => 0,
+        http::Body::Length(n) => n,
     };
     if len > w.cfg.http.max_body_size {
         return Ok(Err(HttpError {

@@ -17,7 +17,7 @@ use crate::cache::origin::{encode_request, Validators};
 use crate::cache::policy::{is_error_status, Defaults, Freshness};
 use crate::cache::request::ClientRequest;
 use crate::cache::response::Fwd;
-use crate::cache::stored::{self, OriginResponse};
+use crate::cache::stored::{self, Asked, OriginResponse};
 use crate::config::Config;
 use crate::http::{self, CacheRoutes};
 use crate::log;
@@ -35,6 +35,8 @@ pub struct CacheEdge {
     pub(super) coalesce_timeout: Duration,
     pub(super) purge_token: Option<Secret>,
     pub(super) purge_max_keys: usize,
+    /// `--cache-bypass-headers`: requests with one are personal.
+    pub(super) bypass: Vec<String>,
     pub(super) origin: OriginClient,
     pub(super) store: Store,
     pub(super) flights: Rc<Flights>,
@@ -68,6 +70,7 @@ impl CacheEdge {
             coalesce_timeout: c.coalesce_timeout,
             purge_token: c.purge_token.clone(),
             purge_max_keys: c.purge_max_keys,
+            bypass: c.bypass_headers.clone(),
             origin: OriginClient::new(url, c),
             store,
             flights: Rc::new(Flights::default()),
@@ -178,6 +181,13 @@ impl CacheEdge {
         }
     }
 
+    /// Whether `req` carries a `--cache-bypass-headers` header: it is not
+    /// served from the cache, and its response is stored only when the
+    /// origin marks it `public` or gives `s-maxage`.
+    pub(super) fn is_personal(&self, req: &ClientRequest) -> bool {
+        req.has_any(&self.bypass)
+    }
+
     /// A decoded value; a foreign or corrupt one is a miss.
     pub(super) async fn get(&self, key: &[u8]) -> Result<Option<Stored>, ()> {
         match self.store.get(key).await {
@@ -223,7 +233,9 @@ impl CacheEdge {
             url,
             &url.path_for(rest),
             &req.query,
-            req.forwarded(),
+            // The bypass headers only reach the origin on personal
+            // requests (having one is what makes a request personal).
+            req.forwarded(&self.bypass),
             validators,
         );
         self.count(|s| s.origin_requests += 1);
@@ -271,10 +283,13 @@ impl CacheEdge {
             }
         };
         let now = now_ms();
-        let authorized = req.header("authorization").is_some();
+        let asked = Asked {
+            personal: self.is_personal(req),
+            origin: req.header("origin"),
+        };
         let built = match &stale {
             Some(old) if fetched.status == 304 => {
-                stored::revalidated(old, &fetched.headers, authorized, now, &self.defaults)
+                stored::revalidated(old, &fetched.headers, asked, now, &self.defaults)
             }
             _ => {
                 let r = OriginResponse {
@@ -282,7 +297,7 @@ impl CacheEdge {
                     headers: &fetched.headers,
                     body: &fetched.body,
                 };
-                stored::from_origin(r, authorized, now, &self.defaults)
+                stored::from_origin(r, asked, now, &self.defaults)
             }
         };
         let vary = vary_of(&built.entry, req);

@@ -18,9 +18,10 @@ fn secs(ms: u64) -> i64 {
 }
 
 /// `ttl` of a stale response: negative, rounded away from zero so a
-/// response stale by 300 ms does not read `ttl=0`.
+/// response stale by 300 ms (or by 0 ms: stale at the exact instant its
+/// lifetime ends) does not read `ttl=0`.
 fn overdue(ms: u64) -> i64 {
-    -i64::try_from(ms.div_ceil(1000)).unwrap_or(i64::MAX)
+    -i64::try_from(ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX)
 }
 
 /// One cacheable request being served.
@@ -35,6 +36,9 @@ pub(super) struct Job<'a> {
 
 impl Job<'_> {
     pub(super) async fn serve(&self) -> Vec<u8> {
+        if self.edge.is_personal(&self.req) {
+            return self.bypass().await;
+        }
         // A foreground fetch of this key is under way: its answer is at
         // least as fresh as anything stored, so skip the lookup.
         if let Some(f) = self.edge.flights.get(&self.base, false) {
@@ -84,6 +88,22 @@ impl Job<'_> {
             }
             Freshness::Stale { .. } => self.fetch_or_join(Fwd::Stale, Some(entry), marker).await,
         }
+    }
+
+    /// A personal request (`Cookie`, `Authorization`): never answered from
+    /// the cache or from another request's fetch, and its own fetch is
+    /// never joined; its response is stored only if the origin said it may
+    /// be shared (`public`, `s-maxage`), decided in `settle`.
+    async fn bypass(&self) -> Vec<u8> {
+        self.edge.count(|s| s.bypassed += 1);
+        self.renew_deadline();
+        let epoch = self.edge.flights.epoch();
+        let (outcome, items) = self
+            .edge
+            .fetch(&self.req, &self.base, Fwd::Bypass, None, None)
+            .await;
+        self.edge.store(items, epoch, None);
+        self.answer(&outcome, false)
     }
 
     /// Waits for the fetch in flight, or becomes it.
@@ -212,5 +232,18 @@ impl Job<'_> {
 
     fn renew_deadline(&self) {
         (self.renew)();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overdue;
+
+    #[test]
+    fn a_stale_ttl_is_always_negative() {
+        assert_eq!(overdue(0), -1, "stale at the boundary");
+        assert_eq!(overdue(300), -1);
+        assert_eq!(overdue(1000), -1);
+        assert_eq!(overdue(1001), -2);
     }
 }

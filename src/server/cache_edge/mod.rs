@@ -23,6 +23,7 @@
 //! - `purge`: `POST /cache/purge`.
 //! - `flight`: coalescing — one fetch per key, waiters, purge epoch.
 //! - `origin`: the pooled, bounded HTTP/1.1 client.
+//! - `resolve`: the origin's host name, resolved off the worker thread.
 //! - `store`: Redis or the memory LRU behind one interface.
 
 mod edge;
@@ -30,6 +31,7 @@ mod flight;
 mod job;
 mod origin;
 mod purge;
+mod resolve;
 mod store;
 
 use std::rc::Rc;

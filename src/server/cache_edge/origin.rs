@@ -9,9 +9,9 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,8 @@ use crate::cache::origin::{parse_response_head, BodyDecoder, OriginUrl, Response
 use crate::cache::CacheConfig;
 use crate::log;
 use crate::server::sys;
+
+use super::resolve::Resolver;
 
 /// Bytes read from a socket per `recv`.
 const READ_CHUNK: usize = 32 * 1024;
@@ -96,7 +98,7 @@ enum Attempt {
 /// One worker's client for the configured origin.
 pub struct OriginClient {
     url: OriginUrl,
-    addrs: RefCell<Vec<SocketAddr>>,
+    resolver: Rc<Resolver>,
     idle: RefCell<Vec<(Conn, Instant)>>,
     slots: Slots,
     connect_timeout: Duration,
@@ -110,12 +112,12 @@ pub struct OriginClient {
 
 impl OriginClient {
     /// A client for `cfg.origin` (which must be set). The host name is
-    /// resolved here, once: resolving is blocking and must not stall the
-    /// worker per request. A failed resolution is retried on each connect.
+    /// resolved here, at start-up; later lookups (after a failure, or once
+    /// `--origin-dns-ttl` has passed) run off the worker thread.
     pub fn new(url: OriginUrl, cfg: &CacheConfig) -> OriginClient {
         let client = OriginClient {
+            resolver: Resolver::new(&url.host, url.port, cfg.origin_dns_ttl),
             url,
-            addrs: RefCell::new(Vec::new()),
             idle: RefCell::new(Vec::new()),
             slots: Slots::new(cfg.origin_max_connections),
             connect_timeout: cfg.origin_connect_timeout,
@@ -126,7 +128,7 @@ impl OriginClient {
             max_head: cfg.origin_max_head,
             connects: Cell::new(0),
         };
-        if let Err(e) = client.resolve() {
+        if let Err(e) = client.resolver.prime() {
             log!(
                 Warn,
                 "cannot resolve origin, will retry",
@@ -145,18 +147,6 @@ impl OriginClient {
     /// Connections opened so far.
     pub fn connects(&self) -> u64 {
         self.connects.get()
-    }
-
-    fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
-        let cached = self.addrs.borrow().clone();
-        if !cached.is_empty() {
-            return Ok(cached);
-        }
-        let addrs: Vec<_> = (self.url.host.as_str(), self.url.port)
-            .to_socket_addrs()?
-            .collect();
-        *self.addrs.borrow_mut() = addrs.clone();
-        Ok(addrs)
     }
 
     /// Sends `request` (a complete GET) and reads the whole response,
@@ -210,8 +200,10 @@ impl OriginClient {
 
     async fn connect(&self) -> Result<Conn, FetchError> {
         let addrs = self
-            .resolve()
-            .map_err(|e| FetchError::Unreachable(format!("resolving {}: {e}", self.url.host)))?;
+            .resolver
+            .addrs()
+            .await
+            .map_err(FetchError::Unreachable)?;
         let mut last = FetchError::Unreachable("no address".into());
         for addr in addrs {
             let attempt =

@@ -94,7 +94,7 @@ async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> Redi
 
 /// Hands every complete reply in `buf` to the command it answers.
 fn drain_replies(link: &RedisLink, buf: &mut BytesMut) -> Result<(), RedisError> {
-    while let Some(reply) = resp::decode(buf)? {
+    while let Some(reply) = resp::decode(buf, &link.limits)? {
         let kind = link.shard.pipeline.borrow_mut().on_reply()?;
         let result = match reply {
             Reply::Error(e) => Err(e.to_string()),

@@ -65,6 +65,7 @@ where
                 backoff.reset();
                 logged = None;
                 let err = session(stream, buf).await;
+                count_protocol_error(link, &err);
                 let what = role.name();
                 link.shard.health.borrow_mut().last_error = Some(format!("{what}: {err}"));
                 log!(
@@ -75,6 +76,7 @@ where
                 );
             }
             Err(e) => {
+                count_protocol_error(link, &e);
                 note_failure(link, role.name(), &e, &mut logged);
                 if matches!(e, RedisError::Refused(_)) {
                     monoio::time::sleep(AUTH_BACKOFF).await;
@@ -98,9 +100,10 @@ async fn open(link: &RedisLink, role: Role) -> Result<(TcpStream, BytesMut), Red
     for cmd in commands::handshake(url, role == Role::Command) {
         let (res, _) = stream.write_all(cmd).await;
         res?;
-        let reply = monoio::time::timeout(link.command_timeout, read_reply(&stream, &mut buf))
-            .await
-            .map_err(|_| RedisError::Timeout)??;
+        let reply =
+            monoio::time::timeout(link.command_timeout, read_reply(link, &stream, &mut buf))
+                .await
+                .map_err(|_| RedisError::Timeout)??;
         if let Reply::Error(e) = reply {
             return Err(RedisError::Refused(e.to_string()));
         }
@@ -108,9 +111,13 @@ async fn open(link: &RedisLink, role: Role) -> Result<(TcpStream, BytesMut), Red
     Ok((stream, buf))
 }
 
-async fn read_reply(stream: &TcpStream, buf: &mut BytesMut) -> Result<Reply, RedisError> {
+async fn read_reply(
+    link: &RedisLink,
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+) -> Result<Reply, RedisError> {
     loop {
-        if let Some(r) = resp::decode(buf)? {
+        if let Some(r) = resp::decode(buf, &link.limits)? {
             return Ok(r);
         }
         if read_some(stream, buf).await? == 0 {
@@ -132,6 +139,14 @@ pub(super) async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Res
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Counts a connection dropped for what Redis sent (as opposed to the
+/// network failing): a broken or hostile peer shows in `/metrics`.
+fn count_protocol_error(link: &RedisLink, e: &RedisError) {
+    if matches!(e, RedisError::Resp(_)) {
+        link.stats.borrow_mut().protocol_errors += 1;
     }
 }
 

@@ -2,7 +2,7 @@
 //! and command queues, readiness, counters. The connections that serve
 //! it are driven by `command`, `subscriber` and `canary`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use super::reply::{CmdKind, ReplyWaiter};
 use super::shard::Shard;
 use crate::config::Config;
+use crate::log;
 use crate::redis::commands;
-use crate::redis::envelope::Origin;
-use crate::redis::resp::{self, PipelineFull};
+use crate::redis::envelope::{Origin, Rejected};
+use crate::redis::inbound::Inbound;
+use crate::redis::resp::{self, Limits, PipelineFull};
 use crate::stats::RedisStats;
 use crate::ws::OpCode;
 
@@ -35,6 +37,9 @@ pub trait Local {
     fn wake_interest(&self);
 }
 
+/// Least time between two "redis message dropped" log lines.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// The Redis side of a worker: settings, its shard and counters.
 pub struct RedisLink {
     pub(super) prefix: String,
@@ -45,6 +50,12 @@ pub struct RedisLink {
     pub(super) canary_interval: Duration,
     pub(super) resume_delay: Duration,
     pub(super) started: Instant,
+    /// Bounds of every reply read from Redis.
+    pub(super) limits: Limits,
+    /// How subscriber-connection bytes become events.
+    pub(super) inbound: Inbound,
+    /// When a dropped message was last logged, and how many since.
+    drop_log: Cell<(Option<Instant>, u64)>,
     /// The one Redis this link talks to (a cluster will hold several).
     pub(super) shard: Shard,
     /// Counters, read by `/stats` and `/metrics`.
@@ -56,10 +67,23 @@ impl RedisLink {
     pub fn new(cfg: &Config) -> Option<Rc<RedisLink>> {
         let url = cfg.redis.url.clone()?;
         let instance = RandomState::new().build_hasher().finish() | 1;
+        // `!` is not allowed in channel names: no client can collide.
+        let canary_key = format!("{}!canary:{instance:016x}", cfg.redis.prefix);
+        let limits = Limits {
+            max_len: cfg.redis.max_reply_size,
+            ..Limits::default()
+        };
         Some(Rc::new(RedisLink {
             prefix: cfg.redis.prefix.clone(),
-            // `!` is not allowed in channel names: no client can collide.
-            canary_key: format!("{}!canary:{instance:016x}", cfg.redis.prefix),
+            inbound: Inbound {
+                prefix: cfg.redis.prefix.clone(),
+                canary_key: canary_key.clone(),
+                limits,
+                max_message: cfg.ws.max_message_size,
+            },
+            canary_key,
+            limits,
+            drop_log: Cell::new((None, 0)),
             instance,
             connect_timeout: cfg.redis.connect_timeout,
             command_timeout: cfg.redis.command_timeout,
@@ -148,6 +172,25 @@ impl RedisLink {
         let mut s = self.stats.borrow().clone();
         s.publishes_buffered = self.buffered() as u64;
         s
+    }
+
+    /// Counts a message from Redis that was not delivered; logs at most
+    /// one line per [`DROP_LOG_INTERVAL`] (with the number suppressed), so
+    /// a hostile or broken publisher cannot flood the log.
+    pub(super) fn dropped(&self, why: Rejected) {
+        self.stats.borrow_mut().messages_dropped += 1;
+        let (last, suppressed) = self.drop_log.get();
+        if last.is_some_and(|t| t.elapsed() < DROP_LOG_INTERVAL) {
+            self.drop_log.set((last, suppressed + 1));
+            return;
+        }
+        self.drop_log.set((Some(Instant::now()), 0));
+        log!(
+            Warn,
+            "redis message dropped",
+            reason = why.reason(),
+            suppressed = suppressed
+        );
     }
 
     pub(super) fn canary_deadline(&self) -> Duration {

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
@@ -20,8 +20,9 @@ use super::conn::{self, read_some, Role};
 use super::link::{Local, RedisLink};
 use crate::log;
 use crate::redis::commands::{self, Interest};
-use crate::redis::resp::{self, PubSubEvent};
-use crate::redis::{envelope, RedisError};
+use crate::redis::envelope::Envelope;
+use crate::redis::inbound::Event;
+use crate::redis::RedisError;
 use crate::server::sys;
 
 /// Keeps the subscriber connection up for as long as the worker runs.
@@ -124,17 +125,19 @@ fn deliver_events(
     buf: &mut BytesMut,
     restore: &mut Restore,
 ) -> Result<(), RedisError> {
-    while let Some(reply) = resp::decode(buf)? {
-        match resp::pubsub_event(reply)? {
-            PubSubEvent::Message { channel, payload } => on_message(link, local, &channel, payload),
-            PubSubEvent::Subscribed(_) if restore.pending > 0 => {
+    while let Some(event) = link.inbound.next(buf)? {
+        match event {
+            Event::Deliver { channel, envelope } => on_message(link, local, &channel, envelope),
+            Event::Canary(payload) => canary::arrived(link, &payload),
+            Event::Dropped(why) => link.dropped(why),
+            Event::Subscribed if restore.pending > 0 => {
                 restore.pending -= 1;
                 if restore.pending == 0 {
                     restored(link, restore.channels);
                 }
             }
-            PubSubEvent::Subscribed(_) | PubSubEvent::Unsubscribed(_) | PubSubEvent::Pong => {}
-            PubSubEvent::Error(e) => return Err(RedisError::Refused(e)),
+            Event::Subscribed | Event::Other => {}
+            Event::Refused(e) => return Err(RedisError::Refused(e)),
         }
     }
     Ok(())
@@ -150,18 +153,11 @@ fn restored(link: &RedisLink, channels: usize) {
     link.shard.wake_writer();
 }
 
-fn on_message(link: &RedisLink, local: &dyn Local, channel: &[u8], payload: Bytes) {
-    if channel == link.canary_key.as_bytes() {
-        canary::arrived(link, &payload);
-        return;
-    }
-    let Some(name) = channel
-        .strip_prefix(link.prefix.as_bytes())
-        .and_then(|c| std::str::from_utf8(c).ok())
-    else {
+fn on_message(link: &RedisLink, local: &dyn Local, channel: &[u8], env: Envelope) {
+    // Checked by `Inbound`; a second look costs a few bytes.
+    let Ok(name) = std::str::from_utf8(channel) else {
         return;
     };
-    let env = envelope::decode(payload);
     let skip = env
         .origin
         .filter(|o| o.instance == link.instance)
