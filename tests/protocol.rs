@@ -279,3 +279,48 @@ async fn a_protocol_error_close_survives_unread_input(legacy: bool) {
 }
 
 on_both_drivers!(a_protocol_error_close_survives_unread_input);
+
+/// Issue 12 item 11: the read half waits for input with a read of its own
+/// (no shared `&TcpStream`), then drains the socket without blocking. A
+/// message that arrives one byte per segment while the connection's writer
+/// is stuck in a write to a full socket (megabytes queued behind a 4 KiB
+/// receive window) arrives whole: no byte taken by the wait is lost, and
+/// the pending write does not hold up the read.
+async fn input_byte_by_byte_while_the_writer_is_blocked(legacy: bool) {
+    const MESSAGES: usize = 160;
+    let srv = TestServer::start_on(legacy, |c| {
+        c.max_outbound_queue = 64 << 20;
+        c.max_total_outbound = 256 << 20;
+        c.publish_backpressure = 256 << 20;
+    });
+    let mut busy = RawWs::connect_small_rcvbuf(srv.addr, "/ws/busy", 4096).await;
+    busy.stream.set_nodelay(true).unwrap();
+    let mut listener = RawWs::connect(srv.addr, "/ws/busy").await;
+    wait_stat(srv.addr, "subscriptions", |n| n == 2).await;
+    // 10 MiB: more than the server's send buffer can absorb, so `busy`'s
+    // writer is left with a write in flight that cannot complete.
+    let body = "b".repeat(64 << 10);
+    for _ in 0..MESSAGES {
+        assert_eq!(publish(srv.addr, "busy", &body).await, 2);
+    }
+    for i in 0..MESSAGES {
+        let f = listener.next_frame().await;
+        assert_eq!(f.payload.len(), body.len(), "message {i}");
+    }
+    let text: Vec<u8> = (0..1000).map(|i| b'a' + (i % 26) as u8).collect();
+    for byte in masked(FIN | OP_TEXT, &text) {
+        busy.send_raw(&[byte]).await;
+    }
+    let f = listener.next_frame().await;
+    assert_eq!(f.opcode, OP_TEXT);
+    assert!(f.payload == text, "the message arrived corrupted");
+    // The stuck writer was never interrupted: everything, in order.
+    for i in 0..MESSAGES {
+        let f = busy.next_frame().await;
+        assert_eq!(f.payload.len(), body.len(), "message {i}");
+    }
+    let f = busy.next_frame().await;
+    assert!(f.payload == text, "the publisher's own copy");
+}
+
+on_both_drivers!(input_byte_by_byte_while_the_writer_is_blocked);

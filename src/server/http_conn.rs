@@ -4,7 +4,6 @@
 
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -24,7 +23,7 @@ use crate::server::{endpoints, publish, ws_conn};
 /// task, allocated for the connection's whole life: keep it small (large,
 /// short-lived phases are boxed; see the size test).
 pub async fn handle(w: Rc<Worker>, mut sock: Sock, ctx: ConnCtx) {
-    let fd = sock.stream().as_raw_fd();
+    let fd = sock.fd;
     let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
     let registered = match per_ip {
         Ok(_) => w.hub.borrow_mut().register(fd),
@@ -52,10 +51,9 @@ pub async fn handle(w: Rc<Worker>, mut sock: Sock, ctx: ConnCtx) {
         };
         let _ = sock.wr.write_all(http::error_response(&err, false)).await;
         // Boxed: its drain buffer would otherwise enlarge every task.
-        Box::pin(linger_close(sock.stream())).await;
+        Box::pin(linger_close(&mut sock)).await;
         return;
     };
-    let _ = sock.stream().set_nodelay(true);
     let mut buf = BytesMut::new();
     // Boxed: the HTTP phase (with the cache and publish paths) is large and
     // short-lived; inline it would size every WebSocket's task for it.
@@ -159,7 +157,7 @@ async fn read_head(
                 return Ok(None);
             }
         }
-        if w.read_more(sock.stream(), buf).await? == 0 {
+        if w.read_more(&mut sock.rd, sock.fd, buf).await? == 0 {
             return Ok(None);
         }
     }
@@ -260,7 +258,7 @@ fn route_for<'a>(
 
 /// What follows an answer: keep-alive, or close (draining a body the
 /// route did not read).
-async fn after_answer(sock: &Sock, keep_alive: bool, plan: BodyPlan) -> Next {
+async fn after_answer(sock: &mut Sock, keep_alive: bool, plan: BodyPlan) -> Next {
     match (keep_alive, plan) {
         (true, _) => Next::KeepAlive,
         (false, BodyPlan::Close) => close_unread(sock).await,
@@ -271,9 +269,9 @@ async fn after_answer(sock: &Sock, keep_alive: bool, plan: BodyPlan) -> Next {
 /// Ends a connection whose client sent bytes we will not read (a body
 /// the route takes none of): half-close and drain, bounded, so the client
 /// gets the answer rather than a reset.
-async fn close_unread(sock: &Sock) -> Next {
+async fn close_unread(sock: &mut Sock) -> Next {
     // Boxed: its drain buffer would otherwise enlarge every task.
-    Box::pin(linger_close(sock.stream())).await;
+    Box::pin(linger_close(sock)).await;
     Next::Close
 }
 
@@ -334,7 +332,7 @@ async fn read_body(
         res?;
     }
     while buf.len() < len {
-        if w.read_more(sock.stream(), buf).await? == 0 {
+        if w.read_more(&mut sock.rd, sock.fd, buf).await? == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }

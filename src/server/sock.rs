@@ -1,13 +1,32 @@
 //! An accepted socket, split into its halves at accept, and the few ways
 //! the worker reads from one: a nonblocking receive through a scratch
 //! buffer, and a lingering close after a final response.
+//!
+//! Soundness: nothing here makes a `&TcpStream` out of a half. The halves
+//! are used only through monoio's own safe API (`AsyncReadRent` on the read
+//! half, `AsyncWriteRent` on the write half); the socket's raw fd, taken
+//! once at accept, serves `recv(2)`, `shutdown(2)` and `setsockopt(2)`,
+//! which take no Rust reference to the stream.
+//!
+//! Waiting for input is a read of one byte into an owned buffer (an
+//! io_uring read, or readiness then `read` on the legacy driver); the rest
+//! is then drained without blocking through the worker's scratch buffer,
+//! so an idle connection still owns no read buffer. The caveat of a read as
+//! the wait: a pending read that is dropped may have taken a byte that is
+//! then lost. No client reader is dropped while its connection lives on:
+//! deadlines (HTTP head timeout, idle and token sweeps, shutdown) end a
+//! connection with `shutdown(2)`, which completes the pending read with end
+//! of stream instead of dropping it; the WebSocket reader ends only when a
+//! read returned; and the one read dropped by a timeout, in
+//! [`drain_close`], discards its input anyway because the socket is being
+//! closed.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use monoio::io::Splitable;
+use monoio::io::{AsyncReadRent, Splitable};
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use monoio::net::TcpStream;
 
@@ -15,56 +34,64 @@ use crate::server::sys;
 
 /// An accepted socket, split at accept into its halves: two 8-byte handles
 /// instead of the 80-byte `TcpStream` that the nested async state machines
-/// of a connection would otherwise each carry a copy of.
+/// of a connection would otherwise each carry a copy of, plus its fd.
 pub struct Sock {
     pub(crate) rd: TcpOwnedReadHalf,
     pub(crate) wr: TcpOwnedWriteHalf,
+    /// The socket's fd, owned by the halves (valid while they live): for
+    /// `recv`/`shutdown` and the hub's deadline sweeps.
+    pub(crate) fd: RawFd,
 }
 
 impl Sock {
-    /// Splits an accepted stream.
+    /// Sets `TCP_NODELAY` (we batch writes ourselves) and splits an accepted
+    /// stream.
     pub fn new(stream: TcpStream) -> Sock {
+        let _ = stream.set_nodelay(true);
+        let fd = stream.as_raw_fd();
         let (rd, wr) = stream.into_split();
-        Sock { rd, wr }
-    }
-
-    /// The stream, for readiness, its fd and socket options.
-    pub(crate) fn stream(&self) -> &TcpStream {
-        read_stream(&self.rd)
+        Sock { rd, wr, fd }
     }
 }
 
-/// The shared stream behind a read half.
-pub(crate) fn read_stream(rd: &TcpOwnedReadHalf) -> &TcpStream {
-    // SAFETY: the read half only lends `&TcpStream` to `readable()`,
-    // `as_raw_fd()` and `set_nodelay()`; the write half's operations only
-    // clone the fd into the submitted op. monoio's `Split` contract declares
-    // reads and writes of a TcpStream independent, and both halves live on
-    // this one thread.
-    unsafe { &*rd.0.get() }
+/// Waits for input on `rd` by reading one byte: `None` at end of stream.
+async fn read_one(rd: &mut TcpOwnedReadHalf) -> io::Result<Option<u8>> {
+    let (res, byte) = rd.read(Box::new([0u8; 1])).await;
+    Ok((res? > 0).then_some(byte[0]))
 }
 
 /// Appends what the socket has to `buf` through `scratch`: `Ok(0)` at end
-/// of stream. Tries the socket first and waits for readiness only when it
-/// is empty.
+/// of stream. Tries the socket first and waits (a one-byte read on `rd`,
+/// see the module docs) only when it is empty. `fd` is `rd`'s socket.
 pub(crate) async fn recv_into(
-    stream: &TcpStream,
+    rd: &mut TcpOwnedReadHalf,
+    fd: RawFd,
     scratch: &std::cell::RefCell<Box<[u8]>>,
     buf: &mut BytesMut,
 ) -> io::Result<usize> {
+    // The byte the wait took, already in `buf`.
+    let mut got = 0;
     loop {
         let res = {
             let mut scratch = scratch.borrow_mut();
-            let res = sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch);
+            let res = sys::recv_nonblocking(fd, &mut scratch);
             if let Ok(n) = res {
                 buf.extend_from_slice(&scratch[..n]);
             }
             res
         };
         match res {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.readable(false).await?,
+            Ok(n) => return Ok(got + n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // End of stream or an error after the byte: the next call sees it.
+            Err(_) if got > 0 => return Ok(got),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match read_one(rd).await? {
+                None => return Ok(0),
+                Some(byte) => {
+                    buf.extend_from_slice(&[byte]);
+                    got = 1;
+                }
+            },
             Err(e) => return Err(e),
         }
     }
@@ -74,8 +101,8 @@ pub(crate) async fn recv_into(
 /// half-close, then drain what the client sent (bounded in bytes and
 /// time), so the kernel sends FIN rather than RST and the client can read
 /// the response.
-pub(crate) async fn linger_close(stream: &TcpStream) {
-    drain_close(stream, 64 << 10, Duration::from_millis(200)).await;
+pub(crate) async fn linger_close(sock: &mut Sock) {
+    drain_close(&mut sock.rd, sock.fd, 64 << 10, Duration::from_millis(200)).await;
 }
 
 /// Most input drained after a protocol-error close ([`drain_close`]).
@@ -88,22 +115,35 @@ pub(crate) const PROTOCOL_DRAIN_TIME: Duration = Duration::from_secs(1);
 /// a socket with unread input makes the kernel send an RST and drop what
 /// it has not sent yet (our final response or close frame); after this,
 /// the close is graceful unless the peer sends more than the bounds allow.
-pub(crate) async fn drain_close(stream: &TcpStream, max_bytes: usize, max_time: Duration) {
-    sys::shutdown_write(stream.as_raw_fd());
+/// `fd` is `rd`'s socket.
+pub(crate) async fn drain_close(
+    rd: &mut TcpOwnedReadHalf,
+    fd: RawFd,
+    max_bytes: usize,
+    max_time: Duration,
+) {
+    sys::shutdown_write(fd);
     let mut scratch = [0u8; 4096];
     let deadline = Instant::now() + max_time;
     let mut drained = 0;
     while drained < max_bytes {
-        match sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch) {
+        match sys::recv_nonblocking(fd, &mut scratch) {
             Ok(0) => return,
             Ok(n) => drained += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let left = deadline.saturating_duration_since(Instant::now());
-                if monoio::time::timeout(left, stream.readable(false))
-                    .await
-                    .is_err()
-                {
-                    return;
+                match monoio::time::timeout(left, read_one(rd)).await {
+                    Ok(Ok(Some(_))) => drained += 1,
+                    Ok(Ok(None) | Err(_)) => return,
+                    Err(_) => {
+                        // The timed-out read was dropped, not cancelled: on
+                        // io_uring it stays in flight and holds the socket
+                        // open past our close. Shutting the read side down
+                        // completes it (its byte, if any, was to be
+                        // discarded anyway).
+                        sys::shutdown(fd);
+                        return;
+                    }
                 }
             }
             Err(_) => return,

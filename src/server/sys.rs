@@ -6,7 +6,8 @@ use std::os::fd::RawFd;
 /// Reads what the socket has without blocking: `Ok(0)` is end of stream,
 /// `ErrorKind::WouldBlock` means nothing is there yet.
 ///
-/// Readiness comes from monoio (`readable()`); the read itself goes into a
+/// The wait for input comes from monoio (a one-byte read on a client's read
+/// half, `readable()` on a whole stream); the read itself goes into a
 /// per-worker scratch buffer so an idle connection owns no read buffer.
 pub fn recv_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a valid, exclusively borrowed region of `buf.len()`
@@ -48,4 +49,22 @@ pub fn set_backlog(fd: RawFd, backlog: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A second stream over `stream`'s socket (its fd `dup`ed): the reader and
+/// the writer of a long-lived connection as two distinct monoio streams, so
+/// neither is reached through the other (no `&` and `&mut` to one stream at
+/// once) and a read that a timeout drops takes no byte from anyone else.
+pub fn dup_stream(stream: &monoio::net::TcpStream) -> io::Result<monoio::net::TcpStream> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: dup takes no pointers; `stream`'s fd is open while borrowed.
+    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by dup: open, and owned by nobody else.
+    let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    // O_NONBLOCK lives on the shared file description; set it regardless.
+    std.set_nonblocking(true)?;
+    monoio::net::TcpStream::from_std(std)
 }

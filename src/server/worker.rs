@@ -5,12 +5,13 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use monoio::net::TcpStream;
+use monoio::net::tcp::TcpOwnedReadHalf;
 
 use crate::config::Config;
 use crate::hub::Hub;
@@ -63,9 +64,14 @@ impl Worker {
     }
 
     /// Reads more bytes from a client into `buf`: `Ok(0)` at end of
-    /// stream. Counted in `bytes_in`.
-    pub async fn read_more(&self, stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-        let n = sock::recv_into(stream, &self.scratch, buf).await?;
+    /// stream. Counted in `bytes_in`. `fd` is `rd`'s socket.
+    pub async fn read_more(
+        &self,
+        rd: &mut TcpOwnedReadHalf,
+        fd: RawFd,
+        buf: &mut BytesMut,
+    ) -> io::Result<usize> {
+        let n = sock::recv_into(rd, fd, &self.scratch, buf).await?;
         self.hub.borrow_mut().stats.bytes_in += n as u64;
         Ok(n)
     }

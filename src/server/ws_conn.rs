@@ -5,14 +5,13 @@
 
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use monoio::io::AsyncWriteRent;
-use monoio::net::tcp::TcpOwnedWriteHalf;
-use monoio::net::TcpStream;
+use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 
 use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
@@ -21,9 +20,7 @@ use crate::log;
 use crate::server::iovec::IoVecs;
 use crate::server::publish::{route_publish, Published};
 use crate::server::redis::RedisLink;
-use crate::server::sock::{
-    drain_close, read_stream, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
-};
+use crate::server::sock::{drain_close, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME};
 use crate::server::sys;
 use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
@@ -51,10 +48,8 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
             }
         }
     }
-    let fd = sock.stream().as_raw_fd();
-    let Sock { rd, wr } = sock;
+    let Sock { mut rd, wr, fd } = sock;
     let writer = monoio::spawn(writer(w.clone(), wr, id));
-    let read_stream = read_stream(&rd);
     let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
     let mut reader = WsReader {
         w,
@@ -66,7 +61,7 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         held: None,
         rx: Receiver::new(Role::Server, w.cfg.ws),
     };
-    let outcome = reader.run(read_stream, buf).await;
+    let outcome = reader.run(&mut rd, fd, buf).await;
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
         // The peer is gone or silent: unblock a writer stuck on a full socket.
         sys::shutdown(fd);
@@ -76,7 +71,7 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     if matches!(outcome, ReadEnd::Failed) {
         // Our close frame is queued in the kernel; closing now with the
         // peer's unread bytes would send an RST and lose it.
-        let drain = drain_close(read_stream, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME);
+        let drain = drain_close(&mut rd, fd, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME);
         // Boxed: its buffer would otherwise enlarge every connection's task.
         Box::pin(drain).await;
     }
@@ -122,7 +117,7 @@ struct WsReader<'a> {
 }
 
 impl WsReader<'_> {
-    async fn run(&mut self, stream: &TcpStream, mut buf: BytesMut) -> ReadEnd {
+    async fn run(&mut self, rd: &mut TcpOwnedReadHalf, fd: RawFd, mut buf: BytesMut) -> ReadEnd {
         loop {
             match self.drain(&mut buf) {
                 Drained::End(end) => return end,
@@ -140,7 +135,7 @@ impl WsReader<'_> {
                 // Idle connections keep no read buffer.
                 buf = BytesMut::new();
             }
-            match self.w.read_more(stream, &mut buf).await {
+            match self.w.read_more(rd, fd, &mut buf).await {
                 Ok(0) | Err(_) => return ReadEnd::Gone,
                 Ok(_) => self.w.hub.borrow_mut().received(self.id),
             }

@@ -13,8 +13,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use monoio::io::{AsyncWriteRent, Splitable};
-use monoio::net::tcp::TcpOwnedWriteHalf;
+use monoio::io::AsyncWriteRent;
 use monoio::net::TcpStream;
 
 use super::conn::{self, read_some, Role};
@@ -24,7 +23,6 @@ use crate::log;
 use crate::redis::resp::{self, Reply};
 use crate::redis::RedisError;
 use crate::server::iovec::IoVecs;
-use crate::server::sock::read_stream;
 use crate::server::sys;
 
 /// Most commands one vectored write carries.
@@ -62,18 +60,22 @@ async fn session(link: &Rc<RedisLink>, stream: TcpStream, buf: BytesMut) -> Redi
 /// Reads replies until the connection fails; a writer task sends.
 async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> RedisError {
     let fd = stream.as_raw_fd();
-    let (rd, mut wr) = stream.into_split();
+    // Two streams over the socket: the writer task owns its own, so the
+    // reader's `&stream` (held across `readable`) aliases nothing.
+    let mut wr = match sys::dup_stream(&stream) {
+        Ok(wr) => wr,
+        Err(e) => return RedisError::Io(e),
+    };
     let stop = Rc::new(Cell::new(false));
     let writer = monoio::spawn({
         let (link, stop) = (link.clone(), stop.clone());
         async move { writer(&link, &mut wr, &stop).await }
     });
-    let stream = read_stream(&rd);
     let err = loop {
         if let Err(e) = drain_replies(link, &mut buf) {
             break e;
         }
-        match monoio::time::timeout(link.command_timeout, read_some(stream, &mut buf)).await {
+        match monoio::time::timeout(link.command_timeout, read_some(&stream, &mut buf)).await {
             Ok(Ok(0)) => break RedisError::Io(io::ErrorKind::UnexpectedEof.into()),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => break RedisError::Io(e),
@@ -86,7 +88,7 @@ async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> Redi
     sys::shutdown(fd);
     link.shard.wake_writer();
     let _ = writer.await;
-    drop(rd);
+    drop(stream);
     err
 }
 
@@ -118,7 +120,7 @@ fn drain_replies(link: &RedisLink, buf: &mut BytesMut) -> Result<(), RedisError>
 /// Writes queued commands, all of one pass in one vectored write — but only
 /// once our subscriptions are restored, so this instance never publishes
 /// what it could not itself receive.
-async fn writer(link: &RedisLink, wr: &mut TcpOwnedWriteHalf, stop: &Cell<bool>) {
+async fn writer(link: &RedisLink, wr: &mut TcpStream, stop: &Cell<bool>) {
     let mut batch = Vec::new();
     loop {
         let go = poll_fn(|cx| poll_work(link, stop, cx)).await;

@@ -12,8 +12,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use monoio::io::{AsyncWriteRentExt, Splitable};
-use monoio::net::tcp::TcpOwnedWriteHalf;
+use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
 use super::canary;
@@ -24,7 +23,6 @@ use crate::redis::commands::{self, Interest};
 use crate::redis::envelope::Envelope;
 use crate::redis::inbound::Event;
 use crate::redis::RedisError;
-use crate::server::sock::read_stream;
 use crate::server::sys;
 
 /// Keeps the subscriber connection up for as long as the worker runs.
@@ -84,18 +82,22 @@ async fn run(
         return RedisError::Io(e);
     }
     let fd = stream.as_raw_fd();
-    let (rd, mut wr) = stream.into_split();
+    // Two streams over the socket: the writer task owns its own, so the
+    // reader's `&stream` (held across `readable`) aliases nothing.
+    let mut wr = match sys::dup_stream(&stream) {
+        Ok(wr) => wr,
+        Err(e) => return RedisError::Io(e),
+    };
     let stop = Rc::new(Cell::new(false));
     let writer = monoio::spawn({
         let (link, local, stop) = (link.clone(), local.clone(), stop.clone());
         async move { interest_writer(&link, &*local, &mut wr, &stop).await }
     });
-    let stream = read_stream(&rd);
     let err = loop {
         if let Err(e) = deliver_events(link, &**local, &mut buf, &mut restore) {
             break e;
         }
-        match read_some(stream, &mut buf).await {
+        match read_some(&stream, &mut buf).await {
             Ok(0) => break RedisError::Io(io::ErrorKind::UnexpectedEof.into()),
             Ok(_) => {}
             Err(e) => break RedisError::Io(e),
@@ -105,7 +107,7 @@ async fn run(
     sys::shutdown(fd);
     local.wake_interest();
     let _ = writer.await;
-    drop(rd);
+    drop(stream);
     err
 }
 
@@ -168,7 +170,7 @@ fn on_message(link: &RedisLink, local: &dyn Local, channel: &[u8], env: Envelope
 async fn interest_writer(
     link: &RedisLink,
     local: &dyn Local,
-    wr: &mut TcpOwnedWriteHalf,
+    wr: &mut TcpStream,
     stop: &Cell<bool>,
 ) {
     let mut changes = Vec::new();
