@@ -402,6 +402,43 @@ async fn coalesces_concurrent_misses(backend: Backend) {
     assert!(collapsed >= 1);
 }
 
+/// 1,000 concurrent requests for a cold key, 20 times over with fresh
+/// keys and an origin that answers at once: exactly one origin request
+/// each time. A request whose store lookup was sent before the first
+/// fetch's store write, and answered "miss" after the fetch ended — or not
+/// answered within `--cache-redis-timeout`, as 1,000 reads at once on a
+/// busy worker often are — must still find that fetch's response (it used
+/// to fetch a second time).
+async fn one_origin_request_per_cold_key_every_time(backend: Backend) {
+    ensure_fd_limit(4096);
+    let s = Setup::start(backend, Behaviour::default(), |_| {}).await;
+    let addr = s.addr();
+    for round in 0..20 {
+        let path = format!("/api/burst{round}");
+        let tasks: Vec<_> = (0..1000)
+            .map(|_| {
+                let path = path.clone();
+                tokio::spawn(async move { get(addr, &path).await })
+            })
+            .collect();
+        let mut fetched = Vec::new();
+        for t in tasks {
+            let r = t.await.expect("client task");
+            assert_eq!(r.status, 200, "{r:?}");
+            let cs = cache_status(&r);
+            if !cs.contains("hit") && !cs.contains("collapsed") {
+                fetched.push(cs);
+            }
+        }
+        let target = format!("/v1/burst{round}");
+        let n = s.origin.count(&target);
+        if n != 1 {
+            let st = stats(addr).await;
+            panic!("round {round}: {n} origin requests, want 1: {fetched:?}; {st}");
+        }
+    }
+}
+
 /// `max-age=1`: a hit within the second, an origin fetch after it.
 async fn ttl_expiry(backend: Backend) {
     let b = Behaviour {
@@ -911,6 +948,7 @@ macro_rules! on_both_stores {
 on_both_stores!(
     miss_then_hit,
     coalesces_concurrent_misses,
+    one_origin_request_per_cold_key_every_time,
     ttl_expiry,
     no_store_is_never_stored,
     stale_if_error,

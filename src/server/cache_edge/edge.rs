@@ -72,8 +72,8 @@ impl CacheEdge {
             purge_max_keys: c.purge_max_keys,
             bypass: c.bypass_headers.clone(),
             origin: OriginClient::new(url, c),
+            flights: Rc::new(Flights::new(flight_keep(&store, c.redis_timeout))),
             store,
-            flights: Rc::new(Flights::default()),
             stats: RefCell::new(CacheStats::default()),
         }))
     }
@@ -95,6 +95,20 @@ impl CacheEdge {
         }
     }
 }
+
+/// How long an ended fetch that stored its response stands in for a
+/// Redis read that timed out or missed (a write that timed out may land
+/// later): a burst's stragglers on a busy worker arrive up to about a
+/// second after the fetch ended. The memory store always answers at once.
+fn flight_keep(store: &Store, redis_timeout: Duration) -> Duration {
+    match store {
+        Store::Memory(_) => Duration::ZERO,
+        Store::Redis(_) => redis_timeout.saturating_mul(2).max(FLIGHT_KEEP_MIN),
+    }
+}
+
+/// The least [`flight_keep`] for Redis.
+const FLIGHT_KEEP_MIN: Duration = Duration::from_secs(1);
 
 /// One request for the cache, as the HTTP phase hands it over.
 pub struct Incoming {

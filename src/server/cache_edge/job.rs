@@ -44,7 +44,23 @@ impl Job<'_> {
         if let Some(f) = self.edge.flights.get(&self.base, false) {
             return self.join(f, None).await;
         }
-        match self.edge.lookup(&self.base, &self.req).await {
+        let lookup = self.edge.flights.lookup();
+        let found = self.edge.lookup(&self.base, &self.req).await;
+        // A miss may be older than a fetch that ended (and stored) while
+        // the store was being asked: that fetch's answer is the one to use.
+        // One the store did not answer may be one it holds: a fetch that
+        // ended moments ago stands in for it.
+        let ended = match found {
+            Found::Missing { .. } | Found::Unavailable => lookup
+                .ended_since(&self.base)
+                .or_else(|| lookup.ended_recently(&self.base)),
+            Found::Entry { .. } => None,
+        };
+        if let Some(f) = ended {
+            return self.join(f, None).await;
+        }
+        drop(lookup);
+        match found {
             Found::Entry { entry, marker } => self.use_stored(entry, marker).await,
             Found::Missing { marker } => {
                 let fwd = if marker.is_some() {
