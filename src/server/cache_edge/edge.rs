@@ -27,7 +27,7 @@ use crate::stats::CacheStats;
 
 use super::flight::{FlightGuard, Flights, Outcome, Served};
 use super::origin::{FetchError, Fetched, OriginClient};
-use super::store::{Item, Store};
+use super::store::{Item, Store, StoreError};
 
 pub struct CacheEdge {
     pub(super) prefix: String,
@@ -97,9 +97,9 @@ impl CacheEdge {
 }
 
 /// How long an ended fetch that stored its response stands in for a
-/// Redis read that timed out or missed (a write that timed out may land
-/// later): a burst's stragglers on a busy worker arrive up to about a
-/// second after the fetch ended. The memory store always answers at once.
+/// Redis read that went unanswered: a burst's stragglers on a busy worker
+/// arrive up to about a second after the fetch ended. The memory store
+/// always answers at once.
 fn flight_keep(store: &Store, redis_timeout: Duration) -> Duration {
     match store {
         Store::Memory(_) => Duration::ZERO,
@@ -336,6 +336,9 @@ impl CacheEdge {
     /// `epoch`; `guard`'s flight stays visible until the write is done.
     pub(super) fn store(self: &Rc<Self>, items: Vec<Item>, epoch: u64, guard: Option<FlightGuard>) {
         if items.is_empty() || self.flights.epoch() != epoch {
+            if let Some(g) = guard {
+                g.unwritten();
+            }
             return;
         }
         let edge = self.clone();
@@ -356,6 +359,9 @@ impl CacheEdge {
             });
             if let Err(e) = result {
                 log!(Debug, "cache store write failed, not stored", error = e);
+                if let (Some(g), false) = (&guard, e == StoreError::Timeout) {
+                    g.unwritten();
+                }
             }
             drop(guard);
         });

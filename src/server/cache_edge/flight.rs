@@ -81,6 +81,8 @@ pub struct Served {
 pub struct Flight {
     outcome: RefCell<Option<Rc<Outcome>>>,
     wakers: RefCell<Vec<Waker>>,
+    /// Its store write failed or was skipped: the store does not hold it.
+    unwritten: Cell<bool>,
     /// A background (stale-while-revalidate) refresh: a request that has
     /// a usable stale entry does not wait for it.
     pub background: bool,
@@ -98,9 +100,15 @@ impl Flight {
         }
     }
 
+    /// The outcome, once there is one.
+    pub fn outcome(&self) -> Option<Rc<Outcome>> {
+        self.outcome.borrow().clone()
+    }
+
     /// Whether it ended with a response that is being stored.
     fn stored(&self) -> bool {
-        matches!(self.outcome.borrow().as_deref(), Some(Outcome::Fresh(s)) if s.stored)
+        !self.unwritten.get()
+            && matches!(self.outcome.borrow().as_deref(), Some(Outcome::Fresh(s)) if s.stored)
     }
 
     /// Waits for the outcome.
@@ -119,6 +127,9 @@ impl Flight {
     }
 }
 
+/// A flight out of the map: its `ended` number, and it.
+type Retired = (u64, Rc<Flight>);
+
 /// The flights of one worker, by base key.
 #[derive(Default)]
 pub struct Flights {
@@ -131,7 +142,7 @@ pub struct Flights {
     lookups: RefCell<BTreeMap<u64, usize>>,
     /// Flights that left the map while an older lookup was in progress:
     /// key → (its `ended` number, the flight), newest per key.
-    retired: RefCell<HashMap<Vec<u8>, (u64, Rc<Flight>)>>,
+    retired: RefCell<HashMap<Vec<u8>, Retired>>,
     /// `retired`'s keys in the order they ended (and when), for pruning.
     retired_order: RefCell<VecDeque<(u64, Instant, Vec<u8>)>>,
     /// How long an ended flight stands in for a store that did not answer.
@@ -156,10 +167,9 @@ impl Lookup {
             .map(|(_, f)| f.clone())
     }
 
-    /// A flight for `key` that ended since this lookup began or within
-    /// the last `keep`, with a response it stored: for a lookup the store
-    /// did not answer, or that missed (a write that timed out may land
-    /// later; one in a pipeline behind this read lands after it).
+    /// A flight for `key` that ended within the last `keep` with a
+    /// response it stored (or whose write timed out: it may have landed),
+    /// for a lookup the store did not answer.
     pub fn ended_recently(&self, key: &[u8]) -> Option<Rc<Flight>> {
         self.flights.prune();
         let retired = self.flights.retired.borrow();
@@ -311,6 +321,12 @@ impl FlightGuard {
         self.flight.complete(outcome);
     }
 
+    /// Its store write failed (not just timed out: that one may land) or
+    /// was skipped: it must not stand in for the store.
+    pub fn unwritten(&self) {
+        self.flight.unwritten.set(true);
+    }
+
     /// The purge epoch when the flight began.
     pub fn epoch(&self) -> u64 {
         self.epoch
@@ -427,8 +443,13 @@ mod tests {
         let guard = flights.begin(b"k".to_vec(), false);
         guard.complete(Rc::new(stored_outcome()));
         drop(guard);
+        let lost = flights.begin(b"lost".to_vec(), false);
+        lost.complete(Rc::new(stored_outcome()));
+        lost.unwritten();
+        drop(lost);
         let lookup = flights.lookup();
         assert!(lookup.ended_recently(b"unstored").is_none(), "abandoned");
+        assert!(lookup.ended_recently(b"lost").is_none(), "write failed");
         assert!(lookup.ended_since(b"k").is_none(), "ended before it began");
         assert!(lookup.ended_recently(b"k").is_some(), "within keep");
         assert!(lookup.ended_recently(b"other").is_none());
