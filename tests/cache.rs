@@ -402,6 +402,86 @@ async fn coalesces_concurrent_misses(backend: Backend) {
     assert!(collapsed >= 1);
 }
 
+/// 1,000 concurrent requests for a cold key, 20 times over with fresh
+/// keys and an origin that answers at once: exactly one origin request
+/// each time. A request whose store lookup was sent before the first
+/// fetch's store write, and answered "miss" after the fetch ended — or not
+/// answered within `--cache-redis-timeout`, as 1,000 reads at once on a
+/// busy worker often are — must still find that fetch's response (it used
+/// to fetch a second time).
+async fn one_origin_request_per_cold_key_every_time(backend: Backend) {
+    ensure_fd_limit(4096);
+    let s = Setup::start(backend, Behaviour::default(), |_| {}).await;
+    let addr = s.addr();
+    for round in 0..20 {
+        let path = format!("/api/burst{round}");
+        let tasks: Vec<_> = (0..1000)
+            .map(|_| {
+                let path = path.clone();
+                tokio::spawn(async move { get(addr, &path).await })
+            })
+            .collect();
+        let mut fetched = Vec::new();
+        for t in tasks {
+            let r = t.await.expect("client task");
+            assert_eq!(r.status, 200, "{r:?}");
+            let cs = cache_status(&r);
+            if !cs.contains("hit") && !cs.contains("collapsed") {
+                fetched.push(cs);
+            }
+        }
+        let target = format!("/v1/burst{round}");
+        let n = s.origin.count(&target);
+        if n != 1 {
+            let st = stats(addr).await;
+            panic!("round {round}: {n} origin requests, want 1: {fetched:?}; {st}");
+        }
+    }
+}
+
+/// `--origin-max-connections 2`: first 12 requests give up waiting
+/// (the origin takes longer than `--origin-timeout`, 504), then 500
+/// concurrent requests for distinct keys (origin delay 5 ms) are every one
+/// answered 200. Waiters for an origin slot are served in order and none is
+/// forgotten: a waiter that timed out used to leave its waker queued, a
+/// freed slot woke that one, and the requests behind starved into 504s.
+async fn origin_slots_serve_every_queued_request(backend: Backend) {
+    ensure_fd_limit(4096);
+    let b = Behaviour {
+        delay: Duration::from_secs(4),
+        ..Behaviour::default()
+    };
+    let tweak = |c: &mut Config| {
+        c.cache.origin_max_connections = 2;
+        c.cache.origin_timeout = Duration::from_secs(3);
+    };
+    let s = Setup::start(backend, b, tweak).await;
+    let addr = s.addr();
+    let run = |n: usize, prefix: &'static str| {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| tokio::spawn(async move { get(addr, &format!("/api/{prefix}{i}")).await }))
+            .collect();
+        async move {
+            let mut statuses = Vec::new();
+            for t in tasks {
+                statuses.push(t.await.expect("client task").status);
+            }
+            statuses
+        }
+    };
+    let gave_up = run(12, "slow").await;
+    assert!(gave_up.iter().all(|s| *s == 504), "{gave_up:?}");
+    s.origin.set(|b| b.delay = ms(5));
+    let statuses = run(500, "slot").await;
+    let failed: Vec<_> = statuses.iter().filter(|s| **s != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} not answered 200: {failed:?}",
+        failed.len()
+    );
+    assert_eq!(s.origin.count("/v1/slot0"), 1);
+}
+
 /// `max-age=1`: a hit within the second, an origin fetch after it.
 async fn ttl_expiry(backend: Backend) {
     let b = Behaviour {
@@ -911,6 +991,8 @@ macro_rules! on_both_stores {
 on_both_stores!(
     miss_then_hit,
     coalesces_concurrent_misses,
+    one_origin_request_per_cold_key_every_time,
+    origin_slots_serve_every_queued_request,
     ttl_expiry,
     no_store_is_never_stored,
     stale_if_error,

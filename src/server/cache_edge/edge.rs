@@ -27,7 +27,7 @@ use crate::stats::CacheStats;
 
 use super::flight::{FlightGuard, Flights, Outcome, Served};
 use super::origin::{FetchError, Fetched, OriginClient};
-use super::store::{Item, Store};
+use super::store::{Item, Store, StoreError};
 
 pub struct CacheEdge {
     pub(super) prefix: String,
@@ -72,8 +72,8 @@ impl CacheEdge {
             purge_max_keys: c.purge_max_keys,
             bypass: c.bypass_headers.clone(),
             origin: OriginClient::new(url, c),
+            flights: Rc::new(Flights::new(flight_keep(&store, c.redis_timeout))),
             store,
-            flights: Rc::new(Flights::default()),
             stats: RefCell::new(CacheStats::default()),
         }))
     }
@@ -95,6 +95,20 @@ impl CacheEdge {
         }
     }
 }
+
+/// How long an ended fetch that stored its response stands in for a
+/// Redis read that went unanswered: a burst's stragglers on a busy worker
+/// arrive up to about a second after the fetch ended. The memory store
+/// always answers at once.
+fn flight_keep(store: &Store, redis_timeout: Duration) -> Duration {
+    match store {
+        Store::Memory(_) => Duration::ZERO,
+        Store::Redis(_) => redis_timeout.saturating_mul(2).max(FLIGHT_KEEP_MIN),
+    }
+}
+
+/// The least [`flight_keep`] for Redis.
+const FLIGHT_KEEP_MIN: Duration = Duration::from_secs(1);
 
 /// One request for the cache, as the HTTP phase hands it over.
 pub struct Incoming {
@@ -322,6 +336,9 @@ impl CacheEdge {
     /// `epoch`; `guard`'s flight stays visible until the write is done.
     pub(super) fn store(self: &Rc<Self>, items: Vec<Item>, epoch: u64, guard: Option<FlightGuard>) {
         if items.is_empty() || self.flights.epoch() != epoch {
+            if let Some(g) = guard {
+                g.unwritten();
+            }
             return;
         }
         let edge = self.clone();
@@ -342,6 +359,9 @@ impl CacheEdge {
             });
             if let Err(e) = result {
                 log!(Debug, "cache store write failed, not stored", error = e);
+                if let (Some(g), false) = (&guard, e == StoreError::Timeout) {
+                    g.unwritten();
+                }
             }
             drop(guard);
         });

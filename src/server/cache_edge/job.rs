@@ -44,7 +44,24 @@ impl Job<'_> {
         if let Some(f) = self.edge.flights.get(&self.base, false) {
             return self.join(f, None).await;
         }
-        match self.edge.lookup(&self.base, &self.req).await {
+        let lookup = self.edge.flights.lookup();
+        let found = self.edge.lookup(&self.base, &self.req).await;
+        // A miss may be older than a fetch that ended (and stored) while
+        // the store was being asked: that fetch's answer is the one to use.
+        // One the store did not answer may be one it holds: a fetch that
+        // ended moments ago stands in for it.
+        let ended = match found {
+            Found::Missing { .. } => lookup.ended_since(&self.base),
+            Found::Unavailable => lookup
+                .ended_since(&self.base)
+                .or_else(|| lookup.ended_recently(&self.base)),
+            Found::Entry { .. } => None,
+        };
+        if let Some(f) = ended.filter(|f| self.may_use(f)) {
+            return self.join(f, None).await;
+        }
+        drop(lookup);
+        match found {
             Found::Entry { entry, marker } => self.use_stored(entry, marker).await,
             Found::Missing { marker } => {
                 let fwd = if marker.is_some() {
@@ -171,6 +188,16 @@ impl Job<'_> {
             .await;
         self.edge.store(items, epoch, None);
         self.answer(&outcome, false)
+    }
+
+    /// Whether an ended flight's response can stand in for the store: it
+    /// was stored and shared, and is this request's variant (otherwise the
+    /// request goes on as the miss it got, keeping its `Vary` marker).
+    fn may_use(&self, flight: &Flight) -> bool {
+        flight.outcome().is_some_and(|o| {
+            matches!(&*o, Outcome::Fresh(s)
+                if s.stored && s.shareable && self.same_variant(s.vary.as_ref()))
+        })
     }
 
     /// Whether this request has the fetcher's values of the `Vary` names.

@@ -5,7 +5,7 @@
 //! decoding) is the sans-I/O `cache::origin`; this file only moves bytes.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -307,64 +307,103 @@ fn still_open(stream: &TcpStream) -> bool {
 }
 
 /// A counting semaphore for one thread: origin requests in flight.
+///
+/// Fair and cancel-safe: each waiting `acquire` has exactly one entry in
+/// a FIFO queue (its waker replaced, not added, on every poll); a freed
+/// slot is handed to the first entry directly (a newcomer cannot take it
+/// first), and a waiter dropped before it ran (its request timed out)
+/// leaves the queue, passing on a slot it had been handed.
 struct Slots {
     free: Cell<usize>,
-    waiters: RefCell<VecDeque<Waker>>,
+    next_id: Cell<u64>,
+    /// Waiting acquires in arrival order.
+    queue: RefCell<VecDeque<u64>>,
+    /// Each waiting acquire's waker, and whether a slot was handed to it.
+    waiting: RefCell<HashMap<u64, (Waker, bool)>>,
 }
 
 impl Slots {
     fn new(n: usize) -> Self {
         Slots {
             free: Cell::new(n),
-            waiters: RefCell::new(VecDeque::new()),
+            next_id: Cell::new(0),
+            queue: RefCell::new(VecDeque::new()),
+            waiting: RefCell::new(HashMap::new()),
         }
     }
 
     fn acquire(&self) -> Acquire<'_> {
         Acquire {
             slots: self,
-            queued: false,
+            id: None,
         }
     }
 
-    fn wake_one(&self) {
-        let next = self.waiters.borrow_mut().pop_front();
-        if let Some(w) = next {
-            w.wake();
+    /// A slot is free: to the first waiter, or back to the pool.
+    fn release(&self) {
+        let next = self.queue.borrow_mut().pop_front();
+        match next {
+            Some(id) => {
+                let mut waiting = self.waiting.borrow_mut();
+                let entry = waiting.get_mut(&id).expect("queued waiters are waiting");
+                entry.1 = true;
+                entry.0.wake_by_ref();
+            }
+            None => self.free.set(self.free.get() + 1),
         }
     }
 }
 
 struct Acquire<'a> {
     slots: &'a Slots,
-    queued: bool,
+    /// Its entry, once it had to wait.
+    id: Option<u64>,
 }
 
 impl<'a> Future for Acquire<'a> {
     type Output = Slot<'a>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Slot<'a>> {
-        let free = self.slots.free.get();
-        if free > 0 {
-            self.slots.free.set(free - 1);
-            self.queued = false;
-            return Poll::Ready(Slot(self.slots));
+        let slots = self.slots;
+        let Some(id) = self.id else {
+            let free = slots.free.get();
+            if free > 0 {
+                slots.free.set(free - 1);
+                return Poll::Ready(Slot(slots));
+            }
+            let id = slots.next_id.get();
+            slots.next_id.set(id + 1);
+            slots.queue.borrow_mut().push_back(id);
+            slots
+                .waiting
+                .borrow_mut()
+                .insert(id, (cx.waker().clone(), false));
+            self.id = Some(id);
+            return Poll::Pending;
+        };
+        let mut waiting = slots.waiting.borrow_mut();
+        let entry = waiting.get_mut(&id).expect("a pending acquire is waiting");
+        if entry.1 {
+            waiting.remove(&id);
+            self.id = None;
+            return Poll::Ready(Slot(slots));
         }
-        self.slots
-            .waiters
-            .borrow_mut()
-            .push_back(cx.waker().clone());
-        self.queued = true;
+        if !entry.0.will_wake(cx.waker()) {
+            entry.0 = cx.waker().clone();
+        }
         Poll::Pending
     }
 }
 
 impl Drop for Acquire<'_> {
-    /// A waiter that gives up (its request timed out) after being woken
-    /// passes the wake-up on, so a free slot never sits unused.
+    /// A waiter that gives up leaves the queue; if a slot had already been
+    /// handed to it, the slot goes to the next one, so it never sits unused.
     fn drop(&mut self) {
-        if self.queued && self.slots.free.get() > 0 {
-            self.slots.wake_one();
+        let Some(id) = self.id else { return };
+        let handed = self.slots.waiting.borrow_mut().remove(&id).map(|e| e.1);
+        match handed {
+            Some(true) => self.slots.release(),
+            _ => self.slots.queue.borrow_mut().retain(|q| *q != id),
         }
     }
 }
@@ -373,8 +412,7 @@ struct Slot<'a>(&'a Slots);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.0.free.set(self.0.free.get() + 1);
-        self.0.wake_one();
+        self.0.release();
     }
 }
 
@@ -406,6 +444,96 @@ mod tests {
         assert_eq!(s.free.get(), 0);
         drop(b);
         assert_eq!(s.free.get(), 1);
+    }
+
+    /// Counts its wake-ups.
+    struct Woken(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (std::sync::Arc<Woken>, Waker) {
+        let w = std::sync::Arc::new(Woken(Default::default()));
+        (w.clone(), Waker::from(w))
+    }
+
+    fn woken(w: &Woken) -> usize {
+        w.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waiters are served in order, one entry each however often polled;
+    /// one that gives up (timed out) leaves no stale entry behind; a
+    /// newcomer does not take a slot freed for a waiter.
+    #[test]
+    fn slots_are_fair_and_cancel_safe() {
+        let s = Slots::new(1);
+        let held = now_or_never(s.acquire()).expect("one free slot");
+        let (wa, a_waker) = counter();
+        let (wb, b_waker) = counter();
+        let (wc, c_waker) = counter();
+        let mut a = Box::pin(s.acquire());
+        let mut b = Box::pin(s.acquire());
+        let mut c = Box::pin(s.acquire());
+        for _ in 0..3 {
+            assert!(a
+                .as_mut()
+                .poll(&mut Context::from_waker(&a_waker))
+                .is_pending());
+        }
+        assert!(b
+            .as_mut()
+            .poll(&mut Context::from_waker(&b_waker))
+            .is_pending());
+        assert!(c
+            .as_mut()
+            .poll(&mut Context::from_waker(&c_waker))
+            .is_pending());
+        drop(b);
+        drop(held);
+        assert_eq!((woken(&wa), woken(&wc)), (1, 0), "the first waiter first");
+        assert!(
+            now_or_never(s.acquire()).is_none(),
+            "a newcomer does not take a slot freed for a waiter"
+        );
+        let Poll::Ready(slot) = a.as_mut().poll(&mut Context::from_waker(&a_waker)) else {
+            panic!("the slot was freed for the first waiter");
+        };
+        drop(slot);
+        assert_eq!(woken(&wc), 1, "the next live waiter is woken");
+        assert_eq!(woken(&wb), 0, "not the one that gave up");
+        let slot = c.as_mut().poll(&mut Context::from_waker(&c_waker));
+        assert!(slot.is_ready());
+        drop(slot);
+        assert_eq!(s.free.get(), 1);
+    }
+
+    /// A slot freed for a waiter that then gives up goes on to the next.
+    #[test]
+    fn a_slot_handed_to_a_waiter_that_gives_up_passes_on() {
+        let s = Slots::new(1);
+        let held = now_or_never(s.acquire()).expect("one free slot");
+        let (_, a_waker) = counter();
+        let (wb, b_waker) = counter();
+        let mut a = Box::pin(s.acquire());
+        let mut b = Box::pin(s.acquire());
+        assert!(a
+            .as_mut()
+            .poll(&mut Context::from_waker(&a_waker))
+            .is_pending());
+        assert!(b
+            .as_mut()
+            .poll(&mut Context::from_waker(&b_waker))
+            .is_pending());
+        drop(held);
+        drop(a);
+        assert_eq!(woken(&wb), 1);
+        assert!(b
+            .as_mut()
+            .poll(&mut Context::from_waker(&b_waker))
+            .is_ready());
     }
 
     #[test]
