@@ -42,7 +42,8 @@ pub struct Stats {
     /// Messages queued to a subscriber (one per subscriber per message).
     pub deliveries: u64,
     /// Deliveries that could not be made: dropped by the slow-consumer
-    /// Policy, or addressed to a connection already closing.
+    /// policy, or addressed to a connection already closing; also a data
+    /// frame a peer sends after our close frame (reading stops there).
     pub messages_not_delivered: u64,
     /// Bytes received from clients.
     pub bytes_in: u64,

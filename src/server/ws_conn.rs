@@ -81,7 +81,9 @@ enum Drained {
 enum ReadEnd {
     /// The peer's close frame arrived (and our echo is queued).
     CloseReceived,
-    /// We failed the connection (protocol error); our close is queued.
+    /// We failed the connection (protocol error), or we are closing and
+    /// the peer still sends data; our close is queued and nothing more is
+    /// read.
     Failed,
     /// End of stream or a socket error.
     Gone,
@@ -185,7 +187,13 @@ impl WsReader<'_> {
             .is_some_and(|c| c.state() == ConnState::Open);
         match msg {
             // RFC 6455 5.5.1: after sending a close frame, data is ignored.
-            Message::Text(_) | Message::Binary(_) if !open => {}
+            // Not silently: it is counted, and reading stops here (what the
+            // peer sends next is only more of the same; our close frame is
+            // queued, and the writer ends the connection after it).
+            Message::Text(_) | Message::Binary(_) if !open => {
+                hub.stats.messages_not_delivered += 1;
+                return Some(ReadEnd::Failed);
+            }
             Message::Text(p) => self.on_data(&mut hub, OpCode::Text, p),
             Message::Binary(p) => self.on_data(&mut hub, OpCode::Binary, p),
             Message::Ping(p) => hub.queue_pong(self.id, &p),
