@@ -167,6 +167,12 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         "Bytes queued or in flight to clients.",
         g.outbound_bytes,
     );
+    gauge(
+        &mut o,
+        "corecast_outbound_queued_bytes_peak",
+        "The most bytes queued or in flight to clients right after a fan-out.",
+        s.outbound_bytes_peak,
+    );
     counter(
         &mut o,
         "corecast_slow_consumer_disconnects_total",

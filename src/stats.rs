@@ -72,6 +72,10 @@ pub struct Stats {
     pub auth_failures: u64,
     /// Vectored writes issued.
     pub writes: u64,
+    /// Bytes queued or being written to clients now (gauge).
+    pub outbound_bytes: u64,
+    /// The most `outbound_bytes` was right after a fan-out (gauge).
+    pub outbound_bytes_peak: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,

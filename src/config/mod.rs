@@ -43,6 +43,8 @@ pub struct Config {
     pub max_outbound_queue: usize,
     /// What happens when a subscriber exceeds `max_outbound_queue`.
     pub slow_consumer: SlowConsumerPolicy,
+    /// How long a subscriber over `max_outbound_queue` may stall.
+    pub slow_consumer_grace: Duration,
     /// Most simultaneous connections (HTTP and WebSocket).
     pub max_connections: usize,
     /// Most channels one connection may subscribe to.
@@ -90,6 +92,7 @@ impl Default for Config {
             handshake_timeout: Duration::ZERO,
             max_outbound_queue: 0,
             slow_consumer: SlowConsumerPolicy::Disconnect,
+            slow_consumer_grace: Duration::ZERO,
             max_connections: 0,
             max_subscriptions: 0,
             ping_interval: Duration::ZERO,
@@ -180,6 +183,7 @@ impl Config {
         HubLimits {
             max_outbound_queue: self.max_outbound_queue,
             slow_consumer: self.slow_consumer,
+            slow_grace_ms: self.slow_consumer_grace.as_millis() as u64,
             max_subscriptions: self.max_subscriptions,
             max_connections: self.max_connections,
             max_total_outbound: self.max_total_outbound,

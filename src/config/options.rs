@@ -78,8 +78,11 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "largest HTTP request body; larger ones get 413"
         => |c, v| set_size(&mut c.http.max_body_size, v);
     "max-outbound-queue", CORECAST_MAX_OUTBOUND_QUEUE, "BYTES", "1MiB",
-        "outbound bytes queued per connection before it is a slow consumer"
+        "outbound bytes per connection past which publishers pause until it drains; a connection over it whose writes stall for --slow-consumer-grace, or over 4 times it, is a slow consumer"
         => |c, v| set_size(&mut c.max_outbound_queue, v);
+    "slow-consumer-grace", CORECAST_SLOW_CONSUMER_GRACE, "DURATION", "1s",
+        "how long a connection over --max-outbound-queue may go without its writes accepting a byte before it is a slow consumer"
+        => |c, v| set_duration(&mut c.slow_consumer_grace, v);
     "slow-consumer", CORECAST_SLOW_CONSUMER, "POLICY", "disconnect",
         "`disconnect` (close 1008) or `drop-oldest` (drop oldest queued messages)"
         => |c, v| {

@@ -91,6 +91,12 @@ pub struct Conn {
     pub(super) serial: u64,
     /// Where the writer is in the fan-out window (`Pacer`).
     pub(super) pace: Pace,
+    /// Coarse time (ms) its writes last accepted a byte, or data was
+    /// queued with nothing pending: a connection over its bound whose
+    /// writes have not progressed for the grace period is slow.
+    pub(super) progress_ms: u64,
+    /// Counted in `Totals::pressing` (open and over its bound).
+    pub(super) pressing: bool,
 }
 
 impl Conn {
@@ -116,6 +122,8 @@ impl Conn {
             batch_since_ns: 0,
             serial,
             pace: Pace::Idle,
+            progress_ms: now_ms,
+            pressing: false,
         }
     }
 

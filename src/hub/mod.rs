@@ -45,7 +45,9 @@ mod tests;
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
 pub use format::{Delivery, Encoder, Encoders, Format, MAX_FORMATS};
 pub use limits::{HubLimits, SlowConsumerPolicy};
-pub use outbox::{WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, MAX_BATCH, MAX_PENDING_CONTROL};
+pub use outbox::{
+    WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
+};
 pub use registry::SubscribeError;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY};
 
@@ -77,6 +79,7 @@ impl Hub {
     /// `encoders` (one per wire format its connections use).
     pub fn new(limits: HubLimits, encoders: Encoders) -> Self {
         let window = limits.fanout_window;
+        let soft = limits.max_outbound_queue;
         Hub {
             conns: Slab::new(),
             registry: Registry::default(),
@@ -84,7 +87,7 @@ impl Hub {
             encoders,
             now_ms: 0,
             epoch: std::time::Instant::now(),
-            totals: Totals::default(),
+            totals: Totals::new(soft),
             next_serial: 0,
             pacer: Pacer::new(window),
             stats: Stats::default(),
@@ -292,7 +295,10 @@ impl Hub {
             totals,
             pacer,
         };
-        q.fan_out(conns, registry.subscribers(cid), &mut frames, skip, t0)
+        let n = q.fan_out(conns, registry.subscribers(cid), &mut frames, skip, t0);
+        // One compare per publish: the peak of what the queues held.
+        stats.outbound_bytes_peak = stats.outbound_bytes_peak.max(totals.all as u64);
+        n
     }
 
     /// Queues a data frame addressed to one connection (a control-protocol
@@ -365,6 +371,7 @@ impl Hub {
             conn.finished = true;
             conn.queue.clear();
             conn.ctrl.clear();
+            self.totals.track(conn);
             conn::wake(conn);
         }
     }
@@ -432,6 +439,9 @@ impl Hub {
             0
         };
         if let Some(conn) = self.conns.get_mut(id) {
+            if n > 0 {
+                conn.progress_ms = self.now_ms;
+            }
             let n = n.min(conn.pending_bytes);
             self.totals.sub(conn, n);
             if timed && conn.batch_since_ns != 0 {
@@ -442,6 +452,36 @@ impl Hub {
             self.pacer.done(conn);
             self.pacer.release(&mut self.conns, &mut self.stats);
         }
+    }
+
+    /// A write to `id` accepted some bytes (a part of a batch, before
+    /// [`Hub::wrote`] accounts for the whole): its writes progress.
+    pub fn progressed(&mut self, id: ConnId) {
+        let now = self.now_ms;
+        if let Some(c) = self.conns.get_mut(id) {
+            c.progress_ms = now;
+        }
+    }
+
+    /// Whether publishers should pause: an open connection has more than
+    /// `--max-outbound-queue` unwritten. It either drains (its writes
+    /// progress) or is cut by the sweep once they stall for the grace
+    /// period, so the pause is bounded; a publisher's burst slows the
+    /// publisher (TCP flow control) instead of cutting its subscribers.
+    pub fn pressed(&self) -> bool {
+        self.totals.pressing > 0
+    }
+
+    /// A publisher's wait: ready once no connection is over its bound.
+    pub fn poll_unpressed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.totals.pressing == 0 {
+            return Poll::Ready(());
+        }
+        let waiters = &mut self.totals.waiters;
+        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     /// Nanoseconds since the hub was created (never 0, so 0 can mean "none").
@@ -492,8 +532,9 @@ impl Hub {
             now_ms,
             pacer,
             stats,
+            totals,
             ..
         } = self;
-        timers::sweep(conns, limits, *now_ms, pacer, stats, expired);
+        timers::sweep(conns, limits, *now_ms, pacer, stats, totals, expired);
     }
 }

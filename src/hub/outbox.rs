@@ -34,22 +34,46 @@ pub enum WriterWork {
     Finish,
 }
 
+/// A connection's queue may grow to this many times
+/// `--max-outbound-queue` before it is cut (or trimmed) at once, progress
+/// or not: the memory guard. Between one and this many times the bound, a
+/// connection is cut only when its writes stop progressing (see
+/// `timers::sweep`), and publishers are paused until it is back under the
+/// bound (`Totals::pressing`).
+pub const HARD_CAP_FACTOR: usize = 4;
+
 /// Worker-wide outbound byte counts, kept in step with every connection's
-/// `pending_bytes` (every change goes through `add`/`sub`).
+/// `pending_bytes` (every change goes through `add`/`sub`), and the
+/// publisher backpressure they drive.
 #[derive(Debug, Default)]
 pub(super) struct Totals {
     /// Everything queued or in flight.
     pub(super) all: usize,
     /// The same with each connection counted up to [`BACKLOG_CAP`].
     pub(super) capped: usize,
+    /// `--max-outbound-queue`: an open connection with more pending is
+    /// behind, and publishers wait for it (or for its cut).
+    pub(super) soft: usize,
+    /// Open connections over `soft` (those with `Conn::pressing`).
+    pub(super) pressing: usize,
+    /// Publishers' readers waiting for `pressing` to reach 0.
+    pub(super) waiters: Vec<std::task::Waker>,
 }
 
 impl Totals {
+    pub(super) fn new(soft: usize) -> Totals {
+        Totals {
+            soft,
+            ..Totals::default()
+        }
+    }
+
     pub(super) fn add(&mut self, conn: &mut Conn, n: usize) {
         let old = conn.pending_bytes;
         conn.pending_bytes += n;
         self.all += n;
         self.capped += conn.pending_bytes.min(BACKLOG_CAP) - old.min(BACKLOG_CAP);
+        self.track(conn);
     }
 
     pub(super) fn sub(&mut self, conn: &mut Conn, n: usize) {
@@ -57,6 +81,27 @@ impl Totals {
         conn.pending_bytes -= n;
         self.all -= n;
         self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
+        self.track(conn);
+    }
+
+    /// Keeps `pressing` in step with `conn` (after its pending bytes or
+    /// its state changed); wakes the waiting publishers when it reaches 0.
+    pub(super) fn track(&mut self, conn: &mut Conn) {
+        let now = conn.state == ConnState::Open && conn.pending_bytes > self.soft;
+        if now == conn.pressing {
+            return;
+        }
+        conn.pressing = now;
+        if now {
+            self.pressing += 1;
+            return;
+        }
+        self.pressing -= 1;
+        if self.pressing == 0 {
+            for w in self.waiters.drain(..) {
+                w.wake();
+            }
+        }
     }
 }
 
@@ -116,6 +161,10 @@ impl Queueing<'_> {
             return false;
         }
         let len = frame.len();
+        if conn.pending_bytes == 0 {
+            // Stall time counts from when there is something to write.
+            conn.progress_ms = self.now_ms;
+        }
         // A frame larger than the whole bound still goes to an idle connection:
         // the message-size limit, not the queue bound, governs single messages.
         if over_limits(conn, len, totals.all, limits) {
@@ -133,12 +182,16 @@ impl Queueing<'_> {
     }
 }
 
-/// Whether queueing `len` more bytes to `conn` would cross its own bound or
-/// the worker's total budget. A frame larger than the bound still goes to
-/// an idle connection: the message-size limit governs single messages.
+/// Whether queueing `len` more bytes to `conn` would cross its hard cap
+/// ([`HARD_CAP_FACTOR`] times its bound) or the worker's total budget. A
+/// frame larger than the bound still goes to an idle connection: the
+/// message-size limit governs single messages. Crossing the bound itself
+/// only pauses the publishers (`Totals::pressing`); the sweep cuts a
+/// connection over it whose writes do not progress.
 fn over_limits(conn: &Conn, len: usize, total: usize, limits: &HubLimits) -> bool {
+    let hard = limits.max_outbound_queue.saturating_mul(HARD_CAP_FACTOR);
     conn.pending_bytes > 0
-        && (conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue
+        && (conn.pending_bytes.saturating_add(len) > hard
             || total.saturating_add(len) > limits.max_total_outbound)
 }
 
@@ -153,26 +206,7 @@ fn make_room(
 ) -> bool {
     match limits.slow_consumer {
         SlowConsumerPolicy::Disconnect => {
-            let dropped = conn.queue.len() as u64 + 1;
-            let freed: usize = conn.queue.iter().map(Bytes::len).sum();
-            conn.queue.clear();
-            totals.sub(conn, freed);
-            stats.slow_consumer_disconnects += 1;
-            stats.messages_not_delivered += dropped;
-            crate::log!(
-                Info,
-                "slow consumer disconnected",
-                fd = conn.fd,
-                dropped = dropped
-            );
-            conn.state = ConnState::Closing;
-            // The close deadline runs from now, as for every other close
-            // (`Hub::close`), not from when the connection was opened.
-            conn.since_ms = now_ms;
-            let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
-            totals.add(conn, close.len());
-            conn.queue.push_back(close);
-            wake(conn);
+            cut_slow(conn, 1, stats, now_ms, totals);
             false
         }
         SlowConsumerPolicy::DropOldest => {
@@ -189,6 +223,51 @@ fn make_room(
             }
             true
         }
+    }
+}
+
+/// Cuts a slow consumer: drops its queue (counting `extra` more messages
+/// not delivered, e.g. the one being queued), queues close 1008 and
+/// counts the cut.
+pub(super) fn cut_slow(
+    conn: &mut Conn,
+    extra: u64,
+    stats: &mut Stats,
+    now_ms: u64,
+    totals: &mut Totals,
+) {
+    let dropped = conn.queue.len() as u64 + extra;
+    let freed: usize = conn.queue.iter().map(Bytes::len).sum();
+    conn.queue.clear();
+    conn.state = ConnState::Closing;
+    totals.sub(conn, freed);
+    stats.slow_consumer_disconnects += 1;
+    stats.messages_not_delivered += dropped;
+    crate::log!(
+        Info,
+        "slow consumer disconnected",
+        fd = conn.fd,
+        dropped = dropped
+    );
+    // The close deadline runs from now, as for every other close
+    // (`Hub::close`), not from when the connection was opened.
+    conn.since_ms = now_ms;
+    let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
+    totals.add(conn, close.len());
+    conn.queue.push_back(close);
+    wake(conn);
+}
+
+/// Drops `conn`'s oldest queued data frames until at most `keep` bytes
+/// are pending (or nothing is queued), counting each drop.
+pub(super) fn drop_oldest(conn: &mut Conn, keep: usize, stats: &mut Stats, totals: &mut Totals) {
+    while conn.pending_bytes > keep {
+        let Some(old) = conn.queue.pop_front() else {
+            return;
+        };
+        totals.sub(conn, old.len());
+        stats.slow_consumer_drops += 1;
+        stats.messages_not_delivered += 1;
     }
 }
 

@@ -5,7 +5,8 @@
 use slab::Slab;
 
 use super::conn::{Conn, ConnKind, ConnState};
-use super::limits::HubLimits;
+use super::limits::{HubLimits, SlowConsumerPolicy};
+use super::outbox::{self, Totals};
 use super::pacer::Pacer;
 use crate::stats::Stats;
 use crate::ws::frame::{encode_server_frame, OpCode};
@@ -39,7 +40,8 @@ pub enum Expired {
     Close,
 }
 
-/// The periodic sweep at coarse time `now`: queues keepalive pings
+/// The periodic sweep at coarse time `now`: applies the slow-consumer
+/// policy to connections whose writes stall, queues keepalive pings
 /// (paced like a fan-out) and appends the sockets whose deadline passed.
 pub(super) fn sweep(
     conns: &mut Slab<Conn>,
@@ -47,6 +49,7 @@ pub(super) fn sweep(
     now: u64,
     pacer: &mut Pacer,
     stats: &mut Stats,
+    totals: &mut Totals,
     expired: &mut Vec<(i32, Expired)>,
 ) {
     let first = expired.len();
@@ -55,6 +58,14 @@ pub(super) fn sweep(
     for (id, conn) in conns.iter_mut() {
         if conn.expired {
             continue;
+        }
+        if is_slow(conn, l, now) {
+            match l.slow_consumer {
+                SlowConsumerPolicy::Disconnect => outbox::cut_slow(conn, 0, stats, now, totals),
+                SlowConsumerPolicy::DropOldest => {
+                    outbox::drop_oldest(conn, l.max_outbound_queue, stats, totals);
+                }
+            }
         }
         if let Some(why) = deadline_passed(conn, l, now) {
             conn.expired = true;
@@ -76,6 +87,17 @@ pub(super) fn sweep(
             Expired::Close => stats.close_timeouts += 1,
         }
     }
+}
+
+/// An open WebSocket over its bound whose writes have not accepted a byte
+/// for the grace period: it does not keep up. (One that reads at line
+/// rate is never cut for a publisher's burst: the burst pauses the
+/// publisher, and its queue drains.)
+fn is_slow(conn: &Conn, l: &HubLimits, now: u64) -> bool {
+    conn.kind != ConnKind::Http
+        && conn.state == ConnState::Open
+        && conn.pending_bytes > l.max_outbound_queue
+        && now.saturating_sub(conn.progress_ms) >= l.slow_grace_ms
 }
 
 /// An open WebSocket quiet for `ping_interval`, with no ping unanswered

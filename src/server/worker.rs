@@ -79,8 +79,10 @@ impl Worker {
     /// Every layer's counters now.
     pub fn snapshot(&self) -> Snapshot {
         let hub = self.hub.borrow();
+        let mut worker = hub.stats.clone();
+        worker.outbound_bytes = hub.total_pending() as u64;
         Snapshot {
-            worker: hub.stats.clone(),
+            worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             connections: hub.connection_count() as u64,

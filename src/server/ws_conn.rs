@@ -74,6 +74,8 @@ enum Drained {
     NeedMore,
     /// Over `--publish-rate`: wait this many milliseconds.
     Throttled(u64),
+    /// A connection is over `--max-outbound-queue`: wait until none is.
+    Pressed,
     /// The connection is ending.
     End(ReadEnd),
 }
@@ -115,6 +117,13 @@ impl WsReader<'_> {
                     Box::pin(monoio::time::sleep(Duration::from_millis(ms))).await;
                     continue;
                 }
+                Drained::Pressed => {
+                    // Woken when every connection is back under its bound
+                    // (or was cut): the publisher goes at the pace of
+                    // its slowest reader that keeps up.
+                    poll_fn(|cx| self.w.hub.borrow_mut().poll_unpressed(cx)).await;
+                    continue;
+                }
                 Drained::NeedMore => {}
             }
             if buf.is_empty() {
@@ -141,6 +150,14 @@ impl WsReader<'_> {
                 },
             };
             if matches!(msg, Message::Text(_) | Message::Binary(_)) {
+                if self.w.hub.borrow().pressed() {
+                    // A subscriber is over its bound: pause this publisher
+                    // (TCP flow control slows it) rather than cut
+                    // subscribers that read at line rate.
+                    self.w.hub.borrow_mut().stats.publish_backpressure += 1;
+                    self.held = Some(Box::new(msg));
+                    return Drained::Pressed;
+                }
                 if self.w.over_backlog() {
                     // The server is behind on its own writes: slow the
                     // publishers down rather than let every subscriber's
@@ -339,7 +356,7 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
         let mut batch = Vec::new();
         let last = w.hub.borrow_mut().take_batch(id, &mut batch);
         let total: usize = batch.iter().map(Bytes::len).sum();
-        let res = write_all_vectored(&mut wr, batch).await;
+        let res = write_all_vectored(&mut wr, batch, || w.hub.borrow_mut().progressed(id)).await;
         let mut hub = w.hub.borrow_mut();
         hub.stats.writes += 1;
         hub.wrote(id, total);
@@ -354,15 +371,26 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
     }
 }
 
-/// Writes every byte of `bufs`, resubmitting after short writes.
-async fn write_all_vectored(wr: &mut TcpOwnedWriteHalf, bufs: Vec<Bytes>) -> io::Result<()> {
+/// Writes every byte of `bufs`, resubmitting after short writes, calling
+/// `progressed` after each write that accepted bytes (a batch may take
+/// long to write to a slow reader; it is slow only when no byte goes).
+async fn write_all_vectored(
+    wr: &mut TcpOwnedWriteHalf,
+    bufs: Vec<Bytes>,
+    mut progressed: impl FnMut(),
+) -> io::Result<()> {
     let mut iov = IoVecs::new(bufs);
     while iov.remaining() > 0 {
         let (res, back) = wr.writev(iov).await;
         iov = back;
         match res {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => iov.advance(n),
+            Ok(n) => {
+                iov.advance(n);
+                if iov.remaining() > 0 {
+                    progressed();
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
