@@ -181,6 +181,12 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     );
     counter(
         &mut o,
+        "corecast_write_stall_timeouts_total",
+        "Connections cut because their writes accepted no byte for --write-stall-timeout.",
+        s.write_stall_timeouts,
+    );
+    counter(
+        &mut o,
         "corecast_slow_consumer_drops_total",
         "Messages dropped under drop-oldest.",
         s.slow_consumer_drops,

@@ -72,6 +72,9 @@ pub struct Stats {
     pub auth_failures: u64,
     /// Vectored writes issued.
     pub writes: u64,
+    /// Connections cut because their writes accepted no byte for
+    /// `--write-stall-timeout` (also in `slow_consumer_disconnects`).
+    pub write_stall_timeouts: u64,
     /// Bytes queued or being written to clients now (gauge).
     pub outbound_bytes: u64,
     /// The most `outbound_bytes` was right after a fan-out (gauge).

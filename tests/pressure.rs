@@ -161,3 +161,43 @@ on_both_drivers!(
     a_burst_of_16_does_not_cut_healthy_subscribers,
     a_burst_of_64_mib_does_not_cut_healthy_subscribers
 );
+
+/// A subscriber that never reads, sent large messages while far under
+/// `--max-outbound-queue`: its write stalls, and after
+/// `--write-stall-timeout` it is cut as slow (close 1008 attempted,
+/// counted). Its stuck bytes stop counting towards
+/// `--publish-backpressure` at once, so publishers are not held until its
+/// close timeout.
+async fn a_stalled_write_is_cut_after_the_write_stall_timeout(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| {
+        c.write_stall_timeout = Duration::from_millis(500);
+        c.max_outbound_queue = 64 << 20;
+        c.publish_backpressure = 32 << 10;
+        c.close_timeout = LONG;
+    });
+    let addr = srv.addr;
+    let mut silent = RawWs::connect_small_rcvbuf(addr, "/ws/stall", 4096).await;
+    wait_stat(addr, "subscriptions", |s| s == 1).await;
+    let big = "x".repeat(512 << 10);
+    // More than the kernel takes for a peer that does not read.
+    for _ in 0..8 {
+        let resp = post(addr, "/publish/stall", big.as_bytes()).await;
+        assert_eq!(resp.status, 200, "publish: {resp:?}");
+    }
+    let s = wait_stat(addr, "write_stall_timeouts", |n| n == 1).await;
+    assert_eq!(counter(&s, "slow_consumer_disconnects"), 1, "{s}");
+    // The stalled connection no longer holds publishers back, though its
+    // last write is still stuck (its close timeout is long).
+    let t = Instant::now();
+    let resp = post(addr, "/publish/stall", b"after").await;
+    assert_eq!(resp.status, 200, "{resp:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "publish held {:?} by a cut connection",
+        t.elapsed()
+    );
+    let (_, ending) = within_for(LONG, "silent peer", silent.read_until_close()).await;
+    assert_eq!(ending, Ending::Close(Some(1008)));
+}
+
+on_both_drivers!(a_stalled_write_is_cut_after_the_write_stall_timeout);

@@ -45,6 +45,8 @@ pub struct Config {
     pub slow_consumer: SlowConsumerPolicy,
     /// How long a subscriber over `max_outbound_queue` may stall.
     pub slow_consumer_grace: Duration,
+    /// How long any connection's writes may stall with data queued.
+    pub write_stall_timeout: Duration,
     /// Most simultaneous connections (HTTP and WebSocket).
     pub max_connections: usize,
     /// Most channels one connection may subscribe to.
@@ -93,6 +95,7 @@ impl Default for Config {
             max_outbound_queue: 0,
             slow_consumer: SlowConsumerPolicy::Disconnect,
             slow_consumer_grace: Duration::ZERO,
+            write_stall_timeout: Duration::ZERO,
             max_connections: 0,
             max_subscriptions: 0,
             ping_interval: Duration::ZERO,
@@ -184,6 +187,7 @@ impl Config {
             max_outbound_queue: self.max_outbound_queue,
             slow_consumer: self.slow_consumer,
             slow_grace_ms: self.slow_consumer_grace.as_millis() as u64,
+            write_stall_timeout_ms: self.write_stall_timeout.as_millis() as u64,
             max_subscriptions: self.max_subscriptions,
             max_connections: self.max_connections,
             max_total_outbound: self.max_total_outbound,

@@ -83,6 +83,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "slow-consumer-grace", CORECAST_SLOW_CONSUMER_GRACE, "DURATION", "1s",
         "how long a connection over --max-outbound-queue may go without its writes accepting a byte before it is a slow consumer"
         => |c, v| set_duration(&mut c.slow_consumer_grace, v);
+    "write-stall-timeout", CORECAST_WRITE_STALL_TIMEOUT, "DURATION", "10s",
+        "a connection with data to write whose writes accept no byte for this long is cut as a slow consumer (0 = never)"
+        => |c, v| set_duration(&mut c.write_stall_timeout, v);
     "slow-consumer", CORECAST_SLOW_CONSUMER, "POLICY", "disconnect",
         "`disconnect` (close 1008) or `drop-oldest` (drop oldest queued messages)"
         => |c, v| {

@@ -91,10 +91,10 @@ pub struct Conn {
     pub(super) serial: u64,
     /// Where the writer is in the fan-out window (`Pacer`).
     pub(super) pace: Pace,
-    /// Coarse time (ms) its writes last accepted a byte, or data was
-    /// queued with nothing pending: a connection over its bound whose
-    /// writes have not progressed for the grace period is slow.
-    pub(super) progress_ms: u64,
+    /// Milliseconds its writes have accepted no byte while it had data
+    /// to write, as counted by the sweeps (`timers::sweep`); reset by any
+    /// write progress and when data is queued with nothing pending.
+    pub(super) stalled_ms: u32,
     /// Counted in `Totals::pressing` (open and over its bound).
     pub(super) pressing: bool,
 }
@@ -122,7 +122,7 @@ impl Conn {
             batch_since_ns: 0,
             serial,
             pace: Pace::Idle,
-            progress_ms: now_ms,
+            stalled_ms: 0,
             pressing: false,
         }
     }

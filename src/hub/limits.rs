@@ -26,6 +26,9 @@ pub struct HubLimits {
     /// Milliseconds a connection over its bound may go without write
     /// progress before it is slow.
     pub slow_grace_ms: u64,
+    /// Milliseconds a connection with anything to write may go without
+    /// write progress before it is cut as slow; 0 disables.
+    pub write_stall_timeout_ms: u64,
     /// Channels per connection.
     pub max_subscriptions: usize,
     /// Connections in the table.

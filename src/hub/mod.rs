@@ -70,6 +70,9 @@ pub struct Hub {
     totals: Totals,
     next_serial: u64,
     pacer: Pacer,
+    /// The clock at the previous sweep (write stalls are counted in
+    /// sweep steps).
+    last_sweep_ms: u64,
     /// Counters, read by `/stats`.
     pub stats: Stats,
 }
@@ -90,6 +93,7 @@ impl Hub {
             totals: Totals::new(soft),
             next_serial: 0,
             pacer: Pacer::new(window),
+            last_sweep_ms: 0,
             stats: Stats::default(),
         }
     }
@@ -367,11 +371,10 @@ impl Hub {
     /// Tears the writer down without a close frame (the socket is gone).
     pub fn abort(&mut self, id: ConnId) {
         if let Some(conn) = self.conns.get_mut(id) {
-            conn.state = ConnState::Closing;
+            self.totals.set_closing(conn);
             conn.finished = true;
             conn.queue.clear();
             conn.ctrl.clear();
-            self.totals.track(conn);
             conn::wake(conn);
         }
     }
@@ -440,7 +443,7 @@ impl Hub {
         };
         if let Some(conn) = self.conns.get_mut(id) {
             if n > 0 {
-                conn.progress_ms = self.now_ms;
+                conn.stalled_ms = 0;
             }
             let n = n.min(conn.pending_bytes);
             self.totals.sub(conn, n);
@@ -457,9 +460,8 @@ impl Hub {
     /// A write to `id` accepted some bytes (a part of a batch, before
     /// [`Hub::wrote`] accounts for the whole): its writes progress.
     pub fn progressed(&mut self, id: ConnId) {
-        let now = self.now_ms;
         if let Some(c) = self.conns.get_mut(id) {
-            c.progress_ms = now;
+            c.stalled_ms = 0;
         }
     }
 
@@ -533,8 +535,12 @@ impl Hub {
             pacer,
             stats,
             totals,
+            last_sweep_ms,
             ..
         } = self;
-        timers::sweep(conns, limits, *now_ms, pacer, stats, totals, expired);
+        let step = now_ms.saturating_sub(*last_sweep_ms);
+        *last_sweep_ms = *now_ms;
+        let clock = timers::Clock { now: *now_ms, step };
+        timers::sweep(conns, limits, clock, pacer, stats, totals, expired);
     }
 }

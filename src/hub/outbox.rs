@@ -49,7 +49,9 @@ pub const HARD_CAP_FACTOR: usize = 4;
 pub(super) struct Totals {
     /// Everything queued or in flight.
     pub(super) all: usize,
-    /// The same with each connection counted up to [`BACKLOG_CAP`].
+    /// The same with each open connection counted up to [`BACKLOG_CAP`]
+    /// (a closing one is on its way out, however stuck its last write:
+    /// it must not hold the publishers).
     pub(super) capped: usize,
     /// `--max-outbound-queue`: an open connection with more pending is
     /// behind, and publishers wait for it (or for its cut).
@@ -72,7 +74,9 @@ impl Totals {
         let old = conn.pending_bytes;
         conn.pending_bytes += n;
         self.all += n;
-        self.capped += conn.pending_bytes.min(BACKLOG_CAP) - old.min(BACKLOG_CAP);
+        if conn.state == ConnState::Open {
+            self.capped += conn.pending_bytes.min(BACKLOG_CAP) - old.min(BACKLOG_CAP);
+        }
         self.track(conn);
     }
 
@@ -80,7 +84,19 @@ impl Totals {
         let old = conn.pending_bytes;
         conn.pending_bytes -= n;
         self.all -= n;
-        self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
+        if conn.state == ConnState::Open {
+            self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
+        }
+        self.track(conn);
+    }
+
+    /// Moves `conn` to `Closing` (once): from now on it counts in neither
+    /// the backlog nor the connections publishers wait for.
+    pub(super) fn set_closing(&mut self, conn: &mut Conn) {
+        if conn.state == ConnState::Open {
+            self.capped -= conn.pending_bytes.min(BACKLOG_CAP);
+            conn.state = ConnState::Closing;
+        }
         self.track(conn);
     }
 
@@ -163,7 +179,7 @@ impl Queueing<'_> {
         let len = frame.len();
         if conn.pending_bytes == 0 {
             // Stall time counts from when there is something to write.
-            conn.progress_ms = self.now_ms;
+            conn.stalled_ms = 0;
         }
         // A frame larger than the whole bound still goes to an idle connection:
         // the message-size limit, not the queue bound, governs single messages.
@@ -239,7 +255,7 @@ pub(super) fn cut_slow(
     let dropped = conn.queue.len() as u64 + extra;
     let freed: usize = conn.queue.iter().map(Bytes::len).sum();
     conn.queue.clear();
-    conn.state = ConnState::Closing;
+    totals.set_closing(conn);
     totals.sub(conn, freed);
     stats.slow_consumer_disconnects += 1;
     stats.messages_not_delivered += dropped;
@@ -290,7 +306,7 @@ pub(super) fn queue_close(conn: &mut Conn, totals: &mut Totals, frame: Bytes, no
     if conn.state == ConnState::Closing {
         return;
     }
-    conn.state = ConnState::Closing;
+    totals.set_closing(conn);
     conn.since_ms = now_ms;
     totals.add(conn, frame.len());
     conn.queue.push_back(frame);

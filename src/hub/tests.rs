@@ -12,6 +12,7 @@ fn limits() -> HubLimits {
         max_outbound_queue: 1 << 20,
         slow_consumer: SlowConsumerPolicy::Disconnect,
         slow_grace_ms: 1_000,
+        write_stall_timeout_ms: 10_000,
         max_subscriptions: 64,
         max_connections: 50_000,
         max_total_outbound: 1 << 30,
@@ -390,7 +391,7 @@ fn slow_consumer_is_disconnected_with_1008_and_counted() {
     let fast = ws(&mut hub, RAW);
     hub.subscribe(slow, "c").unwrap();
     hub.subscribe(fast, "c").unwrap();
-    hub.set_now(10_000);
+    sweeps(&mut hub, 0, 10_000);
     for _ in 0..5 {
         hub.publish("c", OpCode::Binary, &[0; 40], None);
         drain(&mut hub, fast);
@@ -399,16 +400,13 @@ fn slow_consumer_is_disconnected_with_1008_and_counted() {
     // nobody is cut yet.
     assert!(hub.pressed());
     assert_eq!(hub.stats.slow_consumer_disconnects, 0);
-    let mut expired = Vec::new();
-    hub.set_now(10_999);
-    hub.sweep(&mut expired);
+    sweeps(&mut hub, 10_000, 10_900);
     assert_eq!(
         hub.stats.slow_consumer_disconnects, 0,
         "cut before the grace"
     );
     // No write progress for the whole grace period: slow.
-    hub.set_now(11_000);
-    hub.sweep(&mut expired);
+    sweeps(&mut hub, 10_900, 11_000);
     assert_eq!(hub.stats.slow_consumer_disconnects, 1);
     assert!(
         !hub.pressed(),
@@ -537,8 +535,7 @@ fn drop_oldest_keeps_the_queue_bounded_and_counts_drops() {
     }
     assert_eq!(hub.stats.slow_consumer_drops, 1, "one drop at the hard cap");
     // Its writes stalled for the grace period: trimmed to the bound.
-    hub.set_now(1_000);
-    hub.sweep(&mut Vec::new());
+    sweeps(&mut hub, 0, 1_000);
     let out = drain(&mut hub, id);
     assert_eq!(out.len(), 2);
     assert_eq!(out[1][2], 9, "newest kept");
@@ -699,4 +696,55 @@ fn the_connection_entry_stays_small() {
     // progress time (issue 13); growth costs every connection (see the
     // memory-per-connection budget).
     assert!(size <= 184, "connection entry grew to {size} bytes");
+}
+
+#[test]
+fn a_write_that_accepts_nothing_for_the_stall_timeout_is_cut() {
+    let mut l = limits();
+    l.write_stall_timeout_ms = 500;
+    let mut hub = hub_with(l);
+    let id = ws(&mut hub, RAW);
+    hub.subscribe(id, "c").unwrap();
+    hub.publish("c", OpCode::Binary, &[0; 40], None);
+    let mut out = Vec::new();
+    hub.take_batch(id, &mut out);
+    // The batch is in flight and never completes.
+    assert!(hub.backlog() > 0);
+    sweeps(&mut hub, 0, 400);
+    assert_eq!(hub.stats.write_stall_timeouts, 0);
+    sweeps(&mut hub, 400, 500);
+    assert_eq!(hub.stats.write_stall_timeouts, 1);
+    assert_eq!(hub.stats.slow_consumer_disconnects, 1);
+    assert_eq!(hub.conn(id).unwrap().state(), ConnState::Closing);
+    assert_eq!(hub.backlog(), 0, "a closing connection holds no publisher");
+    hub.remove(id);
+    assert_eq!(hub.total_pending(), 0);
+}
+
+/// Sweeps every 100 ms of coarse time after `from` up to `to`, as the
+/// edge's sweeper does.
+fn sweeps(hub: &mut Hub, from: u64, to: u64) {
+    let mut expired = Vec::new();
+    for t in (from + 100..=to).step_by(100) {
+        hub.set_now(t);
+        hub.sweep(&mut expired);
+    }
+}
+
+#[test]
+fn a_late_sweep_does_not_make_progressing_writes_look_stalled() {
+    let mut l = limits();
+    l.max_outbound_queue = 100;
+    l.write_stall_timeout_ms = 500;
+    let mut hub = hub_with(l);
+    let id = ws(&mut hub, RAW);
+    hub.subscribe(id, "c").unwrap();
+    for _ in 0..5 {
+        hub.publish("c", OpCode::Binary, &[0; 40], None);
+    }
+    // The worker was busy for 5 s (its writes progressing all along):
+    // one late sweep counts at most one step.
+    hub.set_now(5_000);
+    hub.sweep(&mut Vec::new());
+    assert_eq!(hub.stats.slow_consumer_disconnects, 0);
 }

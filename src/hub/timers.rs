@@ -40,18 +40,32 @@ pub enum Expired {
     Close,
 }
 
-/// The periodic sweep at coarse time `now`: applies the slow-consumer
+/// Longest step one sweep counts towards a write stall: a sweep that runs
+/// late because the worker was busy (writing, among others) must not make
+/// every connection look stalled for the whole delay.
+pub(super) const MAX_STALL_STEP_MS: u64 = 200;
+
+/// The sweep's view of the clock: coarse time now, and how long since the
+/// previous sweep.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Clock {
+    pub(super) now: u64,
+    pub(super) step: u64,
+}
+
+/// The periodic sweep at coarse time `clock.now`: applies the slow-consumer
 /// policy to connections whose writes stall, queues keepalive pings
 /// (paced like a fan-out) and appends the sockets whose deadline passed.
 pub(super) fn sweep(
     conns: &mut Slab<Conn>,
     l: &HubLimits,
-    now: u64,
+    clock: Clock,
     pacer: &mut Pacer,
     stats: &mut Stats,
     totals: &mut Totals,
     expired: &mut Vec<(i32, Expired)>,
 ) {
+    let now = clock.now;
     let first = expired.len();
     // One ping frame shared by every connection pinged in this sweep.
     let ping = encode_server_frame(OpCode::Ping, b"");
@@ -59,7 +73,15 @@ pub(super) fn sweep(
         if conn.expired {
             continue;
         }
-        if is_slow(conn, l, now) {
+        if conn.pending_bytes > 0 {
+            let step = clock.step.min(MAX_STALL_STEP_MS) as u32;
+            conn.stalled_ms = conn.stalled_ms.saturating_add(step);
+        }
+        if write_stalled(conn, l) {
+            // Nothing to drop its way out of: its writes do not move.
+            stats.write_stall_timeouts += 1;
+            outbox::cut_slow(conn, 0, stats, now, totals);
+        } else if is_slow(conn, l) {
             match l.slow_consumer {
                 SlowConsumerPolicy::Disconnect => outbox::cut_slow(conn, 0, stats, now, totals),
                 SlowConsumerPolicy::DropOldest => {
@@ -93,11 +115,21 @@ pub(super) fn sweep(
 /// for the grace period: it does not keep up. (One that reads at line
 /// rate is never cut for a publisher's burst: the burst pauses the
 /// publisher, and its queue drains.)
-fn is_slow(conn: &Conn, l: &HubLimits, now: u64) -> bool {
+fn is_slow(conn: &Conn, l: &HubLimits) -> bool {
     conn.kind != ConnKind::Http
         && conn.state == ConnState::Open
         && conn.pending_bytes > l.max_outbound_queue
-        && now.saturating_sub(conn.progress_ms) >= l.slow_grace_ms
+        && u64::from(conn.stalled_ms) >= l.slow_grace_ms
+}
+
+/// An open WebSocket with data to write whose writes have accepted no byte
+/// for `--write-stall-timeout`, however little it has queued.
+fn write_stalled(conn: &Conn, l: &HubLimits) -> bool {
+    conn.kind != ConnKind::Http
+        && conn.state == ConnState::Open
+        && conn.pending_bytes > 0
+        && l.write_stall_timeout_ms > 0
+        && u64::from(conn.stalled_ms) >= l.write_stall_timeout_ms
 }
 
 /// An open WebSocket quiet for `ping_interval`, with no ping unanswered
