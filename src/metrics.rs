@@ -173,6 +173,12 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         "The most bytes queued or in flight to clients right after a fan-out.",
         s.outbound_bytes_peak,
     );
+    gauge(
+        &mut o,
+        "corecast_outbound_memory_bytes",
+        "Memory held by outbound frames, each shared frame counted once (bounded by --max-total-outbound).",
+        s.outbound_memory_bytes,
+    );
     counter(
         &mut o,
         "corecast_slow_consumer_disconnects_total",

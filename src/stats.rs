@@ -79,6 +79,9 @@ pub struct Stats {
     pub outbound_bytes: u64,
     /// The most `outbound_bytes` was right after a fan-out (gauge).
     pub outbound_bytes_peak: u64,
+    /// Memory the outbound frames hold now, each shared frame counted
+    /// once: what `--max-total-outbound` bounds (gauge).
+    pub outbound_memory_bytes: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,

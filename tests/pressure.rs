@@ -123,6 +123,8 @@ async fn burst(legacy: bool, n: usize) {
             frames.len() < n,
             "the silent subscriber read nothing, got all"
         );
+        // Everything written: the memory budget got every byte back.
+        wait_stat(addr, "outbound_memory_bytes", |m| m == 0).await;
         s
     } else {
         stats(addr).await

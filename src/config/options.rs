@@ -103,7 +103,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "most channels one connection may subscribe to"
         => |c, v| set_num(&mut c.max_subscriptions, v);
     "max-total-outbound", CORECAST_MAX_TOTAL_OUTBOUND, "BYTES", "1GiB",
-        "outbound bytes queued across all connections; past it the subscriber being queued to is treated as slow"
+        "memory held by outbound frames across all connections, each frame shared by many subscribers counted once; past it the subscriber being queued to is treated as slow"
         => |c, v| set_size(&mut c.max_total_outbound, v);
     "publish-backpressure", CORECAST_PUBLISH_BACKPRESSURE, "BYTES", "16MiB",
         "when this much waits to be written to subscribers (each connection counted up to 64 KiB), publishers are read more slowly until it drains"

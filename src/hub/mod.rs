@@ -236,6 +236,7 @@ impl Hub {
         };
         let n = conn.pending_bytes;
         self.totals.sub(&mut conn, n);
+        self.totals.release_all(conn.queue.iter().chain(&conn.ctrl));
         self.pacer.done(&mut conn);
         self.pacer.release(&mut self.conns, &mut self.stats);
         for (cid, pos) in std::mem::take(&mut conn.subs) {
@@ -334,7 +335,8 @@ impl Hub {
     /// ping needs an answer).
     pub fn queue_pong(&mut self, id: ConnId, payload: &[u8]) {
         if let Some(conn) = self.conns.get_mut(id) {
-            outbox::queue_ctrl(conn, encode_server_frame(OpCode::Pong, payload));
+            let pong = encode_server_frame(OpCode::Pong, payload);
+            outbox::queue_ctrl(conn, &mut self.totals, pong);
         }
     }
 
@@ -373,6 +375,7 @@ impl Hub {
         if let Some(conn) = self.conns.get_mut(id) {
             self.totals.set_closing(conn);
             conn.finished = true;
+            self.totals.release_all(conn.queue.iter().chain(&conn.ctrl));
             conn.queue.clear();
             conn.ctrl.clear();
             conn::wake(conn);
@@ -455,6 +458,18 @@ impl Hub {
             self.pacer.done(conn);
             self.pacer.release(&mut self.conns, &mut self.stats);
         }
+    }
+
+    /// The writer is done with `frames` (written or not): the memory
+    /// budget releases the ones nobody else holds.
+    pub fn release(&mut self, frames: Vec<Bytes>) {
+        self.totals.release_all(&frames);
+    }
+
+    /// Memory the outbound frames really hold (each shared frame counted
+    /// once): what `--max-total-outbound` bounds.
+    pub fn outbound_memory(&self) -> usize {
+        self.totals.unique
     }
 
     /// A write to `id` accepted some bytes (a part of a batch, before

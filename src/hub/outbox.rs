@@ -60,6 +60,11 @@ pub(super) struct Totals {
     pub(super) pressing: usize,
     /// Publishers' readers waiting for `pressing` to reach 0.
     pub(super) waiters: Vec<std::task::Waker>,
+    /// Memory the queued and in-flight frames really hold: each frame
+    /// counted once however many connections share it (charged when the
+    /// first queue takes it, released when the last holder lets go; see
+    /// `charge`/`release`). What `--max-total-outbound` bounds.
+    pub(super) unique: usize,
 }
 
 impl Totals {
@@ -88,6 +93,34 @@ impl Totals {
             self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
         }
         self.track(conn);
+    }
+
+    /// Whether `frame`, about to be queued, is new to the queues (only
+    /// its creator holds it); if so its bytes are charged. Shared frames
+    /// cost nothing more: one publish to N subscribers costs one frame.
+    pub(super) fn charge(&mut self, frame: &Bytes) -> bool {
+        let fresh = frame.is_unique();
+        if fresh {
+            self.unique += frame.len();
+        }
+        fresh
+    }
+
+    /// A holder lets go of `frame` (call before dropping it): the last
+    /// one releases its bytes.
+    pub(super) fn release(&mut self, frame: &Bytes) {
+        if frame.is_unique() {
+            // Saturating: a frame sliced from a buffer someone else held
+            // when it was queued was never charged.
+            self.unique = self.unique.saturating_sub(frame.len());
+        }
+    }
+
+    /// Releases every frame of `frames` (see `release`).
+    pub(super) fn release_all<'a>(&mut self, frames: impl IntoIterator<Item = &'a Bytes>) {
+        for f in frames {
+            self.release(f);
+        }
     }
 
     /// Moves `conn` to `Closing` (once): from now on it counts in neither
@@ -183,15 +216,19 @@ impl Queueing<'_> {
         }
         // A frame larger than the whole bound still goes to an idle connection:
         // the message-size limit, not the queue bound, governs single messages.
-        if over_limits(conn, len, totals.all, limits) {
-            if totals.all.saturating_add(len) > limits.max_total_outbound {
+        // Only a frame new to the queues adds memory.
+        let new_bytes = if frame.is_unique() { len } else { 0 };
+        if over_limits(conn, len, totals.unique + new_bytes, limits) {
+            if totals.unique.saturating_add(new_bytes) > limits.max_total_outbound {
                 stats.outbound_budget_exceeded += 1;
             }
-            if !make_room(conn, len, limits, stats, self.now_ms, totals) {
+            let room = Room { len, new_bytes };
+            if !make_room(conn, room, limits, stats, self.now_ms, totals) {
                 return false;
             }
         }
         totals.add(conn, len);
+        totals.charge(frame);
         conn.queue.push_back(frame.clone());
         self.pacer.schedule(id, conn, stats);
         true
@@ -199,22 +236,30 @@ impl Queueing<'_> {
 }
 
 /// Whether queueing `len` more bytes to `conn` would cross its hard cap
-/// ([`HARD_CAP_FACTOR`] times its bound) or the worker's total budget. A
+/// ([`HARD_CAP_FACTOR`] times its bound) or the worker's total budget
+/// (`memory`: the unique frame bytes held, this frame included). A
 /// frame larger than the bound still goes to an idle connection: the
 /// message-size limit governs single messages. Crossing the bound itself
 /// only pauses the publishers (`Totals::pressing`); the sweep cuts a
 /// connection over it whose writes do not progress.
-fn over_limits(conn: &Conn, len: usize, total: usize, limits: &HubLimits) -> bool {
+fn over_limits(conn: &Conn, len: usize, memory: usize, limits: &HubLimits) -> bool {
     let hard = limits.max_outbound_queue.saturating_mul(HARD_CAP_FACTOR);
     conn.pending_bytes > 0
-        && (conn.pending_bytes.saturating_add(len) > hard
-            || total.saturating_add(len) > limits.max_total_outbound)
+        && (conn.pending_bytes.saturating_add(len) > hard || memory > limits.max_total_outbound)
+}
+
+/// The frame make_room makes room for: its length, and how much memory it
+/// adds (its length if no queue holds it yet, else 0).
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    len: usize,
+    new_bytes: usize,
 }
 
 /// Applies the slow-consumer policy; returns whether the new frame may be queued.
 fn make_room(
     conn: &mut Conn,
-    len: usize,
+    room: Room,
     limits: &HubLimits,
     stats: &mut Stats,
     now_ms: u64,
@@ -226,7 +271,8 @@ fn make_room(
             false
         }
         SlowConsumerPolicy::DropOldest => {
-            while over_limits(conn, len, totals.all, limits) {
+            let Room { len, new_bytes } = room;
+            while over_limits(conn, len, totals.unique + new_bytes, limits) {
                 let Some(old) = conn.queue.pop_front() else {
                     // Everything left is in flight: drop the new frame instead.
                     stats.slow_consumer_drops += 1;
@@ -234,6 +280,7 @@ fn make_room(
                     return false;
                 };
                 totals.sub(conn, old.len());
+                totals.release(&old);
                 stats.slow_consumer_drops += 1;
                 stats.messages_not_delivered += 1;
             }
@@ -254,6 +301,7 @@ pub(super) fn cut_slow(
 ) {
     let dropped = conn.queue.len() as u64 + extra;
     let freed: usize = conn.queue.iter().map(Bytes::len).sum();
+    totals.release_all(&conn.queue);
     conn.queue.clear();
     totals.set_closing(conn);
     totals.sub(conn, freed);
@@ -270,6 +318,7 @@ pub(super) fn cut_slow(
     conn.since_ms = now_ms;
     let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
     totals.add(conn, close.len());
+    totals.charge(&close);
     conn.queue.push_back(close);
     wake(conn);
 }
@@ -282,6 +331,7 @@ pub(super) fn drop_oldest(conn: &mut Conn, keep: usize, stats: &mut Stats, total
             return;
         };
         totals.sub(conn, old.len());
+        totals.release(&old);
         stats.slow_consumer_drops += 1;
         stats.messages_not_delivered += 1;
     }
@@ -289,13 +339,16 @@ pub(super) fn drop_oldest(conn: &mut Conn, keep: usize, stats: &mut Stats, total
 
 /// Queues a control frame for an open connection; past
 /// [`MAX_PENDING_CONTROL`] the newest replaces the last unsent one.
-pub(super) fn queue_ctrl(conn: &mut Conn, frame: Bytes) {
+pub(super) fn queue_ctrl(conn: &mut Conn, totals: &mut Totals, frame: Bytes) {
     if conn.state != ConnState::Open {
         return;
     }
     if conn.ctrl.len() >= MAX_PENDING_CONTROL {
-        conn.ctrl.pop_back();
+        if let Some(old) = conn.ctrl.pop_back() {
+            totals.release(&old);
+        }
     }
+    totals.charge(&frame);
     conn.ctrl.push_back(frame);
     wake(conn);
 }
@@ -309,6 +362,7 @@ pub(super) fn queue_close(conn: &mut Conn, totals: &mut Totals, frame: Bytes, no
     totals.set_closing(conn);
     conn.since_ms = now_ms;
     totals.add(conn, frame.len());
+    totals.charge(&frame);
     conn.queue.push_back(frame);
     wake(conn);
 }

@@ -499,17 +499,24 @@ fn the_worker_wide_budget_bounds_all_queues_together() {
     l.max_total_outbound = 250;
     let mut hub = hub_with(l);
     let ids: Vec<_> = (0..4).map(|_| ws(&mut hub, RAW)).collect();
-    for &id in &ids {
-        hub.subscribe(id, "c").unwrap();
+    // One channel each: every queued frame is memory of its own.
+    let names = ["a", "b", "c", "d"];
+    for (&id, name) in ids.iter().zip(names) {
+        hub.subscribe(id, name).unwrap();
     }
     // 4 × 42 B = 168 B fits; the second round would make 336 B.
-    hub.publish("c", OpCode::Binary, &[0; 40], None);
+    for name in names {
+        hub.publish(name, OpCode::Binary, &[0; 40], None);
+    }
     assert_eq!(hub.total_pending(), 168);
-    hub.publish("c", OpCode::Binary, &[0; 40], None);
+    assert_eq!(hub.outbound_memory(), 168);
+    for name in names {
+        hub.publish(name, OpCode::Binary, &[0; 40], None);
+    }
     assert!(
-        hub.total_pending() <= 250 + 4 * 4,
+        hub.outbound_memory() <= 250 + 4 * 4,
         "{}",
-        hub.total_pending()
+        hub.outbound_memory()
     );
     assert!(hub.stats.outbound_budget_exceeded >= 1);
     assert!(hub.stats.slow_consumer_disconnects >= 1);
@@ -519,6 +526,45 @@ fn the_worker_wide_budget_bounds_all_queues_together() {
     }
     assert_eq!(hub.total_pending(), 0, "every byte accounted for");
     assert_eq!(hub.backlog(), 0);
+}
+
+/// Issue 13 item 4: a shared frame is charged once. 1 MiB to 100 stalled
+/// subscribers holds ~1 MiB, not 100 MiB, so a healthy subscriber beside
+/// them is not cut by the worker-wide budget.
+#[test]
+fn the_budget_charges_a_shared_frame_once() {
+    let mut l = limits();
+    l.max_outbound_queue = 4 << 20;
+    l.max_total_outbound = 8 << 20;
+    let mut hub = hub_with(l);
+    let stalled: Vec<_> = (0..100).map(|_| ws(&mut hub, RAW)).collect();
+    let healthy = ws(&mut hub, RAW);
+    for &id in stalled.iter().chain([&healthy]) {
+        hub.subscribe(id, "c").unwrap();
+    }
+    let big = vec![7u8; 1 << 20];
+    for _ in 0..3 {
+        hub.publish("c", OpCode::Binary, &big, None);
+        // The stalled ones take their batch and never finish writing it.
+        for &id in &stalled {
+            hub.take_batch(id, &mut Vec::new());
+        }
+        assert_eq!(drain(&mut hub, healthy).len(), 1);
+    }
+    assert_eq!(hub.stats.outbound_budget_exceeded, 0);
+    assert_eq!(hub.stats.slow_consumer_disconnects, 0);
+    let frame = (1 << 20) + 10;
+    assert!(
+        hub.total_pending() >= 300 * frame,
+        "{}",
+        hub.total_pending()
+    );
+    assert_eq!(hub.outbound_memory(), 3 * frame, "each frame once");
+    for &id in &stalled {
+        hub.remove(id);
+    }
+    hub.remove(healthy);
+    assert_eq!(hub.total_pending(), 0);
 }
 
 #[test]

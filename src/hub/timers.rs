@@ -96,6 +96,8 @@ pub(super) fn sweep(
         }
         if wants_ping(conn, l, now) {
             conn.ping_outstanding = true;
+            // Charged once, by the first connection that takes it.
+            totals.charge(&ping);
             conn.ctrl.push_back(ping.clone());
             // Paced like a fan-out: thousands of connections that
             // connected together fall due together.

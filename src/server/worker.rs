@@ -81,6 +81,7 @@ impl Worker {
         let hub = self.hub.borrow();
         let mut worker = hub.stats.clone();
         worker.outbound_bytes = hub.total_pending() as u64;
+        worker.outbound_memory_bytes = hub.outbound_memory() as u64;
         Snapshot {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),

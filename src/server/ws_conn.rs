@@ -356,8 +356,10 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
         let mut batch = Vec::new();
         let last = w.hub.borrow_mut().take_batch(id, &mut batch);
         let total: usize = batch.iter().map(Bytes::len).sum();
-        let res = write_all_vectored(&mut wr, batch, || w.hub.borrow_mut().progressed(id)).await;
+        let (res, frames) =
+            write_all_vectored(&mut wr, batch, || w.hub.borrow_mut().progressed(id)).await;
         let mut hub = w.hub.borrow_mut();
+        hub.release(frames);
         hub.stats.writes += 1;
         hub.wrote(id, total);
         if let Err(e) = res {
@@ -371,20 +373,21 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
     }
 }
 
-/// Writes every byte of `bufs`, resubmitting after short writes, calling
+/// Writes every byte of `bufs`, resubmitting after short writes, and gives
+/// them back (for the memory budget, `Hub::release`); calls
 /// `progressed` after each write that accepted bytes (a batch may take
 /// long to write to a slow reader; it is slow only when no byte goes).
 async fn write_all_vectored(
     wr: &mut TcpOwnedWriteHalf,
     bufs: Vec<Bytes>,
     mut progressed: impl FnMut(),
-) -> io::Result<()> {
+) -> (io::Result<()>, Vec<Bytes>) {
     let mut iov = IoVecs::new(bufs);
     while iov.remaining() > 0 {
         let (res, back) = wr.writev(iov).await;
         iov = back;
         match res {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), iov.into_all()),
             Ok(n) => {
                 iov.advance(n);
                 if iov.remaining() > 0 {
@@ -392,8 +395,8 @@ async fn write_all_vectored(
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => return (Err(e), iov.into_all()),
         }
     }
-    Ok(())
+    (Ok(()), iov.into_all())
 }
