@@ -218,6 +218,12 @@ impl Hub {
         self.registry.interest_snapshot()
     }
 
+    /// Interest changes not yet taken by the upstream.
+    #[cfg(test)]
+    pub(crate) fn interest_backlog(&self) -> usize {
+        self.registry.interest_backlog()
+    }
+
     /// Moves pending interest changes into `out`, in order; pending when
     /// there are none (the waker is woken on the next change).
     pub fn poll_interest(

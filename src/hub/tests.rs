@@ -328,7 +328,7 @@ fn disconnect_cleans_up_only_its_subscriptions() {
 }
 
 #[test]
-fn interest_changes_are_logged_in_order_once_tracked() {
+fn interest_changes_are_logged_once_tracked() {
     let mut hub = hub_with(limits());
     let a = ws(&mut hub, TAGGED);
     hub.subscribe(a, "before").unwrap();
@@ -345,7 +345,8 @@ fn interest_changes_are_logged_in_order_once_tracked() {
     let mut out = Vec::new();
     assert!(hub.poll_interest(&mut cx, &mut out).is_ready());
     let got: Vec<(&str, bool)> = out.iter().map(|(n, g)| (&**n, *g)).collect();
-    assert_eq!(got, vec![("x", true), ("before", false), ("x", false)]);
+    // "x" came and went before the upstream looked: no change for it.
+    assert_eq!(got, vec![("before", false)]);
     out.clear();
     assert!(hub.poll_interest(&mut cx, &mut out).is_pending());
     let c = ws(&mut hub, TAGGED);
@@ -793,4 +794,34 @@ fn a_late_sweep_does_not_make_progressing_writes_look_stalled() {
     hub.set_now(5_000);
     hub.sweep(&mut Vec::new());
     assert_eq!(hub.stats.slow_consumer_disconnects, 0);
+}
+
+/// Issue 13 item 6: while the upstream (Redis) subscriber connection is
+/// down nobody takes the interest log; it must not grow with the churn,
+/// only with the channels whose state differs from what the upstream
+/// last took (last state wins per channel).
+#[test]
+fn the_interest_log_is_coalesced_per_channel_while_nobody_reads_it() {
+    let mut hub = hub_with(limits());
+    hub.track_interest();
+    let a = ws(&mut hub, TAGGED);
+    hub.subscribe(a, "kept").unwrap();
+    for i in 0..10_000 {
+        let name = format!("churn{}", i % 100);
+        hub.subscribe(a, &name).unwrap();
+        hub.unsubscribe(a, &name);
+    }
+    hub.subscribe(a, "late").unwrap();
+    assert_eq!(hub.interest_backlog(), 2, "one entry per changed channel");
+    let waker = Waker::from(Arc::new(Counter(AtomicUsize::new(0))));
+    let mut cx = Context::from_waker(&waker);
+    let mut out = Vec::new();
+    assert!(hub.poll_interest(&mut cx, &mut out).is_ready());
+    let got: Vec<(&str, bool)> = out.iter().map(|(n, g)| (&**n, *g)).collect();
+    assert_eq!(got, vec![("kept", true), ("late", true)]);
+    // Taken: now losing "kept" is a change again.
+    hub.unsubscribe(a, "kept");
+    out.clear();
+    assert!(hub.poll_interest(&mut cx, &mut out).is_ready());
+    assert_eq!(out, vec![(Rc::from("kept"), false)]);
 }
