@@ -466,10 +466,11 @@ impl Hub {
         }
     }
 
-    /// The writer is done with `frames` (written or not): the memory
-    /// budget releases the ones nobody else holds.
-    pub fn release(&mut self, frames: Vec<Bytes>) {
-        self.totals.release_all(&frames);
+    /// The writer is done with `frames` (written or not): empties it, and
+    /// the memory budget releases the ones nobody else holds.
+    pub fn release(&mut self, frames: &mut Vec<Bytes>) {
+        self.totals.release_all(frames.iter());
+        frames.clear();
     }
 
     /// Memory the outbound frames really hold (each shared frame counted

@@ -228,7 +228,8 @@ impl Queueing<'_> {
             }
         }
         totals.add(conn, len);
-        totals.charge(frame);
+        // `charge` without a second look at the reference count.
+        totals.unique += new_bytes;
         conn.queue.push_back(frame.clone());
         self.pacer.schedule(id, conn, stats);
         true

@@ -356,10 +356,10 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
         let mut batch = Vec::new();
         let last = w.hub.borrow_mut().take_batch(id, &mut batch);
         let total: usize = batch.iter().map(Bytes::len).sum();
-        let (res, frames) =
+        let (res, mut frames) =
             write_all_vectored(&mut wr, batch, || w.hub.borrow_mut().progressed(id)).await;
         let mut hub = w.hub.borrow_mut();
-        hub.release(frames);
+        hub.release(&mut frames);
         hub.stats.writes += 1;
         hub.wrote(id, total);
         if let Err(e) = res {
