@@ -40,6 +40,8 @@ mod registry;
 mod timers;
 
 #[cfg(test)]
+mod delivery_tests;
+#[cfg(test)]
 mod tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
