@@ -23,7 +23,7 @@
 //! - `limits`: [`HubLimits`], built by the configuration.
 
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use slab::Slab;
@@ -505,6 +505,12 @@ impl Hub {
         }
         let waiters = &mut self.totals.waiters;
         if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            // Wakers of readers that ended stay until the pause ends;
+            // bound them through a long pause by waking everyone (the
+            // live ones wait again) when they outnumber the connections.
+            if waiters.len() >= 2 * self.conns.len().max(16) {
+                waiters.drain(..).for_each(Waker::wake);
+            }
             waiters.push(cx.waker().clone());
         }
         Poll::Pending
