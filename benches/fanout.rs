@@ -62,7 +62,8 @@ fn publish_and_drain(hub: &mut Hub, ids: &[usize], payload: &[u8], batch: &mut V
     for &id in ids {
         hub.take_batch(id, batch);
         let n = batch.iter().map(Bytes::len).sum();
-        batch.clear();
+        // The writer hands its frames back to the memory budget.
+        hub.release(batch);
         hub.wrote(id, n);
     }
 }

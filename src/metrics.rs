@@ -193,6 +193,18 @@ fn deliveries(o: &mut String, s: &Stats, g: &Gauges) {
         "Bytes queued or in flight to clients.",
         g.outbound_bytes,
     );
+    gauge(
+        o,
+        "corecast_outbound_queued_bytes_peak",
+        "The most bytes queued or in flight to clients right after a fan-out.",
+        s.outbound_bytes_peak,
+    );
+    gauge(
+        o,
+        "corecast_outbound_memory_bytes",
+        "Memory held by outbound frames, each shared frame counted once (bounded by --max-total-outbound).",
+        s.outbound_memory_bytes,
+    );
 }
 
 /// Slow consumers, the outbound budget, pacing, publish limits, plain HTTP
@@ -203,6 +215,12 @@ fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
         "corecast_slow_consumer_disconnects_total",
         "Subscribers cut off with close 1008.",
         s.slow_consumer_disconnects,
+    );
+    counter(
+        o,
+        "corecast_write_stall_timeouts_total",
+        "Connections cut because their writes accepted no byte for --write-stall-timeout.",
+        s.write_stall_timeouts,
     );
     counter(
         o,

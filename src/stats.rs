@@ -42,7 +42,8 @@ pub struct Stats {
     /// Messages queued to a subscriber (one per subscriber per message).
     pub deliveries: u64,
     /// Deliveries that could not be made: dropped by the slow-consumer
-    /// Policy, or addressed to a connection already closing.
+    /// policy, or addressed to a connection already closing; also a data
+    /// frame a peer sends after our close frame (reading stops there).
     pub messages_not_delivered: u64,
     /// Bytes received from clients.
     pub bytes_in: u64,
@@ -90,6 +91,16 @@ pub struct Stats {
     pub per_ip_tracked: u64,
     /// Vectored writes issued.
     pub writes: u64,
+    /// Connections cut because their writes accepted no byte for
+    /// `--write-stall-timeout` (also in `slow_consumer_disconnects`).
+    pub write_stall_timeouts: u64,
+    /// Bytes queued or being written to clients now (gauge).
+    pub outbound_bytes: u64,
+    /// The most `outbound_bytes` was right after a fan-out (gauge).
+    pub outbound_bytes_peak: u64,
+    /// Memory the outbound frames hold now, each shared frame counted
+    /// once: what `--max-total-outbound` bounds (gauge).
+    pub outbound_memory_bytes: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,

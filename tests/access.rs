@@ -171,18 +171,19 @@ async fn a_fast_publisher_is_slowed_not_dropped() {
 
 #[tokio::test]
 async fn the_worker_wide_outbound_budget_cuts_off_stalled_readers() {
-    // Two raw subscribers that never read: each alone is under its own
-    // 1 MiB bound, together they cross a 256 KiB worker budget.
+    // Two raw subscribers that never read, each on its own channel (a
+    // frame shared by both is held, and charged, once): each alone is
+    // under its own 1 MiB bound, together they cross a 256 KiB budget.
     let srv = TestServer::start(|c| {
         c.max_total_outbound = 256 << 10;
         c.max_outbound_queue = 1 << 20;
         c.close_timeout = std::time::Duration::from_millis(300);
     });
     let mut stalled = Vec::new();
-    for _ in 0..2 {
+    for i in 0..2 {
         let mut s = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
         let req = format!(
-            "GET /ws/b HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+            "GET /ws/b{i} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {RFC_KEY}\r\n\r\n"
         );
         tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes())
@@ -196,8 +197,8 @@ async fn the_worker_wide_outbound_budget_cuts_off_stalled_readers() {
     let body = "x".repeat(16 << 10);
     let s = {
         let mut last = serde_json::Value::Null;
-        for _ in 0..2000 {
-            http.publish("b", &body).await;
+        for i in 0..2000 {
+            http.publish(&format!("b{}", i % 2), &body).await;
             last = stats(srv.addr).await;
             if counter(&last, "outbound_budget_exceeded") > 0 {
                 break;

@@ -33,6 +33,10 @@ pub struct Config {
     pub max_outbound_queue: usize,
     /// What happens when a subscriber exceeds `max_outbound_queue`.
     pub slow_consumer: SlowConsumerPolicy,
+    /// How long a subscriber over `max_outbound_queue` may stall.
+    pub slow_consumer_grace: Duration,
+    /// How long any connection's writes may stall with data queued.
+    pub write_stall_timeout: Duration,
     /// Most simultaneous connections (HTTP and WebSocket).
     pub max_connections: usize,
     /// Most channels one connection may subscribe to.

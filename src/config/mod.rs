@@ -37,6 +37,8 @@ impl Default for Config {
             handshake_timeout: Duration::ZERO,
             max_outbound_queue: 0,
             slow_consumer: SlowConsumerPolicy::Disconnect,
+            slow_consumer_grace: Duration::ZERO,
+            write_stall_timeout: Duration::ZERO,
             max_connections: 0,
             max_subscriptions: 0,
             ping_interval: Duration::ZERO,
@@ -133,6 +135,8 @@ impl Config {
         HubLimits {
             max_outbound_queue: self.max_outbound_queue,
             slow_consumer: self.slow_consumer,
+            slow_grace_ms: self.slow_consumer_grace.as_millis() as u64,
+            write_stall_timeout_ms: self.write_stall_timeout.as_millis() as u64,
             max_subscriptions: self.max_subscriptions,
             max_connections: self.max_connections,
             max_total_outbound: self.max_total_outbound,

@@ -93,8 +93,14 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "largest HTTP request body; larger ones get 413"
         => |c, v| set_size(&mut c.http.max_body_size, v);
     "max-outbound-queue", CORECAST_MAX_OUTBOUND_QUEUE, "BYTES", "1MiB",
-        "outbound bytes queued per connection before it is a slow consumer"
+        "outbound bytes per connection past which publishers pause until it drains; a connection over it whose writes stall for --slow-consumer-grace, or over 4 times it, is a slow consumer"
         => |c, v| set_size(&mut c.max_outbound_queue, v);
+    "slow-consumer-grace", CORECAST_SLOW_CONSUMER_GRACE, "DURATION", "1s",
+        "how long a connection over --max-outbound-queue may go without its writes accepting a byte before it is a slow consumer"
+        => |c, v| set_duration(&mut c.slow_consumer_grace, v);
+    "write-stall-timeout", CORECAST_WRITE_STALL_TIMEOUT, "DURATION", "10s",
+        "a connection with data to write whose writes accept no byte for this long is cut as a slow consumer (0 = never)"
+        => |c, v| set_duration(&mut c.write_stall_timeout, v);
     "slow-consumer", CORECAST_SLOW_CONSUMER, "POLICY", "disconnect",
         "`disconnect` (close 1008) or `drop-oldest` (drop oldest queued messages)"
         => |c, v| {
@@ -137,7 +143,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "most channels one connection may subscribe to"
         => |c, v| set_num(&mut c.max_subscriptions, v);
     "max-total-outbound", CORECAST_MAX_TOTAL_OUTBOUND, "BYTES", "1GiB",
-        "outbound bytes queued across all connections; past it the subscriber being queued to is treated as slow"
+        "memory held by outbound frames across all connections, each frame shared by many subscribers counted once; past it the subscriber being queued to is treated as slow"
         => |c, v| set_size(&mut c.max_total_outbound, v);
     "publish-backpressure", CORECAST_PUBLISH_BACKPRESSURE, "BYTES", "16MiB",
         "when this much waits to be written to subscribers (each connection counted up to 64 KiB), publishers are read more slowly until it drains"

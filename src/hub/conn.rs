@@ -96,6 +96,12 @@ pub struct Conn {
     pub(super) serial: u64,
     /// Where the writer is in the fan-out window (`Pacer`).
     pub(super) pace: Pace,
+    /// Milliseconds its writes have accepted no byte while it had data
+    /// to write, as counted by the sweeps (`timers::sweep`); reset by any
+    /// write progress and when data is queued with nothing pending.
+    pub(super) stalled_ms: u32,
+    /// Counted in `Totals::pressing` (open and over its bound).
+    pub(super) pressing: bool,
 }
 
 impl Conn {
@@ -122,6 +128,8 @@ impl Conn {
             batch_since_ns: 0,
             serial,
             pace: Pace::Idle,
+            stalled_ms: 0,
+            pressing: false,
         }
     }
 

@@ -20,8 +20,15 @@ pub enum SlowConsumerPolicy {
 pub struct HubLimits {
     /// Per-connection outbound bound in bytes.
     pub max_outbound_queue: usize,
-    /// What to do over the bound.
+    /// What to do over the bound (when the writes stall for
+    /// `slow_grace_ms`, or at once past `HARD_CAP_FACTOR` times the bound).
     pub slow_consumer: SlowConsumerPolicy,
+    /// Milliseconds a connection over its bound may go without write
+    /// progress before it is slow.
+    pub slow_grace_ms: u64,
+    /// Milliseconds a connection with anything to write may go without
+    /// write progress before it is cut as slow; 0 disables.
+    pub write_stall_timeout_ms: u64,
     /// Channels per connection.
     pub max_subscriptions: usize,
     /// Connections in the table.

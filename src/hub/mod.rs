@@ -23,7 +23,7 @@
 //! - `limits`: [`HubLimits`], built by the configuration.
 
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use slab::Slab;
@@ -40,12 +40,16 @@ mod registry;
 mod timers;
 
 #[cfg(test)]
+mod delivery_tests;
+#[cfg(test)]
 mod tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
 pub use format::{Delivery, Encoder, Encoders, Format, MAX_FORMATS};
 pub use limits::{HubLimits, SlowConsumerPolicy};
-pub use outbox::{WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, MAX_BATCH, MAX_PENDING_CONTROL};
+pub use outbox::{
+    WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
+};
 pub use registry::SubscribeError;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
@@ -68,6 +72,9 @@ pub struct Hub {
     totals: Totals,
     next_serial: u64,
     pacer: Pacer,
+    /// The clock at the previous sweep (write stalls are counted in
+    /// sweep steps).
+    last_sweep_ms: u64,
     /// Counters, read by `/stats`.
     pub stats: Stats,
 }
@@ -77,6 +84,7 @@ impl Hub {
     /// `encoders` (one per wire format its connections use).
     pub fn new(limits: HubLimits, encoders: Encoders) -> Self {
         let window = limits.fanout_window;
+        let soft = limits.max_outbound_queue;
         Hub {
             conns: Slab::new(),
             registry: Registry::default(),
@@ -84,9 +92,10 @@ impl Hub {
             encoders,
             now_ms: 0,
             epoch: std::time::Instant::now(),
-            totals: Totals::default(),
+            totals: Totals::new(soft),
             next_serial: 0,
             pacer: Pacer::new(window),
+            last_sweep_ms: 0,
             stats: Stats::default(),
         }
     }
@@ -220,6 +229,12 @@ impl Hub {
         self.registry.interest_snapshot()
     }
 
+    /// Interest changes not yet taken by the upstream.
+    #[cfg(test)]
+    pub(crate) fn interest_backlog(&self) -> usize {
+        self.registry.interest_backlog()
+    }
+
     /// Moves pending interest changes into `out`, in order; pending when
     /// there are none (the waker is woken on the next change).
     pub fn poll_interest(
@@ -238,6 +253,7 @@ impl Hub {
         };
         let n = conn.pending_bytes;
         self.totals.sub(&mut conn, n);
+        self.totals.release_all(conn.queue.iter().chain(&conn.ctrl));
         self.pacer.done(&mut conn);
         self.pacer.release(&mut self.conns, &mut self.stats);
         for (cid, pos) in std::mem::take(&mut conn.subs) {
@@ -301,7 +317,10 @@ impl Hub {
             totals,
             pacer,
         };
-        q.fan_out(conns, registry.subscribers(cid), &mut frames, skip, t0)
+        let n = q.fan_out(conns, registry.subscribers(cid), &mut frames, skip, t0);
+        // One compare per publish: the peak of what the queues held.
+        stats.outbound_bytes_peak = stats.outbound_bytes_peak.max(totals.all as u64);
+        n
     }
 
     /// Queues a data frame addressed to one connection (a control-protocol
@@ -333,7 +352,8 @@ impl Hub {
     /// ping needs an answer).
     pub fn queue_pong(&mut self, id: ConnId, payload: &[u8]) {
         if let Some(conn) = self.conns.get_mut(id) {
-            outbox::queue_ctrl(conn, encode_server_frame(OpCode::Pong, payload));
+            let pong = encode_server_frame(OpCode::Pong, payload);
+            outbox::queue_ctrl(conn, &mut self.totals, pong);
         }
     }
 
@@ -370,8 +390,9 @@ impl Hub {
     /// Tears the writer down without a close frame (the socket is gone).
     pub fn abort(&mut self, id: ConnId) {
         if let Some(conn) = self.conns.get_mut(id) {
-            conn.state = ConnState::Closing;
+            self.totals.set_closing(conn);
             conn.finished = true;
+            self.totals.release_all(conn.queue.iter().chain(&conn.ctrl));
             conn.queue.clear();
             conn.ctrl.clear();
             conn::wake(conn);
@@ -441,6 +462,9 @@ impl Hub {
             0
         };
         if let Some(conn) = self.conns.get_mut(id) {
+            if n > 0 {
+                conn.stalled_ms = 0;
+            }
             let n = n.min(conn.pending_bytes);
             self.totals.sub(conn, n);
             if timed && conn.batch_since_ns != 0 {
@@ -451,6 +475,54 @@ impl Hub {
             self.pacer.done(conn);
             self.pacer.release(&mut self.conns, &mut self.stats);
         }
+    }
+
+    /// The writer is done with `frames` (written or not): empties it, and
+    /// the memory budget releases the ones nobody else holds.
+    pub fn release(&mut self, frames: &mut Vec<Bytes>) {
+        self.totals.release_all(frames.iter());
+        frames.clear();
+    }
+
+    /// Memory the outbound frames really hold (each shared frame counted
+    /// once): what `--max-total-outbound` bounds.
+    pub fn outbound_memory(&self) -> usize {
+        self.totals.unique
+    }
+
+    /// A write to `id` accepted some bytes (a part of a batch, before
+    /// [`Hub::wrote`] accounts for the whole): its writes progress.
+    pub fn progressed(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.stalled_ms = 0;
+        }
+    }
+
+    /// Whether publishers should pause: an open connection has more than
+    /// `--max-outbound-queue` unwritten. It either drains (its writes
+    /// progress) or is cut by the sweep once they stall for the grace
+    /// period, so the pause is bounded; a publisher's burst slows the
+    /// publisher (TCP flow control) instead of cutting its subscribers.
+    pub fn pressed(&self) -> bool {
+        self.totals.pressing > 0
+    }
+
+    /// A publisher's wait: ready once no connection is over its bound.
+    pub fn poll_unpressed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.totals.pressing == 0 {
+            return Poll::Ready(());
+        }
+        let waiters = &mut self.totals.waiters;
+        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            // Wakers of readers that ended stay until the pause ends;
+            // bound them through a long pause by waking everyone (the
+            // live ones wait again) when they outnumber the connections.
+            if waiters.len() >= 2 * self.conns.len().max(16) {
+                waiters.drain(..).for_each(Waker::wake);
+            }
+            waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     /// Nanoseconds since the hub was created (never 0, so 0 can mean "none").
@@ -501,13 +573,18 @@ impl Hub {
             now_ms,
             pacer,
             stats,
+            totals,
+            last_sweep_ms,
             ..
         } = self;
+        let step = now_ms.saturating_sub(*last_sweep_ms);
+        *last_sweep_ms = *now_ms;
+        let clock = timers::Clock { now: *now_ms, step };
         let mut due = timers::Due {
             expired,
             token_expired: Vec::new(),
         };
-        timers::sweep(conns, limits, *now_ms, pacer, stats, &mut due);
+        timers::sweep(conns, limits, clock, pacer, stats, totals, &mut due);
         for id in due.token_expired {
             self.close(
                 id,

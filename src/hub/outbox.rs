@@ -34,29 +34,123 @@ pub enum WriterWork {
     Finish,
 }
 
+/// A connection's queue may grow to this many times
+/// `--max-outbound-queue` before it is cut (or trimmed) at once, progress
+/// or not: the memory guard. Between one and this many times the bound, a
+/// connection is cut only when its writes stop progressing (see
+/// `timers::sweep`), and publishers are paused until it is back under the
+/// bound (`Totals::pressing`).
+pub const HARD_CAP_FACTOR: usize = 4;
+
 /// Worker-wide outbound byte counts, kept in step with every connection's
-/// `pending_bytes` (every change goes through `add`/`sub`).
+/// `pending_bytes` (every change goes through `add`/`sub`), and the
+/// publisher backpressure they drive.
 #[derive(Debug, Default)]
 pub(super) struct Totals {
     /// Everything queued or in flight.
     pub(super) all: usize,
-    /// The same with each connection counted up to [`BACKLOG_CAP`].
+    /// The same with each open connection counted up to [`BACKLOG_CAP`]
+    /// (a closing one is on its way out, however stuck its last write:
+    /// it must not hold the publishers).
     pub(super) capped: usize,
+    /// `--max-outbound-queue`: an open connection with more pending is
+    /// behind, and publishers wait for it (or for its cut).
+    pub(super) soft: usize,
+    /// Open connections over `soft` (those with `Conn::pressing`).
+    pub(super) pressing: usize,
+    /// Publishers' readers waiting for `pressing` to reach 0.
+    pub(super) waiters: Vec<std::task::Waker>,
+    /// Memory the queued and in-flight frames really hold: each frame
+    /// counted once however many connections share it (charged when the
+    /// first queue takes it, released when the last holder lets go; see
+    /// `charge`/`release`). What `--max-total-outbound` bounds.
+    pub(super) unique: usize,
 }
 
 impl Totals {
+    pub(super) fn new(soft: usize) -> Totals {
+        Totals {
+            soft,
+            ..Totals::default()
+        }
+    }
+
     pub(super) fn add(&mut self, conn: &mut Conn, n: usize) {
         let old = conn.pending_bytes;
         conn.pending_bytes += n;
         self.all += n;
-        self.capped += conn.pending_bytes.min(BACKLOG_CAP) - old.min(BACKLOG_CAP);
+        if conn.state == ConnState::Open {
+            self.capped += conn.pending_bytes.min(BACKLOG_CAP) - old.min(BACKLOG_CAP);
+        }
+        self.track(conn);
     }
 
     pub(super) fn sub(&mut self, conn: &mut Conn, n: usize) {
         let old = conn.pending_bytes;
         conn.pending_bytes -= n;
         self.all -= n;
-        self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
+        if conn.state == ConnState::Open {
+            self.capped -= old.min(BACKLOG_CAP) - conn.pending_bytes.min(BACKLOG_CAP);
+        }
+        self.track(conn);
+    }
+
+    /// Whether `frame`, about to be queued, is new to the queues (only
+    /// its creator holds it); if so its bytes are charged. Shared frames
+    /// cost nothing more: one publish to N subscribers costs one frame.
+    pub(super) fn charge(&mut self, frame: &Bytes) -> bool {
+        let fresh = frame.is_unique();
+        if fresh {
+            self.unique += frame.len();
+        }
+        fresh
+    }
+
+    /// A holder lets go of `frame` (call before dropping it): the last
+    /// one releases its bytes.
+    pub(super) fn release(&mut self, frame: &Bytes) {
+        if frame.is_unique() {
+            // Saturating: a frame sliced from a buffer someone else held
+            // when it was queued was never charged.
+            self.unique = self.unique.saturating_sub(frame.len());
+        }
+    }
+
+    /// Releases every frame of `frames` (see `release`).
+    pub(super) fn release_all<'a>(&mut self, frames: impl IntoIterator<Item = &'a Bytes>) {
+        for f in frames {
+            self.release(f);
+        }
+    }
+
+    /// Moves `conn` to `Closing` (once): from now on it counts in neither
+    /// the backlog nor the connections publishers wait for.
+    pub(super) fn set_closing(&mut self, conn: &mut Conn) {
+        if conn.state == ConnState::Open {
+            self.capped -= conn.pending_bytes.min(BACKLOG_CAP);
+            conn.state = ConnState::Closing;
+        }
+        self.track(conn);
+    }
+
+    /// Keeps `pressing` in step with `conn` (after its pending bytes or
+    /// its state changed); wakes the waiting publishers when it reaches 0.
+    pub(super) fn track(&mut self, conn: &mut Conn) {
+        let now = conn.state == ConnState::Open && conn.pending_bytes > self.soft;
+        if now == conn.pressing {
+            return;
+        }
+        conn.pressing = now;
+        if now {
+            self.pressing += 1;
+            return;
+        }
+        self.pressing -= 1;
+        if self.pressing == 0 {
+            for w in self.waiters.drain(..) {
+                w.wake();
+            }
+        }
     }
 }
 
@@ -116,36 +210,57 @@ impl Queueing<'_> {
             return false;
         }
         let len = frame.len();
+        if conn.pending_bytes == 0 {
+            // Stall time counts from when there is something to write.
+            conn.stalled_ms = 0;
+        }
         // A frame larger than the whole bound still goes to an idle connection:
         // the message-size limit, not the queue bound, governs single messages.
-        if over_limits(conn, len, totals.all, limits) {
-            if totals.all.saturating_add(len) > limits.max_total_outbound {
+        // Only a frame new to the queues adds memory.
+        let new_bytes = if frame.is_unique() { len } else { 0 };
+        if over_limits(conn, len, totals.unique + new_bytes, limits) {
+            if totals.unique.saturating_add(new_bytes) > limits.max_total_outbound {
                 stats.outbound_budget_exceeded += 1;
             }
-            if !make_room(conn, len, limits, stats, self.now_ms, totals) {
+            let room = Room { len, new_bytes };
+            if !make_room(conn, room, limits, stats, self.now_ms, totals) {
                 return false;
             }
         }
         totals.add(conn, len);
+        // `charge` without a second look at the reference count.
+        totals.unique += new_bytes;
         conn.queue.push_back(frame.clone());
         self.pacer.schedule(id, conn, stats);
         true
     }
 }
 
-/// Whether queueing `len` more bytes to `conn` would cross its own bound or
-/// the worker's total budget. A frame larger than the bound still goes to
-/// an idle connection: the message-size limit governs single messages.
-fn over_limits(conn: &Conn, len: usize, total: usize, limits: &HubLimits) -> bool {
+/// Whether queueing `len` more bytes to `conn` would cross its hard cap
+/// ([`HARD_CAP_FACTOR`] times its bound) or the worker's total budget
+/// (`memory`: the unique frame bytes held, this frame included). A
+/// frame larger than the bound still goes to an idle connection: the
+/// message-size limit governs single messages. Crossing the bound itself
+/// only pauses the publishers (`Totals::pressing`); the sweep cuts a
+/// connection over it whose writes do not progress.
+fn over_limits(conn: &Conn, len: usize, memory: usize, limits: &HubLimits) -> bool {
+    let hard = limits.max_outbound_queue.saturating_mul(HARD_CAP_FACTOR);
     conn.pending_bytes > 0
-        && (conn.pending_bytes.saturating_add(len) > limits.max_outbound_queue
-            || total.saturating_add(len) > limits.max_total_outbound)
+        && (conn.pending_bytes.saturating_add(len) > hard || memory > limits.max_total_outbound)
+}
+
+/// The frame make_room makes room for: its length, and how much memory it
+/// adds (its length if no queue holds it yet, else 0).
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    len: usize,
+    new_bytes: usize,
 }
 
 /// Applies the slow-consumer policy; returns whether the new frame may be queued.
 fn make_room(
     conn: &mut Conn,
-    len: usize,
+    room: Room,
     limits: &HubLimits,
     stats: &mut Stats,
     now_ms: u64,
@@ -153,30 +268,12 @@ fn make_room(
 ) -> bool {
     match limits.slow_consumer {
         SlowConsumerPolicy::Disconnect => {
-            let dropped = conn.queue.len() as u64 + 1;
-            let freed: usize = conn.queue.iter().map(Bytes::len).sum();
-            conn.queue.clear();
-            totals.sub(conn, freed);
-            stats.slow_consumer_disconnects += 1;
-            stats.messages_not_delivered += dropped;
-            crate::log!(
-                Info,
-                "slow consumer disconnected",
-                fd = conn.fd,
-                dropped = dropped
-            );
-            conn.state = ConnState::Closing;
-            // The close deadline runs from now, as for every other close
-            // (`Hub::close`), not from when the connection was opened.
-            conn.since_ms = now_ms;
-            let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
-            totals.add(conn, close.len());
-            conn.queue.push_back(close);
-            wake(conn);
+            cut_slow(conn, 1, stats, now_ms, totals);
             false
         }
         SlowConsumerPolicy::DropOldest => {
-            while over_limits(conn, len, totals.all, limits) {
+            let Room { len, new_bytes } = room;
+            while over_limits(conn, len, totals.unique + new_bytes, limits) {
                 let Some(old) = conn.queue.pop_front() else {
                     // Everything left is in flight: drop the new frame instead.
                     stats.slow_consumer_drops += 1;
@@ -184,6 +281,7 @@ fn make_room(
                     return false;
                 };
                 totals.sub(conn, old.len());
+                totals.release(&old);
                 stats.slow_consumer_drops += 1;
                 stats.messages_not_delivered += 1;
             }
@@ -192,15 +290,66 @@ fn make_room(
     }
 }
 
+/// Cuts a slow consumer: drops its queue (counting `extra` more messages
+/// not delivered, e.g. the one being queued), queues close 1008 and
+/// counts the cut.
+pub(super) fn cut_slow(
+    conn: &mut Conn,
+    extra: u64,
+    stats: &mut Stats,
+    now_ms: u64,
+    totals: &mut Totals,
+) {
+    let dropped = conn.queue.len() as u64 + extra;
+    let freed: usize = conn.queue.iter().map(Bytes::len).sum();
+    totals.release_all(&conn.queue);
+    conn.queue.clear();
+    totals.set_closing(conn);
+    totals.sub(conn, freed);
+    stats.slow_consumer_disconnects += 1;
+    stats.messages_not_delivered += dropped;
+    crate::log!(
+        Info,
+        "slow consumer disconnected",
+        fd = conn.fd,
+        dropped = dropped
+    );
+    // The close deadline runs from now, as for every other close
+    // (`Hub::close`), not from when the connection was opened.
+    conn.since_ms = now_ms;
+    let close = encode_close_frame(CLOSE_SLOW_CONSUMER, "slow consumer");
+    totals.add(conn, close.len());
+    totals.charge(&close);
+    conn.queue.push_back(close);
+    wake(conn);
+}
+
+/// Drops `conn`'s oldest queued data frames until at most `keep` bytes
+/// are pending (or nothing is queued), counting each drop.
+pub(super) fn drop_oldest(conn: &mut Conn, keep: usize, stats: &mut Stats, totals: &mut Totals) {
+    while conn.pending_bytes > keep {
+        let Some(old) = conn.queue.pop_front() else {
+            return;
+        };
+        totals.sub(conn, old.len());
+        totals.release(&old);
+        stats.slow_consumer_drops += 1;
+        stats.messages_not_delivered += 1;
+    }
+}
+
 /// Queues a control frame for an open connection; past
 /// [`MAX_PENDING_CONTROL`] the newest replaces the last unsent one.
-pub(super) fn queue_ctrl(conn: &mut Conn, frame: Bytes) {
+pub(super) fn queue_ctrl(conn: &mut Conn, totals: &mut Totals, frame: Bytes) {
     if conn.state != ConnState::Open {
         return;
     }
     if conn.ctrl.len() >= MAX_PENDING_CONTROL {
-        conn.ctrl.pop_back();
+        if let Some(old) = conn.ctrl.pop_back() {
+            totals.release(&old);
+        }
     }
+    totals.charge(&frame);
     conn.ctrl.push_back(frame);
     wake(conn);
 }
@@ -211,9 +360,10 @@ pub(super) fn queue_close(conn: &mut Conn, totals: &mut Totals, frame: Bytes, no
     if conn.state == ConnState::Closing {
         return;
     }
-    conn.state = ConnState::Closing;
+    totals.set_closing(conn);
     conn.since_ms = now_ms;
     totals.add(conn, frame.len());
+    totals.charge(&frame);
     conn.queue.push_back(frame);
     wake(conn);
 }

@@ -4,6 +4,7 @@
 //! upstream (Redis) follows to subscribe only to what has local
 //! subscribers.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -31,9 +32,16 @@ struct Channel {
 
 /// Channels gained and lost, for an upstream (Redis) that subscribes only
 /// to what has local subscribers.
+///
+/// Coalesced per channel, last state wins: a channel is in `changes` only
+/// while its state differs from what the upstream last took (a change
+/// that undoes a pending one removes it). So while nobody takes the log
+/// (the upstream connection is down) it holds at most one entry per
+/// channel gained since (each has subscribers) or lost since (each was
+/// known to the upstream), however much subscribers churn.
 #[derive(Debug, Default)]
 struct Interest {
-    changes: Vec<(Rc<str>, bool)>,
+    changes: HashMap<Rc<str>, bool>,
     waker: Option<Waker>,
 }
 
@@ -179,12 +187,29 @@ impl Registry {
     }
 
     fn note_interest(&mut self, name: Rc<str>, gained: bool) {
-        if let Some(i) = &mut self.interest {
-            i.changes.push((name, gained));
-            if let Some(w) = i.waker.take() {
-                w.wake();
+        let Some(i) = &mut self.interest else {
+            return;
+        };
+        match i.changes.entry(name) {
+            // States alternate, so a pending entry is the opposite
+            // change: together they are no change for the upstream.
+            Entry::Occupied(e) => {
+                debug_assert_ne!(*e.get(), gained);
+                e.remove();
+            }
+            Entry::Vacant(e) => {
+                e.insert(gained);
+                if let Some(w) = i.waker.take() {
+                    w.wake();
+                }
             }
         }
+    }
+
+    /// Interest changes not yet taken by the upstream.
+    #[cfg(test)]
+    pub(super) fn interest_backlog(&self) -> usize {
+        self.interest.as_ref().map_or(0, |i| i.changes.len())
     }
 
     /// See `Hub::wake_interest`.
@@ -220,7 +245,11 @@ impl Registry {
             i.waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
-        out.append(&mut i.changes);
+        let first = out.len();
+        out.extend(i.changes.drain());
+        // Order between channels does not matter; a stable one helps logs
+        // and tests.
+        out[first..].sort_unstable();
         Poll::Ready(())
     }
 }

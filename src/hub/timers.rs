@@ -5,7 +5,8 @@
 use slab::Slab;
 
 use super::conn::{Conn, ConnKind, ConnState};
-use super::limits::HubLimits;
+use super::limits::{HubLimits, SlowConsumerPolicy};
+use super::outbox::{self, Totals};
 use super::pacer::Pacer;
 use crate::stats::Stats;
 use crate::ws::frame::{encode_server_frame, OpCode};
@@ -52,17 +53,33 @@ pub(super) struct Due<'a> {
     pub token_expired: Vec<usize>,
 }
 
-/// The periodic sweep at coarse time `now`: queues keepalive pings
+/// Longest step one sweep counts towards a write stall: a sweep that runs
+/// late because the worker was busy (writing, among others) must not make
+/// every connection look stalled for the whole delay.
+pub(super) const MAX_STALL_STEP_MS: u64 = 200;
+
+/// The sweep's view of the clock: coarse time now, and how long since the
+/// previous sweep.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Clock {
+    pub(super) now: u64,
+    pub(super) step: u64,
+}
+
+/// The periodic sweep at coarse time `clock.now`: applies the slow-consumer
+/// policy to connections whose writes stall, queues keepalive pings
 /// (paced like a fan-out), appends the sockets whose deadline passed and
 /// collects the connections whose token expired.
 pub(super) fn sweep(
     conns: &mut Slab<Conn>,
     l: &HubLimits,
-    now: u64,
+    clock: Clock,
     pacer: &mut Pacer,
     stats: &mut Stats,
+    totals: &mut Totals,
     due: &mut Due<'_>,
 ) {
+    let now = clock.now;
     let expired = &mut *due.expired;
     let first = expired.len();
     // One ping frame shared by every connection pinged in this sweep.
@@ -75,6 +92,22 @@ pub(super) fn sweep(
             conn.token_expires_s = 0;
             due.token_expired.push(id);
         }
+        if conn.pending_bytes > 0 {
+            let step = clock.step.min(MAX_STALL_STEP_MS) as u32;
+            conn.stalled_ms = conn.stalled_ms.saturating_add(step);
+        }
+        if write_stalled(conn, l) {
+            // Nothing to drop its way out of: its writes do not move.
+            stats.write_stall_timeouts += 1;
+            outbox::cut_slow(conn, 0, stats, now, totals);
+        } else if is_slow(conn, l) {
+            match l.slow_consumer {
+                SlowConsumerPolicy::Disconnect => outbox::cut_slow(conn, 0, stats, now, totals),
+                SlowConsumerPolicy::DropOldest => {
+                    outbox::drop_oldest(conn, l.max_outbound_queue, stats, totals);
+                }
+            }
+        }
         if let Some(why) = deadline_passed(conn, l, now) {
             conn.expired = true;
             expired.push((conn.fd, why));
@@ -82,6 +115,8 @@ pub(super) fn sweep(
         }
         if wants_ping(conn, l, now) {
             conn.ping_outstanding = true;
+            // Charged once, by the first connection that takes it.
+            totals.charge(&ping);
             conn.ctrl.push_back(ping.clone());
             // Paced like a fan-out: thousands of connections that
             // connected together fall due together.
@@ -105,6 +140,27 @@ fn token_due(conn: &Conn, now_ms: u64) -> bool {
         && now_ms / 1000 >= u64::from(conn.token_expires_s)
         && conn.state == ConnState::Open
         && conn.kind != ConnKind::Http
+}
+
+/// An open WebSocket over its bound whose writes have not accepted a byte
+/// for the grace period: it does not keep up. (One that reads at line
+/// rate is never cut for a publisher's burst: the burst pauses the
+/// publisher, and its queue drains.)
+fn is_slow(conn: &Conn, l: &HubLimits) -> bool {
+    conn.kind != ConnKind::Http
+        && conn.state == ConnState::Open
+        && conn.pending_bytes > l.max_outbound_queue
+        && u64::from(conn.stalled_ms) >= l.slow_grace_ms
+}
+
+/// An open WebSocket with data to write whose writes have accepted no byte
+/// for `--write-stall-timeout`, however little it has queued.
+fn write_stalled(conn: &Conn, l: &HubLimits) -> bool {
+    conn.kind != ConnKind::Http
+        && conn.state == ConnState::Open
+        && conn.pending_bytes > 0
+        && l.write_stall_timeout_ms > 0
+        && u64::from(conn.stalled_ms) >= l.write_stall_timeout_ms
 }
 
 /// An open WebSocket quiet for `ping_interval`, with no ping unanswered

@@ -35,6 +35,8 @@ mod tests {
         let limits = HubLimits {
             max_outbound_queue: 1 << 20,
             slow_consumer: SlowConsumerPolicy::Disconnect,
+            slow_grace_ms: 1_000,
+            write_stall_timeout_ms: 10_000,
             max_subscriptions: 64,
             max_connections: 100,
             max_total_outbound: 1 << 30,

@@ -7,9 +7,16 @@
 use bytes::{Buf, Bytes};
 use monoio::buf::IoVecBuf;
 
-/// Frames to write, and the iovecs describing them.
+/// Frames to write, and the iovecs describing them. Written frames are
+/// kept, untouched, until the value is taken apart: the hub's memory
+/// budget releases a frame when its last holder lets go of it
+/// ([`IoVecs::into_all`]).
 pub struct IoVecs {
     bufs: Vec<Bytes>,
+    /// Frames completely written.
+    done: usize,
+    /// Bytes written of `bufs[done]`.
+    off: usize,
     iovs: Vec<libc::iovec>,
 }
 
@@ -18,6 +25,8 @@ impl IoVecs {
     pub fn new(bufs: Vec<Bytes>) -> Self {
         let mut v = IoVecs {
             bufs,
+            done: 0,
+            off: 0,
             iovs: Vec::new(),
         };
         v.refresh();
@@ -26,37 +35,48 @@ impl IoVecs {
 
     fn refresh(&mut self) {
         self.iovs.clear();
-        self.iovs.extend(self.bufs.iter().map(|b| libc::iovec {
-            iov_base: b.as_ptr() as *mut libc::c_void,
-            iov_len: b.len(),
-        }));
+        let off = self.off;
+        self.iovs
+            .extend(self.bufs[self.done..].iter().enumerate().map(|(i, b)| {
+                let skip = if i == 0 { off } else { 0 };
+                libc::iovec {
+                    iov_base: b[skip..].as_ptr() as *mut libc::c_void,
+                    iov_len: b.len() - skip,
+                }
+            }));
     }
 
     /// Bytes still to write.
     pub fn remaining(&self) -> usize {
-        self.bufs.iter().map(Bytes::len).sum()
+        self.bufs[self.done..].iter().map(Bytes::len).sum::<usize>() - self.off
     }
 
-    /// Drops the first `n` written bytes (a short write), keeping the rest.
+    /// Skips the first `n` unwritten bytes (a short write), keeping the rest.
     pub fn advance(&mut self, mut n: usize) {
-        let done = self.bufs.iter().take_while(|b| {
-            if n >= b.len() {
-                n -= b.len();
-                true
-            } else {
-                false
+        while let Some(b) = self.bufs.get(self.done) {
+            let left = b.len() - self.off;
+            if n < left {
+                self.off += n;
+                break;
             }
-        });
-        let done = done.count();
-        self.bufs.drain(..done);
-        if let Some(first) = self.bufs.first_mut() {
-            first.advance(n.min(first.len()));
+            n -= left;
+            self.done += 1;
+            self.off = 0;
         }
         self.refresh();
     }
 
-    /// Gives the buffers back (to reuse the `Vec`'s allocation).
-    pub fn into_inner(self) -> Vec<Bytes> {
+    /// Gives the unwritten buffers back (to reuse the `Vec`'s allocation).
+    pub fn into_inner(mut self) -> Vec<Bytes> {
+        let mut rest = self.bufs.split_off(self.done);
+        if let Some(first) = rest.first_mut() {
+            first.advance(self.off);
+        }
+        rest
+    }
+
+    /// Gives every buffer back as it was passed in, written or not.
+    pub fn into_all(self) -> Vec<Bytes> {
         self.bufs
     }
 }

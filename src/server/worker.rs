@@ -92,6 +92,8 @@ impl Worker {
         let mut worker = hub.stats.clone();
         worker.refusal_logs_suppressed = crate::log::refusals_suppressed();
         worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
+        worker.outbound_bytes = hub.total_pending() as u64;
+        worker.outbound_memory_bytes = hub.outbound_memory() as u64;
         Snapshot {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),

@@ -90,6 +90,8 @@ enum Drained {
     NeedMore,
     /// Over `--publish-rate`: wait this many milliseconds.
     Throttled(u64),
+    /// A connection is over `--max-outbound-queue`: wait until none is.
+    Pressed,
     /// The connection is ending.
     End(ReadEnd),
 }
@@ -97,7 +99,9 @@ enum Drained {
 enum ReadEnd {
     /// The peer's close frame arrived (and our echo is queued).
     CloseReceived,
-    /// We failed the connection (protocol error); our close is queued.
+    /// We failed the connection (protocol error), or we are closing and
+    /// the peer still sends data; our close is queued and nothing more is
+    /// read.
     Failed,
     /// End of stream or a socket error.
     Gone,
@@ -129,6 +133,13 @@ impl WsReader<'_> {
                     Box::pin(monoio::time::sleep(Duration::from_millis(ms))).await;
                     continue;
                 }
+                Drained::Pressed => {
+                    // Woken when every connection is back under its bound
+                    // (or was cut): the publisher goes at the pace of
+                    // its slowest reader that keeps up.
+                    poll_fn(|cx| self.w.hub.borrow_mut().poll_unpressed(cx)).await;
+                    continue;
+                }
                 Drained::NeedMore => {}
             }
             if buf.is_empty() {
@@ -155,6 +166,14 @@ impl WsReader<'_> {
                 },
             };
             if matches!(msg, Message::Text(_) | Message::Binary(_)) {
+                if self.w.hub.borrow().pressed() {
+                    // A subscriber is over its bound: pause this publisher
+                    // (TCP flow control slows it) rather than cut
+                    // subscribers that read at line rate.
+                    self.w.hub.borrow_mut().stats.publish_backpressure += 1;
+                    self.held = Some(Box::new(msg));
+                    return Drained::Pressed;
+                }
                 if self.w.over_backlog() {
                     // The server is behind on its own writes: slow the
                     // publishers down rather than let every subscriber's
@@ -201,7 +220,13 @@ impl WsReader<'_> {
             .is_some_and(|c| c.state() == ConnState::Open);
         match msg {
             // RFC 6455 5.5.1: after sending a close frame, data is ignored.
-            Message::Text(_) | Message::Binary(_) if !open => {}
+            // Not silently: it is counted, and reading stops here (what the
+            // peer sends next is only more of the same; our close frame is
+            // queued, and the writer ends the connection after it).
+            Message::Text(_) | Message::Binary(_) if !open => {
+                hub.stats.messages_not_delivered += 1;
+                return Some(ReadEnd::Failed);
+            }
             Message::Text(p) => self.on_data(&mut hub, OpCode::Text, p),
             Message::Binary(p) => self.on_data(&mut hub, OpCode::Binary, p),
             Message::Ping(p) => hub.queue_pong(self.id, &p),
@@ -383,8 +408,10 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
         let mut batch = Vec::new();
         let last = w.hub.borrow_mut().take_batch(id, &mut batch);
         let total: usize = batch.iter().map(Bytes::len).sum();
-        let res = write_all_vectored(&mut wr, batch).await;
+        let (res, mut frames) =
+            write_all_vectored(&mut wr, batch, || w.hub.borrow_mut().progressed(id)).await;
         let mut hub = w.hub.borrow_mut();
+        hub.release(&mut frames);
         hub.stats.writes += 1;
         hub.wrote(id, total);
         if let Err(e) = res {
@@ -398,18 +425,30 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
     }
 }
 
-/// Writes every byte of `bufs`, resubmitting after short writes.
-async fn write_all_vectored(wr: &mut TcpOwnedWriteHalf, bufs: Vec<Bytes>) -> io::Result<()> {
+/// Writes every byte of `bufs`, resubmitting after short writes, and gives
+/// them back (for the memory budget, `Hub::release`); calls
+/// `progressed` after each write that accepted bytes (a batch may take
+/// long to write to a slow reader; it is slow only when no byte goes).
+async fn write_all_vectored(
+    wr: &mut TcpOwnedWriteHalf,
+    bufs: Vec<Bytes>,
+    mut progressed: impl FnMut(),
+) -> (io::Result<()>, Vec<Bytes>) {
     let mut iov = IoVecs::new(bufs);
     while iov.remaining() > 0 {
         let (res, back) = wr.writev(iov).await;
         iov = back;
         match res {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => iov.advance(n),
+            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), iov.into_all()),
+            Ok(n) => {
+                iov.advance(n);
+                if iov.remaining() > 0 {
+                    progressed();
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => return (Err(e), iov.into_all()),
         }
     }
-    Ok(())
+    (Ok(()), iov.into_all())
 }
