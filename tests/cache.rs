@@ -1166,6 +1166,16 @@ async fn cache_writes_over_their_budget_are_skipped_publishes_unaffected() {
     wait_stat(s.addr(), "cache_store_skipped", |n| n >= 1).await;
     assert_eq!(counter(&stats(s.addr()).await, "cache_stores"), 0);
     assert_eq!(counter(&stats(s.addr()).await, "cache_store_errors"), 0);
-    assert_eq!(s.get("/api/big").await.status, 200);
+    assert_eq!(
+        s.get("/api/big").await.status,
+        200,
+        "not stored, fetched again"
+    );
+    wait_stat(s.addr(), "cache_store_skipped", |n| n >= 2).await;
     publish(s.addr(), "room", "still published").await;
+    let m = get(s.addr(), "/metrics").await;
+    assert!(
+        body(&m).contains("corecast_cache_store_skipped_total 2"),
+        "{m:?}"
+    );
 }
