@@ -314,6 +314,12 @@ fn refusals(o: &mut String, snap: &Snapshot) {
     );
     counter(
         o,
+        "corecast_cache_store_skipped_total",
+        "Cache store writes skipped over --cache-redis-write-buffer.",
+        snap.cache.store_skipped,
+    );
+    counter(
+        o,
         "corecast_token_expirations_total",
         "WebSockets closed with 4001 when their token expired.",
         s.token_expirations,

@@ -185,6 +185,10 @@ pub struct CacheStats {
     /// Slow, or its pipeline full); each was treated as a miss / no store.
     #[serde(rename = "cache_store_errors")]
     pub store_errors: u64,
+    /// Store writes skipped because cache writes already held
+    /// `--cache-redis-write-buffer` bytes (the response was still served).
+    #[serde(rename = "cache_store_skipped")]
+    pub store_skipped: u64,
     /// Bytes held by the in-memory store (gauge).
     #[serde(rename = "cache_memory_bytes")]
     pub memory_bytes: u64,

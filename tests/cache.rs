@@ -1152,3 +1152,30 @@ async fn origin_by_host_name_resolves_off_the_worker() {
         assert_eq!(next_text(&mut ws).await, format!("m{i}"));
     }
 }
+
+/// A cache write over `--cache-redis-write-buffer` is skipped and counted;
+/// the response is still served and publishes keep their own budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_writes_over_their_budget_are_skipped_publishes_unaffected() {
+    let s = Setup::start(Backend::Redis, Behaviour::default(), |c| {
+        c.redis.cache_write_buffer = 16;
+    })
+    .await;
+    let r = s.get("/api/big").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    wait_stat(s.addr(), "cache_store_skipped", |n| n >= 1).await;
+    assert_eq!(counter(&stats(s.addr()).await, "cache_stores"), 0);
+    assert_eq!(counter(&stats(s.addr()).await, "cache_store_errors"), 0);
+    assert_eq!(
+        s.get("/api/big").await.status,
+        200,
+        "not stored, fetched again"
+    );
+    wait_stat(s.addr(), "cache_store_skipped", |n| n >= 2).await;
+    publish(s.addr(), "room", "still published").await;
+    let m = get(s.addr(), "/metrics").await;
+    assert!(
+        body(&m).contains("corecast_cache_store_skipped_total 2"),
+        "{m:?}"
+    );
+}

@@ -241,6 +241,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "redis-publish-buffer", CORECAST_REDIS_PUBLISH_BUFFER, "BYTES", "8MiB",
         "publishes held while Redis is unreachable; beyond it publishes are refused (503 / in-band error / close 1013)"
         => |c, v| set_size(&mut c.redis.publish_buffer, v);
+    "cache-redis-write-buffer", CORECAST_CACHE_REDIS_WRITE_BUFFER, "BYTES", "8MiB",
+        "cache store writes held for Redis, apart from publishes; beyond it a response is served but not stored (cache_store_skipped)"
+        => |c, v| set_size(&mut c.redis.cache_write_buffer, v);
     "redis-connect-timeout", CORECAST_REDIS_CONNECT_TIMEOUT, "DURATION", "2s",
         "timeout of one Redis connection attempt (retries back off exponentially to 1s, with jitter)"
         => |c, v| set_duration(&mut c.redis.connect_timeout, v);

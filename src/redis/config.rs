@@ -14,6 +14,8 @@ pub struct RedisConfig {
     pub prefix: String,
     /// Bytes of publishes held while Redis is unreachable.
     pub publish_buffer: usize,
+    /// Bytes of cache store writes held (a budget apart from publishes).
+    pub cache_write_buffer: usize,
     /// Timeout of a Redis connection attempt.
     pub connect_timeout: Duration,
     /// Time Redis has to answer a command before the connection is dropped.

@@ -142,26 +142,38 @@ pub struct PipelineFull;
 /// those written and awaiting their reply, each with what to do with the
 /// reply (`K`). Replies are matched in order, as Redis sends them.
 ///
-/// Bounded in bytes: while Redis is unreachable, publishes wait here and
+/// Bounded in bytes, with two budgets: cache store writes count against
+/// `max_cache_bytes` only and everything else (publishes, reads) against
+/// `max_bytes` only, so a stream of large cache writes never makes a
+/// publish be refused. While Redis is unreachable, publishes wait here and
 /// further ones are refused once `max_bytes` is reached. After a lost
 /// connection the commands still awaiting replies are put back in front of
 /// the unsent ones, so they are sent again (at least once) in their order.
 #[derive(Debug)]
 pub struct Pipeline<K> {
-    unsent: VecDeque<(Bytes, K)>,
-    inflight: VecDeque<(Bytes, K)>,
+    unsent: VecDeque<Entry<K>>,
+    inflight: VecDeque<Entry<K>>,
     bytes: usize,
     max_bytes: usize,
+    cache_bytes: usize,
+    max_cache_bytes: usize,
 }
 
+/// A queued command, its reply's handler, and whether it is a cache write
+/// (which budget its bytes count against).
+type Entry<K> = (Bytes, K, bool);
+
 impl<K> Pipeline<K> {
-    /// An empty pipeline holding at most `max_bytes` of commands.
-    pub fn new(max_bytes: usize) -> Self {
+    /// An empty pipeline holding at most `max_bytes` of commands and
+    /// `max_cache_bytes` of cache writes.
+    pub fn new(max_bytes: usize, max_cache_bytes: usize) -> Self {
         Pipeline {
             unsent: VecDeque::new(),
             inflight: VecDeque::new(),
             bytes: 0,
             max_bytes,
+            cache_bytes: 0,
+            max_cache_bytes,
         }
     }
 
@@ -171,7 +183,17 @@ impl<K> Pipeline<K> {
             return Err(PipelineFull);
         }
         self.bytes += cmd.len();
-        self.unsent.push_back((cmd, kind));
+        self.unsent.push_back((cmd, kind, false));
+        Ok(())
+    }
+
+    /// Queues a cache write unless the cache write budget would be crossed.
+    pub fn push_cache(&mut self, cmd: Bytes, kind: K) -> Result<(), PipelineFull> {
+        if self.cache_bytes.saturating_add(cmd.len()) > self.max_cache_bytes {
+            return Err(PipelineFull);
+        }
+        self.cache_bytes += cmd.len();
+        self.unsent.push_back((cmd, kind, true));
         Ok(())
     }
 
@@ -190,28 +212,32 @@ impl<K> Pipeline<K> {
         self.len() == 0
     }
 
-    /// Bytes of commands held.
+    /// Bytes of commands held (both budgets).
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes + self.cache_bytes
     }
 
     /// Moves every unsent command (at most `max`) to in-flight and appends
     /// its bytes to `out`, for one vectored write.
     pub fn take_unsent(&mut self, out: &mut Vec<Bytes>, max: usize) {
         let n = self.unsent.len().min(max);
-        for (cmd, kind) in self.unsent.drain(..n) {
+        for (cmd, kind, cache) in self.unsent.drain(..n) {
             out.push(cmd.clone());
-            self.inflight.push_back((cmd, kind));
+            self.inflight.push_back((cmd, kind, cache));
         }
     }
 
     /// The oldest in-flight command's reply arrived: returns its kind.
     pub fn on_reply(&mut self) -> Result<K, RespError> {
-        let (cmd, kind) = self
+        let (cmd, kind, cache) = self
             .inflight
             .pop_front()
             .ok_or(RespError::UnexpectedReply)?;
-        self.bytes -= cmd.len();
+        if cache {
+            self.cache_bytes -= cmd.len();
+        } else {
+            self.bytes -= cmd.len();
+        }
         Ok(kind)
     }
 
@@ -309,7 +335,7 @@ mod tests {
 
     #[test]
     fn pipelined_replies_are_matched_in_order_across_interleaving() {
-        let mut p = Pipeline::new(1 << 20);
+        let mut p = Pipeline::new(1 << 20, 1 << 20);
         let mut out = Vec::new();
         p.push(command(&[b"PING"]), 1).unwrap();
         p.push(command(&[b"PING"]), 2).unwrap();
@@ -326,7 +352,7 @@ mod tests {
 
     #[test]
     fn lost_connection_requeues_inflight_first_in_order() {
-        let mut p = Pipeline::new(1 << 20);
+        let mut p = Pipeline::new(1 << 20, 1 << 20);
         let mut out = Vec::new();
         for k in 1..=3 {
             p.push(command(&[b"PUBLISH", b"c", &[k]]), k).unwrap();
@@ -343,10 +369,32 @@ mod tests {
     #[test]
     fn the_pipeline_is_bounded_in_bytes() {
         let cmd = command(&[b"PUBLISH", b"c", &[0; 100]]);
-        let mut p = Pipeline::new(cmd.len() * 2);
+        let mut p = Pipeline::new(cmd.len() * 2, 0);
         p.push(cmd.clone(), ()).unwrap();
         p.push(cmd.clone(), ()).unwrap();
         assert_eq!(p.push(cmd, ()), Err(PipelineFull));
         assert_eq!(p.len(), 2);
+    }
+
+    #[test]
+    fn cache_writes_and_publishes_have_separate_budgets() {
+        let publish = command(&[b"PUBLISH", b"c", &[0; 100]]);
+        let set = command(&[b"SET", b"k", &[0; 1000], b"PX", b"1000"]);
+        let mut p = Pipeline::new(publish.len() * 2, set.len() * 2);
+        // Cache writes fill their own budget, then are refused...
+        p.push_cache(set.clone(), 'c').unwrap();
+        p.push_cache(set.clone(), 'c').unwrap();
+        assert_eq!(p.push_cache(set.clone(), 'c'), Err(PipelineFull));
+        // ...while publishes still get their whole budget.
+        p.push(publish.clone(), 'p').unwrap();
+        p.push(publish.clone(), 'p').unwrap();
+        assert_eq!(p.push(publish.clone(), 'p'), Err(PipelineFull));
+        // A reply frees the budget of the command it answers, and only it.
+        let mut out = Vec::new();
+        p.take_unsent(&mut out, 1);
+        assert_eq!(p.on_reply(), Ok('c'));
+        assert_eq!(p.push(publish, 'p'), Err(PipelineFull));
+        p.push_cache(set, 'c').unwrap();
+        assert_eq!(p.len(), 4);
     }
 }

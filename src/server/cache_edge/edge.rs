@@ -351,6 +351,7 @@ impl CacheEdge {
                         s.stores += items.len() as u64;
                         s.bytes_stored += bytes;
                     }
+                    Err(StoreError::Full) => s.store_skipped += 1,
                     Err(_) => s.store_errors += 1,
                 }
                 if let Some(m) = memory {

@@ -201,7 +201,7 @@ impl RedisStore {
         for (key, value, ttl) in items {
             let ttl = (*ttl).max(1).to_string();
             let cmd: [&[u8]; 5] = [b"SET", &self.key(key), value, b"PX", ttl.as_bytes()];
-            waiters.push(self.link.command(&cmd).map_err(|_| StoreError::Full)?);
+            waiters.push(self.link.cache_write(&cmd).map_err(|_| StoreError::Full)?);
         }
         let all = async {
             for w in &waiters {

@@ -90,7 +90,7 @@ impl RedisLink {
             canary_interval: cfg.redis.canary_interval,
             resume_delay: cfg.redis.resume_delay,
             started: Instant::now(),
-            shard: Shard::new(url, cfg.redis.publish_buffer),
+            shard: Shard::new(url, cfg.redis.publish_buffer, cfg.redis.cache_write_buffer),
             stats: RefCell::new(RedisStats::default()),
         }))
     }
@@ -128,6 +128,15 @@ impl RedisLink {
         let waiter = Rc::new(ReplyWaiter::default());
         self.shard
             .push(resp::command(args), CmdKind::Command(waiter.clone()))?;
+        Ok(waiter)
+    }
+
+    /// Queues a cache store write; refused once cache writes hold
+    /// `--cache-redis-write-buffer` bytes (publishes are unaffected).
+    pub fn cache_write(&self, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let waiter = Rc::new(ReplyWaiter::default());
+        self.shard
+            .push_cache(resp::command(args), CmdKind::Command(waiter.clone()))?;
         Ok(waiter)
     }
 

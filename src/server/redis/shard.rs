@@ -47,10 +47,10 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub(super) fn new(url: RedisUrl, publish_buffer: usize) -> Shard {
+    pub(super) fn new(url: RedisUrl, publish_buffer: usize, cache_write_buffer: usize) -> Shard {
         Shard {
             url,
-            pipeline: RefCell::new(Pipeline::new(publish_buffer)),
+            pipeline: RefCell::new(Pipeline::new(publish_buffer, cache_write_buffer)),
             cmd_waker: RefCell::new(None),
             health: RefCell::new(Health::default()),
             sub_fd: Cell::new(None),
@@ -60,6 +60,13 @@ impl Shard {
     /// Queues a command and wakes the command connection's writer.
     pub(super) fn push(&self, cmd: Bytes, kind: CmdKind) -> Result<(), PipelineFull> {
         self.pipeline.borrow_mut().push(cmd, kind)?;
+        self.wake_writer();
+        Ok(())
+    }
+
+    /// Queues a cache store write (its own byte budget) and wakes the writer.
+    pub(super) fn push_cache(&self, cmd: Bytes, kind: CmdKind) -> Result<(), PipelineFull> {
+        self.pipeline.borrow_mut().push_cache(cmd, kind)?;
         self.wake_writer();
         Ok(())
     }
