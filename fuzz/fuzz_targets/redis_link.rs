@@ -58,7 +58,7 @@ fn subscriber(data: &[u8], chunk: usize) {
 }
 
 fn commands(data: &[u8], chunk: usize) {
-    let mut pipeline = Pipeline::new(1 << 16);
+    let mut pipeline = Pipeline::new(1 << 16, 1 << 16);
     for i in 0..8u8 {
         pipeline.push(command(&[b"GET", &[i]]), i).unwrap();
     }
