@@ -4,38 +4,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use futures_util::SinkExt;
 use tokio_tungstenite::tungstenite::Message;
 
-/// A `corecast` process; killed on drop. Its log lines arrive on `logs`.
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
-    logs: mpsc::Receiver<String>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `nofile`: (soft, hard) RLIMIT_NOFILE of the child.
-fn spawn(args: &[&str], nofile: Option<(u64, u64)>) -> Proc {
+fn spawn(args: &[&str], nofile: Option<(u64, u64)>) -> BinServer {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_corecast"));
     cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .args(args);
     if let Some((soft, hard)) = nofile {
         // SAFETY: runs in the forked child before exec; setrlimit is
         // async-signal-safe and touches only the child's own limits.
@@ -52,29 +33,7 @@ fn spawn(args: &[&str], nofile: Option<(u64, u64)>) -> Proc {
             });
         }
     }
-    let mut child = cmd.spawn().expect("corecast binary starts");
-    let stderr = child.stderr.take().expect("piped");
-    let (tx, logs) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // Lines before it (e.g. the descriptor-limit warning) are skipped.
-    let addr = loop {
-        let line = logs
-            .recv_timeout(DEADLINE)
-            .expect("server logs its address");
-        if let Some(a) = line
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix("addr="))
-        {
-            break a.parse().expect("socket address");
-        }
-    };
-    Proc { child, addr, logs }
+    BinServer::start(cmd)
 }
 
 fn rss_kib(pid: u32) -> u64 {

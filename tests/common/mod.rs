@@ -737,11 +737,18 @@ impl BinServer {
     /// Starts `corecast --listen 127.0.0.1:0 ARGS` and waits for the line
     /// with its address.
     pub fn spawn(args: &[&str]) -> BinServer {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_corecast"));
+        cmd.args(["--listen", "127.0.0.1:0"]).args(args);
+        BinServer::start(cmd)
+    }
+
+    /// Starts `cmd` (a `corecast` command listening on port 0) with its
+    /// stderr piped into `logs`, and waits for the line with its address
+    /// (lines before it, e.g. a descriptor-limit warning, are skipped).
+    pub fn start(mut cmd: std::process::Command) -> BinServer {
         use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(env!("CARGO_BIN_EXE_corecast"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
+        use std::process::Stdio;
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
