@@ -1,12 +1,15 @@
 //! An origin's response over arbitrary bytes in arbitrary chunks: the
 //! head parses or is refused, the body (Content-Length, chunked or
 //! read-to-close) decodes within its bound or is refused — never a panic.
+//! The same bytes go to the HTTP-date parser behind `Expires`/`Date`.
 #![no_main]
 use bytes::BytesMut;
 use corecast::cache::origin::{parse_response_head, BodyDecoder};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    // An origin's `Expires`/`Date` value: a time or `None`, never a panic.
+    let _ = corecast::cache::date::parse_ms(data);
     let Some((&split, rest)) = data.split_first() else {
         return;
     };
