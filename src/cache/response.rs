@@ -145,15 +145,43 @@ const NOT_MODIFIED_KEEPS: &[&str] = &[
     "vary",
 ];
 
+/// A response ready to write: the status line and headers, and a body that
+/// shares the stored entry's memory (a cached object answered to a
+/// thousand clients at once is held once, not copied per response).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Status line, headers and the blank line.
+    pub head: Vec<u8>,
+    /// The body (empty for HEAD, 304 and errors whose body is in `head`).
+    pub body: Bytes,
+}
+
+impl From<Vec<u8>> for Answer {
+    /// A response whose bytes are all in one buffer.
+    fn from(head: Vec<u8>) -> Self {
+        Answer {
+            head,
+            body: Bytes::new(),
+        }
+    }
+}
+
+impl Answer {
+    /// The whole response in one buffer (tests, small answers).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.head[..], &self.body[..]].concat()
+    }
+}
+
 /// Encodes `entry` for the client, or a 304 when its ETag matches the
 /// client's `If-None-Match` (only 200/203 responses have a current
 /// representation to validate).
-pub fn encode(entry: &Entry, age_s: u64, status: &CacheStatus, reply: &Reply<'_>) -> Vec<u8> {
+pub fn encode(entry: &Entry, age_s: u64, status: &CacheStatus, reply: &Reply<'_>) -> Answer {
     let etag = entry.etag.as_deref();
     let not_modified = matches!(entry.status, 200 | 203)
         && matches!((reply.if_none_match, etag), (Some(inm), Some(t)) if if_none_match([inm], t));
     let code = if not_modified { 304 } else { entry.status };
-    let mut out = Vec::with_capacity(256 + entry.body.len());
+    let mut out = Vec::with_capacity(256);
     head_line(&mut out, code, reply.keep_alive);
     for (k, v) in &entry.headers {
         let keep = !not_modified
@@ -178,10 +206,13 @@ pub fn encode(entry: &Entry, age_s: u64, status: &CacheStatus, reply: &Reply<'_>
         );
     }
     out.extend_from_slice(b"\r\n");
-    if !bodyless && !reply.head_only {
-        out.extend_from_slice(&entry.body);
-    }
-    out
+    let body = if bodyless || reply.head_only {
+        Bytes::new()
+    } else {
+        // A reference, not a copy.
+        entry.body.clone()
+    };
+    Answer { head: out, body }
 }
 
 /// A JSON error (`{"error": ...}`) with a `Cache-Status`.
@@ -331,8 +362,30 @@ mod tests {
         assert_ne!(body_etag(b"a"), body_etag(b"b"));
     }
 
-    fn text(v: Vec<u8>) -> String {
-        String::from_utf8(v).unwrap()
+    fn text(v: impl Into<Answer>) -> String {
+        String::from_utf8(v.into().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_cached_body_is_shared_not_copied() {
+        let e = entry(200, &[7u8; 4096]);
+        let a = encode(&e, 0, &CacheStatus::default(), &KEEP);
+        assert_eq!(
+            a.body.as_ptr(),
+            e.body.as_ptr(),
+            "the body must be the entry's memory"
+        );
+        assert!(a.head.len() < 512, "the head carries no body bytes");
+        let head = encode(
+            &e,
+            0,
+            &CacheStatus::default(),
+            &Reply {
+                head_only: true,
+                ..KEEP
+            },
+        );
+        assert!(head.body.is_empty());
     }
 
     #[test]

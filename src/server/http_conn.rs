@@ -10,11 +10,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use monoio::io::AsyncWriteRentExt;
 
 use crate::auth;
+use crate::cache::response::Answer;
 use crate::http::{self, BodyPlan, HttpError, Method, Route};
 use crate::hub::ConnId;
 use crate::log;
 use crate::server::cache_edge::{self, Incoming};
-use crate::server::sock::{linger_close, Sock};
+use crate::server::sock::{linger_close, write_all_vectored, Sock};
 use crate::server::upgrade::{self, Upgrade};
 use crate::server::worker::Worker;
 use crate::server::{endpoints, publish, ws_conn};
@@ -214,7 +215,9 @@ async fn serve(
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);
             };
-            publish::publish_http(w, channel, &body, req.keep_alive).await
+            publish::publish_http(w, channel, &body, req.keep_alive)
+                .await
+                .into()
         }
         Route::Cache(_) | Route::CachePurge => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
@@ -227,10 +230,10 @@ async fn serve(
             Box::pin(cache_edge::respond(w.cache.as_ref(), &route, inc, &renew)).await
         }
         other => endpoints::respond(w, &other, keep_alive, head_only)
-            .expect("every other route is a plain endpoint"),
+            .expect("every other route is a plain endpoint")
+            .into(),
     };
-    let (res, _) = sock.wr.write_all(resp).await;
-    res?;
+    write_answer(sock, resp).await?;
     Ok(after_answer(sock, keep_alive, plan).await)
 }
 
@@ -337,6 +340,17 @@ async fn read_body(
         }
     }
     Ok(Ok(buf.split_to(len).freeze()))
+}
+
+/// Writes a response; a shared body goes out with its head in one vectored
+/// write, straight from the cache's memory.
+async fn write_answer(sock: &mut Sock, answer: Answer) -> io::Result<()> {
+    if answer.body.is_empty() {
+        let (res, _) = sock.wr.write_all(answer.head).await;
+        return res.map(drop);
+    }
+    let bufs = vec![Bytes::from(answer.head), answer.body];
+    write_all_vectored(&mut sock.wr, bufs, || {}).await.0
 }
 
 #[cfg(test)]

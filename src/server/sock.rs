@@ -25,11 +25,12 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use monoio::io::{AsyncReadRent, Splitable};
+use bytes::{Bytes, BytesMut};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, Splitable};
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use monoio::net::TcpStream;
 
+use crate::server::iovec::IoVecs;
 use crate::server::sys;
 
 /// An accepted socket, split at accept into its halves: two 8-byte handles
@@ -149,4 +150,32 @@ pub(crate) async fn drain_close(
             Err(_) => return,
         }
     }
+}
+
+/// Writes every byte of `bufs`, resubmitting after short writes, and gives
+/// them back (for the memory budget, `Hub::release`); calls
+/// `progressed` after each write that accepted bytes (a batch may take
+/// long to write to a slow reader; it is slow only when no byte goes).
+pub(crate) async fn write_all_vectored(
+    wr: &mut TcpOwnedWriteHalf,
+    bufs: Vec<Bytes>,
+    mut progressed: impl FnMut(),
+) -> (io::Result<()>, Vec<Bytes>) {
+    let mut iov = IoVecs::new(bufs);
+    while iov.remaining() > 0 {
+        let (res, back) = wr.writev(iov).await;
+        iov = back;
+        match res {
+            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), iov.into_all()),
+            Ok(n) => {
+                iov.advance(n);
+                if iov.remaining() > 0 {
+                    progressed();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (Err(e), iov.into_all()),
+        }
+    }
+    (Ok(()), iov.into_all())
 }

@@ -4,23 +4,22 @@
 //! borrow across an `.await`.
 
 use std::future::poll_fn;
-use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use monoio::io::AsyncWriteRent;
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 
 use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
 use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
-use crate::server::iovec::IoVecs;
 use crate::server::publish::{route_publish, Published};
 use crate::server::redis::RedisLink;
-use crate::server::sock::{drain_close, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME};
+use crate::server::sock::{
+    drain_close, write_all_vectored, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
+};
 use crate::server::sys;
 use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
@@ -423,32 +422,4 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
             return;
         }
     }
-}
-
-/// Writes every byte of `bufs`, resubmitting after short writes, and gives
-/// them back (for the memory budget, `Hub::release`); calls
-/// `progressed` after each write that accepted bytes (a batch may take
-/// long to write to a slow reader; it is slow only when no byte goes).
-async fn write_all_vectored(
-    wr: &mut TcpOwnedWriteHalf,
-    bufs: Vec<Bytes>,
-    mut progressed: impl FnMut(),
-) -> (io::Result<()>, Vec<Bytes>) {
-    let mut iov = IoVecs::new(bufs);
-    while iov.remaining() > 0 {
-        let (res, back) = wr.writev(iov).await;
-        iov = back;
-        match res {
-            Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), iov.into_all()),
-            Ok(n) => {
-                iov.advance(n);
-                if iov.remaining() > 0 {
-                    progressed();
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return (Err(e), iov.into_all()),
-        }
-    }
-    (Ok(()), iov.into_all())
 }

@@ -7,7 +7,7 @@ use crate::cache::entry::{Entry, VaryMarker};
 use crate::cache::now_ms;
 use crate::cache::policy::Freshness;
 use crate::cache::request::ClientRequest;
-use crate::cache::response::{self, CacheStatus, Fwd, Reply};
+use crate::cache::response::{self, Answer, CacheStatus, Fwd, Reply};
 
 use super::edge::{usable_on_error, CacheEdge, Found};
 use super::flight::{Flight, Outcome};
@@ -35,7 +35,7 @@ pub(super) struct Job<'a> {
 }
 
 impl Job<'_> {
-    pub(super) async fn serve(&self) -> Vec<u8> {
+    pub(super) async fn serve(&self) -> Answer {
         if self.edge.is_personal(&self.req) {
             return self.bypass().await;
         }
@@ -75,7 +75,7 @@ impl Job<'_> {
         }
     }
 
-    async fn use_stored(&self, entry: Rc<Entry>, marker: Option<VaryMarker>) -> Vec<u8> {
+    async fn use_stored(&self, entry: Rc<Entry>, marker: Option<VaryMarker>) -> Answer {
         match entry.life.classify(entry.age_ms(now_ms())) {
             Freshness::Fresh { left_ms } => {
                 self.edge.count(|s| s.hits += 1);
@@ -111,7 +111,7 @@ impl Job<'_> {
     /// the cache or from another request's fetch, and its own fetch is
     /// never joined; its response is stored only if the origin said it may
     /// be shared (`public`, `s-maxage`), decided in `settle`.
-    async fn bypass(&self) -> Vec<u8> {
+    async fn bypass(&self) -> Answer {
         self.edge.count(|s| s.bypassed += 1);
         self.renew_deadline();
         let epoch = self.edge.flights.epoch();
@@ -129,7 +129,7 @@ impl Job<'_> {
         fwd: Fwd,
         stale: Option<Rc<Entry>>,
         marker: Option<VaryMarker>,
-    ) -> Vec<u8> {
+    ) -> Answer {
         if let Some(f) = self.edge.flights.get(&self.base, true) {
             return self.join(f, stale).await;
         }
@@ -148,7 +148,7 @@ impl Job<'_> {
 
     /// Waits (bounded) for another request's fetch; falls back to its own
     /// when that answer is not for this request or takes too long.
-    async fn join(&self, flight: Rc<Flight>, stale: Option<Rc<Entry>>) -> Vec<u8> {
+    async fn join(&self, flight: Rc<Flight>, stale: Option<Rc<Entry>>) -> Answer {
         self.edge.count(|s| s.coalesced_waiters += 1);
         self.renew_deadline();
         let waited = monoio::time::timeout(self.edge.coalesce_timeout, flight.wait()).await;
@@ -205,7 +205,7 @@ impl Job<'_> {
         vary.is_none_or(|(names, values)| self.req.vary_values(names) == *values)
     }
 
-    fn answer(&self, outcome: &Outcome, collapsed: bool) -> Vec<u8> {
+    fn answer(&self, outcome: &Outcome, collapsed: bool) -> Answer {
         match outcome {
             Outcome::Fresh(s) => {
                 let status = CacheStatus {
@@ -239,16 +239,16 @@ impl Job<'_> {
                     collapsed,
                     ..CacheStatus::default()
                 };
-                response::error(error.status(), error.message(), &status, self.keep_alive)
+                response::error(error.status(), error.message(), &status, self.keep_alive).into()
             }
             Outcome::Abandoned => {
                 let status = CacheStatus::default();
-                response::error(502, "origin fetch abandoned", &status, self.keep_alive)
+                response::error(502, "origin fetch abandoned", &status, self.keep_alive).into()
             }
         }
     }
 
-    fn encode(&self, entry: &Entry, status: &CacheStatus) -> Vec<u8> {
+    fn encode(&self, entry: &Entry, status: &CacheStatus) -> Answer {
         let reply = Reply {
             keep_alive: self.keep_alive,
             head_only: self.head_only,

@@ -37,12 +37,13 @@ mod store;
 use std::rc::Rc;
 
 use crate::cache::request::ClientRequest;
+use crate::cache::response::Answer;
 use crate::http::{self, HttpError, Route};
 
 pub use edge::{CacheEdge, Incoming};
 use job::Job;
 
-/// Answers a cache route: the complete response bytes.
+/// Answers a cache route: the response, its body shared with the cache.
 /// `renew` restarts the connection's request deadline while the answer
 /// waits on the origin (the deadline measures the client, not the origin).
 pub async fn respond(
@@ -50,14 +51,18 @@ pub async fn respond(
     route: &Route<'_>,
     inc: Incoming,
     renew: &dyn Fn(),
-) -> Vec<u8> {
-    let bad =
-        |status, message| http::error_response(&HttpError { status, message }, inc.keep_alive);
+) -> Answer {
+    let bad = |status, message| {
+        Answer::from(http::error_response(
+            &HttpError { status, message },
+            inc.keep_alive,
+        ))
+    };
     let Some(edge) = cache.cloned() else {
         return bad(404, "not found");
     };
     if *route == Route::CachePurge {
-        return purge::purge(&edge, inc).await;
+        return purge::purge(&edge, inc).await.into();
     }
     let req = match ClientRequest::parse(&inc.head) {
         Ok(r) if r.has_dot_segment() => {
