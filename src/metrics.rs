@@ -205,6 +205,12 @@ fn deliveries(o: &mut String, s: &Stats, g: &Gauges) {
         "Memory held by outbound frames, each shared frame counted once (bounded by --max-total-outbound).",
         s.outbound_memory_bytes,
     );
+    gauge(
+        o,
+        "corecast_inbound_bytes",
+        "Input held by WebSocket readers: partial frames and messages being assembled (bounded by --max-total-inbound).",
+        s.inbound_bytes,
+    );
 }
 
 /// Slow consumers, the outbound budget, pacing, publish limits, plain HTTP
@@ -227,6 +233,12 @@ fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
         "corecast_slow_consumer_drops_total",
         "Messages dropped under drop-oldest.",
         s.slow_consumer_drops,
+    );
+    counter(
+        o,
+        "corecast_inbound_budget_refusals_total",
+        "Connections closed with 1013 because their input grew while the worker was over --max-total-inbound.",
+        s.inbound_budget_refusals,
     );
     counter(
         o,

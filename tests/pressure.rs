@@ -203,3 +203,58 @@ async fn a_stalled_write_is_cut_after_the_write_stall_timeout(legacy: bool) {
 }
 
 on_both_drivers!(a_stalled_write_is_cut_after_the_write_stall_timeout);
+
+const OP_BINARY: u8 = 0x2;
+const INBOUND_BUDGET: u64 = 1 << 20;
+/// What each hog sends of its declared 1,000,000-byte frame.
+const HOG_PART: usize = 300 << 10;
+
+/// `--max-total-inbound`: clients each holding a large partial frame
+/// cannot make the worker hold more input than the budget (plus one
+/// connection's last read): a connection whose input grows while the
+/// worker is over it is closed with 1013 and counted, ordinary traffic
+/// flows meanwhile, and every byte held is given back when they go.
+async fn partial_frames_are_bounded_by_the_inbound_budget(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| c.max_total_inbound = INBOUND_BUDGET as usize);
+    let addr = srv.addr;
+    let mut calm = ws_connect(addr, "/ws/calm").await;
+    let frame = masked(0x80 | OP_BINARY, &vec![b'x'; 1_000_000]);
+    let mut hogs = Vec::new();
+    for _ in 0..8 {
+        let before = stats(addr).await;
+        let (held, refused) = (
+            counter(&before, "inbound_bytes"),
+            counter(&before, "inbound_budget_refusals"),
+        );
+        let mut ws = RawWs::connect(addr, "/ws/hog").await;
+        ws.send_raw(&frame[..HOG_PART]).await;
+        // The server either holds this hog's input or refused it.
+        let s = wait_until_stat(addr, |s| {
+            counter(s, "inbound_bytes") >= held + HOG_PART as u64 - 64
+                || counter(s, "inbound_budget_refusals") > refused
+        })
+        .await;
+        let now_refused = counter(&s, "inbound_budget_refusals") > refused;
+        hogs.push((ws, now_refused));
+    }
+    let s = stats(addr).await;
+    let refused = hogs.iter().filter(|(_, r)| *r).count() as u64;
+    assert!(
+        refused >= 4,
+        "2.4 MB of partial frames vs a 1 MiB budget: {s}"
+    );
+    assert_eq!(counter(&s, "inbound_budget_refusals"), refused, "{s}");
+    assert!(counter(&s, "inbound_bytes") <= 2 * INBOUND_BUDGET, "{s}");
+    for (ws, was_refused) in &mut hogs {
+        if *was_refused {
+            assert_eq!(ws.next_frame().await.close_code(), Some(1013));
+        }
+    }
+    // Ordinary traffic is untouched.
+    publish(addr, "calm", "still here").await;
+    assert_eq!(next_text(&mut calm).await, "still here");
+    drop(hogs);
+    wait_stat(addr, "inbound_bytes", |n| n == 0).await;
+}
+
+on_both_drivers!(partial_frames_are_bounded_by_the_inbound_budget);

@@ -61,6 +61,9 @@ pub struct Config {
     pub peers: crate::peers::PeerConfig,
     /// Outbound bytes queued across all connections of the worker.
     pub max_total_outbound: usize,
+    /// `--max-total-inbound`: input all WebSocket readers of a worker may
+    /// hold (partial frames, messages being assembled).
+    pub max_total_inbound: usize,
     /// Record the fan-out delay histogram (`/metrics`, status page).
     pub latency_histograms: bool,
     /// Most subscriber writers woken by fan-outs writing at once.

@@ -51,6 +51,7 @@ impl Default for Config {
             auth: Default::default(),
             peers: Default::default(),
             max_total_outbound: 0,
+            max_total_inbound: 0,
             latency_histograms: false,
             fanout_window: 0,
             publish_backpressure: 0,

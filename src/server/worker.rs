@@ -3,7 +3,7 @@
 //! scratch buffer every read goes through. Single-threaded: `Rc` +
 //! `RefCell`, no locks.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -38,6 +38,8 @@ pub struct Worker {
     pub cache: Option<Rc<CacheEdge>>,
     /// Per-client-address limits.
     pub peers: RefCell<Peers>,
+    /// Input held by WebSocket readers (`--max-total-inbound`).
+    pub inbound: Cell<usize>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -51,6 +53,7 @@ impl Worker {
             cache: CacheEdge::new(&cfg, redis.clone()),
             redis,
             peers: RefCell::new(Peers::new(cfg.peers.clone())),
+            inbound: Cell::new(0),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -94,6 +97,7 @@ impl Worker {
         worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
         worker.outbound_bytes = hub.total_pending() as u64;
         worker.outbound_memory_bytes = hub.outbound_memory() as u64;
+        worker.inbound_bytes = self.inbound.get() as u64;
         Snapshot {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),

@@ -3,6 +3,7 @@
 //! hub's queue with one vectored write per batch. Neither holds a hub
 //! borrow across an `.await`.
 
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -83,6 +84,35 @@ pub(super) fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
     crate::auth::token_deadline_ms(hub_now_ms, exp, crate::auth::unix_now_ms())
 }
 
+/// Input a connection may hold however full the worker's inbound budget
+/// is: a partial frame of ordinary messages never gets a connection cut.
+const INBOUND_FREE: usize = 64 << 10;
+
+/// A reader's share of the worker's inbound memory (`--max-total-inbound`),
+/// given back when the reader ends, however it ends.
+struct InboundCharge<'a> {
+    total: &'a Cell<usize>,
+    held: usize,
+}
+
+impl InboundCharge<'_> {
+    /// Records that the reader now holds `held` bytes; `false` when its
+    /// input grew beyond [`INBOUND_FREE`] while the worker is over `max`.
+    fn update(&mut self, held: usize, max: usize) -> bool {
+        let total = self.total.get() - self.held + held;
+        self.total.set(total);
+        let grew = held > self.held;
+        self.held = held;
+        !(grew && held > INBOUND_FREE && total > max)
+    }
+}
+
+impl Drop for InboundCharge<'_> {
+    fn drop(&mut self) {
+        self.total.set(self.total.get() - self.held);
+    }
+}
+
 /// What draining the read buffer came to.
 enum Drained {
     /// Everything complete was handled; read more.
@@ -121,6 +151,10 @@ struct WsReader<'a> {
 
 impl WsReader<'_> {
     async fn run(&mut self, rd: &mut TcpOwnedReadHalf, fd: RawFd, mut buf: BytesMut) -> ReadEnd {
+        let mut charge = InboundCharge {
+            total: &self.w.inbound,
+            held: 0,
+        };
         loop {
             match self.drain(&mut buf) {
                 Drained::End(end) => return end,
@@ -140,6 +174,12 @@ impl WsReader<'_> {
                     continue;
                 }
                 Drained::NeedMore => {}
+            }
+            // What stays after the drain: a partial frame, a message
+            // being assembled. Small publishers hold nothing here.
+            let held = buf.capacity() + self.rx.held();
+            if !charge.update(held, self.w.cfg.max_total_inbound) {
+                return self.refuse_inbound(held);
             }
             if buf.is_empty() {
                 // Idle connections keep no read buffer.
@@ -207,6 +247,28 @@ impl WsReader<'_> {
             self.id,
             e.close_code(),
             &e.to_string(),
+            CloseReason::Protocol,
+        );
+        ReadEnd::Failed
+    }
+
+    /// Closes with 1013 a connection whose input grew while the worker was
+    /// over `--max-total-inbound`: a large message arriving slowly is what
+    /// holds memory, and "try again later" is true of it.
+    fn refuse_inbound(&mut self, held: usize) -> ReadEnd {
+        let mut hub = self.w.hub.borrow_mut();
+        hub.stats.inbound_budget_refusals += 1;
+        log!(
+            Debug,
+            "inbound budget exhausted",
+            conn = self.id,
+            held = held,
+            total = self.w.inbound.get()
+        );
+        hub.close(
+            self.id,
+            1013,
+            "inbound memory budget exhausted",
             CloseReason::Protocol,
         );
         ReadEnd::Failed

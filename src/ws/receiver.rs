@@ -119,6 +119,11 @@ impl Receiver {
         self.read(buf).inspect_err(|err| self.poison(err.clone()))
     }
 
+    /// Bytes held for the fragmented message being assembled.
+    pub fn held(&self) -> usize {
+        self.assembly.capacity()
+    }
+
     /// True while a fragmented message is being assembled (bytes are held).
     pub fn is_assembling(&self) -> bool {
         self.fragmented.is_some()

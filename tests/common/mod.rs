@@ -378,19 +378,26 @@ pub fn counter(stats: &Value, key: &str) -> u64 {
 
 /// Polls `/stats` until `pred(stats[key])` holds; returns those stats.
 pub async fn wait_stat(addr: SocketAddr, key: &str, pred: impl Fn(u64) -> bool) -> Value {
+    wait_until_stat(addr, |s| pred(counter(s, key))).await
+}
+
+/// Polls `/stats` until `pred` holds for the whole document; panics with
+/// the last stats at the deadline.
+#[allow(dead_code)]
+pub async fn wait_until_stat(addr: SocketAddr, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + DEADLINE;
     let mut last = Value::Null;
     loop {
         if let Ok(s) = tokio::time::timeout(DEADLINE, try_stats(addr)).await {
             let s = s.expect("/stats");
-            if pred(counter(&s, key)) {
+            if pred(&s) {
                 return s;
             }
             last = s;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for stats `{key}`; last stats: {last}"
+            "timed out waiting for stats; last stats: {last}"
         );
         tokio::time::sleep(POLL).await;
     }
