@@ -42,6 +42,8 @@ mod timers;
 #[cfg(test)]
 mod delivery_tests;
 #[cfg(test)]
+mod interest_tests;
+#[cfg(test)]
 mod tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
@@ -196,6 +198,50 @@ impl Hub {
         let max = self.limits.max_subscriptions;
         self.registry
             .subscribe(&mut self.conns, &mut self.stats, id, name, max)
+            .map(drop)
+    }
+
+    /// Subscribes `id` to `name` and sends it `ack` once the upstream
+    /// (Redis) confirmed it delivers the channel, so a message published
+    /// right after the acknowledgement cannot overtake the subscription.
+    /// Without an upstream, or for a channel already confirmed or a
+    /// subscription that already existed, `ack` goes at once.
+    pub fn subscribe_acked(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        ack: Bytes,
+    ) -> Result<(), SubscribeError> {
+        let max = self.limits.max_subscriptions;
+        let new = self
+            .registry
+            .subscribe(&mut self.conns, &mut self.stats, id, name, max)?;
+        let due = if new {
+            self.registry.park_ack(id, name, ack)
+        } else {
+            Some(ack)
+        };
+        if let Some(ack) = due {
+            self.send_to(id, ack);
+        }
+        Ok(())
+    }
+
+    /// The upstream (Redis subscriber) connection is gone; sends every
+    /// waiting acknowledgement (the upstream holds our publishes until a
+    /// new connection restored every subscription).
+    pub fn interest_lost(&mut self) {
+        for (id, ack) in self.registry.interest_lost() {
+            self.send_to(id, ack);
+        }
+    }
+
+    /// Redis answered a subscribe or unsubscribe command for `name`; sends
+    /// the acknowledgements that were waiting for it.
+    pub fn interest_answered(&mut self, name: &str) {
+        for (id, ack) in self.registry.interest_answered(name) {
+            self.send_to(id, ack);
+        }
     }
 
     /// Subscribes to an internal channel (name outside the client charset,

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
+use bytes::Bytes;
 use slab::Slab;
 
 use super::conn::{ChannelId, Conn, ConnId};
@@ -28,6 +29,10 @@ pub enum SubscribeError {
 struct Channel {
     name: Rc<str>,
     subscribers: Vec<ConnId>,
+    /// Subscribe acknowledgements held until the upstream confirms the
+    /// channel (at most one per subscriber: only a new subscription parks
+    /// one, and a subscriber's entry leaves with it).
+    waiting: Vec<(ConnId, Bytes)>,
 }
 
 /// Channels gained and lost, for an upstream (Redis) that subscribes only
@@ -39,10 +44,50 @@ struct Channel {
 /// (the upstream connection is down) it holds at most one entry per
 /// channel gained since (each has subscribers) or lost since (each was
 /// known to the upstream), however much subscribers churn.
+///
+/// `upstream` follows what was sent: per channel the last state taken
+/// (`wanted`) and how many of the commands sent for it Redis has not
+/// answered yet. Replies come in command order on one connection, so a
+/// channel is confirmed exactly when its last command was a subscribe and
+/// every command for it was answered. Entries of unwanted, answered
+/// channels are removed: the map is bounded by the channels with
+/// subscribers plus those whose unsubscribe is in flight.
+///
+/// While no upstream connection is up (`connected` false), every channel
+/// counts as confirmed: the upstream holds this instance's publishes until
+/// a new connection has restored every subscription, so nothing published
+/// after an acknowledgement can overtake its subscription.
 #[derive(Debug, Default)]
 struct Interest {
     changes: HashMap<Rc<str>, bool>,
+    upstream: HashMap<Rc<str>, Upstream>,
+    connected: bool,
     waker: Option<Waker>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Upstream {
+    wanted: bool,
+    unanswered: u32,
+}
+
+impl Interest {
+    fn confirmed(&self, name: &str) -> bool {
+        !self.connected
+            || self
+                .upstream
+                .get(name)
+                .is_some_and(|u| u.wanted && u.unanswered == 0)
+    }
+
+    fn sent(&mut self, name: &Rc<str>, wanted: bool) {
+        let u = self.upstream.entry(name.clone()).or_insert(Upstream {
+            wanted,
+            unanswered: 0,
+        });
+        u.wanted = wanted;
+        u.unanswered += 1;
+    }
 }
 
 /// Channels by id and by name, and the interest log.
@@ -76,7 +121,7 @@ impl Registry {
     }
 
     /// Subscribes `id` to `name` within `max_subscriptions`; subscribing
-    /// twice is a no-op.
+    /// twice is a no-op. `Ok(true)`: a new subscription.
     pub(super) fn subscribe(
         &mut self,
         conns: &mut Slab<Conn>,
@@ -84,17 +129,17 @@ impl Registry {
         id: ConnId,
         name: &str,
         max_subscriptions: usize,
-    ) -> Result<(), SubscribeError> {
+    ) -> Result<bool, SubscribeError> {
         if !valid_channel_name(name) {
             return Err(SubscribeError::InvalidChannel);
         }
         let Some(conn) = conns.get(id) else {
-            return Ok(());
+            return Ok(false);
         };
         let existing = self.lookup(name);
         if let Some(cid) = existing {
             if conn.subs.iter().any(|&(c, _)| c == cid) {
-                return Ok(());
+                return Ok(false);
             }
         }
         if conn.subs.len() >= max_subscriptions {
@@ -102,7 +147,7 @@ impl Registry {
         }
         let cid = existing.unwrap_or_else(|| self.add_channel(name));
         self.attach(conns, stats, id, cid);
-        Ok(())
+        Ok(true)
     }
 
     /// Subscribes `id` to an internal channel (name outside the client
@@ -133,6 +178,7 @@ impl Registry {
         let cid = self.channels.insert(Channel {
             name: name.clone(),
             subscribers: Vec::new(),
+            waiting: Vec::new(),
         });
         self.by_name.insert(name.clone(), cid);
         self.note_interest(name, true);
@@ -172,7 +218,10 @@ impl Registry {
         pos: u32,
     ) {
         let ch = &mut self.channels[cid];
-        ch.subscribers.swap_remove(pos as usize);
+        let leaving = ch.subscribers.swap_remove(pos as usize);
+        if !ch.waiting.is_empty() {
+            ch.waiting.retain(|w| w.0 != leaving);
+        }
         if let Some(&moved) = ch.subscribers.get(pos as usize) {
             if let Some(slot) = conns[moved].subs.iter_mut().find(|s| s.0 == cid) {
                 slot.1 = pos;
@@ -226,10 +275,72 @@ impl Registry {
 
     /// See `Hub::interest_snapshot`.
     pub(super) fn interest_snapshot(&mut self) -> Vec<Rc<str>> {
+        let names: Vec<Rc<str>> = self.channels.iter().map(|(_, c)| c.name.clone()).collect();
         if let Some(i) = &mut self.interest {
             i.changes.clear();
+            // A new connection: what the old one sent is moot, and every
+            // channel is subscribed afresh.
+            i.connected = true;
+            i.upstream.clear();
+            for name in &names {
+                i.sent(name, true);
+            }
         }
-        self.channels.iter().map(|(_, c)| c.name.clone()).collect()
+        names
+    }
+
+    /// Whether the upstream confirmed it delivers `name` (always, without
+    /// one).
+    pub(super) fn confirmed(&self, name: &str) -> bool {
+        self.interest.as_ref().is_none_or(|i| i.confirmed(name))
+    }
+
+    /// Holds `ack` for `id`, just subscribed to `name`, until the channel
+    /// is confirmed upstream; gives it back when it already is.
+    pub(super) fn park_ack(&mut self, id: ConnId, name: &str, ack: Bytes) -> Option<Bytes> {
+        if self.confirmed(name) {
+            return Some(ack);
+        }
+        let Some(cid) = self.lookup(name) else {
+            return Some(ack);
+        };
+        self.channels[cid].waiting.push((id, ack));
+        None
+    }
+
+    /// The upstream connection is gone: every waiting acknowledgement is
+    /// due (see [`Interest`]).
+    pub(super) fn interest_lost(&mut self) -> Vec<(ConnId, Bytes)> {
+        let Some(i) = &mut self.interest else {
+            return Vec::new();
+        };
+        i.connected = false;
+        i.upstream.clear();
+        self.channels
+            .iter_mut()
+            .flat_map(|(_, c)| std::mem::take(&mut c.waiting))
+            .collect()
+    }
+
+    /// Redis answered a subscribe or unsubscribe for `name`: the
+    /// acknowledgements it makes due.
+    pub(super) fn interest_answered(&mut self, name: &str) -> Vec<(ConnId, Bytes)> {
+        let Some(i) = &mut self.interest else {
+            return Vec::new();
+        };
+        if let Some(u) = i.upstream.get_mut(name) {
+            u.unanswered = u.unanswered.saturating_sub(1);
+            if !u.wanted && u.unanswered == 0 {
+                i.upstream.remove(name);
+            }
+        }
+        if !i.confirmed(name) {
+            return Vec::new();
+        }
+        match self.by_name.get(name) {
+            Some(&cid) => std::mem::take(&mut self.channels[cid].waiting),
+            None => Vec::new(),
+        }
     }
 
     /// See `Hub::poll_interest`.
@@ -247,6 +358,9 @@ impl Registry {
         }
         let first = out.len();
         out.extend(i.changes.drain());
+        for (name, wanted) in &out[first..] {
+            i.sent(name, *wanted);
+        }
         // Order between channels does not matter; a stable one helps logs
         // and tests.
         out[first..].sort_unstable();

@@ -37,9 +37,16 @@ pub enum Event {
     Canary(Bytes),
     /// A message that must not be delivered, and why.
     Dropped(Rejected),
-    /// A `SUBSCRIBE` was confirmed.
-    Subscribed,
-    /// Confirmations we need not act on (`UNSUBSCRIBE`, `PONG`).
+    /// Redis answered one channel of a `SUBSCRIBE` (`subscribed`) or an
+    /// `UNSUBSCRIBE`: `channel` is the corecast channel name (prefix
+    /// removed), `None` for the canary or a name that is not ours.
+    Replied {
+        /// The corecast channel, if it is one.
+        channel: Option<Bytes>,
+        /// A `SUBSCRIBE` confirmation (else an `UNSUBSCRIBE` one).
+        subscribed: bool,
+    },
+    /// Replies we need not act on (`PONG`).
     Other,
     /// Redis answered with an error (e.g. NOAUTH): the connection is done.
     Refused(String),
@@ -54,8 +61,15 @@ impl Inbound {
         };
         Ok(Some(match resp::pubsub_event(reply)? {
             PubSubEvent::Message { channel, payload } => self.message(channel, payload),
-            PubSubEvent::Subscribed(_) => Event::Subscribed,
-            PubSubEvent::Unsubscribed(_) | PubSubEvent::Pong => Event::Other,
+            PubSubEvent::Subscribed(c) => Event::Replied {
+                channel: self.ours(c),
+                subscribed: true,
+            },
+            PubSubEvent::Unsubscribed(c) => Event::Replied {
+                channel: self.ours(c),
+                subscribed: false,
+            },
+            PubSubEvent::Pong => Event::Other,
             PubSubEvent::Error(e) => Event::Refused(e),
         }))
     }
@@ -64,18 +78,23 @@ impl Inbound {
         if channel == self.canary_key.as_bytes() {
             return Event::Canary(payload);
         }
-        let ours = channel.starts_with(self.prefix.as_bytes())
-            && std::str::from_utf8(&channel[self.prefix.len()..]).is_ok();
-        if !ours {
+        let Some(channel) = self.ours(channel) else {
             return Event::Dropped(Rejected::UnknownChannel);
-        }
+        };
         match envelope::accept(payload, self.max_message) {
-            Ok(envelope) => Event::Deliver {
-                channel: channel.slice(self.prefix.len()..),
-                envelope,
-            },
+            Ok(envelope) => Event::Deliver { channel, envelope },
             Err(why) => Event::Dropped(why),
         }
+    }
+
+    /// The corecast channel a Redis channel name stands for: ours when it
+    /// has our prefix and a UTF-8 rest (the canary has the prefix too, but
+    /// its rest starts with `!`, outside every channel name).
+    fn ours(&self, redis_channel: Bytes) -> Option<Bytes> {
+        let ours = redis_channel != self.canary_key.as_bytes()
+            && redis_channel.starts_with(self.prefix.as_bytes())
+            && std::str::from_utf8(&redis_channel[self.prefix.len()..]).is_ok();
+        ours.then(|| redis_channel.slice(self.prefix.len()..))
     }
 }
 
@@ -129,6 +148,8 @@ mod tests {
         buf.extend_from_slice(&message("other:a", b"hi"));
         buf.extend_from_slice(&message("cc:a", b"123456789"));
         buf.extend_from_slice(&message("cc:a", &text_envelope(b"\xff")));
+        buf.extend_from_slice(b"*3\r\n$11\r\nunsubscribe\r\n$4\r\ncc:b\r\n:0\r\n");
+        buf.extend_from_slice(b"*3\r\n$9\r\nsubscribe\r\n$12\r\ncc:!canary:1\r\n:1\r\n");
         buf.extend_from_slice(b"-NOAUTH\r\n");
         let inb = inbound();
         let mut got = Vec::new();
@@ -136,7 +157,13 @@ mod tests {
             got.push(e);
         }
         assert!(buf.is_empty());
-        assert_eq!(got[0], Event::Subscribed);
+        assert_eq!(
+            got[0],
+            Event::Replied {
+                channel: Some(Bytes::from_static(b"a")),
+                subscribed: true
+            }
+        );
         match &got[1] {
             Event::Deliver { channel, envelope } => {
                 assert_eq!(&channel[..], b"a");
@@ -151,7 +178,21 @@ mod tests {
             Event::Dropped(Rejected::TooLarge { size: 9, max: 8 })
         );
         assert_eq!(got[5], Event::Dropped(Rejected::InvalidUtf8));
-        assert_eq!(got[6], Event::Refused("NOAUTH".into()));
+        assert_eq!(
+            got[6],
+            Event::Replied {
+                channel: Some(Bytes::from_static(b"b")),
+                subscribed: false
+            }
+        );
+        assert_eq!(
+            got[7],
+            Event::Replied {
+                channel: None,
+                subscribed: true
+            }
+        );
+        assert_eq!(got[8], Event::Refused("NOAUTH".into()));
     }
 
     #[test]

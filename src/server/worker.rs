@@ -133,4 +133,12 @@ impl Local for Worker {
     fn wake_interest(&self) {
         self.hub.borrow_mut().wake_interest();
     }
+
+    fn interest_answered(&self, channel: &str) {
+        self.hub.borrow_mut().interest_answered(channel);
+    }
+
+    fn interest_lost(&self) {
+        self.hub.borrow_mut().interest_lost();
+    }
 }

@@ -367,15 +367,21 @@ fn on_control(
             hub.stats.publish_forbidden += 1;
             Some(forbidden(idv))
         }
-        control::Request::Subscribe { channel } => match hub.subscribe(id, &channel) {
-            Ok(()) => Some(control::ack("subscribed", &channel, None, idv)),
-            Err(SubscribeError::InvalidChannel) => Some(invalid_channel(idv)),
-            Err(SubscribeError::TooManySubscriptions) => Some(control::error(
-                ErrorCode::TooManySubscriptions,
-                "subscription limit reached",
-                idv,
-            )),
-        },
+        control::Request::Subscribe { channel } => {
+            // In Redis mode the acknowledgement waits for Redis to confirm
+            // the subscription: a publish the client makes after reading
+            // it cannot reach Redis before the SUBSCRIBE.
+            let ack = control::ack("subscribed", &channel, None, idv);
+            match hub.subscribe_acked(id, &channel, ack) {
+                Ok(()) => None,
+                Err(SubscribeError::InvalidChannel) => Some(invalid_channel(idv)),
+                Err(SubscribeError::TooManySubscriptions) => Some(control::error(
+                    ErrorCode::TooManySubscriptions,
+                    "subscription limit reached",
+                    idv,
+                )),
+            }
+        }
         control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
             control::ack("unsubscribed", &channel, None, idv)
         } else {

@@ -35,6 +35,12 @@ pub trait Local {
     fn poll_interest(&self, cx: &mut Context<'_>, out: &mut Vec<(Rc<str>, bool)>) -> Poll<()>;
     /// Wakes a task waiting in `poll_interest` (to see its stop flag).
     fn wake_interest(&self);
+    /// Redis answered a subscribe or unsubscribe for `channel` (the
+    /// subscriptions it confirms may now be acknowledged).
+    fn interest_answered(&self, channel: &str);
+    /// The subscriber connection is gone (acknowledgements waiting for it
+    /// are due: publishes wait for the next connection's restore).
+    fn interest_lost(&self);
 }
 
 /// Least time between two "redis message dropped" log lines.

@@ -48,6 +48,9 @@ async fn session(
     let mut h = link.shard.health.borrow_mut();
     h.sub_connected = false;
     h.restored = false;
+    drop(h);
+    local.interest_lost();
+    let mut h = link.shard.health.borrow_mut();
     // Left set, an old canary would make `/readyz` 200 before one made the
     // trip on the new connection, and after a long outage the canary task
     // would take it for a stale canary and cut the fresh connection.
@@ -130,13 +133,21 @@ fn deliver_events(
             Event::Deliver { channel, envelope } => on_message(link, local, &channel, envelope),
             Event::Canary(payload) => canary::arrived(link, &payload),
             Event::Dropped(why) => link.dropped(why),
-            Event::Subscribed if restore.pending > 0 => {
-                restore.pending -= 1;
-                if restore.pending == 0 {
-                    restored(link, restore.channels);
+            Event::Replied {
+                channel,
+                subscribed,
+            } => {
+                if let Some(name) = channel.as_deref().and_then(|c| std::str::from_utf8(c).ok()) {
+                    local.interest_answered(name);
+                }
+                if subscribed && restore.pending > 0 {
+                    restore.pending -= 1;
+                    if restore.pending == 0 {
+                        restored(link, restore.channels);
+                    }
                 }
             }
-            Event::Subscribed | Event::Other => {}
+            Event::Other => {}
             Event::Refused(e) => return Err(RedisError::Refused(e)),
         }
     }
