@@ -83,6 +83,14 @@ origin and fresh corecast servers pinned to --server-cpu, drives them from
   --api-connections N    keep-alive connections of the API load [8]
   --api-duration SECS    window of each cache comparison phase [5]
   --source-ips A-B       local addresses of the clients [127.0.0.2-127.0.0.41]
+  --baseline node        also run the reference architecture (bench/reference-node:
+                         Node.js `ws`, `ioredis`; `npm ci` when needed) in
+                         every cell, right after corecast
+  --baseline-dir DIR     where that reference lives [the repository's]
+  --baseline-cmd CMD     also run `sh -c CMD` in every cell: a server speaking
+                         the path-mode contract on $PORT ($REDIS_URL in c2/c3,
+                         $ORIGIN for its /api/ cache in c3), e.g. the uWS peer
+  --baseline-name NAME   its name in the report [node / baseline]
 
 Durations accept a plain number of seconds or a suffix: 500ms, 20s, 2m.
 ";

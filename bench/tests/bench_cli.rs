@@ -453,3 +453,73 @@ fn an_oversized_response_is_an_error_not_an_allocation() {
     // the 10 s response timeout for the first error).
     assert!(u(&v, "errors") >= 2, "{v}");
 }
+
+#[test]
+fn a_node_baseline_without_node_is_one_clear_error() {
+    let out = std::env::temp_dir().join(format!("corecast-paper-nonode-{}", std::process::id()));
+    let o = Command::new(env!("CARGO_BIN_EXE_corecast-bench"))
+        .args(["paper", "--out", out.to_str().unwrap()])
+        .args(["--server-bin", corecast_bin(), "--configs", "c1"])
+        .args(["--scales", "20", "--baseline", "node"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .expect("run corecast-bench");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("needs Node.js"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--baseline node` runs the reference architecture (bench/reference-node)
+/// in every cell right after corecast, and the report has both.
+#[test]
+fn paper_measures_the_node_reference_beside_corecast() {
+    let out = std::env::temp_dir().join(format!("corecast-paper-node-{}", std::process::id()));
+    let o = run_bench(&[
+        "paper",
+        "--out",
+        out.to_str().unwrap(),
+        "--server-bin",
+        corecast_bin(),
+        "--configs",
+        "c1,c2",
+        "--scales",
+        "20",
+        "--deliveries",
+        "2000",
+        "--duration",
+        "1",
+        "--warmup",
+        "1",
+        "--baseline",
+        "node",
+        "--json",
+        "--quiet",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("paper JSON");
+    let cells = v["cells"].as_array().unwrap();
+    let servers: Vec<(&str, &str)> = cells
+        .iter()
+        .map(|c| (c["server"].as_str().unwrap(), c["setup"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        servers,
+        [
+            ("corecast", "C1"),
+            ("node", "C1"),
+            ("corecast", "C2"),
+            ("node", "C2")
+        ]
+    );
+    for c in cells {
+        assert_eq!(u(c, "lost"), 0, "{c}");
+        assert!(u(c, "unique") > 0, "{c}");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("node, measured here"), "{md}");
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::results::{reference, ApiPhase, Cell, PaperReport};
+use super::results::{reference, ApiPhase, Cell, PaperReport, CORECAST};
 use super::svg::{Axis, Chart, Marker, Series, PALETTE};
 
 /// Above this CPU share the generator may be what limits a cell.
@@ -34,12 +34,24 @@ fn scales(cells: &[Cell]) -> Vec<usize> {
     v
 }
 
-/// Setups measured, in run order, without repeats.
-fn setups(cells: &[Cell]) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = Vec::new();
+/// A cell's series name: its setup, with the server's name for a
+/// baseline ("C1", "C1 node").
+fn label(c: &Cell) -> String {
+    if c.server == CORECAST {
+        c.setup.to_string()
+    } else {
+        format!("{} {}", c.setup, c.server)
+    }
+}
+
+/// Series measured (setup, and server for baselines), in run order,
+/// without repeats.
+fn setups(cells: &[Cell]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
     for c in cells {
-        if !v.contains(&c.setup) {
-            v.push(c.setup);
+        let l = label(c);
+        if !v.contains(&l) {
+            v.push(l);
         }
     }
     v
@@ -61,7 +73,7 @@ fn distribution_chart(cells: &[Cell], clients: usize) -> Chart {
         .iter()
         .enumerate()
         .map(|(i, c)| Series {
-            name: format!("{} (mean {})", c.setup, ms(c.latency.mean_us)),
+            name: format!("{} (mean {})", label(c), ms(c.latency.mean_us)),
             color: PALETTE[i % PALETTE.len()].into(),
             dashed: false,
             points: c
@@ -101,7 +113,7 @@ fn distribution_chart(cells: &[Cell], clients: usize) -> Chart {
 fn scaling_chart(cells: &[Cell]) -> Chart {
     let mut series = Vec::new();
     for (i, setup) in setups(cells).into_iter().enumerate() {
-        let mine: Vec<&Cell> = cells.iter().filter(|c| c.setup == setup).collect();
+        let mine: Vec<&Cell> = cells.iter().filter(|c| label(c) == setup).collect();
         let color = PALETTE[i % PALETTE.len()];
         let line = |name: &str, dashed, f: fn(&Cell) -> f64| Series {
             name: format!("{setup} {name}"),
@@ -177,24 +189,102 @@ fn generator_note(c: &Cell) -> Option<String> {
         format!(
             "{} at {} clients: the load CPU was {load:.0} % busy (generator {:.0} %) — \
              the generator may have added delay",
-            c.setup, c.clients, c.generator_cpu_percent
+            label(c),
+            c.clients,
+            c.generator_cpu_percent
         )
     })
 }
 
-/// The headline comparison with the reference.
+/// The headline's columns: the reference's published figure, the
+/// baseline measured here (when one ran), corecast.
+struct Columns<'a> {
+    ours: Vec<&'a Cell>,
+    base: Vec<&'a Cell>,
+}
+
+impl Columns<'_> {
+    fn row(&self, title: &str, published: &str, f: &dyn Fn(&[&Cell]) -> String) -> String {
+        match self.base.is_empty() {
+            true => format!("| {title} | {published} | {} |\n", f(&self.ours)),
+            false => format!(
+                "| {title} | {published} | {} | {} |\n",
+                f(&self.base),
+                f(&self.ours)
+            ),
+        }
+    }
+}
+
+/// The headline comparison with the reference: its published figures,
+/// the baseline measured here (when one ran) and corecast.
 pub fn headline(r: &PaperReport) -> String {
-    let cells = headline_cells(&r.cells);
-    let mut s = String::new();
-    let clients = cells.first().map_or(0, |c| c.clients);
-    let _ = writeln!(
-        s,
-        "| at {} clients | reference (Node.js `ws` + Redis, 1 vCPU, k6 {} VUs) | corecast (1 pinned core) |",
-        clients,
+    let all = headline_cells(&r.cells);
+    let (ours, base) = all.iter().partition(|c| c.server == CORECAST);
+    let cols = Columns { ours, base };
+    let clients = all.first().map_or(0, |c| c.clients);
+    let mut s = format!(
+        "| at {clients} clients | reference (Node.js `ws` + Redis, 1 vCPU, k6 {} VUs; published) |",
         reference::CLIENTS
     );
-    s.push_str("|---|---|---|\n");
-    let held: Vec<String> = cells
+    match cols.base.first() {
+        Some(b) => s.push_str(&format!(
+            " {}, measured here (1 pinned core) | corecast (1 pinned core) |\n|---|---|---|---|\n",
+            b.server
+        )),
+        None => s.push_str(" corecast (1 pinned core) |\n|---|---|---|\n"),
+    }
+    let refs = format!("{} of {}", reference::CONNECTIONS_HELD, reference::CLIENTS);
+    s.push_str(&cols.row("connections held", &refs, &held));
+    for (setup, refv, what) in [
+        ("C1", reference::C1_MEAN_MS, "in-process"),
+        ("C2", reference::C2_MEAN_MS, "through Redis"),
+        ("C3", f64::NAN, "through Redis, API under load"),
+    ] {
+        if !cols.ours.iter().any(|c| c.setup == setup) {
+            continue;
+        }
+        let refs = match refv.is_nan() {
+            true => "–".to_string(),
+            false => format!("{refv:.2} ms"),
+        };
+        let mean = |cells: &[&Cell]| {
+            let c = cells.iter().find(|c| c.setup == setup);
+            c.map_or("–".into(), |c| mean_line(c))
+        };
+        let title = format!("mean broadcast latency, {what} ({setup})");
+        s.push_str(&cols.row(&title, &refs, &mean));
+    }
+    let refs = format!(
+        "{:.2} % (threshold not published)",
+        reference::SPIKES_PERCENT
+    );
+    s.push_str(&cols.row("latency spikes", &refs, &spikes));
+    s.push_str(&cols.row("deliveries lost", "not reported", &lost));
+    if let Some(api) = &r.api {
+        let (lo, hi) = reference::CACHE_FASTER_PERCENT;
+        let faster = format!(
+            "{:.1} % (hit {} vs origin {}, mean)",
+            api.hit_faster_percent,
+            ms(api.hit.latency.mean_us),
+            ms(api.direct.latency.mean_us)
+        );
+        // The cache comparison is corecast's only.
+        let f = |c: &[&Cell]| match c.first().is_some_and(|c| c.server == CORECAST) {
+            true => faster.clone(),
+            false => "–".into(),
+        };
+        s.push_str(&cols.row(
+            "cached API responses faster by",
+            &format!("{lo}–{hi} %"),
+            &f,
+        ));
+    }
+    s
+}
+
+fn held(cells: &[&Cell]) -> String {
+    let v: Vec<String> = cells
         .iter()
         .map(|c| {
             format!(
@@ -206,73 +296,47 @@ pub fn headline(r: &PaperReport) -> String {
             )
         })
         .collect();
-    let _ = writeln!(
-        s,
-        "| connections held | {} of {} | {} |",
-        reference::CONNECTIONS_HELD,
-        reference::CLIENTS,
-        held.join("; ")
-    );
-    for (setup, refv, what) in [
-        ("C1", reference::C1_MEAN_MS, "in-process"),
-        ("C2", reference::C2_MEAN_MS, "through Redis"),
-        ("C3", f64::NAN, "through Redis, API under load"),
-    ] {
-        let Some(c) = cells.iter().find(|c| c.setup == setup) else {
-            continue;
-        };
-        let refs = if refv.is_nan() {
-            "–".to_string()
-        } else {
-            format!("{refv:.2} ms")
-        };
-        let _ = writeln!(
-            s,
-            "| mean broadcast latency, {what} ({setup}) | {refs} | {} (p50 {}, p99 {}, max {}) |",
-            ms(c.latency.mean_us),
-            ms(c.latency.p50_us),
-            ms(c.latency.p99_us),
-            ms(c.latency.max_us)
-        );
-    }
+    v.join("; ")
+}
+
+fn mean_line(c: &Cell) -> String {
+    format!(
+        "{} (p50 {}, p99 {}, max {}; server CPU {})",
+        ms(c.latency.mean_us),
+        ms(c.latency.p50_us),
+        ms(c.latency.p99_us),
+        ms(c.latency.max_us),
+        opt_pct(c.server_core_busy_percent)
+    )
+}
+
+fn spikes(cells: &[&Cell]) -> String {
     let worst = |f: fn(&Cell) -> f64| cells.iter().map(|c| f(c)).fold(0.0, f64::max);
-    let _ = writeln!(
-        s,
-        "| latency spikes | {:.2} % (threshold not published) | worst setup: > 10 ms {}, > 50 ms {}, > 100 ms {} |",
-        reference::SPIKES_PERCENT,
+    format!(
+        "worst setup: > 10 ms {}, > 50 ms {}, > 100 ms {}",
         share(worst(|c| c.latency.over_10ms)),
         share(worst(|c| c.latency.over_50ms)),
         share(worst(|c| c.latency.over_100ms))
-    );
+    )
+}
+
+fn lost(cells: &[&Cell]) -> String {
     let lost: u64 = cells.iter().map(|c| c.lost).sum();
     let expected: u64 = cells.iter().map(|c| c.expected).sum();
-    let _ = writeln!(
-        s,
-        "| deliveries lost | not reported | {lost} of {expected} |"
-    );
-    if let Some(api) = &r.api {
-        let (lo, hi) = reference::CACHE_FASTER_PERCENT;
-        let _ = writeln!(
-            s,
-            "| cached API responses faster by | {lo}–{hi} % | {:.1} % (hit {} vs origin {}, mean) |",
-            api.hit_faster_percent,
-            ms(api.hit.latency.mean_us),
-            ms(api.direct.latency.mean_us)
-        );
-    }
-    s
+    format!("{lost} of {expected}")
 }
 
 /// The full matrix as a Markdown table.
 pub fn matrix(cells: &[Cell]) -> String {
     let mut s = String::from(
-        "| setup | clients | inst. | msg/s | deliveries/s | lost | dup | mean | p50 | p99 | p99.9 | max | > 10 ms | > 100 ms | server CPU busy | load CPU busy | generator CPU | µs/frame |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| server | setup | clients | inst. | msg/s | deliveries/s | lost | dup | mean | p50 | p99 | p99.9 | max | > 10 ms | > 100 ms | server CPU busy | load CPU busy | generator CPU | µs/frame |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for c in cells {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} % | {:.2} |",
+            "| {} | {} | {} | {} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} % | {:.2} |",
+            c.server,
             c.setup,
             c.clients,
             c.instances,
@@ -420,8 +484,9 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
          - A fan-out of one message to N clients costs N socket writes; the last client of a \
          large fan-out waits for the writes before it, so latency grows with N at a fixed \
          delivery rate, and messages that share a write (bursts) are cheaper.\n\
-         - The reference's figures come from its own machine and k6 scripts; they are quoted, \
-         not re-measured. Compare shapes and orders of magnitude, not third digits.\n",
+         - The reference's published figures come from its own machine and k6 scripts; they \
+         are quoted. `--baseline node` runs the same architecture (Node.js `ws` + `ioredis`, \
+         `bench/reference-node`) here, cell by cell, beside corecast.\n",
     );
     s
 }
@@ -445,7 +510,7 @@ fn parse_time_note(cells: &[Cell]) -> String {
     let parse: Vec<String> = cells
         .iter()
         .filter(|c| c.latency_source != "kernel")
-        .map(|c| format!("{} at {}", c.setup, c.clients))
+        .map(|c| format!("{} at {}", label(c), c.clients))
         .collect();
     if parse.is_empty() {
         String::new()
@@ -531,7 +596,7 @@ mod tests {
             "{md}"
         );
         // One matrix row per cell, and the generator warning for the busy one.
-        assert_eq!(md.matches("\n| C2 | ").count(), 2);
+        assert_eq!(md.matches("\n| corecast | C2 | ").count(), 2);
         assert!(md.contains("C3 at 5000 clients: the load CPU was 97 % busy"));
         assert!(md.contains("![latency-vs-clients.svg](latency-vs-clients.svg)"));
         assert!(md.contains("C3 was not run."));
@@ -540,6 +605,32 @@ mod tests {
         r.cells[0].latency_source = "parse".into();
         let md = markdown(&r, &[]);
         assert!(md.contains("No kernel timestamps were available for C1 at 500"));
+    }
+
+    #[test]
+    fn a_baseline_gets_its_own_column_rows_and_series() {
+        let mut r = report();
+        let mut node: Vec<Cell> = r.cells.clone();
+        for c in &mut node {
+            c.server = "node".into();
+            c.latency.mean_us *= 10.0;
+        }
+        r.cells.extend(node);
+        let md = markdown(&r, &[]);
+        assert!(
+            md.contains("| reference (Node.js `ws` + Redis, 1 vCPU, k6 500 VUs; published) | node, measured here (1 pinned core) | corecast (1 pinned core) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| mean broadcast latency, in-process (C1) | 23.78 ms | 9.00 ms"),
+            "{md}"
+        );
+        assert_eq!(md.matches("\n| node | C2 | ").count(), 2);
+        let chart = &charts(&r)[2].1;
+        assert!(
+            chart.contains("C1 node"),
+            "the scaling chart has the baseline's series"
+        );
     }
 
     #[test]

@@ -20,9 +20,9 @@ pub mod svg;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use opts::{PaperOpts, Setup};
+use opts::{Baseline, PaperOpts, Setup};
 use origin::Origin;
-use procs::{http_get, start_corecast, start_redis, BenchRun, Proc};
+use procs::{http_get, start_baseline, start_corecast, start_redis, BenchRun, Proc};
 use results::{api_from_json, cell_from_json, ApiComparison, Cell, Machine, PaperReport, Params};
 
 use crate::error::BenchError;
@@ -70,6 +70,9 @@ pub fn run(o: PaperOpts) -> Result<PaperReport, BenchError> {
         )));
     }
     check_cpus(&o)?;
+    if let Some(dir) = o.baseline.as_ref().and_then(|b| b.node_dir.as_deref()) {
+        procs::prepare_node(dir).map_err(BenchError::Setup)?;
+    }
     let logs = o.out.join("logs");
     std::fs::create_dir_all(&logs)?;
     // The orchestrator and the origin's threads stay off the server's CPU.
@@ -140,9 +143,15 @@ fn run_matrix(ctx: &Ctx) -> Result<(Vec<Cell>, Option<ApiComparison>), String> {
                     setup.describe()
                 ),
             );
-            let cell = run_cell(ctx, setup, clients, redis_port)?;
+            let cell = run_cell(ctx, setup, clients, redis_port, None)?;
             progress(ctx, cell_line(&cell));
             cells.push(cell);
+            // The baseline right after, same cell: side by side in time.
+            if let Some(b) = &ctx.o.baseline {
+                let cell = run_cell(ctx, setup, clients, redis_port, Some(b))?;
+                progress(ctx, cell_line(&cell));
+                cells.push(cell);
+            }
         }
     }
     Ok((cells, api))
@@ -156,8 +165,9 @@ fn progress(ctx: &Ctx, line: String) {
 
 fn cell_line(c: &Cell) -> String {
     format!(
-        "{} {}: lost {}, mean {:.2} ms, p99 {:.2} ms, max {:.1} ms, server CPU {:.0} %, \
+        "{} {} {}: lost {}, mean {:.2} ms, p99 {:.2} ms, max {:.1} ms, server CPU {:.0} %, \
          generator CPU {:.0} %",
+        c.server,
         c.setup,
         c.clients,
         c.lost,
@@ -186,21 +196,39 @@ fn server_args(ctx: &Ctx, setup: Setup, redis_port: Option<u16>) -> Vec<String> 
     args
 }
 
-/// Fresh corecast instances for one run; stopped when the vector drops.
+/// A baseline's environment for a setup (see [`Baseline`]).
+fn baseline_env(ctx: &Ctx, setup: Setup, redis_port: Option<u16>) -> Vec<(&'static str, String)> {
+    let mut env = Vec::new();
+    if let Some(port) = redis_port.filter(|_| setup.uses_redis()) {
+        env.push(("REDIS_URL", format!("redis://127.0.0.1:{port}")));
+    }
+    if setup == Setup::C3 {
+        env.push(("ORIGIN", format!("http://{}", ctx.origin.addr())));
+    }
+    env
+}
+
+/// Fresh instances of corecast (or of `baseline`) for one run; stopped
+/// when the vector drops.
 fn start_instances(
     ctx: &Ctx,
     setup: Setup,
     count: usize,
     redis_port: Option<u16>,
-    tag: &str,
+    (tag, baseline): (&str, Option<&Baseline>),
 ) -> Result<(Vec<Proc>, Vec<std::net::SocketAddr>), String> {
     let args = server_args(ctx, setup, redis_port);
+    let env = baseline_env(ctx, setup, redis_port);
     let (mut procs, mut addrs) = (Vec::new(), Vec::new());
     for i in 0..count {
+        let name = baseline.map_or("corecast", |b| b.name.as_str());
         let log = ctx
             .logs
-            .join(format!("{}-{tag}-corecast{i}.log", setup.name()));
-        let (p, a) = start_corecast(&ctx.server_bin, ctx.o.server_cpu, &args, &log)?;
+            .join(format!("{}-{tag}-{name}{i}.log", setup.name()));
+        let (p, a) = match baseline {
+            None => start_corecast(&ctx.server_bin, ctx.o.server_cpu, &args, &log)?,
+            Some(b) => start_baseline(&b.cmd, ctx.o.server_cpu, &env, &log)?,
+        };
         procs.push(p);
         addrs.push(a);
     }
@@ -216,11 +244,15 @@ fn run_cell(
     setup: Setup,
     clients: usize,
     redis_port: Option<u16>,
+    baseline: Option<&Baseline>,
 ) -> Result<Cell, String> {
     let o = &ctx.o;
     let instances = o.instances_of(setup);
-    let tag = clients.to_string();
-    let (_servers, addrs) = start_instances(ctx, setup, instances, redis_port, &tag)?;
+    let tag = match baseline {
+        Some(b) => format!("{clients}-{}", b.name),
+        None => clients.to_string(),
+    };
+    let (_servers, addrs) = start_instances(ctx, setup, instances, redis_port, (&tag, baseline))?;
     let mut args: Vec<String> = vec![
         "broadcast".into(),
         "--cpu".into(),
@@ -247,6 +279,7 @@ fn run_cell(
         args.push("--cluster".into());
     }
     let log = |what: &str| ctx.logs.join(format!("{}-{tag}-{what}.log", setup.name()));
+    let server = baseline.map_or(results::CORECAST, |b| b.name.as_str());
     let broadcast = BenchRun::spawn(
         &ctx.exe,
         args,
@@ -254,11 +287,12 @@ fn run_cell(
         broadcast_limit(o, clients),
     )?;
     let api = match setup {
-        Setup::C3 => Some(api_under_load(ctx, addrs[0], clients)?),
+        Setup::C3 => Some(api_under_load(ctx, addrs[0], (clients, &tag))?),
         _ => None,
     };
     let report = broadcast.report()?;
     let mut cell = cell_from_json(setup.name(), instances, &report, o.server_cpu, o.load_cpu)?;
+    cell.server = server.to_string();
     if let Some((run, served_before)) = api {
         let v = run.report()?;
         ctx.origin.wait_idle(CHILD_MARGIN);
@@ -274,7 +308,7 @@ fn run_cell(
 fn api_under_load(
     ctx: &Ctx,
     addr: std::net::SocketAddr,
-    clients: usize,
+    (clients, tag): (usize, &str),
 ) -> Result<(BenchRun, u64), String> {
     let o = &ctx.o;
     // Opening connections runs at a few thousand per second here.
@@ -296,14 +330,14 @@ fn api_under_load(
         "--duration".into(),
         secs(covering),
     ];
-    let log = ctx.logs.join(format!("C3-{clients}-api.log"));
+    let log = ctx.logs.join(format!("C3-{tag}-api.log"));
     let run = BenchRun::spawn(&ctx.exe, args, &log, covering + CHILD_MARGIN)?;
     Ok((run, served_before))
 }
 
 /// Direct origin vs corecast miss vs corecast hit, one instance, idle.
 fn cache_comparison(ctx: &Ctx, redis_port: Option<u16>) -> Result<ApiComparison, String> {
-    let (_servers, addrs) = start_instances(ctx, Setup::C3, 1, redis_port, "api")?;
+    let (_servers, addrs) = start_instances(ctx, Setup::C3, 1, redis_port, ("api", None))?;
     let corecast = addrs[0];
     let origin = ctx.origin.addr();
     let direct = api_phase(ctx, "origin direct (no cache)", origin, "/items/1", false)?;

@@ -41,6 +41,36 @@ impl Setup {
     }
 }
 
+/// A server measured beside corecast in every cell: it speaks the
+/// path-mode contract (`GET /ws/{channel}`, `POST /publish/{channel}`,
+/// `GET /healthz`), listens on `$PORT`, uses `$REDIS_URL` (C2, C3) and
+/// serves `/api/...` from `$ORIGIN` through Redis (C3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Baseline {
+    /// Its name in the report.
+    pub name: String,
+    /// The shell command that starts one instance.
+    pub cmd: String,
+    /// Directory of the Node.js reference (`npm ci` runs there when its
+    /// `node_modules` is missing); `None` for `--baseline-cmd`.
+    pub node_dir: Option<PathBuf>,
+}
+
+/// Where the Node.js reference lives in this repository.
+pub const REFERENCE_NODE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/reference-node");
+
+impl Baseline {
+    /// The reference architecture as the paper describes it (Node.js `ws`,
+    /// `ioredis`), from `dir`.
+    pub fn node(dir: PathBuf) -> Baseline {
+        Baseline {
+            name: "node".into(),
+            cmd: format!("exec node {}", dir.join("server.js").display()),
+            node_dir: Some(dir),
+        }
+    }
+}
+
 /// A client count, or the most the descriptor limit allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
@@ -111,6 +141,8 @@ pub struct PaperOpts {
     pub api_duration: Duration,
     /// Client source addresses, as given to `--source-ips`.
     pub source_ips: String,
+    /// A server measured beside corecast, cell by cell.
+    pub baseline: Option<Baseline>,
     /// JSON on stdout.
     pub json: bool,
     /// No progress lines.
@@ -139,6 +171,7 @@ impl Default for PaperOpts {
             api_connections: 8,
             api_duration: Duration::from_secs(5),
             source_ips: "127.0.0.2-127.0.0.41".into(),
+            baseline: None,
             json: false,
             quiet: false,
         }
@@ -201,6 +234,29 @@ fn apply(o: &mut PaperOpts, flag: &str, v: &str) -> Result<(), String> {
         "--api-rate" => o.api_rate = positive(flag, v)?,
         "--api-connections" => o.api_connections = num(flag, v)?,
         "--api-duration" => o.api_duration = duration(flag, v)?,
+        "--baseline" if v == "node" => {
+            o.baseline = Some(Baseline::node(PathBuf::from(REFERENCE_NODE_DIR)));
+        }
+        "--baseline" => {
+            return Err(format!(
+                "--baseline: `{v}` is not `node` (or use --baseline-cmd)"
+            ))
+        }
+        "--baseline-dir" => match &mut o.baseline {
+            Some(b) if b.node_dir.is_some() => *b = Baseline::node(PathBuf::from(v)),
+            _ => return Err("--baseline-dir goes after --baseline node".into()),
+        },
+        "--baseline-cmd" => {
+            o.baseline = Some(Baseline {
+                name: "baseline".into(),
+                cmd: v.to_string(),
+                node_dir: None,
+            })
+        }
+        "--baseline-name" => match &mut o.baseline {
+            Some(b) => b.name = v.to_string(),
+            None => return Err("--baseline-name goes after --baseline or --baseline-cmd".into()),
+        },
         "--source-ips" => {
             ip_list(v)?;
             o.source_ips = v.to_string();
@@ -304,6 +360,15 @@ mod tests {
         assert_eq!(o.warmup, Duration::from_millis(500));
         assert_eq!(o.redis_cpu(), 1);
         assert!(o.json);
+        assert_eq!(o.baseline, None);
+        let b = parse(&args("--baseline node")).unwrap().baseline.unwrap();
+        assert_eq!(b.name, "node");
+        assert!(b.cmd.ends_with("reference-node/server.js"), "{}", b.cmd);
+        let b = parse(&args("--baseline-cmd ./run.sh --baseline-name uws"))
+            .unwrap()
+            .baseline
+            .unwrap();
+        assert_eq!((b.name.as_str(), b.cmd.as_str()), ("uws", "./run.sh"));
         for bad in [
             "--configs c4",
             "--scales 0",
@@ -318,6 +383,9 @@ mod tests {
             "--deliveries 0",
             "--duration 1e20",
             "--server-cpu 5000",
+            "--baseline deno",
+            "--baseline-name x",
+            "--baseline-cmd x --baseline-dir /tmp",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }

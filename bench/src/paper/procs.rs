@@ -191,6 +191,72 @@ pub fn start_corecast(
     }
 }
 
+/// One instance of a baseline server: `sh -c CMD` pinned to `cpu`, with
+/// `PORT` (a free port) and `env`; returns once `/healthz` answers 200.
+pub fn start_baseline(
+    cmd_line: &str,
+    cpu: usize,
+    env: &[(&str, String)],
+    log: &Path,
+) -> Result<(Proc, SocketAddr), String> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", cmd_line]).env("PORT", port.to_string());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        child_setup(&mut cmd, Some(cpu));
+        let mut proc = spawn_logged(cmd, log).map_err(|e| format!("cannot run sh: {e}"))?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if matches!(http_get(addr, "/healthz"), Ok((200, _))) {
+                return Ok((proc, addr));
+            }
+            if let Some(status) = proc.exited() {
+                // Most likely the port was taken meanwhile: try another.
+                last = format!("`{cmd_line}` exited ({status}); see {}", log.display());
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "`{cmd_line}` did not answer /healthz on port {port}; see {}",
+                    log.display()
+                ));
+            }
+            thread::sleep(POLL);
+        }
+    }
+    Err(last)
+}
+
+/// Makes the Node.js reference runnable: `node` must exist, and its
+/// pinned dependencies are installed (`npm ci`) when missing.
+pub fn prepare_node(dir: &Path) -> Result<(), String> {
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        return Err(
+            "`--baseline node` needs Node.js: `node` was not found on PATH \
+             (apt-get install nodejs npm)"
+                .into(),
+        );
+    }
+    if dir.join("node_modules").is_dir() {
+        return Ok(());
+    }
+    let status = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--silent"])
+        .current_dir(dir)
+        .status()
+        .map_err(|e| format!("cannot run npm ci in {}: {e}", dir.display()))?;
+    if !status.success() {
+        return Err(format!("npm ci in {} failed ({status})", dir.display()));
+    }
+    Ok(())
+}
+
 /// The `addr=` of the "listening" log line.
 fn logged_addr(log: &Path) -> Option<SocketAddr> {
     let text = std::fs::read_to_string(log).ok()?;

@@ -23,9 +23,14 @@ pub mod reference {
     pub const CACHE_FASTER_PERCENT: (f64, f64) = (39.6, 51.4);
 }
 
+/// The server name of corecast's own cells.
+pub const CORECAST: &str = "corecast";
+
 /// One cell of the matrix: a setup at a client count.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
+    /// "corecast", or the name of the baseline measured beside it.
+    pub server: String,
     /// "C1", "C2" or "C3".
     pub setup: &'static str,
     /// Subscriber connections (publishers among them).
@@ -217,6 +222,7 @@ pub fn cell_from_json(
     let per_cpu = v["machine"]["per_cpu_busy_percent"].as_array();
     let busy = |cpu: usize| per_cpu.and_then(|a| a.get(cpu)).and_then(Value::as_f64);
     Ok(Cell {
+        server: CORECAST.into(),
         setup,
         clients: int(v, "subscribers")? as usize,
         instances,
