@@ -2,8 +2,9 @@
 # Performance gate: runs the broadcast scenario in perf/thresholds.json
 # against a release build (server on CPU 0, load generator on CPU 1) and
 # fails when deliveries are lost, p99 latency (kernel receive time) is over
-# its threshold, or throughput is under its floor. The report is kept in
-# target/perf/broadcast.json.
+# its threshold, or throughput is under its floor; then the idle-memory
+# scenario (a fresh server, N idle WebSockets) fails when a connection costs
+# more RSS than its bound. Reports: target/perf/broadcast.json, idle.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=perf/thresholds.json
@@ -20,16 +21,25 @@ pid=$CORECAST_PID
     -n "$(get subscribers)" -p "$(get publishers)" --rate "$(get rate)" --size "$(get size)" \
     --duration "$(get duration_seconds)" --warmup "$(get warmup_seconds)" \
     --cpu "$load_cpu" --server-pid "$pid" --json --quiet > target/perf/broadcast.json
-python3 - "$cfg" target/perf/broadcast.json <<'PY'
+kill "$pid"; wait "$pid" 2>/dev/null || true
+start_corecast ./target/release/corecast target/perf/idle-server.log --cpu "$server_cpu"
+./target/release/corecast-bench connect --url "ws://$CORECAST_ADDR/ws/idle" \
+    -n "$(get idle_connections)" --hold 1 --cpu "$load_cpu" --server-pid "$CORECAST_PID" \
+    --json --quiet > target/perf/idle.json
+python3 - "$cfg" target/perf/broadcast.json target/perf/idle.json <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1]))
 r = json.load(open(sys.argv[2]))
+idle = json.load(open(sys.argv[3]))
 p99 = r["latency_kernel"]["p99_us"]
 rate = r["delivered_per_second"]
 checks = [
     ("lost deliveries", r["lost"], "<=", t["max_lost"]),
     ("p99 latency at kernel receive (us)", p99, "<=", t["max_p99_kernel_us"]),
     ("delivered per second", rate, ">=", t["min_delivered_per_second"]),
+    ("idle connections failed", idle["failed"], "<=", 0),
+    ("RSS per idle connection (bytes)", idle["server"]["rss_bytes_per_connection"], "<=",
+     t["max_idle_bytes_per_connection"]),
 ]
 failed = 0
 for name, got, op, limit in checks:
