@@ -14,9 +14,12 @@
 //!   (deliver, canary, dropped and why, refused).
 //! - [`commands`]: the commands corecast sends (`PUBLISH` with its
 //!   envelope, bounded `SUBSCRIBE` groups, the `AUTH`/`SELECT` handshake).
+//! - [`cluster`]: Redis Cluster placement: CRC16 slots with hash tags, the
+//!   slot map from `CLUSTER SLOTS`, `MOVED`/`ASK` redirections.
 //! - [`config`]: [`RedisConfig`], Redis mode's settings.
 //! - [`error`]: [`RedisError`], why a connection failed.
 
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod envelope;
