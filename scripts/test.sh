@@ -29,7 +29,7 @@ need_apt() {
     fi
 }
 
-need_apt redis-server nginx chromium openssl python3-venv
+need_apt redis-server redis-tools nginx chromium openssl python3-venv nodejs npm
 if [ ! -x .venv/bin/kosoku ] || [ ! -x .venv/bin/check-jsonschema ]; then
     step "creating .venv (kosoku, check-jsonschema)"
     python3 -m venv .venv

@@ -33,6 +33,17 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
+    /// Starts `redis-server` on `port` with `extra` arguments; `Err` when
+    /// it does not come up (the port was taken meanwhile, say).
+    pub async fn start_at(port: u16, extra: &[String]) -> Result<RedisServer, String> {
+        let mut r = RedisServer {
+            port,
+            extra: extra.to_vec(),
+            child: None,
+        };
+        r.spawn_and_wait().await.map(|()| r)
+    }
+
     /// Starts `redis-server` on a free port with no persistence, plus
     /// `extra` arguments (e.g. `--requirepass x`), and waits until it
     /// answers. Retries on another port if the one picked was taken in the
@@ -153,6 +164,134 @@ impl Drop for RedisServer {
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local addr").port()
+}
+
+// ---------------------------------------------------------- cluster ---
+
+/// A real Redis Cluster: `masters` masters with `replicas` replicas each,
+/// created with `redis-cli --cluster create`, every node SIGKILLed (and
+/// its config file removed) on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: std::path::PathBuf,
+}
+
+/// A port whose cluster bus port (+10000) is free too.
+fn cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let p = free_port();
+        if p <= 55535 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port pair for a cluster node");
+}
+
+impl RedisCluster {
+    pub async fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "corecast-cluster-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("cluster dir");
+        let mut nodes = Vec::new();
+        while nodes.len() < masters * (1 + replicas) {
+            let port = cluster_port();
+            let conf = dir.join(format!("nodes-{port}.conf"));
+            let extra: Vec<String> = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                conf.to_str().unwrap(),
+                "--cluster-node-timeout",
+                "1000",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            if let Ok(n) = RedisServer::start_at(port, &extra).await {
+                nodes.push(n);
+            }
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli (apt-get install redis-tools) must be installed");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let c = RedisCluster { nodes, dir };
+        c.wait_ok().await;
+        c
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and knows every
+    /// master's slots.
+    pub async fn wait_ok(&self) {
+        let deadline = Instant::now() + DEADLINE;
+        for n in &self.nodes {
+            let mut c = RespConn::open(n.port, None).await;
+            loop {
+                let info = c.cmd(&["CLUSTER", "INFO"]).await.text();
+                if info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_assigned:16384")
+                {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster not ok: {info}");
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+
+    /// `host:port` seeds of every node.
+    pub fn seeds(&self) -> String {
+        let v: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        v.join(",")
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends one command and returns the raw reply bytes (for decoders under
+/// test).
+pub async fn raw_reply(port: u16, args: &[&str]) -> Vec<u8> {
+    let mut c = RespConn::open(port, None).await;
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    c.stream.write_all(&out).await.expect("write");
+    loop {
+        if let Some((_, used)) = parse(&c.buf) {
+            return c.buf[..used].to_vec();
+        }
+        let n = tokio::time::timeout(DEADLINE, c.stream.read_buf(&mut c.buf))
+            .await
+            .expect("reply in time")
+            .expect("read");
+        assert!(n > 0, "redis closed");
+    }
 }
 
 // ---------------------------------------------------------- RESP2 -----
