@@ -29,7 +29,10 @@ need_apt() {
     fi
 }
 
-need_apt redis-server redis-tools nginx chromium openssl python3-venv nodejs npm
+need_apt redis-server redis-tools nginx chromium openssl python3-venv
+# Node.js may come from elsewhere (NodeSource bundles npm): check the commands.
+command -v node >/dev/null || need_apt nodejs
+command -v npm >/dev/null || need_apt npm
 if [ ! -x .venv/bin/kosoku ] || [ ! -x .venv/bin/check-jsonschema ]; then
     step "creating .venv (kosoku, check-jsonschema)"
     python3 -m venv .venv
