@@ -909,12 +909,29 @@ async fn expires_pragma_and_the_heuristic(backend: Backend) {
     s.get("/api/future").await;
     s.stored(stores + 1).await;
     assert!(cache_status(&s.get("/api/future").await).contains("hit"));
+    // The obsolete HTTP-date forms recipients must accept (RFC 9110 5.6.7).
+    for (i, (path, expires)) in [
+        ("/api/asctime", "Fri Jan  1 00:00:00 2100"),
+        ("/api/rfc850", "Thursday, 01-Jan-70 00:00:00 GMT"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        s.origin
+            .set(move |b| b.extra = format!("Expires: {expires}\r\n"));
+        s.get(path).await;
+        s.stored(stores + 2 + i as u64).await;
+        assert!(
+            cache_status(&s.get(path).await).contains("hit"),
+            "{expires}"
+        );
+    }
     s.origin.set(|b| {
         b.extra = "Last-Modified: Thu, 01 Jan 2015 00:00:00 GMT\r\n".into();
         b.cache_control = Some("no-transform".into());
     });
     s.get("/api/lm").await;
-    s.stored(stores + 2).await;
+    s.stored(stores + 4).await;
     assert!(
         cache_status(&s.get("/api/lm").await).contains("hit"),
         "Last-Modified allows the heuristic"
