@@ -389,19 +389,31 @@ pub fn response(
 
 /// A JSON error response: `{"error":"..."}`.
 pub fn error_response(err: &HttpError, keep_alive: bool) -> Vec<u8> {
+    error_response_with(err, keep_alive, &[])
+}
+
+/// [`error_response`] telling the client when to try again (`429`/`503`:
+/// RFC 9110 10.2.3), in whole seconds, at least 1.
+pub fn retry_after_response(err: &HttpError, keep_alive: bool, after_ms: u64) -> Vec<u8> {
+    let secs = after_ms.div_ceil(1000).max(1).to_string();
+    error_response_with(err, keep_alive, &[("Retry-After", &secs)])
+}
+
+fn error_response_with(err: &HttpError, keep_alive: bool, more: &[(&str, &str)]) -> Vec<u8> {
     let body = serde_json::json!({ "error": err.message }).to_string();
-    let extra: &[(&str, &str)] = match err.status {
+    let fixed: &[(&str, &str)] = match err.status {
         426 => &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")],
         405 => &[("Allow", "GET, HEAD, POST")],
         401 => &[("WWW-Authenticate", "Bearer")],
         _ => &[],
     };
+    let extra: Vec<(&str, &str)> = fixed.iter().chain(more).copied().collect();
     response(
         err.status,
         "application/json",
         body.as_bytes(),
         keep_alive,
-        extra,
+        &extra,
         false,
     )
 }

@@ -647,5 +647,15 @@ async fn upgrade_once(addr: std::net::SocketAddr) -> u16 {
         "GET /ws/c HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {RFC_KEY}\r\n\r\n"
     );
-    http_raw(addr, req.as_bytes()).await.status
+    let r = http_raw(addr, req.as_bytes()).await;
+    if r.status == 429 {
+        // When a token is due again (the bucket refills in well under 60 s).
+        let after: u64 = r
+            .header("retry-after")
+            .expect("429 with Retry-After")
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&after), "Retry-After: {after}");
+    }
+    r.status
 }

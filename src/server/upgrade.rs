@@ -43,7 +43,7 @@ pub async fn upgrade(
     (kind, channel): (ConnKind, Option<String>),
 ) -> io::Result<Option<Upgrade>> {
     let verdict = w.peers.borrow_mut().handshake(ip, w.now_ms());
-    if let Err(PeerRefusal::TooFast(_)) = verdict {
+    if let Err(PeerRefusal::TooFast(after_ms)) = verdict {
         w.hub.borrow_mut().stats.per_ip_handshakes_limited += 1;
         log::refused(
             log::Refusal::PerIp,
@@ -54,7 +54,9 @@ pub async fn upgrade(
             status: 429,
             message: "too many handshakes from this address",
         };
-        refuse(sock, &err).await?;
+        let resp = http::retry_after_response(&err, false, after_ms);
+        let (res, _) = sock.wr.write_all(resp).await;
+        res?;
         return Ok(None);
     }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
