@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use redis_support::{instance, wait_readyz};
+use redis_support::{instance, readyz, wait_readyz, RedisServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -264,4 +264,36 @@ async fn oversized_and_invalid_utf8_messages_are_dropped_and_counted() {
         text.contains("corecast_redis_messages_dropped_total 3"),
         "{text}"
     );
+}
+
+/// Redis by host name: resolved off the worker (a slow or failing DNS
+/// server must not stop the connections it serves). `localhost` works; a
+/// name that does not resolve leaves the instance serving WebSockets,
+/// not ready, with the reason in `/readyz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_by_host_name_resolves_off_the_worker() {
+    let redis = RedisServer::start(&[]).await;
+    let url = format!("redis://localhost:{}", redis.port).parse().unwrap();
+    let srv = instance(url, |_| {});
+    wait_readyz(srv.addr, 200).await;
+    let mut ws = ws_connect(srv.addr, "/ws/named").await;
+    publish(srv.addr, "named", "via localhost").await;
+    assert_eq!(next_text(&mut ws).await, "via localhost");
+
+    let url = "redis://no-such-host.invalid:6379".parse().unwrap();
+    let srv = instance(url, |_| {});
+    let mut ws = ws_connect(srv.addr, "/ws/live").await;
+    wait_until("/readyz names the lookup failure", || async {
+        let (status, body) = readyz(srv.addr).await.expect("/readyz answers");
+        status == 503 && body.to_string().contains("no-such-host.invalid")
+    })
+    .await;
+    // Not ready, but serving: health, upgrades, and publishes kept for
+    // when Redis resolves (202).
+    let r = get(srv.addr, "/healthz").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = post(srv.addr, "/publish/live", b"kept").await;
+    assert_eq!(r.status, 202, "{r:?}");
+    let _second = ws_connect(srv.addr, "/ws/live").await;
+    ws.close(None).await.expect("close");
 }

@@ -68,6 +68,8 @@ pub enum RedisError {
     Refused(String),
     /// The bytes were not the RESP we expect here.
     Resp(RespError),
+    /// The host name did not resolve.
+    Resolve(String),
 }
 
 impl fmt::Display for RedisError {
@@ -77,6 +79,7 @@ impl fmt::Display for RedisError {
             RedisError::Timeout => f.write_str("timed out"),
             RedisError::Refused(e) => write!(f, "refused by Redis: {e}"),
             RedisError::Resp(e) => write!(f, "{e}"),
+            RedisError::Resolve(e) => f.write_str(e),
         }
     }
 }

@@ -26,12 +26,14 @@
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
 //!   it gets a deadline-renewal callback, never the worker.
+//! - `resolve`: host names (origin, Redis) resolved off the worker thread.
 //! - `iovec`: the owning iovec list for vectored writes; `sys`: the few
 //!   raw syscalls; `status.html`: the page served at `/status`.
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
 //! `endpoints`, `publish`, `ws_conn` → `worker` → `formats`, `redis`,
-//! `cache_edge`, `sock` → `sys`; no file imports one that imports it back.
+//! `cache_edge`, `sock` → `resolve`, `sys`; no file imports one that imports
+//! it back.
 
 mod cache_edge;
 mod endpoints;
@@ -40,6 +42,7 @@ mod http_conn;
 mod iovec;
 mod publish;
 mod redis;
+mod resolve;
 mod sock;
 mod sys;
 mod upgrade;

@@ -23,7 +23,6 @@
 //! - `purge`: `POST /cache/purge`.
 //! - `flight`: coalescing — one fetch per key, waiters, purge epoch.
 //! - `origin`: the pooled, bounded HTTP/1.1 client.
-//! - `resolve`: the origin's host name, resolved off the worker thread.
 //! - `store`: Redis or the memory LRU behind one interface.
 
 mod edge;
@@ -31,7 +30,6 @@ mod flight;
 mod job;
 mod origin;
 mod purge;
-mod resolve;
 mod store;
 
 use std::rc::Rc;

@@ -24,7 +24,7 @@ use crate::cache::CacheConfig;
 use crate::log;
 use crate::server::sys;
 
-use super::resolve::Resolver;
+use crate::server::resolve::Resolver;
 
 /// Bytes read from a socket per `recv`.
 const READ_CHUNK: usize = 32 * 1024;
@@ -116,7 +116,7 @@ impl OriginClient {
     /// `--origin-dns-ttl` has passed) run off the worker thread.
     pub fn new(url: OriginUrl, cfg: &CacheConfig) -> OriginClient {
         let client = OriginClient {
-            resolver: Resolver::new(&url.host, url.port, cfg.origin_dns_ttl),
+            resolver: Resolver::new("origin", &url.host, url.port, cfg.origin_dns_ttl),
             url,
             idle: RefCell::new(Vec::new()),
             slots: Slots::new(cfg.origin_max_connections),

@@ -88,11 +88,24 @@ where
     }
 }
 
+/// Connects to the first of the host's addresses (resolved off the
+/// worker) that accepts.
+async fn connect(link: &RedisLink) -> Result<TcpStream, RedisError> {
+    let addrs = link.resolver.addrs().await.map_err(RedisError::Resolve)?;
+    let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(RedisError::Io(last))
+}
+
 /// Connects, authenticates and (for commands) selects the database.
 async fn open(link: &RedisLink, role: Role) -> Result<(TcpStream, BytesMut), RedisError> {
     let url = &link.shard.url;
-    let addr = (url.host.as_str(), url.port);
-    let mut stream = monoio::time::timeout(link.connect_timeout, TcpStream::connect(addr))
+    let mut stream = monoio::time::timeout(link.connect_timeout, connect(link))
         .await
         .map_err(|_| RedisError::Timeout)??;
     let _ = stream.set_nodelay(true);

@@ -17,6 +17,7 @@ use crate::redis::commands;
 use crate::redis::envelope::{Origin, Rejected};
 use crate::redis::inbound::Inbound;
 use crate::redis::resp::{self, Limits, PipelineFull};
+use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
 use crate::stats::RedisStats;
 use crate::ws::OpCode;
 
@@ -64,6 +65,8 @@ pub struct RedisLink {
     drop_log: Cell<(Option<Instant>, u64)>,
     /// The one Redis this link talks to (a cluster will hold several).
     pub(super) shard: Shard,
+    /// Its host name's addresses, looked up off the worker.
+    pub(super) resolver: Rc<Resolver>,
     /// Counters, read by `/stats` and `/metrics`.
     pub stats: RefCell<RedisStats>,
 }
@@ -96,6 +99,7 @@ impl RedisLink {
             canary_interval: cfg.redis.canary_interval,
             resume_delay: cfg.redis.resume_delay,
             started: Instant::now(),
+            resolver: Resolver::new("redis", &url.host, url.port, REDIS_DNS_TTL),
             shard: Shard::new(url, cfg.redis.publish_buffer, cfg.redis.cache_write_buffer),
             stats: RefCell::new(RedisStats::default()),
         }))

@@ -1,9 +1,11 @@
-//! Resolving the origin's host name off the worker thread. A lookup runs
-//! on a short-lived thread of its own (at most one per origin at a time,
-//! so a hung resolver holds one thread, not one per request); it hands its
-//! result back through a socket pair whose end the worker awaits like any
-//! other socket. Results are kept for `--origin-dns-ttl` (`crate::cache::dns`)
-//! and refreshed in the background after that.
+//! Resolving host names (the origin's, Redis's) off the worker thread: a
+//! blocking `getaddrinfo` on the worker would stop every connection for as
+//! long as a slow DNS server takes. A lookup runs on a short-lived thread
+//! of its own (at most one per host at a time, so a hung resolver holds one
+//! thread, not one per request); it hands its result back through a socket
+//! pair whose end the worker awaits like any other socket. Results are kept
+//! for a TTL (`crate::cache::dns`: `--origin-dns-ttl` for the origin,
+//! [`REDIS_DNS_TTL`] for Redis) and refreshed in the background after that.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -20,8 +22,14 @@ use crate::log;
 
 type Slot = Arc<Mutex<Option<Result<Vec<SocketAddr>, String>>>>;
 
+/// How long a Redis host name's addresses are used before a background
+/// refresh (old ones stay in use meanwhile and on failure).
+pub const REDIS_DNS_TTL: Duration = Duration::from_secs(30);
+
 /// One host's addresses, resolved off the worker.
-pub(super) struct Resolver {
+pub(crate) struct Resolver {
+    /// What the host is, for log lines ("origin", "redis").
+    what: &'static str,
     host: String,
     port: u16,
     state: RefCell<Resolved>,
@@ -32,8 +40,9 @@ pub(super) struct Resolver {
 }
 
 impl Resolver {
-    pub(super) fn new(host: &str, port: u16, ttl: Duration) -> Rc<Resolver> {
+    pub(crate) fn new(what: &'static str, host: &str, port: u16, ttl: Duration) -> Rc<Resolver> {
         Rc::new(Resolver {
+            what,
             host: host.to_string(),
             port,
             state: RefCell::new(Resolved::new(ttl)),
@@ -45,7 +54,7 @@ impl Resolver {
 
     /// Resolves now, blocking: for start-up only, before any client is
     /// served.
-    pub(super) fn prime(&self) -> Result<(), String> {
+    pub(crate) fn prime(&self) -> Result<(), String> {
         let result = lookup(&self.host, self.port);
         self.state.borrow_mut().update(Instant::now(), result);
         self.state.borrow().result().map(|_| ())
@@ -53,7 +62,7 @@ impl Resolver {
 
     /// The addresses to connect to: cached ones, or (none yet) those of a
     /// lookup this waits for. The caller bounds the wait.
-    pub(super) async fn addrs(self: &Rc<Self>) -> Result<Vec<SocketAddr>, String> {
+    pub(crate) async fn addrs(self: &Rc<Self>) -> Result<Vec<SocketAddr>, String> {
         let need = self.state.borrow().need(Instant::now());
         match need {
             Need::Use(addrs) => return Ok(addrs),
@@ -87,7 +96,13 @@ impl Resolver {
                 .await
                 .unwrap_or_else(|e| Err(format!("resolver: {e}")));
             if let Err(e) = &result {
-                log!(Warn, "cannot resolve origin", host = me.host, error = e);
+                log!(
+                    Warn,
+                    "cannot resolve",
+                    what = me.what,
+                    host = me.host,
+                    error = e
+                );
             }
             me.state.borrow_mut().update(Instant::now(), result);
             me.busy.set(false);
