@@ -405,6 +405,8 @@ fn error_response_with(err: &HttpError, keep_alive: bool, more: &[(&str, &str)])
         426 => &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")],
         405 => &[("Allow", "GET, HEAD, POST")],
         401 => &[("WWW-Authenticate", "Bearer")],
+        // Every 503 is a condition expected to pass (limits, Redis down).
+        503 => &[("Retry-After", "1")],
         _ => &[],
     };
     let extra: Vec<(&str, &str)> = fixed.iter().chain(more).copied().collect();

@@ -208,7 +208,7 @@ fn deliveries(o: &mut String, s: &Stats, g: &Gauges) {
     gauge(
         o,
         "corecast_inbound_bytes",
-        "Input held by WebSocket readers: partial frames and messages being assembled (bounded by --max-total-inbound).",
+        "Input held by readers: partial WebSocket frames, messages being assembled, HTTP bodies being read (bounded by --max-total-inbound).",
         s.inbound_bytes,
     );
 }
@@ -237,7 +237,7 @@ fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
     counter(
         o,
         "corecast_inbound_budget_refusals_total",
-        "Connections closed with 1013 because their input grew while the worker was over --max-total-inbound.",
+        "WebSockets closed with 1013 and requests answered 503 because their input grew while the worker was over --max-total-inbound.",
         s.inbound_budget_refusals,
     );
     counter(

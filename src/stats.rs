@@ -101,11 +101,12 @@ pub struct Stats {
     /// Memory the outbound frames hold now, each shared frame counted
     /// once: what `--max-total-outbound` bounds (gauge).
     pub outbound_memory_bytes: u64,
-    /// Input held by WebSocket readers now (partial frames, fragmented
-    /// messages being assembled): what `--max-total-inbound` bounds (gauge).
+    /// Input held by readers now (partial WebSocket frames, fragmented
+    /// messages being assembled, HTTP request bodies being read): what
+    /// `--max-total-inbound` bounds (gauge).
     pub inbound_bytes: u64,
-    /// Connections closed with 1013 because their input grew while the
-    /// worker was over `--max-total-inbound`.
+    /// WebSockets closed with 1013 and requests answered 503 because their
+    /// input grew while the worker was over `--max-total-inbound`.
     pub inbound_budget_refusals: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]

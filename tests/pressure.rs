@@ -258,3 +258,47 @@ async fn partial_frames_are_bounded_by_the_inbound_budget(legacy: bool) {
 }
 
 on_both_drivers!(partial_frames_are_bounded_by_the_inbound_budget);
+
+/// HTTP request bodies count towards `--max-total-inbound` too: bodies
+/// arriving slowly past the budget are answered 503 (with Retry-After)
+/// and counted; the held input is given back.
+async fn slow_request_bodies_are_bounded_by_the_inbound_budget(legacy: bool) {
+    let srv = TestServer::start_on(legacy, |c| c.max_total_inbound = INBOUND_BUDGET as usize);
+    let addr = srv.addr;
+    let mut clients = Vec::new();
+    let mut refused = 0;
+    for _ in 0..8 {
+        let before = stats(addr).await;
+        let (held, was) = (
+            counter(&before, "inbound_bytes"),
+            counter(&before, "inbound_budget_refusals"),
+        );
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = "POST /publish/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+        use tokio::io::AsyncWriteExt;
+        c.write_all(head.as_bytes()).await.unwrap();
+        c.write_all(&vec![b'x'; HOG_PART]).await.unwrap();
+        let s = wait_until_stat(addr, |s| {
+            counter(s, "inbound_bytes") >= held + HOG_PART as u64 - 64
+                || counter(s, "inbound_budget_refusals") > was
+        })
+        .await;
+        if counter(&s, "inbound_budget_refusals") > was {
+            refused += 1;
+            let r = read_response(&mut c, &mut Vec::new()).await.unwrap();
+            assert_eq!(r.status, 503, "{r:?}");
+            assert_eq!(r.header("retry-after"), Some("1"));
+        }
+        clients.push(c);
+    }
+    assert!(
+        refused >= 4,
+        "2.4 MB of bodies vs a 1 MiB budget: {refused} refused"
+    );
+    let s = stats(addr).await;
+    assert!(counter(&s, "inbound_bytes") <= 2 * INBOUND_BUDGET, "{s}");
+    drop(clients);
+    wait_stat(addr, "inbound_bytes", |n| n == 0).await;
+}
+
+on_both_drivers!(slow_request_bodies_are_bounded_by_the_inbound_budget);

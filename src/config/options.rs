@@ -143,7 +143,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "most channels one connection may subscribe to"
         => |c, v| set_num(&mut c.max_subscriptions, v);
     "max-total-inbound", CORECAST_MAX_TOTAL_INBOUND, "BYTES", "128MiB",
-        "input all WebSocket connections of a worker may hold in partial frames and fragmented messages; past it, a connection whose held input grows beyond 64 KiB is closed with 1013"
+        "input all connections of a worker may hold in partial WebSocket frames, fragmented messages and HTTP bodies being read; past it, a connection whose held input grows beyond 64 KiB is closed with 1013 (or answered 503)"
         => |c, v| set_size(&mut c.max_total_inbound, v);
     "max-total-outbound", CORECAST_MAX_TOTAL_OUTBOUND, "BYTES", "1GiB",
         "memory held by outbound frames across all connections, each frame shared by many subscribers counted once; past it the subscriber being queued to is treated as slow"

@@ -334,9 +334,19 @@ async fn read_body(
             .await;
         res?;
     }
+    let mut charge = w.inbound_charge();
     while buf.len() < len {
         if w.read_more(&mut sock.rd, sock.fd, buf).await? == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if !charge.update(buf.capacity(), w.cfg.max_total_inbound) {
+            // Like a WebSocket's 1013: a large body arriving while the
+            // worker holds all the input it may.
+            w.hub.borrow_mut().stats.inbound_budget_refusals += 1;
+            return Ok(Err(HttpError {
+                status: 503,
+                message: "inbound memory budget exhausted; try again later",
+            }));
         }
     }
     Ok(Ok(buf.split_to(len).freeze()))

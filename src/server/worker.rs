@@ -26,6 +26,36 @@ use crate::ws::OpCode;
 /// Size of the per-worker scratch buffer every read goes through.
 const SCRATCH: usize = 64 * 1024;
 
+/// Input a connection may hold however full the worker's inbound budget
+/// is: a partial frame of ordinary messages never gets a connection cut.
+pub const INBOUND_FREE: usize = 64 << 10;
+
+/// A reader's share of the worker's inbound memory (`--max-total-inbound`:
+/// WebSocket frames and messages being assembled, HTTP request bodies
+/// being read), given back when the reader ends, however it ends.
+pub struct InboundCharge<'a> {
+    total: &'a Cell<usize>,
+    held: usize,
+}
+
+impl InboundCharge<'_> {
+    /// Records that the reader now holds `held` bytes; `false` when its
+    /// input grew beyond [`INBOUND_FREE`] while the worker is over `max`.
+    pub fn update(&mut self, held: usize, max: usize) -> bool {
+        let total = self.total.get() - self.held + held;
+        self.total.set(total);
+        let grew = held > self.held;
+        self.held = held;
+        !(grew && held > INBOUND_FREE && total > max)
+    }
+}
+
+impl Drop for InboundCharge<'_> {
+    fn drop(&mut self) {
+        self.total.set(self.total.get() - self.held);
+    }
+}
+
 /// One worker's shared state.
 pub struct Worker {
     /// Connection table and channels.
@@ -77,6 +107,14 @@ impl Worker {
         let n = sock::recv_into(rd, fd, &self.scratch, buf).await?;
         self.hub.borrow_mut().stats.bytes_in += n as u64;
         Ok(n)
+    }
+
+    /// A new reader's (empty) share of the inbound budget.
+    pub fn inbound_charge(&self) -> InboundCharge<'_> {
+        InboundCharge {
+            total: &self.inbound,
+            held: 0,
+        }
     }
 
     /// Whether the worker's write backlog is over `--publish-backpressure`.

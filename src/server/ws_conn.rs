@@ -3,7 +3,6 @@
 //! hub's queue with one vectored write per batch. Neither holds a hub
 //! borrow across an `.await`.
 
-use std::cell::Cell;
 use std::future::poll_fn;
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -84,35 +83,6 @@ pub(super) fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
     crate::auth::token_deadline_ms(hub_now_ms, exp, crate::auth::unix_now_ms())
 }
 
-/// Input a connection may hold however full the worker's inbound budget
-/// is: a partial frame of ordinary messages never gets a connection cut.
-const INBOUND_FREE: usize = 64 << 10;
-
-/// A reader's share of the worker's inbound memory (`--max-total-inbound`),
-/// given back when the reader ends, however it ends.
-struct InboundCharge<'a> {
-    total: &'a Cell<usize>,
-    held: usize,
-}
-
-impl InboundCharge<'_> {
-    /// Records that the reader now holds `held` bytes; `false` when its
-    /// input grew beyond [`INBOUND_FREE`] while the worker is over `max`.
-    fn update(&mut self, held: usize, max: usize) -> bool {
-        let total = self.total.get() - self.held + held;
-        self.total.set(total);
-        let grew = held > self.held;
-        self.held = held;
-        !(grew && held > INBOUND_FREE && total > max)
-    }
-}
-
-impl Drop for InboundCharge<'_> {
-    fn drop(&mut self) {
-        self.total.set(self.total.get() - self.held);
-    }
-}
-
 /// What draining the read buffer came to.
 enum Drained {
     /// Everything complete was handled; read more.
@@ -151,10 +121,7 @@ struct WsReader<'a> {
 
 impl WsReader<'_> {
     async fn run(&mut self, rd: &mut TcpOwnedReadHalf, fd: RawFd, mut buf: BytesMut) -> ReadEnd {
-        let mut charge = InboundCharge {
-            total: &self.w.inbound,
-            held: 0,
-        };
+        let mut charge = self.w.inbound_charge();
         loop {
             match self.drain(&mut buf) {
                 Drained::End(end) => return end,
