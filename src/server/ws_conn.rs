@@ -442,8 +442,11 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
         let mut batch = Vec::new();
         let last = w.hub.borrow_mut().take_batch(id, &mut batch);
         let total: usize = batch.iter().map(Bytes::len).sum();
-        let (res, mut frames) =
-            write_all_vectored(&mut wr, batch, || w.hub.borrow_mut().progressed(id)).await;
+        // Boxed: the write's state (iovecs, the in-flight op) would
+        // otherwise size every connection's writer task for it, idle or
+        // not (488 → 104 bytes of task per connection, tests/idle_memory.rs).
+        let write = write_all_vectored(&mut wr, batch, || w.hub.borrow_mut().progressed(id));
+        let (res, mut frames) = Box::pin(write).await;
         let mut hub = w.hub.borrow_mut();
         hub.release(&mut frames);
         hub.stats.writes += 1;

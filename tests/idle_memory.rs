@@ -1,0 +1,97 @@
+//! What an idle WebSocket costs in heap, measured by a counting allocator
+//! around the whole in-process server: live bytes per connection, and the
+//! allocations that make them up by size (the breakdown issue 19 asks
+//! for). A regression bound, not a benchmark: RSS figures are measured by
+//! `corecast-bench connect` (BENCHMARKS.md, the perf gate).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use common::*;
+
+struct Counting;
+
+static LIVE: AtomicI64 = AtomicI64::new(0);
+/// Live allocations by exact size (the last slot: 4 KiB and over).
+static BY_SIZE: [AtomicI64; 4097] = [const { AtomicI64::new(0) }; 4097];
+
+fn class(size: usize) -> usize {
+    size.min(4096)
+}
+
+// SAFETY: forwards to the system allocator unchanged; the counters are
+// atomics touched with no allocation of their own.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
+        BY_SIZE[class(l.size())].fetch_add(1, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
+        BY_SIZE[class(l.size())].fetch_sub(1, Ordering::Relaxed);
+        System.dealloc(p, l)
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+const N: usize = 400;
+
+/// An upgraded WebSocket on a blocking std socket: the client side
+/// allocates nothing per connection, so every counted byte is the
+/// server's.
+fn idle_ws(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    let req = b"GET /ws/idle HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+Sec-WebSocket-Version: 13\r\n\r\n";
+    s.write_all(req).expect("upgrade request");
+    let mut head = [0u8; 512];
+    let mut n = 0;
+    while !head[..n].ends_with(b"\r\n\r\n") {
+        let got = s.read(&mut head[n..]).expect("read");
+        assert!(got > 0 && n + got < head.len(), "no complete 101");
+        n += got;
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101 "), "not upgraded");
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_websocket_costs_a_bounded_heap() {
+    let srv = TestServer::start(|c| c.max_connections = 1000);
+    // Warm up everything that is allocated once (channel, tables).
+    let addr = srv.addr;
+    let warm: Vec<_> = (0..10).map(|_| idle_ws(addr)).collect();
+    // `connections` counts the /stats request too.
+    wait_stat(srv.addr, "connections", |n| n == 11).await;
+    let before = LIVE.load(Ordering::Relaxed);
+    let sizes0: Vec<i64> = BY_SIZE.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    let mut conns = Vec::with_capacity(N);
+    for _ in 0..N {
+        conns.push(idle_ws(addr));
+    }
+    wait_stat(srv.addr, "connections", |n| n == (N + 11) as u64).await;
+    let after = LIVE.load(Ordering::Relaxed);
+    let per = (after - before) as f64 / N as f64;
+    let mut breakdown = String::new();
+    for (i, a) in BY_SIZE.iter().enumerate() {
+        let d = a.load(Ordering::Relaxed) - sizes0[i];
+        if d.unsigned_abs() as usize >= N / 2 {
+            breakdown += &format!("  {i} B: {:+.2} per connection\n", d as f64 / N as f64);
+        }
+    }
+    eprintln!("live heap per idle WebSocket: {per:.0} B\n{breakdown}");
+    // 2026-12-02: 1,540 B — the connection task 1,048 B (its future holds
+    // the reader's state and the pending one-byte read), the writer task
+    // 152 B, the socket's shared halves and the read op 56 + 64 + 96 B,
+    // the channel name, the read byte, and growth of the subscriber list.
+    assert!(per < 1700.0, "{per:.0} B per idle connection\n{breakdown}");
+    drop(conns);
+    drop(warm);
+}
