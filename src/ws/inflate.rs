@@ -28,9 +28,9 @@ pub enum InflateError {
 /// decodes clients that use context takeover and, equally, those that do
 /// not (a stream that never refers back decodes the same either way).
 ///
-/// Memory: zlib's inflate state plus a 32 KiB window, allocated when the
-/// first compressed message arrives; about 43 KiB per connection that ever
-/// sent one.
+/// Memory: zlib's inflate state plus a 32 KiB window (47,552 bytes with
+/// zlib-rs, measured), allocated when the first compressed message
+/// arrives: paid only by connections that send one.
 pub struct Inflater {
     z: Decompress,
     /// A final block (BFINAL) ended the DEFLATE stream; the next input
