@@ -198,6 +198,50 @@ mod tests {
     }
 
     #[test]
+    fn a_publish_is_compressed_once_per_window_and_the_frame_shared() {
+        let mut hub = hub();
+        let formats = [
+            PATH_DEFLATE,
+            PATH,
+            PATH_DEFLATE,
+            PATH_DEFLATE_SMALL,
+            JSON_DEFLATE,
+        ];
+        let ids = formats.map(|f| subscriber(&mut hub, f));
+        let msg = "{\"price\":42000,\"side\":\"buy\"} ".repeat(40);
+        assert_eq!(hub.publish("room", OpCode::Text, msg.as_bytes(), None), 5);
+        let frames = ids.map(|id| first_frame(&mut hub, id));
+        assert_eq!(frames[0].as_ptr(), frames[2].as_ptr(), "one shared frame");
+        assert_eq!(frames[0][0], 0xC1, "FIN + RSV1 + text");
+        assert_eq!(frames[1][0], 0x81, "plain subscribers get the plain frame");
+        assert_eq!(frames[3][0], 0xC1);
+        assert_eq!(frames[4][0], 0xC1);
+        assert!(frames[0].len() < msg.len() / 4);
+        // A short message goes plain to compressed subscribers too.
+        hub.publish("room", OpCode::Text, b"short", None);
+        assert_eq!(&first_frame(&mut hub, ids[0])[..], b"\x81\x05short");
+    }
+
+    #[test]
+    fn negotiated_formats_follow_the_server_window() {
+        let agreed = |b| {
+            Some(Agreed {
+                server_max_window_bits: b,
+            })
+        };
+        assert_eq!(negotiated(PATH, None), PATH);
+        assert_eq!(negotiated(PATH, agreed(15)), PATH_DEFLATE);
+        assert_eq!(negotiated(JSON, agreed(15)), JSON_DEFLATE);
+        assert_eq!(negotiated(PATH, agreed(9)), PATH_DEFLATE_SMALL);
+        assert_eq!(negotiated(JSON, agreed(14)), JSON_DEFLATE_SMALL);
+        assert_eq!(
+            negotiated(JSON, agreed(8)),
+            JSON,
+            "zlib cannot do 256 bytes"
+        );
+    }
+
+    #[test]
     fn both_formats_in_one_channel_share_one_frame_each() {
         let mut hub = hub();
         let ids = [PATH, JSON, PATH, JSON].map(|f| subscriber(&mut hub, f));
