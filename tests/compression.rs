@@ -5,9 +5,11 @@
 //! The compressed peers here are hand-driven (`RawWs`) and inflate with
 //! flate2 directly; tokio-tungstenite (0.24 has no deflate support) is the
 //! independent uncompressed subscriber; `python_websockets.rs` runs the
-//! Python `websockets` library, which compresses by default.
+//! Python `websockets` library, which compresses by default. In Redis mode
+//! messages cross Redis as published and each instance compresses once.
 
 mod common;
+mod redis_support;
 
 use common::*;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
@@ -270,4 +272,30 @@ async fn bomb_inflating_to_64_mib_leaves_peak_memory_near_the_limit() {
     // Unbounded, each bomb would take 64 MiB; bounded, about the 1 MiB
     // limit (twice that while the buffer grows) plus the inflater.
     assert!(grown_kib < 8 * 1024, "peak RSS grew by {grown_kib} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_mode_carries_messages_plain_and_each_instance_compresses_once() {
+    let redis = redis_support::RedisServer::start(&[]).await;
+    let (a, b) = redis_support::ready_pair(&redis).await;
+    let mut rc = redis_support::RespConn::open(redis.port, None).await;
+    let mut on_a = [
+        compressed_subscriber(a.addr, "/ws/news").await,
+        compressed_subscriber(a.addr, "/ws/news").await,
+    ];
+    let mut plain_on_b = ws_connect(b.addr, "/ws/news").await;
+    rc.wait_numsub("news", 2).await;
+    let big = json(2_500);
+    let r = post(b.addr, "/publish/news", big.as_bytes()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(next_text(&mut plain_on_b).await, big);
+    for ws in &mut on_a {
+        let f = ws.next_frame().await;
+        assert_eq!(f.rsv, RSV1);
+        assert_eq!(inflate(&f.payload), big.as_bytes());
+    }
+    // B, with no compressed subscriber, never compressed: the message
+    // went through Redis as published. A compressed it once for both.
+    assert_eq!(counter(&stats(b.addr).await, "compression_messages"), 0);
+    assert_eq!(counter(&stats(a.addr).await, "compression_messages"), 1);
 }
