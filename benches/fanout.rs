@@ -44,7 +44,11 @@ fn hub_with(n: usize, kind: ConnKind, histograms: bool) -> (Hub, Vec<usize>) {
         latency_histograms: histograms,
         ..Config::default()
     };
-    let mut hub = Hub::new(cfg.hub_limits(), formats::encoders());
+    let stats = formats::SharedCompressionStats::default();
+    let mut hub = Hub::new(
+        cfg.hub_limits(),
+        formats::encoders(&cfg.compression, &stats),
+    );
     let ids: Vec<usize> = (0..n)
         .map(|_| {
             let id = hub.register(-1).unwrap();

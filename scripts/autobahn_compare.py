@@ -2,7 +2,8 @@
 """Compare a kosoku/Autobahn index.json with the committed baseline.
 
 Exit 1 when any case is missing or its behavior (or close behavior) ranks
-worse than the baseline; print a summary either way. `--update` writes the
+worse than the baseline, or when any case FAILED at all (a baseline may not
+hold a failure either); print a summary either way. `--update` writes the
 current results as the new baseline.
 """
 import json
@@ -36,7 +37,12 @@ def main():
     for r in current.values():
         counts[r["behavior"]] = counts.get(r["behavior"], 0) + 1
     print("autobahn:", ", ".join(f"{n} {b}" for b, n in sorted(counts.items())))
-    regressions = []
+    regressions = [
+        f"{case}: {key} {got[key]}"
+        for case, got in sorted(current.items())
+        for key in ("behavior", "behaviorClose")
+        if got[key] in ("FAILED", "ERROR")
+    ]
     for case, want in sorted(baseline.items()):
         got = current.get(case)
         if got is None:

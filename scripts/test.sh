@@ -66,7 +66,7 @@ set -e
 step "examples/embed.rs: the embedding example runs and exits"
 cargo run --quiet --example embed
 
-step "Autobahn conformance (kosoku, sections 1-10)"
+step "Autobahn conformance (kosoku, sections 1-10 and 12-13)"
 scripts/autobahn.sh
 
 step "headless Chromium: status page and browser WebSocket interop"

@@ -244,6 +244,14 @@ pub fn error(code: ErrorCode, message: &str, id: Option<&RawValue>) -> Bytes {
 /// message: the encoder of `server::formats::JSON`, which the hub calls
 /// once per publish (not per subscriber).
 pub fn encode_delivery(channel: &str, opcode: OpCode, payload: &[u8]) -> Bytes {
+    let (head, body) = delivery_parts(channel, opcode, payload);
+    encode_server_frame_parts(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
+}
+
+/// The envelope of [`encode_delivery`] as two pieces of one text message
+/// (written back to back), for encoders that frame it themselves (the
+/// compressed format).
+pub fn delivery_parts(channel: &str, opcode: OpCode, payload: &[u8]) -> (String, String) {
     // Channel names are restricted to characters that need no JSON
     // escaping (`crate::channel`; internal names such as `!status` too).
     let head = format!("{{\"type\":\"message\",\"channel\":\"{channel}\",");
@@ -255,7 +263,7 @@ pub fn encode_delivery(channel: &str, opcode: OpCode, payload: &[u8]) -> Bytes {
         let b64 = base64::engine::general_purpose::STANDARD.encode(payload);
         format!("\"data_base64\":\"{b64}\"}}")
     };
-    encode_server_frame_parts(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
+    (head, body)
 }
 
 #[cfg(test)]

@@ -66,6 +66,9 @@ pub struct Request {
     pub body: Body,
     /// For GETs: the `Sec-WebSocket-Accept` value, or why it is no upgrade.
     pub upgrade: Result<String, HandshakeError>,
+    /// For upgrades: the permessage-deflate offer the server would accept
+    /// (RFC 7692), if the client made one; `--compression` decides.
+    pub deflate: Option<crate::ws::extension::Agreed>,
 }
 
 /// A request that cannot be served, with its status.
@@ -125,6 +128,14 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, Htt
     let body = body_framing(req.headers)?;
     let keep_alive = keep_alive(version, req.headers);
     let upgrade = validate_upgrade(method_str, version, req.headers);
+    let deflate = upgrade.as_ref().ok().and_then(|_| {
+        let offers = req.headers.iter();
+        crate::ws::extension::negotiate(
+            offers
+                .filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions"))
+                .map(|h| h.value),
+        )
+    });
     Ok(Some(Request {
         method,
         path,
@@ -136,6 +147,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, Htt
         keep_alive,
         body,
         upgrade,
+        deflate,
     }))
 }
 

@@ -76,9 +76,10 @@
 //!   ids and the encoders the edge supplies) and `limits` (`HubLimits`,
 //!   built by `Config::hub_limits`). The hub imports neither `config` nor
 //!   `control`: wire formats are the edge's (`server::formats`: path mode,
-//!   the JSON envelope), so a new protocol adds an encoder, not a hub
-//!   edit; a publish encodes at most once per format in use and shares
-//!   the frame by reference count. Its submodules use their siblings,
+//!   the JSON envelope, and their permessage-deflate variants), so a new
+//!   protocol adds an encoder, not a hub edit; a publish encodes (and
+//!   compresses) at most once per format in use and shares the frame by
+//!   reference count. Its submodules use their siblings,
 //!   never the facade.
 //! - `metrics` → `stats` → `histogram`: counters per layer in one
 //!   snapshot, the Prometheus exposition, latency histograms.
@@ -86,7 +87,9 @@
 //!   RESP (redis-protocol), commands, URLs, the envelope of messages on
 //!   Redis channels (sans-I/O).
 //! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
-//!   with incremental UTF-8 checks, close codes, the upgrade handshake),
+//!   with incremental UTF-8 checks, close codes, the upgrade handshake;
+//!   RFC 7692 permessage-deflate — negotiation, shared compressed frames,
+//!   inflation bounded by the message limit),
 //!   `channel` (channel-name rules), `secret` (secrets that never print),
 //!   [`log`](mod@log) (logfmt),
 //!   [`runtime`] (ring, pinning, rlimit, signals; used by `server` and

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::stats::{RedisStats, Snapshot, Stats};
+use crate::stats::{CompressionStats, RedisStats, Snapshot, Stats};
 
 /// Gauges sampled when `/metrics` is served.
 #[derive(Debug, Clone, Default)]
@@ -58,6 +58,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     deliveries(&mut o, s, g);
     pressure(&mut o, s, g);
     refusals(&mut o, snap);
+    compression(&mut o, &snap.compression);
     if g.redis_enabled {
         redis(&mut o, r);
     }
@@ -399,6 +400,48 @@ fn redis(o: &mut String, r: &RedisStats) {
         "# HELP corecast_redis_canary_rtt_seconds Round trip of the last readiness canary.\n\
          # TYPE corecast_redis_canary_rtt_seconds gauge\ncorecast_redis_canary_rtt_seconds {}",
         r.canary_rtt_us as f64 / 1e6
+    );
+}
+
+/// permessage-deflate: connections, compression work and its yield.
+fn compression(o: &mut String, c: &CompressionStats) {
+    gauge(
+        o,
+        "corecast_compression_connections",
+        "Open WebSockets that negotiated permessage-deflate.",
+        c.connections,
+    );
+    counter(
+        o,
+        "corecast_compression_messages_total",
+        "Messages compressed (at most once per publish per window size).",
+        c.messages,
+    );
+    counter(
+        o,
+        "corecast_compression_skipped_total",
+        "Messages sent uncompressed to compressed connections (short or incompressible).",
+        c.skipped,
+    );
+    labelled(
+        o,
+        "corecast_compression_bytes_total",
+        "Bytes of compressed messages before (stage=in, payload) and after (stage=out, frame) compression.",
+        "counter",
+        "stage",
+        &[("in", c.bytes_in), ("out", c.bytes_out)],
+    );
+    let _ = writeln!(
+        o,
+        "# HELP corecast_compression_seconds_total Time spent compressing messages.\n\
+         # TYPE corecast_compression_seconds_total counter\ncorecast_compression_seconds_total {}",
+        c.time_us as f64 / 1e6
+    );
+    counter(
+        o,
+        "corecast_compression_inflated_messages_total",
+        "Compressed messages received from clients.",
+        c.inflated_messages,
     );
 }
 

@@ -210,6 +210,37 @@ pub struct CacheStats {
     pub bypassed: u64,
 }
 
+/// permessage-deflate counters (RFC 7692), owned by the compressed wire
+/// formats' encoders (`server::formats`) and the WebSocket edge. `/stats`
+/// names them with a `compression_` prefix.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct CompressionStats {
+    /// Open WebSockets that negotiated permessage-deflate (gauge).
+    #[serde(rename = "compression_connections")]
+    pub connections: u64,
+    /// Messages compressed: at most one per publish per parameter set,
+    /// whatever the number of compressed subscribers.
+    #[serde(rename = "compression_messages")]
+    pub messages: u64,
+    /// Payload bytes of the compressed messages, before compression.
+    #[serde(rename = "compression_bytes_in")]
+    pub bytes_in: u64,
+    /// Their frames' bytes after compression (header included).
+    #[serde(rename = "compression_bytes_out")]
+    pub bytes_out: u64,
+    /// Time spent compressing, in microseconds.
+    #[serde(rename = "compression_time_us")]
+    pub time_us: u64,
+    /// Messages sent uncompressed to compressed connections: below
+    /// `--compression-min-size`, or not smaller compressed (one per
+    /// publish per parameter set).
+    #[serde(rename = "compression_skipped")]
+    pub skipped: u64,
+    /// Compressed messages received from clients (and inflated).
+    #[serde(rename = "compression_inflated_messages")]
+    pub inflated_messages: u64,
+}
+
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Snapshot {
@@ -222,6 +253,9 @@ pub struct Snapshot {
     /// The HTTP cache's counters (zero without an origin).
     #[serde(flatten)]
     pub cache: CacheStats,
+    /// permessage-deflate's counters.
+    #[serde(flatten)]
+    pub compression: CompressionStats,
     /// Connections in the table (gauge).
     pub connections: u64,
     /// Channels with subscribers (gauge).

@@ -60,3 +60,41 @@ async fn metrics_parse_and_follow_the_traffic() {
         assert!(name.starts_with("corecast_"), "{name}");
     }
 }
+
+#[tokio::test]
+async fn compression_metrics_follow_a_compressed_broadcast() {
+    let srv = TestServer::start(|_| {});
+    let offer = "Sec-WebSocket-Extensions: permessage-deflate\r\n";
+    let (mut ws, _) = RawWs::connect_with(srv.addr, "/ws/z", offer).await;
+    wait_stat(srv.addr, "subscriptions", |n| n == 1).await;
+    let msg = "{\"event\":\"tick\",\"value\":12345} ".repeat(64);
+    publish(srv.addr, "z", &msg).await;
+    let frame = ws.next_frame().await;
+    assert_eq!(frame.rsv, 0b100, "sent compressed");
+    let s = scrape(srv.addr).await;
+    assert_eq!(value(&s, "corecast_compression_connections"), 1.0);
+    assert_eq!(value(&s, "corecast_compression_messages_total"), 1.0);
+    let stage = |name: &str| {
+        s.samples
+            .iter()
+            .find(|x| {
+                x.metric == "corecast_compression_bytes_total"
+                    && x.labels.get("stage") == Some(name)
+            })
+            .map(|x| match x.value {
+                Value::Counter(v) => v,
+                ref other => panic!("{other:?}"),
+            })
+            .expect("labelled sample")
+    };
+    assert_eq!(stage("in"), msg.len() as f64);
+    assert_eq!(
+        stage("out"),
+        (frame.header.len() + frame.payload.len()) as f64
+    );
+    assert!(value(&s, "corecast_compression_seconds_total") > 0.0);
+    assert_eq!(
+        value(&s, "corecast_compression_inflated_messages_total"),
+        0.0
+    );
+}

@@ -25,6 +25,8 @@ pub struct Config {
     pub root_channel: Option<String>,
     /// WebSocket frame and message limits.
     pub ws: crate::ws::Limits,
+    /// permessage-deflate (RFC 7692).
+    pub compression: crate::ws::deflate::Settings,
     /// HTTP request head and body limits.
     pub http: crate::http::Limits,
     /// Time allowed to send a complete request head.

@@ -33,6 +33,7 @@ impl Default for Config {
             cpu: None,
             root_channel: None,
             ws: crate::ws::Limits::default(),
+            compression: crate::ws::deflate::Settings::default(),
             http: crate::http::Limits::default(),
             handshake_timeout: Duration::ZERO,
             max_outbound_queue: 0,

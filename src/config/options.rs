@@ -83,6 +83,22 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "max-message-size", CORECAST_MAX_MESSAGE_SIZE, "BYTES", "1MiB",
         "largest WebSocket message; larger ones close with 1009"
         => |c, v| set_size(&mut c.ws.max_message_size, v);
+    "compression", CORECAST_COMPRESSION, "BOOL", "true",
+        "accept permessage-deflate (RFC 7692) when a client offers it: each broadcast is compressed once per window size and the frame shared; client messages are inflated up to --max-message-size"
+        => |c, v| set_bool(&mut c.compression.enabled, v);
+    "compression-min-size", CORECAST_COMPRESSION_MIN_SIZE, "BYTES", "256",
+        "messages shorter than this go uncompressed to compressed connections too (deflate saves little on them and costs a compression per publish)"
+        => |c, v| set_size(&mut c.compression.min_size, v);
+    "compression-level", CORECAST_COMPRESSION_LEVEL, "N", "6",
+        "zlib level for outbound messages: 1 (fastest) to 9 (smallest)"
+        => |c, v| {
+            let level = parse_num(v)?;
+            if !(1..=9).contains(&level) {
+                return Err("expected a level from 1 to 9".into());
+            }
+            c.compression.level = level as u32;
+            Ok(())
+        };
     "max-handshake-bytes", CORECAST_MAX_HANDSHAKE_BYTES, "BYTES", "8KiB",
         "largest HTTP request head; larger ones get 431"
         => |c, v| set_size(&mut c.http.max_handshake_bytes, v);

@@ -1,10 +1,27 @@
 //! The wire formats this server speaks to subscribers, as encoders for the
 //! hub (which only knows format ids): a new protocol (Pusher, compressed
 //! frames) is a new id and a new encoder here.
+//!
+//! Compressed formats (permessage-deflate, RFC 7692) are formats too: a
+//! connection that negotiated it carries `PATH_DEFLATE` or `JSON_DEFLATE`
+//! (or their small-window twins), so the hub compresses a publish at most
+//! once per window size in use, lazily, and shares the frame like any
+//! other. The server always agrees `server_no_context_takeover`, which is
+//! what makes one frame right for every subscriber.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
 
 use crate::control;
 use crate::hub::{Delivery, Encoders, Format};
-use crate::ws::frame::encode_server_frame;
+use crate::stats::CompressionStats;
+use crate::ws::deflate::{Deflater, Settings, MIN_WINDOW_BITS};
+use crate::ws::extension::Agreed;
+use crate::ws::frame::{encode_server_frame, encode_server_frame_parts};
+use crate::ws::OpCode;
 
 /// Path mode (`GET /ws/{channel}`, the status feed): the frame as it was
 /// published.
@@ -12,16 +29,111 @@ pub const PATH: Format = Format::new(0);
 /// The control protocol (`GET /ws`): a JSON envelope naming the channel
 /// (`control::encode_delivery`).
 pub const JSON: Format = Format::new(1);
+/// [`PATH`], compressed with the full 32 KiB window.
+pub const PATH_DEFLATE: Format = Format::new(2);
+/// [`JSON`], compressed with the full 32 KiB window.
+pub const JSON_DEFLATE: Format = Format::new(3);
+/// [`PATH`] for clients that limited our window (`server_max_window_bits`
+/// 9 to 14): compressed with the smallest window zlib has (512 bytes),
+/// which every one of them can read, so they too share one frame.
+pub const PATH_DEFLATE_SMALL: Format = Format::new(4);
+/// [`JSON`] for clients that limited our window.
+pub const JSON_DEFLATE_SMALL: Format = Format::new(5);
 
-/// Every format's encoder, for `Hub::new`.
-pub fn encoders() -> Encoders {
-    Encoders::new()
+/// Shared by the counters of every compressed format and the edge.
+pub type SharedCompressionStats = Rc<RefCell<CompressionStats>>;
+
+/// The format a connection of `base` ([`PATH`] or [`JSON`]) speaks
+/// after agreeing `agreed`. A window of 256 bytes
+/// (`server_max_window_bits=8`) is one zlib cannot produce: such a
+/// connection gets uncompressed frames, which RFC 7692 always allows.
+pub fn negotiated(base: Format, agreed: Option<Agreed>) -> Format {
+    let json = base == JSON;
+    match agreed.map(|a| a.server_max_window_bits) {
+        Some(15) if json => JSON_DEFLATE,
+        Some(15) => PATH_DEFLATE,
+        Some(bits) if bits >= MIN_WINDOW_BITS && json => JSON_DEFLATE_SMALL,
+        Some(bits) if bits >= MIN_WINDOW_BITS => PATH_DEFLATE_SMALL,
+        _ => base,
+    }
+}
+
+/// Every format's encoder, for `Hub::new`; the compressed ones only with
+/// `--compression`.
+pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders {
+    let mut encoders = Encoders::new()
         .with(PATH, |d: &Delivery<'_>| {
             encode_server_frame(d.opcode, d.payload)
         })
         .with(JSON, |d: &Delivery<'_>| {
             control::encode_delivery(d.channel, d.opcode, d.payload)
-        })
+        });
+    if !settings.enabled {
+        return encoders;
+    }
+    let windows = [
+        (15, PATH_DEFLATE, JSON_DEFLATE),
+        (MIN_WINDOW_BITS, PATH_DEFLATE_SMALL, JSON_DEFLATE_SMALL),
+    ];
+    for (bits, path, json) in windows {
+        let c = Rc::new(Compressor::new(settings, bits, stats.clone()));
+        let c2 = c.clone();
+        encoders = encoders
+            .with(path, move |d: &Delivery<'_>| {
+                c.frame(d.opcode, &[d.payload])
+            })
+            .with(json, move |d: &Delivery<'_>| {
+                let (head, body) = control::delivery_parts(d.channel, d.opcode, d.payload);
+                c2.frame(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
+            });
+    }
+    encoders
+}
+
+/// One window size's compressor, shared by its path and JSON formats
+/// (one publish is encoded by one of them at a time).
+struct Compressor {
+    deflater: RefCell<Deflater>,
+    min_size: usize,
+    stats: SharedCompressionStats,
+}
+
+impl Compressor {
+    fn new(settings: &Settings, bits: u8, stats: SharedCompressionStats) -> Self {
+        Compressor {
+            deflater: RefCell::new(Deflater::new(settings.level, bits)),
+            min_size: settings.min_size,
+            stats,
+        }
+    }
+
+    /// The message as one frame: compressed (RSV1) unless it is short or
+    /// does not shrink, then plain.
+    fn frame(&self, opcode: OpCode, parts: &[&[u8]]) -> Bytes {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        let compressed = if len >= self.min_size {
+            let started = Instant::now();
+            let frame = self.deflater.borrow_mut().frame(opcode, parts);
+            let mut stats = self.stats.borrow_mut();
+            stats.time_us += started.elapsed().as_micros() as u64;
+            frame
+        } else {
+            None
+        };
+        let mut stats = self.stats.borrow_mut();
+        match compressed {
+            Some(frame) => {
+                stats.messages += 1;
+                stats.bytes_in += len as u64;
+                stats.bytes_out += frame.len() as u64;
+                frame
+            }
+            None => {
+                stats.skipped += 1;
+                encode_server_frame_parts(opcode, parts)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -48,7 +160,8 @@ mod tests {
             handshake_timeout_ms: 10_000,
             close_timeout_ms: 5_000,
         };
-        Hub::new(limits, encoders())
+        let stats = SharedCompressionStats::default();
+        Hub::new(limits, encoders(&Settings::default(), &stats))
     }
 
     fn subscriber(hub: &mut Hub, format: Format) -> usize {
@@ -82,6 +195,50 @@ mod tests {
         assert_eq!(json["type"], "message");
         assert_eq!(json["channel"], "room");
         assert_eq!(json["data"], "x\"y");
+    }
+
+    #[test]
+    fn a_publish_is_compressed_once_per_window_and_the_frame_shared() {
+        let mut hub = hub();
+        let formats = [
+            PATH_DEFLATE,
+            PATH,
+            PATH_DEFLATE,
+            PATH_DEFLATE_SMALL,
+            JSON_DEFLATE,
+        ];
+        let ids = formats.map(|f| subscriber(&mut hub, f));
+        let msg = "{\"price\":42000,\"side\":\"buy\"} ".repeat(40);
+        assert_eq!(hub.publish("room", OpCode::Text, msg.as_bytes(), None), 5);
+        let frames = ids.map(|id| first_frame(&mut hub, id));
+        assert_eq!(frames[0].as_ptr(), frames[2].as_ptr(), "one shared frame");
+        assert_eq!(frames[0][0], 0xC1, "FIN + RSV1 + text");
+        assert_eq!(frames[1][0], 0x81, "plain subscribers get the plain frame");
+        assert_eq!(frames[3][0], 0xC1);
+        assert_eq!(frames[4][0], 0xC1);
+        assert!(frames[0].len() < msg.len() / 4);
+        // A short message goes plain to compressed subscribers too.
+        hub.publish("room", OpCode::Text, b"short", None);
+        assert_eq!(&first_frame(&mut hub, ids[0])[..], b"\x81\x05short");
+    }
+
+    #[test]
+    fn negotiated_formats_follow_the_server_window() {
+        let agreed = |b| {
+            Some(Agreed {
+                server_max_window_bits: b,
+            })
+        };
+        assert_eq!(negotiated(PATH, None), PATH);
+        assert_eq!(negotiated(PATH, agreed(15)), PATH_DEFLATE);
+        assert_eq!(negotiated(JSON, agreed(15)), JSON_DEFLATE);
+        assert_eq!(negotiated(PATH, agreed(9)), PATH_DEFLATE_SMALL);
+        assert_eq!(negotiated(JSON, agreed(14)), JSON_DEFLATE_SMALL);
+        assert_eq!(
+            negotiated(JSON, agreed(8)),
+            JSON,
+            "zlib cannot do 256 bytes"
+        );
     }
 
     #[test]

@@ -389,7 +389,10 @@ mod tests {
             let conn = handle(w.clone(), Sock::new(stream), ctx);
             let size = std::mem::size_of_val(&conn);
             eprintln!("connection task future: {size} bytes");
-            assert!(size <= 1000, "connection task future is {size} bytes");
+            // With the task header (64 B) mimalloc serves the cell from its
+            // 1,280-byte bin up to 1,216 B of future; 1,024 keeps headroom
+            // and catches growth (tests/idle_memory.rs has the whole heap).
+            assert!(size <= 1024, "connection task future is {size} bytes");
             drop(conn);
             drop(client);
         });

@@ -16,9 +16,18 @@ use crate::server::formats;
 use crate::server::sock::Sock;
 use crate::server::worker::Worker;
 
-/// An accepted upgrade: the mode, the channel of `/ws/{channel}`, and
-/// what the connection's token allows.
-pub type Upgrade = (ConnKind, Option<String>, Grants);
+/// An accepted upgrade.
+pub struct Upgrade {
+    /// The mode, its wire format compressed if permessage-deflate was
+    /// agreed.
+    pub kind: ConnKind,
+    /// The channel of `/ws/{channel}`.
+    pub channel: Option<String>,
+    /// What the connection's token allows.
+    pub grants: Grants,
+    /// permessage-deflate was agreed: client messages may be compressed.
+    pub deflate: bool,
+}
 
 /// The mode and channel of an upgrading route; `None` for other routes.
 pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
@@ -85,12 +94,21 @@ pub async fn upgrade(
     };
     match &req.upgrade {
         Ok(accept) => {
-            let (res, _) = sock
-                .wr
-                .write_all(crate::ws::handshake::response_101(accept))
-                .await;
+            let agreed = req.deflate.filter(|_| w.cfg.compression.enabled);
+            let extension = agreed.map(|a| a.response_value());
+            let head = crate::ws::handshake::response_101_with(accept, extension.as_deref());
+            let (res, _) = sock.wr.write_all(head).await;
             res?;
-            Ok(Some((kind, channel, grants)))
+            let kind = match kind {
+                ConnKind::Ws(base) => ConnKind::Ws(formats::negotiated(base, agreed)),
+                other => other,
+            };
+            Ok(Some(Upgrade {
+                kind,
+                channel,
+                grants,
+                deflate: agreed.is_some(),
+            }))
         }
         Err(e) => {
             w.hub.borrow_mut().stats.handshake_failures += 1;

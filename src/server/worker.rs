@@ -70,6 +70,9 @@ pub struct Worker {
     pub peers: RefCell<Peers>,
     /// Input held by WebSocket readers (`--max-total-inbound`).
     pub inbound: Cell<usize>,
+    /// permessage-deflate's counters (shared with the compressed formats'
+    /// encoders inside the hub).
+    pub compression: formats::SharedCompressionStats,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -78,8 +81,11 @@ impl Worker {
     /// A fresh worker.
     pub fn new(cfg: Config) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg);
+        let compression = formats::SharedCompressionStats::default();
+        let encoders = formats::encoders(&cfg.compression, &compression);
         Rc::new(Worker {
-            hub: RefCell::new(Hub::new(cfg.hub_limits(), formats::encoders())),
+            hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
+            compression,
             cache: CacheEdge::new(&cfg, redis.clone()),
             redis,
             peers: RefCell::new(Peers::new(cfg.peers.clone())),
@@ -140,6 +146,7 @@ impl Worker {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
+            compression: self.compression.borrow().clone(),
             connections: hub.connection_count() as u64,
             channels: hub.channel_count() as u64,
             messages_out: hub.stats.deliveries,

@@ -28,7 +28,15 @@ use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
 /// the close handshake or the socket ends, then waits for the writer.
 pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
-    let (kind, channel, grants) = up;
+    let Upgrade {
+        kind,
+        channel,
+        grants,
+        deflate,
+    } = up;
+    if deflate {
+        count_compressed(w, true);
+    }
     {
         let mut hub = w.hub.borrow_mut();
         hub.upgrade(id, kind);
@@ -58,7 +66,11 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         grants,
         bucket: TokenBucket::new(w.cfg.auth.publish_rate, w.cfg.auth.publish_rate, w.now_ms()),
         held: None,
-        rx: Receiver::new(Role::Server, w.cfg.ws),
+        rx: if deflate {
+            Receiver::new(Role::Server, w.cfg.ws).with_compression()
+        } else {
+            Receiver::new(Role::Server, w.cfg.ws)
+        },
     };
     let outcome = reader.run(&mut rd, fd, buf).await;
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
@@ -75,6 +87,19 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         Box::pin(drain).await;
     }
     drop(rd);
+    if deflate {
+        count_compressed(w, false);
+    }
+}
+
+/// Counts open compressed connections (`compression_connections`).
+fn count_compressed(w: &Worker, open: bool) {
+    let mut stats = w.compression.borrow_mut();
+    stats.connections = if open {
+        stats.connections.saturating_add(1)
+    } else {
+        stats.connections.saturating_sub(1)
+    };
 }
 
 /// The hub's coarse time at which a token with `exp` (seconds since the
@@ -167,7 +192,12 @@ impl WsReader<'_> {
                 Some(msg) => *msg,
                 None => match self.rx.next(buf) {
                     Ok(None) => return Drained::NeedMore,
-                    Ok(Some(msg)) => msg,
+                    Ok(Some(msg)) => {
+                        if self.rx.was_compressed() {
+                            self.w.compression.borrow_mut().inflated_messages += 1;
+                        }
+                        msg
+                    }
                     Err(e) => return Drained::End(self.fail(&e)),
                 },
             };

@@ -56,6 +56,16 @@ pub enum ProtocolError {
     InvalidClosePayload,
     /// A close frame carried a status code that may not be sent on the wire (7.4).
     InvalidCloseCode(u16),
+    /// RSV1 on a control frame or a continuation frame (RFC 7692 6).
+    MisplacedCompressionBit,
+    /// A compressed message is not valid DEFLATE (RFC 7692 7.2.2).
+    BadCompressedData,
+    /// A compressed message inflates past `max_message_size`; inflation
+    /// stopped there.
+    InflatedTooBig {
+        /// The configured limit.
+        max: usize,
+    },
 }
 
 impl ProtocolError {
@@ -64,8 +74,10 @@ impl ProtocolError {
     /// limits and 1002 for every other protocol violation.
     pub fn close_code(&self) -> u16 {
         match self {
-            Self::InvalidUtf8 => CLOSE_INVALID_PAYLOAD,
-            Self::FrameTooBig { .. } | Self::MessageTooBig { .. } => CLOSE_MESSAGE_TOO_BIG,
+            Self::InvalidUtf8 | Self::BadCompressedData => CLOSE_INVALID_PAYLOAD,
+            Self::FrameTooBig { .. } | Self::MessageTooBig { .. } | Self::InflatedTooBig { .. } => {
+                CLOSE_MESSAGE_TOO_BIG
+            }
             _ => CLOSE_PROTOCOL_ERROR,
         }
     }
@@ -103,6 +115,13 @@ impl fmt::Display for ProtocolError {
             Self::InvalidUtf8 => f.write_str("invalid UTF-8 in text message or close reason"),
             Self::InvalidClosePayload => f.write_str("close frame body of 1 byte"),
             Self::InvalidCloseCode(code) => write!(f, "invalid close code {code}"),
+            Self::MisplacedCompressionBit => {
+                f.write_str("RSV1 set on a control or continuation frame")
+            }
+            Self::BadCompressedData => f.write_str("compressed message is not valid DEFLATE"),
+            Self::InflatedTooBig { max } => {
+                write!(f, "compressed message inflates past the limit of {max}")
+            }
         }
     }
 }
@@ -122,6 +141,9 @@ mod tests {
         assert_eq!(too_long.close_code(), 1009);
         assert_eq!(ProtocolError::ReservedBitsSet.close_code(), 1002);
         assert_eq!(ProtocolError::InvalidCloseCode(1005).close_code(), 1002);
+        assert_eq!(ProtocolError::InflatedTooBig { max: 1 }.close_code(), 1009);
+        assert_eq!(ProtocolError::BadCompressedData.close_code(), 1007);
+        assert_eq!(ProtocolError::MisplacedCompressionBit.close_code(), 1002);
     }
 
     #[test]

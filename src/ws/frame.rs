@@ -101,10 +101,20 @@ impl FrameHeader {
     ///
     /// Rules that the first two bytes decide fail before the rest arrives.
     pub fn parse(buf: &[u8]) -> Result<Option<(FrameHeader, usize)>, ProtocolError> {
+        Self::parse_allowing(buf, 0)
+    }
+
+    /// Same as [`parse`](Self::parse), but RSV bits in `allowed_rsv` (as
+    /// in [`rsv`](Self::rsv)) may be set: an extension was negotiated
+    /// that gives them a meaning (RSV1 for permessage-deflate).
+    pub fn parse_allowing(
+        buf: &[u8],
+        allowed_rsv: u8,
+    ) -> Result<Option<(FrameHeader, usize)>, ProtocolError> {
         let Some(&[b0, b1]) = buf.first_chunk::<2>() else {
             return Ok(None);
         };
-        let (fin, rsv, opcode) = parse_first_byte(b0)?;
+        let (fin, rsv, opcode) = parse_first_byte(b0, allowed_rsv)?;
         let Some((payload_len, len_end)) = parse_length(b1 & 0x7F, buf)? else {
             return Ok(None);
         };
@@ -163,14 +173,14 @@ impl FrameHeader {
 }
 
 /// Splits the first header byte into FIN, RSV and a validated opcode.
-fn parse_first_byte(b0: u8) -> Result<(bool, u8, OpCode), ProtocolError> {
+fn parse_first_byte(b0: u8, allowed_rsv: u8) -> Result<(bool, u8, OpCode), ProtocolError> {
     let fin = b0 & 0x80 != 0;
     let rsv = (b0 >> 4) & 0x07;
     // "MUST be 0 unless an extension is negotiated that defines meanings
     // for non-zero values. If a nonzero value is received and none of the
     // negotiated extensions defines the meaning of such a nonzero value,
     // the receiving endpoint MUST _Fail the WebSocket Connection_." (5.2)
-    if rsv != 0 {
+    if rsv & !allowed_rsv != 0 {
         return Err(ProtocolError::ReservedBitsSet);
     }
     // "If an unknown opcode is received, the receiving endpoint MUST _Fail

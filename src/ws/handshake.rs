@@ -130,11 +130,21 @@ pub fn accept_key(key: &[u8]) -> String {
 
 /// The `101 Switching Protocols` response head for an accepted upgrade.
 pub fn response_101(accept: &str) -> Vec<u8> {
+    response_101_with(accept, None)
+}
+
+/// Same, selecting an extension: `extensions` is the
+/// `Sec-WebSocket-Extensions` value (our own text, e.g.
+/// [`Agreed::response_value`](super::extension::Agreed::response_value)).
+pub fn response_101_with(accept: &str, extensions: Option<&str>) -> Vec<u8> {
+    let ext = extensions
+        .map(|e| format!("Sec-WebSocket-Extensions: {e}\r\n"))
+        .unwrap_or_default();
     format!(
         "HTTP/1.1 101 Switching Protocols\r\n\
          Upgrade: websocket\r\n\
          Connection: Upgrade\r\n\
-         Sec-WebSocket-Accept: {accept}\r\n\r\n"
+         Sec-WebSocket-Accept: {accept}\r\n{ext}\r\n"
     )
     .into_bytes()
 }

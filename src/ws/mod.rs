@@ -10,6 +10,10 @@
 //!   the client side of the same exchange.
 //! - [`frame`]: frame header parsing and encoding (5.2), including the
 //!   one-allocation server frames shared by every broadcast subscriber.
+//! - [`extension`]: permessage-deflate negotiation (RFC 7692 5, 7.1):
+//!   strict offer parsing, the server's answer.
+//! - [`deflate`] / [`inflate`]: compressed messages (RFC 7692 7.2): one
+//!   shared RSV1 frame per broadcast; inflation bounded while it runs.
 //! - [`mask`]: payload masking (5.3), word-at-a-time with a byte-wise
 //!   reference.
 //! - [`receiver`]: the role-aware state machine that turns a read buffer
@@ -32,9 +36,12 @@
 #![warn(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod close;
+pub mod deflate;
 pub mod error;
+pub mod extension;
 pub mod frame;
 pub mod handshake;
+pub mod inflate;
 pub mod mask;
 pub mod receiver;
 pub mod utf8;

@@ -12,8 +12,14 @@ use std::mem;
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::close::{parse_close_bytes, CloseFrame};
+use super::deflate::RSV1;
 use super::error::ProtocolError;
 use super::frame::{FrameHeader, OpCode};
+use super::inflate::{InflateError, Inflater};
+
+/// What an inflater holds, for the inbound budget: zlib's 32 KiB window
+/// plus its state (about 7 KiB).
+const INFLATER_BYTES: usize = 40 << 10;
 use super::mask::apply_mask;
 use super::utf8::Utf8Validator;
 
@@ -86,6 +92,11 @@ pub struct Receiver {
     utf8: Utf8Validator,
     /// The first error; once set, every call returns it.
     poisoned: Option<ProtocolError>,
+    /// permessage-deflate was negotiated: RSV1 marks compressed messages.
+    compression: bool,
+    /// Created by the first compressed message, then kept (context
+    /// takeover); `None` on connections that never send one.
+    inflate: Option<Box<InflateState>>,
 }
 
 impl Receiver {
@@ -98,7 +109,17 @@ impl Receiver {
             fragmented: None,
             utf8: Utf8Validator::new(),
             poisoned: None,
+            compression: false,
+            inflate: None,
         }
+    }
+
+    /// Accepts compressed messages (RSV1), as permessage-deflate was
+    /// negotiated (RFC 7692). The inflater is created only when the first
+    /// compressed message arrives.
+    pub fn with_compression(mut self) -> Self {
+        self.compression = true;
+        self
     }
 
     /// Consumes complete frames from the front of `buf` and returns the next
@@ -116,12 +137,34 @@ impl Receiver {
         if let Some(err) = &self.poisoned {
             return Err(err.clone());
         }
+        if let Some(state) = &mut self.inflate {
+            state.returned = false;
+        }
         self.read(buf).inspect_err(|err| self.poison(err.clone()))
     }
 
-    /// Bytes held for the fragmented message being assembled.
+    /// Bytes held for the message being assembled (fragments, or what a
+    /// compressed message inflated to so far), plus the inflater's state
+    /// while one exists (its window, kept across messages under client
+    /// context takeover).
     pub fn held(&self) -> usize {
-        self.assembly.capacity()
+        let inflater = if self.inflate.is_some() {
+            INFLATER_BYTES
+        } else {
+            0
+        };
+        self.assembly.capacity().saturating_add(inflater)
+    }
+
+    /// Whether the message the last [`next`](Self::next) returned arrived
+    /// compressed (for the edge's counters).
+    pub fn was_compressed(&self) -> bool {
+        self.inflate.as_ref().is_some_and(|s| s.returned)
+    }
+
+    /// The open message is compressed.
+    fn compressed(&self) -> bool {
+        self.inflate.as_ref().is_some_and(|s| s.open)
     }
 
     /// True while a fragmented message is being assembled (bytes are held).
@@ -132,7 +175,8 @@ impl Receiver {
     /// Reads frames until one completes a message or `buf` runs out.
     fn read(&mut self, buf: &mut BytesMut) -> Result<Option<Message>, ProtocolError> {
         loop {
-            let Some((header, header_len)) = FrameHeader::parse(buf)? else {
+            let allowed = if self.compression { RSV1 } else { 0 };
+            let Some((header, header_len)) = FrameHeader::parse_allowing(buf, allowed)? else {
                 return Ok(None);
             };
             let frame_len = self.admit(&header, header_len)?;
@@ -154,6 +198,14 @@ impl Receiver {
     /// the length of the whole frame.
     fn admit(&self, header: &FrameHeader, header_len: usize) -> Result<usize, ProtocolError> {
         self.check_masking(header)?;
+        // "An endpoint MUST NOT set the "Per-Message Compressed" bit of
+        // control frames and non-first fragments of a data message. An
+        // endpoint receiving such a frame MUST _Fail the WebSocket
+        // Connection_." (RFC 7692 6.1)
+        let data_start = matches!(header.opcode, OpCode::Text | OpCode::Binary);
+        if header.rsv & RSV1 != 0 && !data_start {
+            return Err(ProtocolError::MisplacedCompressionBit);
+        }
         let frame_len = self.check_frame_size(header.payload_len, header_len)?;
         self.check_sequence(header.opcode)?;
         self.check_message_size(header.opcode, header.payload_len)?;
@@ -199,6 +251,9 @@ impl Receiver {
     /// Checks what the message would grow to with this frame's payload.
     fn check_message_size(&self, opcode: OpCode, payload_len: u64) -> Result<(), ProtocolError> {
         let held = match opcode {
+            // The inflated size is checked while inflating; compressed
+            // bytes and inflated bytes do not add up to anything.
+            OpCode::Continuation if self.compressed() => return Ok(()),
             OpCode::Continuation => self.assembly.len(),
             OpCode::Text | OpCode::Binary => 0,
             OpCode::Close | OpCode::Ping | OpCode::Pong => return Ok(()),
@@ -219,6 +274,15 @@ impl Receiver {
         payload: BytesMut,
     ) -> Result<Option<Message>, ProtocolError> {
         let message = match header.opcode {
+            OpCode::Text | OpCode::Binary if header.rsv & RSV1 != 0 => {
+                let kind = match header.opcode {
+                    OpCode::Text => Fragmented::Text,
+                    _ => Fragmented::Binary,
+                };
+                self.inflate.get_or_insert_with(Box::default).open = true;
+                self.start(kind, &payload)?;
+                return self.end_if(header.fin);
+            }
             OpCode::Ping => Message::Ping(payload.freeze()),
             OpCode::Pong => Message::Pong(payload.freeze()),
             OpCode::Close => Message::Close(parse_close_bytes(payload.freeze())?),
@@ -226,7 +290,10 @@ impl Receiver {
             OpCode::Binary if header.fin => Message::Binary(payload.freeze()),
             OpCode::Text => return self.start(Fragmented::Text, &payload).map(|()| None),
             OpCode::Binary => return self.start(Fragmented::Binary, &payload).map(|()| None),
-            OpCode::Continuation => return self.continue_with(header.fin, &payload),
+            OpCode::Continuation => {
+                self.append(&payload)?;
+                return self.end_if(header.fin);
+            }
         };
         Ok(Some(message))
     }
@@ -238,15 +305,23 @@ impl Receiver {
         self.append(payload)
     }
 
-    /// Adds a continuation fragment; returns the message after the last one.
-    fn continue_with(
-        &mut self,
-        fin: bool,
-        payload: &[u8],
-    ) -> Result<Option<Message>, ProtocolError> {
-        self.append(payload)?;
+    /// After the message's last fragment: the message.
+    fn end_if(&mut self, fin: bool) -> Result<Option<Message>, ProtocolError> {
         if !fin {
             return Ok(None);
+        }
+        if self.compressed() {
+            // "Append 4 octets of 0x00 0x00 0xff 0xff to the tail end of
+            // the payload of the message" before inflating (RFC 7692 7.2.2).
+            let start = self.assembly.len();
+            self.inflate(None)?;
+            if self.fragmented == Some(Fragmented::Text) {
+                self.utf8
+                    .feed(self.assembly.get(start..).unwrap_or_default())?;
+            }
+            if let Some(state) = &mut self.inflate {
+                (state.open, state.returned) = (false, true);
+            }
         }
         let kind = self
             .fragmented
@@ -263,11 +338,33 @@ impl Receiver {
     /// Copies a fragment into the assembly buffer, validating text as it
     /// arrives so invalid UTF-8 fails before the message is complete.
     fn append(&mut self, payload: &[u8]) -> Result<(), ProtocolError> {
-        if self.fragmented == Some(Fragmented::Text) {
-            self.utf8.feed(payload)?;
+        let start = self.assembly.len();
+        if self.compressed() {
+            self.inflate(Some(payload))?;
+        } else {
+            self.assembly.extend_from_slice(payload);
         }
-        self.assembly.extend_from_slice(payload);
+        if self.fragmented == Some(Fragmented::Text) {
+            self.utf8
+                .feed(self.assembly.get(start..).unwrap_or_default())?;
+        }
         Ok(())
+    }
+
+    /// Inflates a piece of the open compressed message onto the assembly,
+    /// stopping at `max_message_size` of output.
+    /// `None`: the message's end (the tail the sender removed).
+    fn inflate(&mut self, payload: Option<&[u8]>) -> Result<(), ProtocolError> {
+        let max = self.limits.max_message_size;
+        let inflater = &mut self.inflate.get_or_insert_with(Box::default).inflater;
+        match payload {
+            Some(p) => inflater.feed(p, &mut self.assembly, max),
+            None => inflater.finish(&mut self.assembly, max),
+        }
+        .map_err(|e| match e {
+            InflateError::TooBig => ProtocolError::InflatedTooBig { max },
+            InflateError::Corrupt => ProtocolError::BadCompressedData,
+        })
     }
 
     /// Records the error and releases everything held for the message.
@@ -275,8 +372,21 @@ impl Receiver {
         self.poisoned = Some(err);
         self.assembly = BytesMut::new();
         self.fragmented = None;
+        self.inflate = None;
         self.utf8.reset();
     }
+}
+
+/// A connection's inflation state, boxed: connections that never send a
+/// compressed message pay one pointer for it.
+#[derive(Debug, Default)]
+struct InflateState {
+    inflater: Inflater,
+    /// The open message is compressed: fragments are inflated as they
+    /// arrive, so the limits apply to the inflated size.
+    open: bool,
+    /// The message `next` returned last was compressed.
+    returned: bool,
 }
 
 /// "When an endpoint is to interpret a byte stream as UTF-8 but finds that
@@ -292,3 +402,7 @@ fn validated_text(data: Bytes) -> Result<Bytes, ProtocolError> {
 #[cfg(test)]
 #[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 mod tests;
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+mod compressed_tests;

@@ -613,9 +613,38 @@ impl RawWs {
         RawWs::from_upgraded(stream).await
     }
 
+    /// Connects and upgrades to `path` with `extra` header lines (each
+    /// ending in CRLF); returns the `101`'s headers too.
+    pub async fn connect_with(
+        addr: SocketAddr,
+        path: &str,
+        extra: &str,
+    ) -> (RawWs, Vec<(String, String)>) {
+        let mut stream = within("connect", TcpStream::connect(addr))
+            .await
+            .expect("connect");
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Key: {RFC_KEY}\r\n\
+             Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+        );
+        stream
+            .write_all(req.as_bytes())
+            .await
+            .expect("send upgrade");
+        RawWs::from_upgraded_with_headers(stream).await
+    }
+
     /// Reads the `101` answering an upgrade request (with the RFC example
     /// key) that was already written to `stream`.
-    pub async fn from_upgraded(mut stream: TcpStream) -> RawWs {
+    pub async fn from_upgraded(stream: TcpStream) -> RawWs {
+        RawWs::from_upgraded_with_headers(stream).await.0
+    }
+
+    /// [`RawWs::from_upgraded`], also returning the `101`'s headers.
+    pub async fn from_upgraded_with_headers(
+        mut stream: TcpStream,
+    ) -> (RawWs, Vec<(String, String)>) {
         let mut buf = Vec::new();
         let head_len = within("101 response", read_head(&mut stream, &mut buf))
             .await
@@ -628,7 +657,7 @@ impl RawWs {
             .map(|(_, v)| v.as_str());
         assert_eq!(accept, Some(RFC_ACCEPT));
         buf.drain(..head_len);
-        RawWs { stream, buf }
+        (RawWs { stream, buf }, headers)
     }
 
     /// Writes raw bytes.
