@@ -64,7 +64,7 @@
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
 //!   routing, responses.
-//! - `hub` → `stats`, [`ws`], `channel`, [`log`](mod@log): the per-worker
+//! - `hub` → `history`, `stats`, [`ws`], `channel`, [`log`](mod@log): the per-worker
 //!   connection table, channel registry and zero-copy fan-out into bounded
 //!   outbound queues (sans-I/O; wakes writers through `Waker`s).
 //!   `hub/mod.rs` is a facade (`hub::Hub`); behind it, one module per
@@ -80,6 +80,9 @@
 //!   edit; a publish encodes at most once per format in use and shares
 //!   the frame by reference count. Its submodules use their siblings,
 //!   never the facade.
+//! - `history` → [`ws`]: per-channel message history (offsets, epochs,
+//!   bounded rings, recovery and gap detection), sans-I/O; the hub holds
+//!   one for embedded mode and as Redis mode's cache of recent messages.
 //! - `metrics` → `stats` → `histogram`: counters per layer in one
 //!   snapshot, the Prometheus exposition, latency histograms.
 //! - `control`, `redis` → [`ws`]: the JSON control protocol of `GET /ws`;
@@ -109,6 +112,8 @@ pub mod config;
 #[doc(hidden)]
 pub mod control;
 pub(crate) mod histogram;
+#[doc(hidden)]
+pub mod history;
 #[doc(hidden)]
 pub mod http;
 #[doc(hidden)]

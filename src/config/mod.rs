@@ -56,6 +56,7 @@ impl Default for Config {
             publish_backpressure: 0,
             redis: Default::default(),
             cache: Default::default(),
+            history: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -147,6 +148,7 @@ impl Config {
             idle_timeout_ms: self.idle_timeout.as_millis() as u64,
             handshake_timeout_ms: self.handshake_timeout.as_millis() as u64,
             close_timeout_ms: self.close_timeout.as_millis() as u64,
+            history: self.history,
         }
     }
 

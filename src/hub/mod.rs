@@ -28,6 +28,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use slab::Slab;
 
+use crate::history::{Entry, History, Position};
 use crate::stats::Stats;
 use crate::ws::frame::{encode_close_frame, encode_server_frame, OpCode};
 
@@ -36,6 +37,7 @@ mod format;
 mod limits;
 mod outbox;
 mod pacer;
+mod recall;
 mod registry;
 mod timers;
 
@@ -50,6 +52,7 @@ pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{
     WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
 };
+pub use recall::Resumed;
 pub use registry::SubscribeError;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
@@ -75,6 +78,8 @@ pub struct Hub {
     /// The clock at the previous sweep (write stalls are counted in
     /// sweep steps).
     last_sweep_ms: u64,
+    /// Per-channel message history (`--history-size`).
+    history: History,
     /// Counters, read by `/stats`.
     pub stats: Stats,
 }
@@ -85,7 +90,11 @@ impl Hub {
     pub fn new(limits: HubLimits, encoders: Encoders) -> Self {
         let window = limits.fanout_window;
         let soft = limits.max_outbound_queue;
+        // Epochs must differ between processes (a restart loses history).
+        let seed =
+            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         Hub {
+            history: History::new(limits.history, seed),
             conns: Slab::new(),
             registry: Registry::default(),
             limits,
@@ -205,6 +214,55 @@ impl Hub {
             .subscribe_internal(&mut self.conns, &mut self.stats, id, name);
     }
 
+    /// Subscribes `id` to `name` and, when history is on, answers with the
+    /// channel's position and (with `since`) the replay of what the
+    /// client missed — in one step, so the replay and the live messages
+    /// that follow meet without a gap or a duplicate.
+    pub fn subscribe_from(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        since: Option<(&str, u64)>,
+    ) -> Result<Option<Resumed>, SubscribeError> {
+        self.subscribe(id, name)?;
+        if !self.history.enabled() {
+            return Ok(None);
+        }
+        let max_replay = self.limits.max_outbound_queue.saturating_mul(2);
+        let clock = (self.now_ms, max_replay);
+        let r = recall::resume(&mut self.history, &mut self.stats, name, since, clock);
+        Ok(Some(r))
+    }
+
+    /// At most `limit` messages of `channel`'s history after offset
+    /// `after`, with its position; `None` without history for it.
+    pub fn history(
+        &self,
+        channel: &str,
+        after: u64,
+        limit: usize,
+    ) -> Option<(Position, Vec<Entry>)> {
+        self.history.read(channel, after, limit)
+    }
+
+    /// Whether history is on (`--history-size` > 0).
+    pub fn history_enabled(&self) -> bool {
+        self.history.enabled()
+    }
+
+    /// Messages and bytes the histories hold.
+    pub fn history_usage(&self) -> (usize, usize) {
+        (self.history.messages(), self.history.bytes())
+    }
+
+    /// What the memory budget leaves for history: outbound frames come
+    /// first, history uses the rest.
+    fn history_room(&self) -> usize {
+        self.limits
+            .max_total_outbound
+            .saturating_sub(self.totals.unique)
+    }
+
     /// Unsubscribes `id` from `name`; returns whether it was subscribed.
     pub fn unsubscribe(&mut self, id: ConnId, name: &str) -> bool {
         self.registry
@@ -282,6 +340,9 @@ impl Hub {
         sender: Option<u64>,
     ) -> usize {
         self.stats.messages_in += 1;
+        let room = self.history_room();
+        let entry = (opcode, payload);
+        let offset = recall::record(&mut self.history, channel, entry, self.now_ms, room);
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
         };
@@ -297,6 +358,7 @@ impl Hub {
             channel,
             opcode,
             payload,
+            offset,
         };
         let Hub {
             registry,
@@ -585,6 +647,9 @@ impl Hub {
             token_expired: Vec::new(),
         };
         timers::sweep(conns, limits, clock, pacer, stats, totals, &mut due);
+        let registry = &self.registry;
+        self.history
+            .sweep(*now_ms, |name| registry.lookup(name).is_some());
         for id in due.token_expired {
             self.close(
                 id,

@@ -20,7 +20,7 @@ pub fn encoders() -> Encoders {
             encode_server_frame(d.opcode, d.payload)
         })
         .with(JSON, |d: &Delivery<'_>| {
-            control::encode_delivery(d.channel, d.opcode, d.payload)
+            control::encode_delivery(d.channel, d.opcode, d.payload, d.offset)
         })
 }
 
@@ -47,6 +47,7 @@ mod tests {
             idle_timeout_ms: 0,
             handshake_timeout_ms: 10_000,
             close_timeout_ms: 5_000,
+            history: Default::default(),
         };
         Hub::new(limits, encoders())
     }

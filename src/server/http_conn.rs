@@ -17,7 +17,7 @@ use crate::server::cache_edge::{self, Incoming};
 use crate::server::sock::{linger_close, Sock};
 use crate::server::upgrade::{self, Upgrade};
 use crate::server::worker::Worker;
-use crate::server::{endpoints, publish, ws_conn};
+use crate::server::{endpoints, publish, recall, ws_conn};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -215,6 +215,17 @@ async fn serve(
                 return Ok(Next::Close);
             };
             publish::publish_http(w, channel, &body, req.keep_alive).await
+        }
+        Route::History(channel) => {
+            if let Err((status, message)) = auth::authorize_upgrade(&w.cfg.auth, req, Some(channel))
+            {
+                w.hub.borrow_mut().stats.auth_failures += 1;
+                log::refused(log::Refusal::Upgrade, "history refused", message);
+                reply_error(sock, &HttpError { status, message }, keep_alive).await?;
+                return Ok(after_answer(sock, keep_alive, plan).await);
+            }
+            let hub = w.hub.borrow();
+            recall::history_http(&hub, channel, req.query.as_deref(), keep_alive)
         }
         Route::Cache(_) | Route::CachePurge => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {

@@ -21,6 +21,8 @@
 //! - `endpoints`: `/healthz`, `/readyz`, `/stats`, `/metrics`, status.
 //! - `publish`: the publish seam (in-process or through Redis) and
 //!   `POST /publish`.
+//! - `recall`: history at the edge — a JSON subscribe's reply and
+//!   replay, `GET /history/{channel}`.
 //! - `ws_conn`: an upgraded connection's reader and writer.
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
@@ -30,7 +32,7 @@
 //!   raw syscalls; `status.html`: the page served at `/status`.
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `publish`, `ws_conn` → `worker` → `formats`, `redis`,
+//! `endpoints`, `publish`, `ws_conn` → `recall`, `worker` → `formats`, `redis`,
 //! `cache_edge`, `sock` → `sys`; no file imports one that imports it back.
 
 mod cache_edge;
@@ -39,6 +41,7 @@ pub mod formats;
 mod http_conn;
 mod iovec;
 mod publish;
+mod recall;
 mod redis;
 mod sock;
 mod sys;

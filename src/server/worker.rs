@@ -94,6 +94,8 @@ impl Worker {
         worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
         worker.outbound_bytes = hub.total_pending() as u64;
         worker.outbound_memory_bytes = hub.outbound_memory() as u64;
+        let (messages, bytes) = hub.history_usage();
+        (worker.history_messages, worker.history_bytes) = (messages as u64, bytes as u64);
         Snapshot {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),

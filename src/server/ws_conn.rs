@@ -15,10 +15,11 @@ use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 
 use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
-use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
+use crate::hub::{CloseReason, ConnId, ConnState, Hub, WriterWork};
 use crate::log;
 use crate::server::iovec::IoVecs;
 use crate::server::publish::{route_publish, Published};
+use crate::server::recall;
 use crate::server::redis::RedisLink;
 use crate::server::sock::{drain_close, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME};
 use crate::server::sys;
@@ -299,22 +300,17 @@ fn on_control(
     let idv = env.id.as_deref();
     let reply = match env.request {
         control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
-        control::Request::Subscribe { channel } if !grants.may_subscribe(&channel) => {
+        control::Request::Subscribe { channel, .. } if !grants.may_subscribe(&channel) => {
             Some(forbidden(idv))
         }
         control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
             hub.stats.publish_forbidden += 1;
             Some(forbidden(idv))
         }
-        control::Request::Subscribe { channel } => match hub.subscribe(id, &channel) {
-            Ok(()) => Some(control::ack("subscribed", &channel, None, idv)),
-            Err(SubscribeError::InvalidChannel) => Some(invalid_channel(idv)),
-            Err(SubscribeError::TooManySubscriptions) => Some(control::error(
-                ErrorCode::TooManySubscriptions,
-                "subscription limit reached",
-                idv,
-            )),
-        },
+        control::Request::Subscribe { channel, since } => {
+            recall::subscribe(hub, id, &channel, since.as_ref(), idv);
+            None
+        }
         control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
             control::ack("unsubscribed", &channel, None, idv)
         } else {
