@@ -14,7 +14,8 @@
 //!
 //! The same ring serves Redis mode, where offsets come from Redis
 //! ([`History::store`]): there it is a cache of the recent messages that
-//! arrived, and it reports the gaps the edge must backfill.
+//! arrived, and [`relay::Relay`] decides from it what to deliver, what to
+//! hold, and which range the edge must read back from Redis.
 //!
 //! Pure data and arithmetic: no clock (callers pass milliseconds), no
 //! randomness (the caller seeds the epoch generator), no I/O.
@@ -249,9 +250,31 @@ impl History {
         pos
     }
 
-    /// Records a message whose position Redis assigned (Redis mode),
-    /// keeping it when it continues the ring; says whether offsets were
-    /// skipped (a gap to backfill), repeated, or the epoch changed.
+    /// How a message at `at` (Redis mode: Redis assigned the position)
+    /// relates to what the channel's ring holds; changes nothing.
+    pub fn classify(&self, channel: &str, at: (&str, u64)) -> Stored {
+        let (epoch, offset) = at;
+        let Some(ring) = self.rings.get(channel) else {
+            return Stored::InOrder;
+        };
+        if &*ring.epoch != epoch {
+            Stored::NewEpoch
+        } else if offset <= ring.top {
+            Stored::Duplicate
+        } else if offset == ring.top + 1 {
+            Stored::InOrder
+        } else {
+            Stored::Gap {
+                from: ring.top + 1,
+                to: offset - 1,
+            }
+        }
+    }
+
+    /// Records a message whose position Redis assigned (Redis mode) and
+    /// says how it related to what was held ([`History::classify`]). Out
+    /// of order (a gap, a new epoch), the ring starts over at it: a ring
+    /// holds offsets without holes. A duplicate is not kept.
     pub fn store(
         &mut self,
         channel: &str,
@@ -260,40 +283,37 @@ impl History {
         now_ms: u64,
         room: usize,
     ) -> Stored {
-        let (epoch, offset) = at;
-        let fresh = !self.rings.contains_key(channel);
-        let ring = self.ring_mut(channel, now_ms);
-        let outcome = if fresh || ring.top == 0 {
-            Stored::InOrder
-        } else if &*ring.epoch != epoch {
-            Stored::NewEpoch
-        } else if offset <= ring.top {
-            return Stored::Duplicate;
-        } else if offset == ring.top + 1 {
-            Stored::InOrder
-        } else {
-            Stored::Gap {
-                from: ring.top + 1,
-                to: offset - 1,
-            }
-        };
-        if outcome != Stored::InOrder || &*ring.epoch != epoch {
-            // The ring holds contiguous offsets only: start over here.
-            self.clear(channel);
+        let outcome = self.classify(channel, at);
+        if outcome == Stored::Duplicate {
+            return outcome;
         }
-        let ring = self.rings.get_mut(channel).expect("created above");
-        if &*ring.epoch != epoch {
-            ring.epoch = Rc::from(epoch);
-        }
-        ring.top = offset;
+        self.reset(channel, (at.0, at.1.saturating_sub(1)), now_ms);
         let (opcode, payload) = entry;
+        let ring = self.rings.get_mut(channel).expect("reset creates it");
+        ring.top = at.1;
         let entry = Entry {
-            offset,
+            offset: at.1,
             opcode,
             payload,
         };
         self.keep(channel, entry, now_ms, room);
         outcome
+    }
+
+    /// Sets the channel's position to `at` (Redis mode: what Redis said),
+    /// dropping what the ring held unless it already ends there in the
+    /// same epoch.
+    pub fn reset(&mut self, channel: &str, at: (&str, u64), now_ms: u64) {
+        let (epoch, top) = at;
+        let ring = self.ring_mut(channel, now_ms);
+        if &*ring.epoch == epoch && ring.top == top {
+            return;
+        }
+        if &*ring.epoch != epoch {
+            ring.epoch = Rc::from(epoch);
+        }
+        ring.top = top;
+        self.clear(channel);
     }
 
     /// Adds `entry` (already counted in `top`) and trims the ring to its
@@ -392,6 +412,8 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
+
+pub mod relay;
 
 #[cfg(test)]
 mod tests;

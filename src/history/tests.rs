@@ -156,6 +156,11 @@ fn stored_positions_report_gaps_duplicates_and_new_epochs() {
             usize::MAX,
         )
     };
+    assert_eq!(
+        h.classify("a", ("E", 4)),
+        Stored::InOrder,
+        "a first message starts the ring"
+    );
     assert_eq!(put(&mut h, "E", 4), Stored::InOrder);
     assert_eq!(put(&mut h, "E", 5), Stored::InOrder);
     assert_eq!(put(&mut h, "E", 5), Stored::Duplicate);
@@ -171,4 +176,9 @@ fn stored_positions_report_gaps_duplicates_and_new_epochs() {
         }
     );
     assert_eq!(h.messages(), 1);
+    h.reset("a", ("F", 9), 0);
+    assert_eq!((h.messages(), h.peek("a").unwrap().offset), (0, 9));
+    assert_eq!(put(&mut h, "F", 10), Stored::InOrder);
+    h.reset("a", ("F", 10), 0);
+    assert_eq!(h.messages(), 1, "a reset to where the ring is keeps it");
 }

@@ -1,0 +1,311 @@
+//! Redis mode's ordering of a channel's messages on one instance, sans-I/O.
+//!
+//! Messages arrive from the subscriber connection carrying the position
+//! Redis gave them. The relay delivers each one exactly once and in offset
+//! order: in order → deliver; already seen → drop; offsets skipped (the
+//! subscriber connection was down, or a message is missing) → hold what
+//! arrives and ask the edge to read the range back from the stream
+//! ([`Fetch`]); when the read comes back, deliver what was missing, then
+//! what was held. A range Redis no longer has (trimmed, or a new epoch)
+//! becomes a [`Action::Gap`] so that subscribers learn they missed
+//! something instead of missing it silently.
+
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use super::{Entry, History, HistoryLimits, Position, Stored};
+
+/// A range to read back from Redis: offsets from `from` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    /// The channel.
+    pub channel: Rc<str>,
+    /// First offset wanted.
+    pub from: u64,
+}
+
+/// What a read of a channel's stream returned: the epoch and latest
+/// offset, and the entries asked for (oldest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The channel's epoch in Redis.
+    pub epoch: String,
+    /// Its latest offset.
+    pub top: u64,
+    /// Entries from the offset asked for (fewer when trimmed).
+    pub entries: Vec<Entry>,
+}
+
+/// What the edge does for a channel's local subscribers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Fan this message out.
+    Deliver(Entry),
+    /// Messages up to this position can no longer be delivered: JSON
+    /// subscribers are told, path-mode subscribers closed.
+    Gap(Position),
+}
+
+/// What a subscribe answers in Redis mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// The position to report.
+    pub position: Position,
+    /// Whether the subscribe's `since` was recovered (None without one).
+    pub recovered: Option<bool>,
+    /// The messages after `since`, to queue before anything live.
+    pub replay: Vec<Entry>,
+}
+
+/// The per-instance relay: the rings (a cache of recent messages), what
+/// is held while a read is in flight, and counters.
+#[derive(Debug)]
+pub struct Relay {
+    history: History,
+    held: HashMap<Rc<str>, VecDeque<(Rc<str>, Entry)>>,
+    max_held: usize,
+    /// Messages delivered from reads (not from the subscriber connection).
+    pub backfilled: u64,
+    /// Gaps that could not be closed.
+    pub gaps: u64,
+}
+
+impl Relay {
+    /// An empty relay; `seed` as for [`History::new`].
+    pub fn new(limits: HistoryLimits, seed: u64) -> Relay {
+        Relay {
+            history: History::new(limits, seed),
+            held: HashMap::new(),
+            // Dropping past it is safe: a later read brings them back.
+            max_held: limits.size.max(64),
+            backfilled: 0,
+            gaps: 0,
+        }
+    }
+
+    /// The rings.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Whether a read for `channel` is in flight.
+    pub fn fetching(&self, channel: &str) -> bool {
+        self.held.contains_key(channel)
+    }
+
+    /// A message from the subscriber connection at `epoch`.
+    pub fn arrive(
+        &mut self,
+        channel: &str,
+        epoch: &str,
+        e: Entry,
+        clock: (u64, usize),
+        out: &mut Vec<Action>,
+    ) -> Option<Fetch> {
+        if let Some(held) = self.held.get_mut(channel) {
+            if held.len() < self.max_held {
+                held.push_back((Rc::from(epoch), e));
+            }
+            return None;
+        }
+        match self.history.classify(channel, (epoch, e.offset)) {
+            Stored::Gap { from, .. } => {
+                let name: Rc<str> = Rc::from(channel);
+                let held = VecDeque::from([(Rc::from(epoch), e)]);
+                self.held.insert(name.clone(), held);
+                Some(Fetch {
+                    channel: name,
+                    from,
+                })
+            }
+            Stored::NewEpoch if e.offset > 1 => {
+                // The new epoch's first messages may still be in Redis.
+                self.note_gap(channel, epoch, 0, clock.0, out);
+                let name: Rc<str> = Rc::from(channel);
+                let held = VecDeque::from([(Rc::from(epoch), e)]);
+                self.held.insert(name.clone(), held);
+                Some(Fetch {
+                    channel: name,
+                    from: 1,
+                })
+            }
+            _ => {
+                self.ingest(channel, epoch, e, clock, out);
+                None
+            }
+        }
+    }
+
+    /// A read for `channel` came back (`None`: it failed): delivers what
+    /// was missing, then what was held; what Redis no longer has is a gap.
+    pub fn fetched(
+        &mut self,
+        channel: &str,
+        snap: Option<Snapshot>,
+        clock: (u64, usize),
+        out: &mut Vec<Action>,
+    ) {
+        let held = self.held.remove(channel).unwrap_or_default();
+        if let Some(s) = snap {
+            for e in s.entries {
+                if self.ingest(channel, &s.epoch, e, clock, out) {
+                    self.backfilled += 1;
+                }
+            }
+        }
+        for (epoch, e) in held {
+            self.ingest(channel, &epoch, e, clock, out);
+        }
+    }
+
+    /// After the subscriber connection came back: one read per channel
+    /// with local subscribers and a ring, from the offset after it.
+    pub fn catch_up(&mut self, channels: &[Rc<str>]) -> Vec<Fetch> {
+        let mut fetches = Vec::new();
+        for c in channels {
+            let Some(pos) = self.history.peek(c) else {
+                continue;
+            };
+            if self.held.contains_key(&**c) {
+                continue;
+            }
+            self.held.insert(c.clone(), VecDeque::new());
+            fetches.push(Fetch {
+                channel: c.clone(),
+                from: pos.offset + 1,
+            });
+        }
+        fetches
+    }
+
+    /// Delivers `e` if it is the next message; a skipped range here is
+    /// gone (a read already failed to bring it): a gap, then `e`. Returns
+    /// whether `e` was delivered.
+    fn ingest(
+        &mut self,
+        channel: &str,
+        epoch: &str,
+        e: Entry,
+        clock: (u64, usize),
+        out: &mut Vec<Action>,
+    ) -> bool {
+        match self.history.classify(channel, (epoch, e.offset)) {
+            Stored::Duplicate => return false,
+            Stored::Gap { to, .. } => self.note_gap(channel, epoch, to, clock.0, out),
+            Stored::NewEpoch if e.offset > 1 => {
+                self.note_gap(channel, epoch, e.offset - 1, clock.0, out)
+            }
+            Stored::NewEpoch | Stored::InOrder => {}
+        }
+        let at = (epoch, e.offset);
+        self.history
+            .store(channel, at, (e.opcode, e.payload.clone()), clock.0, clock.1);
+        out.push(Action::Deliver(e));
+        true
+    }
+
+    fn note_gap(
+        &mut self,
+        channel: &str,
+        epoch: &str,
+        to: u64,
+        now_ms: u64,
+        out: &mut Vec<Action>,
+    ) {
+        self.gaps += 1;
+        self.history.reset(channel, (epoch, to), now_ms);
+        out.push(Action::Gap(Position {
+            epoch: Rc::from(epoch),
+            offset: to,
+        }));
+    }
+
+    /// Whether the read's entries continue the ring without a hole.
+    fn connects(&self, channel: &str, s: &Snapshot) -> bool {
+        let Some(pos) = self.history.peek(channel) else {
+            return false;
+        };
+        *pos.epoch == *s.epoch
+            && s.entries
+                .first()
+                .is_some_and(|e| e.offset <= pos.offset + 1)
+    }
+
+    /// A subscribe's read came back. `warm`: the channel already has local
+    /// subscribers, so its ring is what they were sent; then the read's
+    /// newer entries are delivered to them first (`out`). Cold, the ring
+    /// starts at what Redis said.
+    pub fn resume(
+        &mut self,
+        channel: &str,
+        since: Option<(&str, u64)>,
+        s: Snapshot,
+        warm: bool,
+        clock: (u64, usize),
+        out: &mut Vec<Action>,
+    ) -> Resume {
+        let warm = warm && self.history.peek(channel).is_some();
+        let busy = self.fetching(channel);
+        if !warm {
+            self.held.remove(channel);
+            self.history.reset(channel, (&s.epoch, s.top), clock.0);
+        } else if !busy && self.connects(channel, &s) {
+            // The read overlaps or continues what local subscribers got:
+            // they get the rest first, so the ring covers the read.
+            for e in &s.entries {
+                if self.ingest(channel, &s.epoch, e.clone(), clock, out) {
+                    self.backfilled += 1;
+                }
+            }
+        }
+        let position = self.history.peek(channel).expect("reset or warm");
+        let Some((epoch, offset)) = since else {
+            return Resume {
+                position,
+                recovered: None,
+                replay: Vec::new(),
+            };
+        };
+        let replay = (!busy && epoch == s.epoch && epoch == &*position.epoch)
+            .then(|| replay_after(&self.history, channel, offset, &s))
+            .flatten();
+        Resume {
+            position,
+            recovered: Some(replay.is_some()),
+            replay: replay.unwrap_or_default(),
+        }
+    }
+}
+
+/// The messages after `offset`: the read's entries (which must start
+/// right after it), then what the ring holds beyond them.
+fn replay_after(history: &History, channel: &str, offset: u64, s: &Snapshot) -> Option<Vec<Entry>> {
+    if offset > s.top {
+        return None;
+    }
+    let mut out: Vec<Entry> = Vec::new();
+    let mut last = offset;
+    for e in s.entries.iter().filter(|e| e.offset > offset) {
+        if e.offset != last + 1 {
+            return None;
+        }
+        last = e.offset;
+        out.push(e.clone());
+    }
+    if last < s.top {
+        return None;
+    }
+    let pos = history.peek(channel)?;
+    if pos.offset < last {
+        // This instance is behind the read: what it has yet to receive
+        // would reach the subscriber a second time.
+        return None;
+    }
+    if pos.offset > last {
+        out.extend(history.recover(channel, (&pos.epoch, last)).ok()?);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+use bytes::Bytes;
+
+use super::*;
+use crate::ws::OpCode;
+
+fn limits() -> HistoryLimits {
+    HistoryLimits {
+        size: 100,
+        ttl_ms: 60_000,
+        max_bytes: 1 << 20,
+    }
+}
+
+fn entry(offset: u64) -> Entry {
+    Entry {
+        offset,
+        opcode: OpCode::Text,
+        payload: Bytes::from(format!("m{offset}")),
+    }
+}
+
+const CLOCK: (u64, usize) = (0, usize::MAX);
+
+fn delivered(out: &[Action]) -> Vec<u64> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Deliver(e) => Some(e.offset),
+            Action::Gap(_) => None,
+        })
+        .collect()
+}
+
+fn gaps(out: &[Action]) -> Vec<u64> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Gap(p) => Some(p.offset),
+            Action::Deliver(_) => None,
+        })
+        .collect()
+}
+
+fn snap(epoch: &str, top: u64, offsets: impl IntoIterator<Item = u64>) -> Snapshot {
+    Snapshot {
+        epoch: epoch.into(),
+        top,
+        entries: offsets.into_iter().map(entry).collect(),
+    }
+}
+
+#[test]
+fn in_order_messages_pass_and_duplicates_are_dropped() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    for o in [5, 6, 6, 7, 3] {
+        assert_eq!(r.arrive("c", "E", entry(o), CLOCK, &mut out), None);
+    }
+    assert_eq!(delivered(&out), [5, 6, 7]);
+}
+
+#[test]
+fn a_gap_holds_later_messages_until_the_read_fills_it() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("c", "E", entry(1), CLOCK, &mut out);
+    let fetch = r.arrive("c", "E", entry(4), CLOCK, &mut out).unwrap();
+    assert_eq!((&*fetch.channel, fetch.from), ("c", 2));
+    assert_eq!(r.arrive("c", "E", entry(5), CLOCK, &mut out), None, "held");
+    assert_eq!(delivered(&out), [1]);
+    // The read overlaps what is held: each offset once, in order.
+    r.fetched("c", Some(snap("E", 5, 2..=5)), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [1, 2, 3, 4, 5]);
+    assert_eq!((r.backfilled, r.gaps), (4, 0));
+    r.arrive("c", "E", entry(6), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn a_range_redis_no_longer_has_is_a_gap_not_a_silent_loss() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("c", "E", entry(1), CLOCK, &mut out);
+    r.arrive("c", "E", entry(50), CLOCK, &mut out).unwrap();
+    // Trimmed: the stream starts at 40.
+    r.fetched("c", Some(snap("E", 50, 40..=50)), CLOCK, &mut out);
+    assert_eq!(gaps(&out), [39]);
+    assert_eq!(
+        delivered(&out),
+        [1].into_iter().chain(40..=50).collect::<Vec<_>>()
+    );
+    // A failed read: the held message goes out after a gap.
+    r.arrive("c", "E", entry(60), CLOCK, &mut out).unwrap();
+    r.fetched("c", None, CLOCK, &mut out);
+    assert_eq!(gaps(&out), [39, 59]);
+    assert_eq!(*delivered(&out).last().unwrap(), 60);
+    assert_eq!(r.gaps, 2);
+}
+
+#[test]
+fn a_new_epoch_is_a_gap_and_its_first_messages_are_read() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("c", "E", entry(7), CLOCK, &mut out);
+    let f = r.arrive("c", "F", entry(3), CLOCK, &mut out).unwrap();
+    assert_eq!(f.from, 1);
+    r.fetched("c", Some(snap("F", 3, 1..=3)), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [7, 1, 2, 3]);
+    assert_eq!(gaps(&out), [0]);
+    let mut out = Vec::new();
+    r.arrive("c", "G", entry(1), CLOCK, &mut out);
+    assert_eq!(
+        (gaps(&out), delivered(&out)),
+        (vec![], vec![1]),
+        "a restart from 1 lost nothing in G"
+    );
+}
+
+#[test]
+fn catch_up_reads_after_what_each_channel_got() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("a", "E", entry(3), CLOCK, &mut out);
+    let fetches = r.catch_up(&[Rc::from("a"), Rc::from("unknown")]);
+    assert_eq!(
+        fetches,
+        [Fetch {
+            channel: Rc::from("a"),
+            from: 4
+        }]
+    );
+    r.arrive("a", "E", entry(6), CLOCK, &mut out);
+    r.fetched("a", Some(snap("E", 6, 4..=6)), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [3, 4, 5, 6]);
+}
+
+#[test]
+fn a_cold_resume_replays_the_read_and_starts_the_ring_there() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    let got = r.resume(
+        "c",
+        Some(("E", 10)),
+        snap("E", 110, 11..=110),
+        false,
+        CLOCK,
+        &mut out,
+    );
+    assert_eq!(got.recovered, Some(true));
+    assert_eq!(
+        got.replay.iter().map(|e| e.offset).collect::<Vec<_>>(),
+        (11..=110).collect::<Vec<_>>()
+    );
+    assert_eq!(got.position.offset, 110);
+    assert!(out.is_empty());
+    r.arrive("c", "E", entry(111), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [111]);
+    // Trimmed, wrong epoch, from the future: not recovered, no replay.
+    for (since, s) in [
+        (("E", 5), snap("E", 110, 11..=110)),
+        (("X", 10), snap("E", 110, 11..=110)),
+        (("E", 200), snap("E", 110, [])),
+    ] {
+        let got = r.resume("d", Some(since), s, false, CLOCK, &mut out);
+        assert_eq!(
+            (got.recovered, got.replay.len()),
+            (Some(false), 0),
+            "{since:?}"
+        );
+    }
+}
+
+#[test]
+fn a_warm_resume_brings_local_subscribers_up_to_the_read_first() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    for o in 1..=5 {
+        r.arrive("c", "E", entry(o), CLOCK, &mut out);
+    }
+    // Redis is at 8; 6..8 are still on their way to this instance.
+    let got = r.resume(
+        "c",
+        Some(("E", 3)),
+        snap("E", 8, 4..=8),
+        true,
+        CLOCK,
+        &mut out,
+    );
+    assert_eq!(delivered(&out), [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(got.recovered, Some(true));
+    assert_eq!(
+        got.replay.iter().map(|e| e.offset).collect::<Vec<_>>(),
+        [4, 5, 6, 7, 8]
+    );
+    let mut later = Vec::new();
+    r.arrive("c", "E", entry(7), CLOCK, &mut later);
+    assert!(later.is_empty(), "arrives late: already delivered");
+    // Plain subscribe: the position, nothing else.
+    let got = r.resume("c", None, snap("E", 8, []), true, CLOCK, &mut out);
+    assert_eq!((got.position.offset, got.recovered), (8, None));
+}
