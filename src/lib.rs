@@ -85,7 +85,7 @@
 //!   one for embedded mode and as Redis mode's cache of recent messages.
 //! - `metrics` → `stats` → `histogram`: counters per layer in one
 //!   snapshot, the Prometheus exposition, latency histograms.
-//! - `control`, `redis` → [`ws`]: the JSON control protocol of `GET /ws`;
+//! - `control`, `redis` → `history`, [`ws`]: the JSON control protocol of `GET /ws`;
 //!   RESP (redis-protocol), commands, URLs, the envelope of messages on
 //!   Redis channels (sans-I/O).
 //! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly

@@ -14,6 +14,8 @@
 //!   (deliver, canary, dropped and why, refused).
 //! - [`commands`]: the commands corecast sends (`PUBLISH` with its
 //!   envelope, bounded `SUBSCRIBE` groups, the `AUTH`/`SELECT` handshake).
+//! - [`stream`]: history in Redis — the publish and read scripts (one
+//!   atomic step each), hash-tagged keys, `EVALSHA` commands, read replies.
 //! - [`config`]: [`RedisConfig`], Redis mode's settings.
 //! - [`error`]: [`RedisError`], why a connection failed.
 
@@ -24,6 +26,7 @@ pub mod error;
 pub mod inbound;
 pub mod resp;
 pub mod scan;
+pub mod stream;
 pub mod url;
 
 pub use config::RedisConfig;
