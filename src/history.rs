@@ -199,6 +199,11 @@ impl History {
         self.rings.len()
     }
 
+    /// The names of the channels with a ring.
+    pub fn channel_names(&self) -> impl Iterator<Item = Rc<str>> + '_ {
+        self.rings.keys().cloned()
+    }
+
     /// A fresh epoch: 16 hex digits, different for every ring this
     /// process creates and (through the seed) from other processes'.
     fn mint_epoch(&mut self) -> Rc<str> {

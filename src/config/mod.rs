@@ -148,7 +148,12 @@ impl Config {
             idle_timeout_ms: self.idle_timeout.as_millis() as u64,
             handshake_timeout_ms: self.handshake_timeout.as_millis() as u64,
             close_timeout_ms: self.close_timeout.as_millis() as u64,
-            history: self.history,
+            // In Redis mode history lives in Redis; the hub keeps none.
+            history: if self.redis.url.is_some() {
+                Default::default()
+            } else {
+                self.history
+            },
         }
     }
 

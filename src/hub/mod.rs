@@ -245,6 +245,23 @@ impl Hub {
         self.history.read(channel, after, limit)
     }
 
+    /// The subscribers of `channel` and their kinds (for notices that
+    /// depend on the wire format, such as a history gap).
+    pub fn subscribers(&self, channel: &str) -> Vec<(ConnId, ConnKind)> {
+        let Some(cid) = self.registry.lookup(channel) else {
+            return Vec::new();
+        };
+        let ids = self.registry.subscribers(cid).iter();
+        ids.filter_map(|&id| Some((id, self.conns.get(id)?.kind)))
+            .collect()
+    }
+
+    /// What the memory budget leaves for history (also Redis mode's ring
+    /// cache, kept by the edge).
+    pub fn history_budget(&self) -> usize {
+        self.history_room()
+    }
+
     /// Whether history is on (`--history-size` > 0).
     pub fn history_enabled(&self) -> bool {
         self.history.enabled()
@@ -339,10 +356,23 @@ impl Hub {
         payload: &[u8],
         sender: Option<u64>,
     ) -> usize {
-        self.stats.messages_in += 1;
         let room = self.history_room();
         let entry = (opcode, payload);
         let offset = recall::record(&mut self.history, channel, entry, self.now_ms, room);
+        self.publish_at(channel, opcode, payload, sender, offset)
+    }
+
+    /// [`Hub::publish`] of a message whose history offset was assigned
+    /// elsewhere (Redis mode; 0 = none): not recorded here.
+    pub fn publish_at(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<u64>,
+        offset: u64,
+    ) -> usize {
+        self.stats.messages_in += 1;
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
         };

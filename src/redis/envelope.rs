@@ -63,7 +63,10 @@ fn split_position(raw: &Bytes) -> Option<(StreamPos, Bytes)> {
     let sp1 = rest.iter().take(21).position(|&b| b == b' ')?;
     let offset: u64 = std::str::from_utf8(&rest[..sp1]).ok()?.parse().ok()?;
     let after = &rest[sp1 + 1..];
-    let sp2 = after.iter().take(MAX_EPOCH_LEN + 1).position(|&b| b == b' ')?;
+    let sp2 = after
+        .iter()
+        .take(MAX_EPOCH_LEN + 1)
+        .position(|&b| b == b' ')?;
     let epoch = &after[..sp2];
     if offset == 0 || epoch.is_empty() || !epoch.iter().all(u8::is_ascii_graphic) {
         return None;
@@ -238,7 +241,12 @@ mod tests {
         let at = e.at.clone().unwrap();
         assert_eq!((&at.epoch[..], at.offset), (&b"ep0ch"[..], 42));
         assert_eq!((e.opcode, &e.payload[..]), (OpCode::Text, &b"hi"[..]));
-        for bad in [&b"\xcc\x020 e x"[..], b"\xcc\x02x e x", b"\xcc\x021  x", b"\xcc\x021 e"] {
+        for bad in [
+            &b"\xcc\x020 e x"[..],
+            b"\xcc\x02x e x",
+            b"\xcc\x021  x",
+            b"\xcc\x021 e",
+        ] {
             assert_eq!(decode(Bytes::copy_from_slice(bad)).at, None, "{bad:?}");
         }
         // A truncated header is foreign bytes, not a panic.

@@ -68,6 +68,9 @@ pub enum RedisError {
     Refused(String),
     /// The bytes were not the RESP we expect here.
     Resp(RespError),
+    /// Redis no longer knows our scripts (`NOSCRIPT`, e.g. after `SCRIPT
+    /// FLUSH`): reconnect, load them again, resend what was unanswered.
+    NoScript,
 }
 
 impl fmt::Display for RedisError {
@@ -77,6 +80,7 @@ impl fmt::Display for RedisError {
             RedisError::Timeout => f.write_str("timed out"),
             RedisError::Refused(e) => write!(f, "refused by Redis: {e}"),
             RedisError::Resp(e) => write!(f, "{e}"),
+            RedisError::NoScript => f.write_str("redis lost our scripts (NOSCRIPT)"),
         }
     }
 }

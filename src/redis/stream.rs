@@ -38,7 +38,8 @@ return redis.call('PUBLISH', ARGV[1], '\204\2' .. t .. ' ' .. e .. ' ' .. ARGV[4
 
 /// KEYS: stream, meta. ARGV: an epoch for a channel without one, TTL
 /// seconds, first offset wanted, most entries (0: none). Returns
-/// `{epoch, top, entries}`.
+/// `{epoch, top, id, envelope, id, envelope, ...}`: flat, as replies
+/// nested deeper than `scan::MAX_DEPTH` are refused.
 pub const READ_SCRIPT: &str = r#"
 local e = redis.call('HGET', KEYS[2], 'e')
 if not e then
@@ -48,11 +49,15 @@ if not e then
   redis.call('EXPIRE', KEYS[2], ARGV[2])
 end
 local t = tonumber(redis.call('HGET', KEYS[2], 't'))
-local r = {}
+local out = {e, t}
 if tonumber(ARGV[4]) > 0 and tonumber(ARGV[3]) <= t then
-  r = redis.call('XRANGE', KEYS[1], ARGV[3] .. '-0', '+', 'COUNT', ARGV[4])
+  local r = redis.call('XRANGE', KEYS[1], ARGV[3] .. '-0', '+', 'COUNT', ARGV[4])
+  for _, x in ipairs(r) do
+    out[#out + 1] = x[1]
+    out[#out + 1] = x[2][2]
+  end
 end
-return {e, t, r}
+return out
 "#;
 
 /// The SHA-1 (hex) `EVALSHA` names a script by.
@@ -124,8 +129,19 @@ pub fn publish(
 
 /// A read of a channel's position and at most `count` entries from
 /// offset `from` (`EVALSHA` of [`READ_SCRIPT`]).
-pub fn read(prefix: &str, channel: &str, keeping: &Keeping, epoch: &str, from: u64, count: usize) -> Bytes {
-    let (ttl, from, count) = (keeping.ttl_s.to_string(), from.to_string(), count.to_string());
+pub fn read(
+    prefix: &str,
+    channel: &str,
+    keeping: &Keeping,
+    epoch: &str,
+    from: u64,
+    count: usize,
+) -> Bytes {
+    let (ttl, from, count) = (
+        keeping.ttl_s.to_string(),
+        from.to_string(),
+        count.to_string(),
+    );
     let sha = sha(READ_SCRIPT);
     resp::command(&[
         b"EVALSHA",
@@ -154,9 +170,9 @@ pub enum ReadError {
 pub fn parse_read(reply: Reply, max_payload: usize) -> Result<Snapshot, ReadError> {
     let bad = ReadError::Malformed;
     let parts = match reply {
-        Reply::Array(parts) if parts.len() == 3 => parts,
+        Reply::Array(parts) if parts.len() >= 2 && parts.len() % 2 == 0 => parts,
         Reply::Error(e) => return Err(ReadError::Redis(e.to_string())),
-        _ => return Err(bad("not a 3-element array")),
+        _ => return Err(bad("not an even array of 2 or more")),
     };
     let mut it = parts.into_iter();
     let epoch = match it.next() {
@@ -169,13 +185,10 @@ pub fn parse_read(reply: Reply, max_payload: usize) -> Result<Snapshot, ReadErro
         Some(Reply::Integer(t)) if t >= 0 => t as u64,
         _ => return Err(bad("top offset")),
     };
-    let Some(Reply::Array(items)) = it.next() else {
-        return Err(bad("entries"));
-    };
-    let mut entries = Vec::with_capacity(items.len());
-    for item in items {
-        let e = parse_entry(item, max_payload)?;
-        if entries.last().is_some_and(|p: &Entry| p.offset >= e.offset) || e.offset > top {
+    let mut entries: Vec<Entry> = Vec::with_capacity(it.len() / 2);
+    while let (Some(id), Some(raw)) = (it.next(), it.next()) {
+        let e = parse_entry(id, raw, max_payload)?;
+        if entries.last().is_some_and(|p| p.offset >= e.offset) || e.offset > top {
             return Err(bad("entries out of order"));
         }
         entries.push(e);
@@ -187,14 +200,10 @@ pub fn parse_read(reply: Reply, max_payload: usize) -> Result<Snapshot, ReadErro
     })
 }
 
-/// `[id, ["d", envelope]]` → an entry.
-fn parse_entry(item: Reply, max_payload: usize) -> Result<Entry, ReadError> {
+/// An entry's id (`offset-0`) and stored envelope.
+fn parse_entry(id: Reply, raw: Reply, max_payload: usize) -> Result<Entry, ReadError> {
     let bad = ReadError::Malformed;
-    let Reply::Array(pair) = item else {
-        return Err(bad("entry"));
-    };
-    let mut it = pair.into_iter();
-    let (Some(Reply::BulkString(id)), Some(Reply::Array(fields))) = (it.next(), it.next()) else {
+    let (Reply::BulkString(id), Reply::BulkString(raw)) = (id, raw) else {
         return Err(bad("entry"));
     };
     let offset = std::str::from_utf8(&id)
@@ -203,10 +212,6 @@ fn parse_entry(item: Reply, max_payload: usize) -> Result<Entry, ReadError> {
         .and_then(|s| s.parse::<u64>().ok())
         .filter(|&o| o > 0)
         .ok_or(bad("entry id"))?;
-    let raw = match fields.into_iter().nth(1) {
-        Some(Reply::BulkString(raw)) => raw,
-        _ => return Err(bad("entry fields")),
-    };
     let env = envelope::accept(raw, max_payload).map_err(|_| bad("entry payload"))?;
     Ok(Entry {
         offset,
@@ -224,15 +229,24 @@ mod tests {
     fn args_of(cmd: &Bytes) -> Vec<Vec<u8>> {
         let mut buf = BytesMut::from(&cmd[..]);
         match decode(&mut buf, &Limits::default()).unwrap().unwrap() {
-            Reply::Array(items) => items.iter().map(|f| f.as_bytes().unwrap().to_vec()).collect(),
+            Reply::Array(items) => items
+                .iter()
+                .map(|f| f.as_bytes().unwrap().to_vec())
+                .collect(),
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
     fn commands_name_the_scripts_and_hash_tagged_keys() {
-        let keeping = Keeping { size: 100, ttl_s: 300 };
-        let origin = Origin { instance: 1, sender: 2 };
+        let keeping = Keeping {
+            size: 100,
+            ttl_s: 300,
+        };
+        let origin = Origin {
+            instance: 1,
+            sender: 2,
+        };
         let cmd = publish("cc:", "news", (OpCode::Text, origin, b"hi"), &keeping, "E1");
         let args = args_of(&cmd);
         assert_eq!(args[0], b"EVALSHA");
@@ -241,7 +255,10 @@ mod tests {
         assert_eq!(args[3], b"cc:!h{news}:s");
         assert_eq!(args[4], b"cc:!h{news}:m");
         assert_eq!(args[5], b"cc:news");
-        assert_eq!((&args[6][..], &args[7][..], &args[9][..]), (&b"100"[..], &b"300"[..], &b"E1"[..]));
+        assert_eq!(
+            (&args[6][..], &args[7][..], &args[9][..]),
+            (&b"100"[..], &b"300"[..], &b"E1"[..])
+        );
         let env = envelope::decode(Bytes::from(args[8].clone()));
         assert_eq!((&env.payload[..], env.origin), (&b"hi"[..], Some(origin)));
         let r = args_of(&read("cc:", "news", &keeping, "E2", 11, 50));
@@ -250,42 +267,72 @@ mod tests {
         assert_ne!(sha(PUBLISH_SCRIPT), sha(READ_SCRIPT));
     }
 
-    fn entry_reply(id: &str, payload: &[u8]) -> Reply {
+    fn entry_reply(id: &str, payload: &[u8]) -> Vec<Reply> {
         let mut env = BytesMut::new();
-        envelope::put_header(&mut env, OpCode::Binary, Origin { instance: 1, sender: 0 });
+        envelope::put_header(
+            &mut env,
+            OpCode::Binary,
+            Origin {
+                instance: 1,
+                sender: 0,
+            },
+        );
         env.put_slice(payload);
-        Reply::Array(vec![
+        vec![
             Reply::BulkString(Bytes::copy_from_slice(id.as_bytes())),
-            Reply::Array(vec![Reply::BulkString(Bytes::from_static(b"d")), Reply::BulkString(env.freeze())]),
-        ])
+            Reply::BulkString(env.freeze()),
+        ]
     }
 
-    fn read_reply(epoch: &str, top: i64, entries: Vec<Reply>) -> Reply {
-        Reply::Array(vec![
+    fn read_reply(epoch: &str, top: i64, entries: Vec<Vec<Reply>>) -> Reply {
+        let mut all = vec![
             Reply::BulkString(Bytes::copy_from_slice(epoch.as_bytes())),
             Reply::Integer(top),
-            Reply::Array(entries),
-        ])
+        ];
+        all.extend(entries.into_iter().flatten());
+        Reply::Array(all)
     }
 
     #[test]
     fn read_replies_parse_and_bad_ones_are_refused() {
-        let ok = read_reply("E", 5, vec![entry_reply("4-0", b"a"), entry_reply("5-0", b"\xff")]);
+        let ok = read_reply(
+            "E",
+            5,
+            vec![entry_reply("4-0", b"a"), entry_reply("5-0", b"\xff")],
+        );
         let s = parse_read(ok, 10).unwrap();
         assert_eq!((s.epoch.as_str(), s.top), ("E", 5));
-        assert_eq!(s.entries.iter().map(|e| e.offset).collect::<Vec<_>>(), [4, 5]);
-        assert_eq!((s.entries[1].opcode, &s.entries[1].payload[..]), (OpCode::Binary, &b"\xff"[..]));
+        assert_eq!(
+            s.entries.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            [4, 5]
+        );
+        assert_eq!(
+            (s.entries[1].opcode, &s.entries[1].payload[..]),
+            (OpCode::Binary, &b"\xff"[..])
+        );
         let cases = [
-            read_reply("E", 5, vec![entry_reply("5-0", b"a"), entry_reply("4-0", b"a")]),
+            read_reply(
+                "E",
+                5,
+                vec![entry_reply("5-0", b"a"), entry_reply("4-0", b"a")],
+            ),
             read_reply("E", 3, vec![entry_reply("4-0", b"a")]),
             read_reply("E", 5, vec![entry_reply("4-1x", b"a")]),
             read_reply("E", 5, vec![entry_reply("4-0", &[0; 11])]),
             read_reply("", 5, vec![]),
             read_reply("E", -1, vec![]),
             Reply::Integer(1),
+            Reply::Array(vec![
+                Reply::BulkString(Bytes::from_static(b"E")),
+                Reply::Integer(1),
+                Reply::Integer(1),
+            ]),
         ];
         for c in cases {
-            assert!(matches!(parse_read(c.clone(), 10), Err(ReadError::Malformed(_))), "{c:?}");
+            assert!(
+                matches!(parse_read(c.clone(), 10), Err(ReadError::Malformed(_))),
+                "{c:?}"
+            );
         }
         let noscript = Reply::Error("NOSCRIPT No matching script.".into());
         assert!(is_noscript(&noscript));

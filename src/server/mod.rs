@@ -23,7 +23,11 @@
 //!   `POST /publish`.
 //! - `recall`: history at the edge — a JSON subscribe's reply and
 //!   replay, `GET /history/{channel}`.
+//! - `resume`: a JSON subscribe in Redis mode with history (read from
+//!   Redis, then subscribe + replay in one step); `/history` from Redis.
 //! - `ws_conn`: an upgraded connection's reader and writer.
+//! - `relay_edge`: Redis mode's history actions (deliveries in offset
+//!   order, gap notices) applied to the hub.
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
@@ -32,7 +36,7 @@
 //!   raw syscalls; `status.html`: the page served at `/status`.
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `publish`, `ws_conn` → `recall`, `worker` → `formats`, `redis`,
+//! `endpoints`, `publish`, `ws_conn` → `resume` → `recall`, `worker` → `relay_edge` → `formats`; `worker` → `redis`,
 //! `cache_edge`, `sock` → `sys`; no file imports one that imports it back.
 
 mod cache_edge;
@@ -43,6 +47,8 @@ mod iovec;
 mod publish;
 mod recall;
 mod redis;
+mod relay_edge;
+mod resume;
 mod sock;
 mod sys;
 mod upgrade;

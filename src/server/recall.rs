@@ -62,36 +62,47 @@ fn send_resumed(hub: &mut Hub, id: ConnId, channel: &str, r: Resumed, idv: Optio
 /// `"epoch":null,"offset":0`.
 pub fn history_http(hub: &Hub, channel: &str, query: Option<&str>, keep_alive: bool) -> Vec<u8> {
     if !hub.history_enabled() {
-        let err = HttpError {
-            status: 404,
-            message: "history is off (--history-size)",
-        };
-        return http::error_response(&err, keep_alive);
+        return error(404, "history is off (--history-size)", keep_alive);
     }
     let (since, limit) = match parse_query(query) {
         Ok(q) => q,
-        Err(message) => {
-            return http::error_response(
-                &HttpError {
-                    status: 400,
-                    message,
-                },
-                keep_alive,
-            )
-        }
+        Err(message) => return error(400, message, keep_alive),
     };
-    let body = match hub.history(channel, since, limit) {
-        Some((pos, entries)) => serde_json::json!({
-            "channel": channel,
-            "epoch": &*pos.epoch,
-            "offset": pos.offset,
-            "messages": entries.iter().map(entry_json).collect::<Vec<_>>(),
-        }),
-        None => serde_json::json!({
-            "channel": channel, "epoch": null, "offset": 0, "messages": [],
-        }),
+    match hub.history(channel, since, limit) {
+        Some((pos, entries)) => history_json(
+            channel,
+            Some((&pos.epoch, pos.offset)),
+            &entries,
+            keep_alive,
+        ),
+        None => history_json(channel, None, &[], keep_alive),
+    }
+}
+
+/// An HTTP error answer.
+pub fn error(status: u16, message: &'static str, keep_alive: bool) -> Vec<u8> {
+    http::error_response(&HttpError { status, message }, keep_alive)
+}
+
+/// The `GET /history` answer for a position (`None`: no history) and
+/// the messages after the one asked for.
+pub fn history_json(
+    channel: &str,
+    at: Option<(&str, u64)>,
+    entries: &[Entry],
+    keep_alive: bool,
+) -> Vec<u8> {
+    let (epoch, offset) = match at {
+        Some((e, o)) => (serde_json::Value::from(e), o),
+        None => (serde_json::Value::Null, 0),
     };
-    let body = body.to_string();
+    let body = serde_json::json!({
+        "channel": channel,
+        "epoch": epoch,
+        "offset": offset,
+        "messages": entries.iter().map(entry_json).collect::<Vec<_>>(),
+    })
+    .to_string();
     http::response(
         200,
         "application/json",
@@ -113,7 +124,7 @@ fn entry_json(e: &Entry) -> serde_json::Value {
 }
 
 /// `since` (default 0) and `limit` (default and cap above).
-fn parse_query(query: Option<&str>) -> Result<(u64, usize), &'static str> {
+pub fn parse_query(query: Option<&str>) -> Result<(u64, usize), &'static str> {
     let param = |name| query.and_then(|q| crate::auth::query_param(q, name));
     let since = match param("since") {
         Some(v) => v

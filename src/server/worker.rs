@@ -14,11 +14,15 @@ use bytes::BytesMut;
 use monoio::net::tcp::TcpOwnedReadHalf;
 
 use crate::config::Config;
+use crate::history::relay::{self, Fetch, Relay};
+use crate::history::Entry;
 use crate::hub::Hub;
 use crate::peers::Peers;
+use crate::redis::envelope::Envelope;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
 use crate::server::redis::{Local, RedisLink};
+use crate::server::relay_edge;
 use crate::server::sock;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
@@ -38,6 +42,9 @@ pub struct Worker {
     pub cache: Option<Rc<CacheEdge>>,
     /// Per-client-address limits.
     pub peers: RefCell<Peers>,
+    /// Redis mode with history: the order of what Redis delivers, and a
+    /// cache of recent messages per channel.
+    pub relay: Option<RefCell<Relay>>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -46,7 +53,12 @@ impl Worker {
     /// A fresh worker.
     pub fn new(cfg: Config) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg);
+        let relay = redis
+            .as_ref()
+            .filter(|l| l.keeps_history())
+            .map(|_| RefCell::new(Relay::new(cfg.history, relay_seed())));
         Rc::new(Worker {
+            relay,
             hub: RefCell::new(Hub::new(cfg.hub_limits(), formats::encoders())),
             cache: CacheEdge::new(&cfg, redis.clone()),
             redis,
@@ -94,7 +106,13 @@ impl Worker {
         worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
         worker.outbound_bytes = hub.total_pending() as u64;
         worker.outbound_memory_bytes = hub.outbound_memory() as u64;
-        let (messages, bytes) = hub.history_usage();
+        let (mut messages, mut bytes) = hub.history_usage();
+        if let Some(relay) = &self.relay {
+            let r = relay.borrow();
+            (messages, bytes) = (r.history().messages(), r.history().bytes());
+            worker.backfilled_messages = r.backfilled;
+            worker.history_gaps = r.gaps;
+        }
         (worker.history_messages, worker.history_bytes) = (messages as u64, bytes as u64);
         Snapshot {
             worker,
@@ -131,4 +149,58 @@ impl Local for Worker {
     fn wake_interest(&self) {
         self.hub.borrow_mut().wake_interest();
     }
+
+    fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch> {
+        let (Some(relay), Some(at)) = (&self.relay, env.at) else {
+            self.deliver(channel, env.opcode, &env.payload, skip);
+            return None;
+        };
+        // Checked by `envelope::decode` (visible ASCII).
+        let epoch = std::str::from_utf8(&at.epoch).unwrap_or("");
+        let entry = Entry {
+            offset: at.offset,
+            opcode: env.opcode,
+            payload: env.payload,
+        };
+        let mut hub = self.hub.borrow_mut();
+        let clock = (hub.now_ms(), hub.history_budget());
+        let mut actions = Vec::new();
+        let fetch = relay
+            .borrow_mut()
+            .arrive(channel, epoch, entry, clock, &mut actions);
+        relay_edge::apply(&mut hub, channel, actions, skip);
+        fetch
+    }
+
+    fn fetched(&self, channel: &str, snap: Option<relay::Snapshot>) {
+        let Some(relay) = &self.relay else {
+            return;
+        };
+        let mut hub = self.hub.borrow_mut();
+        let clock = (hub.now_ms(), hub.history_budget());
+        let mut actions = Vec::new();
+        relay
+            .borrow_mut()
+            .fetched(channel, snap, clock, &mut actions);
+        relay_edge::apply(&mut hub, channel, actions, None);
+    }
+
+    fn catch_up(&self) -> Vec<Fetch> {
+        let Some(relay) = &self.relay else {
+            return Vec::new();
+        };
+        let hub = self.hub.borrow();
+        let mut relay = relay.borrow_mut();
+        let channels: Vec<Rc<str>> = relay
+            .history()
+            .channel_names()
+            .filter(|c| hub.subscriber_count(c) > 0)
+            .collect();
+        relay.catch_up(&channels)
+    }
+}
+
+/// Epochs minted by the relay's rings must differ between processes.
+fn relay_seed() -> u64 {
+    std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 1u8)
 }

@@ -1,0 +1,44 @@
+//! Reading history back from Redis: a channel's position and a range of
+//! its stream, for a subscribe that resumes and for the backfill that
+//! closes a gap in what the subscriber connection delivered.
+
+use std::rc::Rc;
+
+use super::link::{Local, RedisLink};
+use crate::history::relay::{Fetch, Snapshot};
+use crate::log;
+use crate::redis::stream;
+
+/// Reads `channel`'s position and its entries from offset `from` (0:
+/// the position only), within the command timeout.
+pub async fn read(link: &RedisLink, channel: &str, from: u64) -> Result<Snapshot, String> {
+    let waiter = link
+        .read_history(channel, from)
+        .map_err(|_| "redis command buffer full".to_string())?;
+    let reply = monoio::time::timeout(link.command_timeout, waiter.wait())
+        .await
+        .map_err(|_| "redis read timed out".to_string())??;
+    stream::parse_read(reply, link.max_message).map_err(|e| format!("{e:?}"))
+}
+
+/// Makes the reads and hands each result to the worker, in order.
+pub(super) fn spawn(link: &Rc<RedisLink>, local: &Rc<dyn Local>, fetches: Vec<Fetch>) {
+    for f in fetches {
+        let (link, local) = (link.clone(), local.clone());
+        monoio::spawn(async move {
+            let snap = match read(&link, &f.channel, f.from).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    log!(
+                        Warn,
+                        "history backfill failed",
+                        channel = &*f.channel,
+                        error = e
+                    );
+                    None
+                }
+            };
+            local.fetched(&f.channel, snap);
+        });
+    }
+}

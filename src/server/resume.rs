@@ -1,0 +1,119 @@
+//! A JSON subscribe in Redis mode with history: the channel's position
+//! (and, with `since`, the missed messages) is read from Redis first; then,
+//! in one step with the hub, local subscribers are brought up to the read,
+//! the connection is subscribed, and the reply and replay are queued ahead
+//! of anything live. Also `GET /history/{channel}` from Redis.
+
+use serde_json::value::RawValue;
+
+use crate::control::{self, At, ErrorCode, Since};
+use crate::history::relay::Resume;
+use crate::hub::{ConnId, Hub, SubscribeError};
+use crate::server::recall;
+use crate::server::redis::read_history;
+use crate::server::relay_edge;
+use crate::server::worker::Worker;
+
+/// A subscribe waiting for its read from Redis.
+pub struct Deferred {
+    /// The channel (name already checked).
+    pub channel: String,
+    /// Where the client wants to resume from.
+    pub since: Option<Since>,
+    /// The request's id.
+    pub id: Option<Box<RawValue>>,
+}
+
+/// Runs a deferred subscribe to the end (reply queued).
+pub async fn subscribe(w: &Worker, id: ConnId, d: Deferred) {
+    let link = w.redis.as_ref().expect("deferred only in redis mode");
+    let from = d.since.as_ref().map_or(0, |s| s.offset.saturating_add(1));
+    let read = read_history(link, &d.channel, from).await;
+    let mut hub = w.hub.borrow_mut();
+    let idv = d.id.as_deref();
+    let (Ok(snap), Some(relay)) = (read, &w.relay) else {
+        let msg = "history unavailable (redis); not subscribed, retry";
+        hub.send_to(id, control::error(ErrorCode::Unavailable, msg, idv));
+        return;
+    };
+    let channel = d.channel.as_str();
+    let warm = hub.subscriber_count(channel) > 0;
+    let since = d.since.as_ref().map(|s| (s.epoch.as_str(), s.offset));
+    let clock = (hub.now_ms(), hub.history_budget());
+    let mut actions = Vec::new();
+    let r = relay
+        .borrow_mut()
+        .resume(channel, since, snap, warm, clock, &mut actions);
+    // Local subscribers first (the connection is not one yet).
+    relay_edge::apply(&mut hub, channel, actions, None);
+    if let Err(e) = hub.subscribe(id, channel) {
+        let reply = match e {
+            SubscribeError::InvalidChannel => {
+                control::error(ErrorCode::InvalidChannel, "invalid channel name", idv)
+            }
+            SubscribeError::TooManySubscriptions => control::error(
+                ErrorCode::TooManySubscriptions,
+                "subscription limit reached",
+                idv,
+            ),
+        };
+        hub.send_to(id, reply);
+        return;
+    }
+    send(&mut hub, id, channel, r, idv);
+}
+
+fn send(hub: &mut Hub, id: ConnId, channel: &str, mut r: Resume, idv: Option<&RawValue>) {
+    let max_replay = hub.limits().max_outbound_queue.saturating_mul(2);
+    let bytes: usize = r.replay.iter().map(|e| e.payload.len() + 96).sum();
+    if bytes > max_replay {
+        r.recovered = Some(false);
+        r.replay.clear();
+    }
+    match r.recovered {
+        Some(true) => {
+            hub.stats.recoveries += 1;
+            hub.stats.recovered_messages += r.replay.len() as u64;
+        }
+        Some(false) => hub.stats.recoveries_failed += 1,
+        None => {}
+    }
+    let at = At {
+        epoch: &r.position.epoch,
+        offset: r.position.offset,
+    };
+    hub.send_to(id, control::subscribed(channel, at, r.recovered, idv));
+    for e in &r.replay {
+        let frame = control::encode_delivery(channel, e.opcode, &e.payload, e.offset);
+        if !hub.send_to(id, frame) {
+            return;
+        }
+    }
+}
+
+/// `GET /history/{channel}` in Redis mode: the same answer as embedded
+/// mode's (`recall::history_http`), read from the channel's stream.
+pub async fn history_http(
+    w: &Worker,
+    channel: &str,
+    query: Option<&str>,
+    keep_alive: bool,
+) -> Vec<u8> {
+    let link = w.redis.as_ref().expect("redis mode");
+    let (since, limit) = match recall::parse_query(query) {
+        Ok(q) => q,
+        Err(message) => return recall::error(400, message, keep_alive),
+    };
+    match read_history(link, channel, since.saturating_add(1)).await {
+        Ok(mut snap) => {
+            snap.entries.truncate(limit);
+            recall::history_json(
+                channel,
+                Some((&snap.epoch, snap.top)),
+                &snap.entries,
+                keep_alive,
+            )
+        }
+        Err(_) => recall::error(503, "history unavailable (redis)", keep_alive),
+    }
+}
