@@ -351,6 +351,14 @@ impl History {
         (self.bytes, self.messages) = (bytes, messages);
     }
 
+    /// Forgets `channel`'s history, position and epoch included.
+    pub fn remove(&mut self, channel: &str) {
+        self.clear(channel);
+        if self.rings.remove(channel).is_some() {
+            self.bytes -= RING_OVERHEAD + channel.len();
+        }
+    }
+
     /// Drops every kept message of `channel` (its position stays).
     fn clear(&mut self, channel: &str) {
         if let Some(ring) = self.rings.get_mut(channel) {

@@ -4,6 +4,7 @@
 //! `GET /history/{channel}` with its limit and auth.
 
 mod common;
+mod history_support;
 
 use common::*;
 use corecast::auth::{sign_token, unix_now};
@@ -306,4 +307,14 @@ async fn history_off_changes_nothing() {
         json!({"type":"message","channel":"c","data":"x"})
     );
     assert_eq!(get(srv.addr, "/history/c").await.status, 404);
+}
+
+/// The seam under concurrency: 50 clients resume while a publisher sends
+/// 5,000 messages per second; every client's offsets run on without a
+/// gap or a duplicate from the replay into the live messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_clients_resume_under_a_steady_publisher() {
+    let srv = TestServer::start(with_history(100_000));
+    history_support::seam(srv.addr, srv.addr, srv.addr, 50, 5_000).await;
+    assert_eq!(counter(&stats(srv.addr).await, "recoveries"), 50);
 }

@@ -5,6 +5,7 @@
 //! lost, nothing twice), and a flushed script cache (NOSCRIPT: reloaded).
 
 mod common;
+mod history_support;
 mod redis_support;
 
 use common::*;
@@ -284,4 +285,59 @@ async fn a_flushed_script_cache_is_reloaded() {
         (m["offset"].as_u64(), m["data"].as_str()),
         (Some(2), Some("after flush"))
     );
+}
+
+/// A range Redis no longer has (trimmed to `--history-size` while A's
+/// subscriber connection was away): JSON subscribers get `{"type":"gap"}`
+/// and go on from there, path-mode subscribers are closed with 1012, and
+/// the gap is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_redis_trimmed_is_a_gap_notice_not_a_silent_loss() {
+    let redis = RedisServer::start(&[]).await;
+    let small = |c: &mut corecast::Config| c.history.size = 10;
+    let a = instance(redis.url("", ""), small);
+    let b = instance(redis.url("", ""), small);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut rc = RespConn::open(redis.port, None).await;
+    let mut path = ws_connect(a.addr, "/ws/c").await;
+    let mut json_sub = ws_connect(a.addr, "/ws").await;
+    let epoch = call(&mut json_sub, json!({"op":"subscribe","channel":"c"})).await["epoch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    rc.wait_numsub("c", 1).await;
+    let mut http = HttpConn::connect(b.addr).await;
+    publish_range(&mut http, "c", 0..5).await;
+    for i in 1..=5u64 {
+        assert_eq!(next_json(&mut json_sub).await["offset"], i);
+        assert_eq!(next_text(&mut path).await, format!("m{}", i - 1));
+    }
+    kill_a_subscriber(&mut rc).await;
+    let n = rc.info_u64("clients", "connected_clients").await;
+    rc.cmd(&["CONFIG", "SET", "maxclients", &n.to_string()])
+        .await;
+    publish_range(&mut http, "c", 5..105).await;
+    rc.cmd(&["CONFIG", "SET", "maxclients", "10000"]).await;
+    // Offsets 6..=95 are gone (the stream keeps 96..=105).
+    let g = next_json(&mut json_sub).await;
+    assert_eq!(
+        g,
+        json!({"type":"gap","channel":"c","epoch":epoch,"offset":95})
+    );
+    for i in 96..=105u64 {
+        assert_eq!(next_json(&mut json_sub).await["offset"], i);
+    }
+    assert_eq!(expect_close(&mut path).await, 1012);
+    assert_eq!(counter(&stats(a.addr).await, "history_gaps"), 1);
+}
+
+/// The seam under concurrency in Redis mode: a publisher on A at 5,000
+/// messages per second, 50 clients that subscribe on A and resume on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_clients_resume_on_another_instance_under_a_steady_publisher() {
+    let redis = RedisServer::start(&[]).await;
+    let (a, b) = pair(&redis).await;
+    history_support::seam(a.addr, a.addr, b.addr, 50, 5_000).await;
+    assert_eq!(counter(&stats(b.addr).await, "recoveries"), 50);
 }

@@ -22,6 +22,8 @@ pub struct Fetch {
     pub channel: Rc<str>,
     /// First offset wanted.
     pub from: u64,
+    /// Which read this is: a reply to an older one is stale.
+    pub id: u64,
 }
 
 /// What a read of a channel's stream returned: the epoch and latest
@@ -57,13 +59,20 @@ pub struct Resume {
     pub replay: Vec<Entry>,
 }
 
+/// Messages that arrived (with their epoch) while a read was in flight.
+type Held = VecDeque<(Rc<str>, Entry)>;
+
 /// The per-instance relay: the rings (a cache of recent messages), what
 /// is held while a read is in flight, and counters.
 #[derive(Debug)]
 pub struct Relay {
     history: History,
-    held: HashMap<Rc<str>, VecDeque<(Rc<str>, Entry)>>,
+    /// Per channel with a read in flight: its id (a reply to another read
+    /// is stale) and what arrived meanwhile.
+    held: HashMap<Rc<str>, (u64, Held)>,
     max_held: usize,
+    /// Ids of reads.
+    reads: u64,
     /// Messages delivered from reads (not from the subscriber connection).
     pub backfilled: u64,
     /// Gaps that could not be closed.
@@ -78,6 +87,7 @@ impl Relay {
             held: HashMap::new(),
             // Dropping past it is safe: a later read brings them back.
             max_held: limits.size.max(64),
+            reads: 0,
             backfilled: 0,
             gaps: 0,
         }
@@ -86,6 +96,30 @@ impl Relay {
     /// The rings.
     pub fn history(&self) -> &History {
         &self.history
+    }
+
+    /// The periodic sweep: a channel without local subscribers is no
+    /// longer received (no Redis subscription), so its ring would only go
+    /// stale — it is forgotten (a later subscribe starts from what Redis
+    /// says); the others lose messages older than the TTL.
+    pub fn sweep(&mut self, now_ms: u64, has_subscribers: impl Fn(&str) -> bool) {
+        let idle: Vec<Rc<str>> = self
+            .history
+            .channel_names()
+            .filter(|c| !has_subscribers(c) && !self.held.contains_key(&**c))
+            .collect();
+        for c in idle {
+            self.history.remove(&c);
+        }
+        self.history.sweep(now_ms, |_| true);
+    }
+
+    /// Where a subscribe's read should start for a client at `since`: at
+    /// most right after what this instance delivered, so the read
+    /// connects to it even when the client is ahead of this instance.
+    pub fn read_from(&self, channel: &str, since: u64) -> u64 {
+        let top = self.history.peek(channel).map_or(u64::MAX, |p| p.offset);
+        since.min(top).saturating_add(1)
     }
 
     /// Whether a read for `channel` is in flight.
@@ -102,50 +136,57 @@ impl Relay {
         clock: (u64, usize),
         out: &mut Vec<Action>,
     ) -> Option<Fetch> {
-        if let Some(held) = self.held.get_mut(channel) {
+        if let Some((_, held)) = self.held.get_mut(channel) {
             if held.len() < self.max_held {
                 held.push_back((Rc::from(epoch), e));
             }
             return None;
         }
-        match self.history.classify(channel, (epoch, e.offset)) {
-            Stored::Gap { from, .. } => {
-                let name: Rc<str> = Rc::from(channel);
-                let held = VecDeque::from([(Rc::from(epoch), e)]);
-                self.held.insert(name.clone(), held);
-                Some(Fetch {
-                    channel: name,
-                    from,
-                })
-            }
+        let from = match self.history.classify(channel, (epoch, e.offset)) {
+            Stored::Gap { from, .. } => from,
             Stored::NewEpoch if e.offset > 1 => {
                 // The new epoch's first messages may still be in Redis.
                 self.note_gap(channel, epoch, 0, clock.0, out);
-                let name: Rc<str> = Rc::from(channel);
-                let held = VecDeque::from([(Rc::from(epoch), e)]);
-                self.held.insert(name.clone(), held);
-                Some(Fetch {
-                    channel: name,
-                    from: 1,
-                })
+                1
             }
             _ => {
                 self.ingest(channel, epoch, e, clock, out);
-                None
+                return None;
             }
-        }
+        };
+        let held = VecDeque::from([(Rc::from(epoch), e)]);
+        Some(self.start_read(Rc::from(channel), from, held))
     }
 
-    /// A read for `channel` came back (`None`: it failed): delivers what
-    /// was missing, then what was held; what Redis no longer has is a gap.
+    fn start_read(
+        &mut self,
+        channel: Rc<str>,
+        from: u64,
+        held: Held,
+    ) -> Fetch {
+        self.reads += 1;
+        let id = self.reads;
+        self.held.insert(channel.clone(), (id, held));
+        Fetch { channel, from, id }
+    }
+
+    /// The read `fetch` came back (`None`: it failed): delivers what was
+    /// missing, then what was held; what Redis no longer has is a gap. A
+    /// read the channel no longer waits for (a subscribe restarted it
+    /// from Redis's position since) is ignored.
     pub fn fetched(
         &mut self,
-        channel: &str,
+        fetch: &Fetch,
         snap: Option<Snapshot>,
         clock: (u64, usize),
         out: &mut Vec<Action>,
     ) {
-        let held = self.held.remove(channel).unwrap_or_default();
+        let channel = &*fetch.channel;
+        match self.held.get(channel) {
+            Some((id, _)) if *id == fetch.id => {}
+            _ => return,
+        }
+        let (_, held) = self.held.remove(channel).expect("checked above");
         if let Some(s) = snap {
             for e in s.entries {
                 if self.ingest(channel, &s.epoch, e, clock, out) {
@@ -169,11 +210,7 @@ impl Relay {
             if self.held.contains_key(&**c) {
                 continue;
             }
-            self.held.insert(c.clone(), VecDeque::new());
-            fetches.push(Fetch {
-                channel: c.clone(),
-                from: pos.offset + 1,
-            });
+            fetches.push(self.start_read(c.clone(), pos.offset + 1, VecDeque::new()));
         }
         fetches
     }
@@ -220,6 +257,17 @@ impl Relay {
         }));
     }
 
+    /// Whether this instance is behind a read for a resume on a channel
+    /// with local subscribers: the read does not connect to what they
+    /// got, which is still on its way here. Replaying now would send the
+    /// resuming client those messages twice (in the replay, then live).
+    pub fn behind(&self, channel: &str, warm: bool, s: &Snapshot) -> bool {
+        let Some(pos) = self.history.peek(channel) else {
+            return false;
+        };
+        warm && *pos.epoch == *s.epoch && pos.offset < s.top && !self.connects(channel, s)
+    }
+
     /// Whether the read's entries continue the ring without a hole.
     fn connects(&self, channel: &str, s: &Snapshot) -> bool {
         let Some(pos) = self.history.peek(channel) else {
@@ -245,13 +293,16 @@ impl Relay {
         out: &mut Vec<Action>,
     ) -> Resume {
         let warm = warm && self.history.peek(channel).is_some();
-        let busy = self.fetching(channel);
         if !warm {
+            // Nobody here got anything from the ring: start where Redis
+            // is (even behind the ring: what follows is read back).
             self.held.remove(channel);
             self.history.reset(channel, (&s.epoch, s.top), clock.0);
-        } else if !busy && self.connects(channel, &s) {
+        } else if self.connects(channel, &s) {
             // The read overlaps or continues what local subscribers got:
-            // they get the rest first, so the ring covers the read.
+            // they get the rest first, so the ring covers the read (a read
+            // in flight for a gap then finds them delivered; what it holds
+            // is delivered after them).
             for e in &s.entries {
                 if self.ingest(channel, &s.epoch, e.clone(), clock, out) {
                     self.backfilled += 1;
@@ -266,7 +317,7 @@ impl Relay {
                 replay: Vec::new(),
             };
         };
-        let replay = (!busy && epoch == s.epoch && epoch == &*position.epoch)
+        let replay = (epoch == s.epoch && epoch == &*position.epoch)
             .then(|| replay_after(&self.history, channel, offset, &s))
             .flatten();
         Resume {

@@ -288,6 +288,12 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
             due = now + TICK;
             hub.set_now(started.elapsed().as_millis() as u64);
             hub.sweep(&mut expired);
+            if let Some(relay) = &w.relay {
+                let now = hub.now_ms();
+                relay
+                    .borrow_mut()
+                    .sweep(now, |c| hub.subscriber_count(c) > 0);
+            }
         }
         for (fd, why) in expired.drain(..) {
             log!(Debug, "deadline passed", fd = fd, reason = log::Dbg(why));

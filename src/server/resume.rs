@@ -4,10 +4,13 @@
 //! the connection is subscribed, and the reply and replay are queued ahead
 //! of anything live. Also `GET /history/{channel}` from Redis.
 
+use std::time::Duration;
+
 use serde_json::value::RawValue;
 
 use crate::control::{self, At, ErrorCode, Since};
-use crate::history::relay::Resume;
+
+use crate::history::relay::{Resume, Snapshot};
 use crate::hub::{ConnId, Hub, SubscribeError};
 use crate::server::recall;
 use crate::server::redis::read_history;
@@ -26,9 +29,7 @@ pub struct Deferred {
 
 /// Runs a deferred subscribe to the end (reply queued).
 pub async fn subscribe(w: &Worker, id: ConnId, d: Deferred) {
-    let link = w.redis.as_ref().expect("deferred only in redis mode");
-    let from = d.since.as_ref().map_or(0, |s| s.offset.saturating_add(1));
-    let read = read_history(link, &d.channel, from).await;
+    let read = read_settled(w, &d.channel, d.since.as_ref()).await;
     let mut hub = w.hub.borrow_mut();
     let idv = d.id.as_deref();
     let (Ok(snap), Some(relay)) = (read, &w.relay) else {
@@ -61,6 +62,36 @@ pub async fn subscribe(w: &Worker, id: ConnId, d: Deferred) {
         return;
     }
     send(&mut hub, id, channel, r, idv);
+}
+
+/// Most re-reads while this instance is behind the read (see
+/// `Relay::behind`), and the pause before each: a resume waits at most
+/// about half a second for this instance's own backlog, then answers
+/// `recovered:false` rather than risk a duplicate.
+const BEHIND_RETRIES: u32 = 50;
+const BEHIND_PAUSE: Duration = Duration::from_millis(10);
+
+/// Reads the channel's position (and with `since`, the range after it),
+/// again while this instance has yet to receive what the read shows.
+async fn read_settled(
+    w: &Worker,
+    channel: &str,
+    since: Option<&Since>,
+) -> Result<Snapshot, String> {
+    let link = w.redis.as_ref().expect("deferred only in redis mode");
+    let relay = w.relay.as_ref().ok_or("history off")?;
+    let mut tries = 0;
+    loop {
+        let from = since.map_or(0, |s| relay.borrow().read_from(channel, s.offset));
+        let snap = read_history(link, channel, from).await?;
+        let warm = w.hub.borrow().subscriber_count(channel) > 0;
+        let behind = since.is_some() && relay.borrow().behind(channel, warm, &snap);
+        if !behind || tries == BEHIND_RETRIES {
+            return Ok(snap);
+        }
+        tries += 1;
+        monoio::time::sleep(BEHIND_PAUSE).await;
+    }
 }
 
 fn send(hub: &mut Hub, id: ConnId, channel: &str, mut r: Resume, idv: Option<&RawValue>) {

@@ -172,17 +172,15 @@ impl Local for Worker {
         fetch
     }
 
-    fn fetched(&self, channel: &str, snap: Option<relay::Snapshot>) {
+    fn fetched(&self, fetch: &Fetch, snap: Option<relay::Snapshot>) {
         let Some(relay) = &self.relay else {
             return;
         };
         let mut hub = self.hub.borrow_mut();
         let clock = (hub.now_ms(), hub.history_budget());
         let mut actions = Vec::new();
-        relay
-            .borrow_mut()
-            .fetched(channel, snap, clock, &mut actions);
-        relay_edge::apply(&mut hub, channel, actions, None);
+        relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
+        relay_edge::apply(&mut hub, &fetch.channel, actions, None);
     }
 
     fn catch_up(&self) -> Vec<Fetch> {

@@ -67,7 +67,7 @@ fn a_gap_holds_later_messages_until_the_read_fills_it() {
     assert_eq!(r.arrive("c", "E", entry(5), CLOCK, &mut out), None, "held");
     assert_eq!(delivered(&out), [1]);
     // The read overlaps what is held: each offset once, in order.
-    r.fetched("c", Some(snap("E", 5, 2..=5)), CLOCK, &mut out);
+    r.fetched(&fetch, Some(snap("E", 5, 2..=5)), CLOCK, &mut out);
     assert_eq!(delivered(&out), [1, 2, 3, 4, 5]);
     assert_eq!((r.backfilled, r.gaps), (4, 0));
     r.arrive("c", "E", entry(6), CLOCK, &mut out);
@@ -79,17 +79,17 @@ fn a_range_redis_no_longer_has_is_a_gap_not_a_silent_loss() {
     let mut r = Relay::new(limits(), 1);
     let mut out = Vec::new();
     r.arrive("c", "E", entry(1), CLOCK, &mut out);
-    r.arrive("c", "E", entry(50), CLOCK, &mut out).unwrap();
+    let f = r.arrive("c", "E", entry(50), CLOCK, &mut out).unwrap();
     // Trimmed: the stream starts at 40.
-    r.fetched("c", Some(snap("E", 50, 40..=50)), CLOCK, &mut out);
+    r.fetched(&f, Some(snap("E", 50, 40..=50)), CLOCK, &mut out);
     assert_eq!(gaps(&out), [39]);
     assert_eq!(
         delivered(&out),
         [1].into_iter().chain(40..=50).collect::<Vec<_>>()
     );
     // A failed read: the held message goes out after a gap.
-    r.arrive("c", "E", entry(60), CLOCK, &mut out).unwrap();
-    r.fetched("c", None, CLOCK, &mut out);
+    let f = r.arrive("c", "E", entry(60), CLOCK, &mut out).unwrap();
+    r.fetched(&f, None, CLOCK, &mut out);
     assert_eq!(gaps(&out), [39, 59]);
     assert_eq!(*delivered(&out).last().unwrap(), 60);
     assert_eq!(r.gaps, 2);
@@ -102,7 +102,7 @@ fn a_new_epoch_is_a_gap_and_its_first_messages_are_read() {
     r.arrive("c", "E", entry(7), CLOCK, &mut out);
     let f = r.arrive("c", "F", entry(3), CLOCK, &mut out).unwrap();
     assert_eq!(f.from, 1);
-    r.fetched("c", Some(snap("F", 3, 1..=3)), CLOCK, &mut out);
+    r.fetched(&f, Some(snap("F", 3, 1..=3)), CLOCK, &mut out);
     assert_eq!(delivered(&out), [7, 1, 2, 3]);
     assert_eq!(gaps(&out), [0]);
     let mut out = Vec::new();
@@ -121,14 +121,11 @@ fn catch_up_reads_after_what_each_channel_got() {
     r.arrive("a", "E", entry(3), CLOCK, &mut out);
     let fetches = r.catch_up(&[Rc::from("a"), Rc::from("unknown")]);
     assert_eq!(
-        fetches,
-        [Fetch {
-            channel: Rc::from("a"),
-            from: 4
-        }]
+        (fetches.len(), &*fetches[0].channel, fetches[0].from),
+        (1, "a", 4)
     );
     r.arrive("a", "E", entry(6), CLOCK, &mut out);
-    r.fetched("a", Some(snap("E", 6, 4..=6)), CLOCK, &mut out);
+    r.fetched(&fetches[0], Some(snap("E", 6, 4..=6)), CLOCK, &mut out);
     assert_eq!(delivered(&out), [3, 4, 5, 6]);
 }
 
@@ -196,4 +193,76 @@ fn a_warm_resume_brings_local_subscribers_up_to_the_read_first() {
     // Plain subscribe: the position, nothing else.
     let got = r.resume("c", None, snap("E", 8, []), true, CLOCK, &mut out);
     assert_eq!((got.position.offset, got.recovered), (8, None));
+}
+
+#[test]
+fn the_sweep_forgets_channels_nobody_here_receives() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("kept", "E", entry(1), CLOCK, &mut out);
+    r.arrive("gone", "E", entry(1), CLOCK, &mut out);
+    r.sweep(10, |c| c == "kept");
+    assert!(r.history().peek("gone").is_none());
+    assert_eq!(r.history().messages(), 1);
+    r.sweep(60_000, |c| c == "kept");
+    assert_eq!(
+        (
+            r.history().messages(),
+            r.history().peek("kept").unwrap().offset
+        ),
+        (0, 1)
+    );
+}
+
+#[test]
+fn a_read_the_channel_no_longer_waits_for_is_ignored() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("c", "E", entry(1), CLOCK, &mut out);
+    let stale = r.arrive("c", "E", entry(5), CLOCK, &mut out).unwrap();
+    // The last local subscriber left and a new one started the ring at 20.
+    r.resume("c", None, snap("E", 20, []), false, CLOCK, &mut out);
+    r.fetched(&stale, Some(snap("E", 20, 2..=20)), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [1], "nothing from the stale read");
+    assert!(gaps(&out).is_empty());
+    r.arrive("c", "E", entry(21), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [1, 21]);
+    // Same range, new read: the older reply (shorter) is still stale.
+    r.resume("c", None, snap("E", 21, []), false, CLOCK, &mut out);
+    let fresh = r.arrive("c", "E", entry(30), CLOCK, &mut out).unwrap();
+    let old = Fetch {
+        id: fresh.id - 1,
+        ..fresh.clone()
+    };
+    r.fetched(&old, Some(snap("E", 23, 22..=23)), CLOCK, &mut out);
+    r.fetched(&fresh, Some(snap("E", 30, 22..=30)), CLOCK, &mut out);
+    assert_eq!(
+        delivered(&out),
+        [1, 21].into_iter().chain(22..=30).collect::<Vec<_>>()
+    );
+    assert!(gaps(&out).is_empty());
+}
+
+#[test]
+fn a_resume_while_a_read_is_in_flight_fills_the_gap_itself() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("c", "E", entry(1), CLOCK, &mut out);
+    let f = r.arrive("c", "E", entry(5), CLOCK, &mut out).unwrap();
+    r.arrive("c", "E", entry(6), CLOCK, &mut out);
+    let got = r.resume(
+        "c",
+        Some(("E", 1)),
+        snap("E", 4, 2..=4),
+        true,
+        CLOCK,
+        &mut out,
+    );
+    assert_eq!(got.recovered, Some(true));
+    assert_eq!(
+        got.replay.iter().map(|e| e.offset).collect::<Vec<_>>(),
+        [2, 3, 4]
+    );
+    r.fetched(&f, Some(snap("E", 6, 2..=6)), CLOCK, &mut out);
+    assert_eq!(delivered(&out), [1, 2, 3, 4, 5, 6]);
 }

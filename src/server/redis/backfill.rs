@@ -38,7 +38,7 @@ pub(super) fn spawn(link: &Rc<RedisLink>, local: &Rc<dyn Local>, fetches: Vec<Fe
                     None
                 }
             };
-            local.fetched(&f.channel, snap);
+            local.fetched(&f, snap);
         });
     }
 }

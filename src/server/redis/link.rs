@@ -42,7 +42,7 @@ pub trait Local {
     /// and returned as a read to make.
     fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch>;
     /// A read made for a [`Fetch`] came back (`None`: it failed).
-    fn fetched(&self, channel: &str, snap: Option<Snapshot>);
+    fn fetched(&self, fetch: &Fetch, snap: Option<Snapshot>);
     /// The subscriber connection is back: the reads that find what it
     /// missed while it was down (one per channel with history and local
     /// subscribers).
