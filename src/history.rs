@@ -227,6 +227,13 @@ impl History {
         self.ring_mut(channel, now_ms).position()
     }
 
+    /// Whether the ring holds every message after `offset` (up to its top).
+    pub fn holds_after(&self, channel: &str, offset: u64) -> bool {
+        self.rings
+            .get(channel)
+            .is_some_and(|r| offset + 1 >= r.first() && offset <= r.top)
+    }
+
     /// The channel's position if it has a history.
     pub fn peek(&self, channel: &str) -> Option<Position> {
         self.rings.get(channel).map(Ring::position)

@@ -337,7 +337,12 @@ async fn a_range_redis_trimmed_is_a_gap_notice_not_a_silent_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_clients_resume_on_another_instance_under_a_steady_publisher() {
     let redis = RedisServer::start(&[]).await;
-    let (a, b) = pair(&redis).await;
+    // Long enough that no client falls out of it on a loaded machine.
+    let long = |c: &mut corecast::Config| c.history.size = 100_000;
+    let a = instance(redis.url("", ""), long);
+    let b = instance(redis.url("", ""), long);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
     history_support::seam(a.addr, a.addr, b.addr, 50, 5_000).await;
     assert_eq!(counter(&stats(b.addr).await, "recoveries"), 50);
 }

@@ -158,12 +158,7 @@ impl Relay {
         Some(self.start_read(Rc::from(channel), from, held))
     }
 
-    fn start_read(
-        &mut self,
-        channel: Rc<str>,
-        from: u64,
-        held: Held,
-    ) -> Fetch {
+    fn start_read(&mut self, channel: Rc<str>, from: u64, held: Held) -> Fetch {
         self.reads += 1;
         let id = self.reads;
         self.held.insert(channel.clone(), (id, held));
@@ -257,15 +252,18 @@ impl Relay {
         }));
     }
 
-    /// Whether this instance is behind a read for a resume on a channel
-    /// with local subscribers: the read does not connect to what they
-    /// got, which is still on its way here. Replaying now would send the
-    /// resuming client those messages twice (in the replay, then live).
+    /// Whether a read for a resume on a channel with local subscribers
+    /// should be made again: this instance is behind it (what the read
+    /// shows is still on its way here; replaying now would send it twice,
+    /// in the replay and then live), or the read is older than what the
+    /// ring still holds (the reply was slow), so the two do not meet.
     pub fn behind(&self, channel: &str, warm: bool, s: &Snapshot) -> bool {
         let Some(pos) = self.history.peek(channel) else {
             return false;
         };
-        warm && *pos.epoch == *s.epoch && pos.offset < s.top && !self.connects(channel, s)
+        let lagging = pos.offset < s.top && !self.connects(channel, s);
+        let stale = pos.offset > s.top && !self.history.holds_after(channel, s.top);
+        warm && *pos.epoch == *s.epoch && (lagging || stale)
     }
 
     /// Whether the read's entries continue the ring without a hole.

@@ -266,3 +266,24 @@ fn a_resume_while_a_read_is_in_flight_fills_the_gap_itself() {
     r.fetched(&f, Some(snap("E", 6, 2..=6)), CLOCK, &mut out);
     assert_eq!(delivered(&out), [1, 2, 3, 4, 5, 6]);
 }
+
+#[test]
+fn a_resume_read_is_made_again_when_it_does_not_meet_the_ring() {
+    let small = HistoryLimits {
+        size: 3,
+        ..limits()
+    };
+    let mut r = Relay::new(small, 1);
+    let mut out = Vec::new();
+    for o in 1..=10 {
+        r.arrive("c", "E", entry(o), CLOCK, &mut out);
+    }
+    // This instance is behind the read (11..12 still on their way).
+    assert!(r.behind("c", true, &snap("E", 12, 12..=12)));
+    // The read is older than the ring (it holds 8..=10 only).
+    assert!(r.behind("c", true, &snap("E", 5, 3..=5)));
+    // Meets the ring, or nobody here is subscribed: go ahead.
+    assert!(!r.behind("c", true, &snap("E", 12, 9..=12)));
+    assert!(!r.behind("c", true, &snap("E", 8, 3..=8)));
+    assert!(!r.behind("c", false, &snap("E", 12, 12..=12)));
+}
