@@ -127,7 +127,9 @@ async fn resume_on_another_instance_gets_exactly_the_missed_messages() {
 }
 
 /// Redis restarted without persistence: the history and its epoch are
-/// gone; a resume says `recovered:false` with the new epoch.
+/// gone; a resume says `recovered:false` with the new epoch, and a JSON
+/// subscriber that stayed is told (a gap notice at offset 0 of the new
+/// epoch) while a path-mode one, which missed nothing, stays connected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_without_persistence_is_a_new_epoch() {
     let mut redis = RedisServer::start(&[]).await;
@@ -138,6 +140,9 @@ async fn a_redis_restart_without_persistence_is_a_new_epoch() {
     let epoch = r["epoch"].as_str().unwrap().to_string();
     let mut http = HttpConn::connect(a.addr).await;
     publish_range(&mut http, "c", 0..5).await;
+    let mut stays = ws_connect(a.addr, "/ws").await;
+    call(&mut stays, json!({"op":"subscribe","channel":"c"})).await;
+    let mut path = ws_connect(a.addr, "/ws/c").await;
     for i in 1..=5u64 {
         assert_eq!(next_json(&mut ws).await["offset"], i);
     }
@@ -145,6 +150,16 @@ async fn a_redis_restart_without_persistence_is_a_new_epoch() {
     redis.kill();
     redis.restart().await;
     wait_readyz(a.addr, 200).await;
+    publish_range(&mut HttpConn::connect(a.addr).await, "c", 100..101).await;
+    let g = next_json(&mut stays).await;
+    assert_eq!(
+        (g["type"].as_str(), g["offset"].as_u64()),
+        (Some("gap"), Some(0))
+    );
+    assert_ne!(g["epoch"], epoch.as_str());
+    assert_eq!(next_json(&mut stays).await["offset"], 1);
+    assert_eq!(next_text(&mut path).await, "m100");
+    assert_eq!(counter(&stats(a.addr).await, "history_gaps"), 0);
     let mut ws = ws_connect(a.addr, "/ws").await;
     let since = json!({"epoch": epoch, "offset": 5});
     let r = call(
@@ -154,7 +169,7 @@ async fn a_redis_restart_without_persistence_is_a_new_epoch() {
     .await;
     assert_eq!(r["recovered"], false);
     assert_ne!(r["epoch"], epoch.as_str());
-    assert_eq!(r["offset"], 0);
+    assert_eq!(r["offset"], 1);
 }
 
 /// 1,000 messages published from B while the subscriber connections are

@@ -43,9 +43,16 @@ pub struct Snapshot {
 pub enum Action {
     /// Fan this message out.
     Deliver(Entry),
-    /// Messages up to this position can no longer be delivered: JSON
-    /// subscribers are told, path-mode subscribers closed.
-    Gap(Position),
+    /// Messages up to this position can no longer be delivered (`lost`):
+    /// JSON subscribers are told, path-mode subscribers closed. Not
+    /// `lost`: only the epoch changed (nothing of the new one is missing):
+    /// JSON subscribers are told their old positions are void.
+    Gap {
+        /// The position to go on from.
+        at: Position,
+        /// Whether messages were missed.
+        lost: bool,
+    },
 }
 
 /// What a subscribe answers in Redis mode.
@@ -142,13 +149,14 @@ impl Relay {
             }
             return None;
         }
-        let from = match self.history.classify(channel, (epoch, e.offset)) {
+        let mut outcome = self.history.classify(channel, (epoch, e.offset));
+        if outcome == Stored::NewEpoch {
+            // The new epoch's first messages may still be in Redis.
+            self.note_gap(channel, (epoch, 0), false, clock.0, out);
+            outcome = self.history.classify(channel, (epoch, e.offset));
+        }
+        let from = match outcome {
             Stored::Gap { from, .. } => from,
-            Stored::NewEpoch if e.offset > 1 => {
-                // The new epoch's first messages may still be in Redis.
-                self.note_gap(channel, epoch, 0, clock.0, out);
-                1
-            }
             _ => {
                 self.ingest(channel, epoch, e, clock, out);
                 return None;
@@ -221,12 +229,14 @@ impl Relay {
         clock: (u64, usize),
         out: &mut Vec<Action>,
     ) -> bool {
-        match self.history.classify(channel, (epoch, e.offset)) {
+        let mut outcome = self.history.classify(channel, (epoch, e.offset));
+        if outcome == Stored::NewEpoch {
+            self.note_gap(channel, (epoch, 0), false, clock.0, out);
+            outcome = self.history.classify(channel, (epoch, e.offset));
+        }
+        match outcome {
             Stored::Duplicate => return false,
-            Stored::Gap { to, .. } => self.note_gap(channel, epoch, to, clock.0, out),
-            Stored::NewEpoch if e.offset > 1 => {
-                self.note_gap(channel, epoch, e.offset - 1, clock.0, out)
-            }
+            Stored::Gap { to, .. } => self.note_gap(channel, (epoch, to), true, clock.0, out),
             Stored::NewEpoch | Stored::InOrder => {}
         }
         let at = (epoch, e.offset);
@@ -236,20 +246,25 @@ impl Relay {
         true
     }
 
+    /// Moves the ring to `at` and tells the subscribers; counts the gap
+    /// when messages were `lost`.
     fn note_gap(
         &mut self,
         channel: &str,
-        epoch: &str,
-        to: u64,
+        at: (&str, u64),
+        lost: bool,
         now_ms: u64,
         out: &mut Vec<Action>,
     ) {
-        self.gaps += 1;
-        self.history.reset(channel, (epoch, to), now_ms);
-        out.push(Action::Gap(Position {
-            epoch: Rc::from(epoch),
-            offset: to,
-        }));
+        if lost {
+            self.gaps += 1;
+        }
+        self.history.reset(channel, at, now_ms);
+        let at = Position {
+            epoch: Rc::from(at.0),
+            offset: at.1,
+        };
+        out.push(Action::Gap { at, lost });
     }
 
     /// Whether a read for a resume on a channel with local subscribers

@@ -20,24 +20,25 @@ pub fn apply(hub: &mut Hub, channel: &str, actions: Vec<Action>, skip: Option<u6
             Action::Deliver(e) => {
                 hub.publish_at(channel, e.opcode, &e.payload, skip, e.offset);
             }
-            Action::Gap(pos) => gap(
-                hub,
-                channel,
-                At {
-                    epoch: &pos.epoch,
-                    offset: pos.offset,
-                },
-            ),
+            Action::Gap { at, lost } => {
+                let at = At {
+                    epoch: &at.epoch,
+                    offset: at.offset,
+                };
+                gap(hub, channel, at, lost);
+            }
         }
     }
 }
 
-fn gap(hub: &mut Hub, channel: &str, at: At<'_>) {
+/// A gap notice; path-mode subscribers are closed only when messages
+/// were `lost` (a new epoch alone leaves nothing for them to reload).
+fn gap(hub: &mut Hub, channel: &str, at: At<'_>, lost: bool) {
     let frame = control::gap(channel, at);
     for (id, kind) in hub.subscribers(channel) {
         if kind == ConnKind::Ws(formats::JSON) {
             hub.send_to(id, frame.clone());
-        } else if kind == ConnKind::Ws(formats::PATH) {
+        } else if lost && kind == ConnKind::Ws(formats::PATH) {
             hub.close(
                 id,
                 CLOSE_HISTORY_GAP,

@@ -25,7 +25,7 @@ fn delivered(out: &[Action]) -> Vec<u64> {
     out.iter()
         .filter_map(|a| match a {
             Action::Deliver(e) => Some(e.offset),
-            Action::Gap(_) => None,
+            Action::Gap { .. } => None,
         })
         .collect()
 }
@@ -33,7 +33,7 @@ fn delivered(out: &[Action]) -> Vec<u64> {
 fn gaps(out: &[Action]) -> Vec<u64> {
     out.iter()
         .filter_map(|a| match a {
-            Action::Gap(p) => Some(p.offset),
+            Action::Gap { at, .. } => Some(at.offset),
             Action::Deliver(_) => None,
         })
         .collect()
@@ -96,7 +96,7 @@ fn a_range_redis_no_longer_has_is_a_gap_not_a_silent_loss() {
 }
 
 #[test]
-fn a_new_epoch_is_a_gap_and_its_first_messages_are_read() {
+fn a_new_epoch_is_announced_and_its_first_messages_are_read() {
     let mut r = Relay::new(limits(), 1);
     let mut out = Vec::new();
     r.arrive("c", "E", entry(7), CLOCK, &mut out);
@@ -104,14 +104,26 @@ fn a_new_epoch_is_a_gap_and_its_first_messages_are_read() {
     assert_eq!(f.from, 1);
     r.fetched(&f, Some(snap("F", 3, 1..=3)), CLOCK, &mut out);
     assert_eq!(delivered(&out), [7, 1, 2, 3]);
-    assert_eq!(gaps(&out), [0]);
+    let lost = |out: &[Action]| {
+        out.iter()
+            .any(|a| matches!(a, Action::Gap { lost: true, .. }))
+    };
+    assert_eq!(gaps(&out), [0], "the epoch change is announced");
+    assert!(!lost(&out), "nothing of F was missed");
     let mut out = Vec::new();
     r.arrive("c", "G", entry(1), CLOCK, &mut out);
+    assert_eq!((gaps(&out), delivered(&out)), (vec![0], vec![1]));
+    assert!(!lost(&out));
+    // A new epoch whose first messages Redis no longer has: lost.
+    let mut out = Vec::new();
+    let f = r.arrive("c", "H", entry(9), CLOCK, &mut out).unwrap();
+    r.fetched(&f, Some(snap("H", 9, 5..=9)), CLOCK, &mut out);
     assert_eq!(
         (gaps(&out), delivered(&out)),
-        (vec![], vec![1]),
-        "a restart from 1 lost nothing in G"
+        (vec![0, 4], (5..=9).collect())
     );
+    assert!(lost(&out));
+    assert_eq!(r.gaps, 1);
 }
 
 #[test]
