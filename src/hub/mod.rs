@@ -44,6 +44,8 @@ mod timers;
 #[cfg(test)]
 mod delivery_tests;
 #[cfg(test)]
+mod history_tests;
+#[cfg(test)]
 mod tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};

@@ -76,7 +76,9 @@ pub(super) fn record(
     now_ms: u64,
     room: usize,
 ) -> u64 {
-    if !history.enabled() {
+    // Internal channels (`!status`) are outside the client charset: no
+    // client can resume them, so they keep no history.
+    if !history.enabled() || channel.starts_with('!') {
         return 0;
     }
     let payload = Bytes::copy_from_slice(payload);
