@@ -314,7 +314,13 @@ async fn history_off_changes_nothing() {
 /// gap or a duplicate from the replay into the live messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_clients_resume_under_a_steady_publisher() {
-    let srv = TestServer::start(with_history(100_000));
+    let srv = TestServer::start(|c| {
+        c.history.size = 100_000;
+        c.history.max_bytes = 64 << 20;
+        // A replay is bounded by 2 x this; on a loaded machine a client
+        // may be 20,000 messages behind when it resumes.
+        c.max_outbound_queue = 16 << 20;
+    });
     history_support::seam(srv.addr, srv.addr, srv.addr, 50, 5_000).await;
     assert_eq!(counter(&stats(srv.addr).await, "recoveries"), 50);
 }

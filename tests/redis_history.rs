@@ -353,11 +353,56 @@ async fn a_range_redis_trimmed_is_a_gap_notice_not_a_silent_loss() {
 async fn fifty_clients_resume_on_another_instance_under_a_steady_publisher() {
     let redis = RedisServer::start(&[]).await;
     // Long enough that no client falls out of it on a loaded machine.
-    let long = |c: &mut corecast::Config| c.history.size = 100_000;
+    let long = |c: &mut corecast::Config| {
+        c.history.size = 100_000;
+        c.history.max_bytes = 64 << 20;
+        // A replay is bounded by 2 x this (see the embedded seam test).
+        c.max_outbound_queue = 16 << 20;
+    };
     let a = instance(redis.url("", ""), long);
     let b = instance(redis.url("", ""), long);
     wait_readyz(a.addr, 200).await;
     wait_readyz(b.addr, 200).await;
     history_support::seam(a.addr, a.addr, b.addr, 50, 5_000).await;
     assert_eq!(counter(&stats(b.addr).await, "recoveries"), 50);
+}
+
+/// A missed range larger than `--redis-max-reply-size` is read back in
+/// parts (each reply within the bound), in order: no reply over the
+/// bound (which would drop the command connection, and again on every
+/// retry), no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_backfill_is_read_in_parts_within_the_reply_bound() {
+    let redis = RedisServer::start(&[]).await;
+    let a = instance(redis.url("", ""), |c| {
+        c.history.size = 2000;
+        c.redis.max_reply_size = 16 * 1024;
+    });
+    let b = instance(redis.url("", ""), with_history);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut rc = RespConn::open(redis.port, None).await;
+    let mut json_sub = ws_connect(a.addr, "/ws").await;
+    call(&mut json_sub, json!({"op":"subscribe","channel":"c"})).await;
+    rc.wait_numsub("c", 1).await;
+    kill_a_subscriber(&mut rc).await;
+    let n = rc.info_u64("clients", "connected_clients").await;
+    rc.cmd(&["CONFIG", "SET", "maxclients", &n.to_string()])
+        .await;
+    let mut http = HttpConn::connect(b.addr).await;
+    let pad = "p".repeat(200);
+    for i in 0..300 {
+        let req = post_request("/publish/c", format!("{i}:{pad}").as_bytes(), true);
+        assert_eq!(http.request(&req).await.status, 200);
+    }
+    rc.cmd(&["CONFIG", "SET", "maxclients", "10000"]).await;
+    for i in 0..300u64 {
+        let m = next_json(&mut json_sub).await;
+        assert_eq!(m["offset"], i + 1, "{m}");
+        assert_eq!(m["data"], format!("{i}:{pad}"));
+    }
+    let s = stats(a.addr).await;
+    assert_eq!(counter(&s, "backfilled_messages"), 300);
+    assert_eq!(counter(&s, "redis_protocol_errors"), 0);
+    assert_eq!(counter(&s, "history_gaps"), 0);
 }

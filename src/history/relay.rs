@@ -175,31 +175,38 @@ impl Relay {
 
     /// The read `fetch` came back (`None`: it failed): delivers what was
     /// missing, then what was held; what Redis no longer has is a gap. A
-    /// read the channel no longer waits for (a subscribe restarted it
-    /// from Redis's position since) is ignored.
+    /// read cut short by its byte bound continues with another read (the
+    /// returned one), what is held staying held. A read the channel no
+    /// longer waits for (a subscribe restarted it from Redis's position
+    /// since) is ignored.
     pub fn fetched(
         &mut self,
         fetch: &Fetch,
         snap: Option<Snapshot>,
         clock: (u64, usize),
         out: &mut Vec<Action>,
-    ) {
+    ) -> Option<Fetch> {
         let channel = &*fetch.channel;
         match self.held.get(channel) {
             Some((id, _)) if *id == fetch.id => {}
-            _ => return,
+            _ => return None,
         }
         let (_, held) = self.held.remove(channel).expect("checked above");
         if let Some(s) = snap {
+            let cut = s.entries.last().map(|e| e.offset).filter(|&l| l < s.top);
             for e in s.entries {
                 if self.ingest(channel, &s.epoch, e, clock, out) {
                     self.backfilled += 1;
                 }
             }
+            if let Some(last) = cut {
+                return Some(self.start_read(fetch.channel.clone(), last + 1, held));
+            }
         }
         for (epoch, e) in held {
             self.ingest(channel, &epoch, e, clock, out);
         }
+        None
     }
 
     /// After the subscriber connection came back: one read per channel

@@ -37,8 +37,8 @@ pub enum Event {
     Canary(Bytes),
     /// A message that must not be delivered, and why.
     Dropped(Rejected),
-    /// A `SUBSCRIBE` was confirmed.
-    Subscribed,
+    /// A `SUBSCRIBE` of this Redis channel was confirmed.
+    Subscribed(Bytes),
     /// Confirmations we need not act on (`UNSUBSCRIBE`, `PONG`).
     Other,
     /// Redis answered with an error (e.g. NOAUTH): the connection is done.
@@ -54,7 +54,7 @@ impl Inbound {
         };
         Ok(Some(match resp::pubsub_event(reply)? {
             PubSubEvent::Message { channel, payload } => self.message(channel, payload),
-            PubSubEvent::Subscribed(_) => Event::Subscribed,
+            PubSubEvent::Subscribed(c) => Event::Subscribed(c),
             PubSubEvent::Unsubscribed(_) | PubSubEvent::Pong => Event::Other,
             PubSubEvent::Error(e) => Event::Refused(e),
         }))
@@ -136,7 +136,7 @@ mod tests {
             got.push(e);
         }
         assert!(buf.is_empty());
-        assert_eq!(got[0], Event::Subscribed);
+        assert_eq!(got[0], Event::Subscribed(Bytes::from_static(b"cc:a")));
         match &got[1] {
             Event::Deliver { channel, envelope } => {
                 assert_eq!(&channel[..], b"a");

@@ -37,9 +37,10 @@ return redis.call('PUBLISH', ARGV[1], '\204\2' .. t .. ' ' .. e .. ' ' .. ARGV[4
 "#;
 
 /// KEYS: stream, meta. ARGV: an epoch for a channel without one, TTL
-/// seconds, first offset wanted, most entries (0: none). Returns
-/// `{epoch, top, id, envelope, id, envelope, ...}`: flat, as replies
-/// nested deeper than `scan::MAX_DEPTH` are refused.
+/// seconds, first offset wanted, most entries (0: none), most bytes (at
+/// least one entry is returned; fewer than asked means "read on").
+/// Returns `{epoch, top, id, envelope, id, envelope, ...}`: flat, as
+/// replies nested deeper than `scan::MAX_DEPTH` are refused.
 pub const READ_SCRIPT: &str = r#"
 local e = redis.call('HGET', KEYS[2], 'e')
 if not e then
@@ -52,9 +53,15 @@ local t = tonumber(redis.call('HGET', KEYS[2], 't'))
 local out = {e, t}
 if tonumber(ARGV[4]) > 0 and tonumber(ARGV[3]) <= t then
   local r = redis.call('XRANGE', KEYS[1], ARGV[3] .. '-0', '+', 'COUNT', ARGV[4])
+  local budget, used = tonumber(ARGV[5]), 0
   for _, x in ipairs(r) do
+    local d = x[2][2]
+    if used > 0 and used + #d > budget then
+      break
+    end
+    used = used + #d + 32
     out[#out + 1] = x[1]
-    out[#out + 1] = x[2][2]
+    out[#out + 1] = d
   end
 end
 return out
@@ -97,6 +104,10 @@ pub struct Keeping {
     pub size: usize,
     /// Seconds the keys live after the last publish (`--history-ttl`).
     pub ttl_s: u64,
+    /// Most payload bytes one read returns (half of
+    /// `--redis-max-reply-size`, so a reply never trips that bound and
+    /// drops the connection); a longer range is read in several parts.
+    pub read_bytes: usize,
 }
 
 /// A publish that also records the message (`EVALSHA` of
@@ -142,6 +153,7 @@ pub fn read(
         from.to_string(),
         count.to_string(),
     );
+    let budget = keeping.read_bytes.to_string();
     let sha = sha(READ_SCRIPT);
     resp::command(&[
         b"EVALSHA",
@@ -153,6 +165,7 @@ pub fn read(
         ttl.as_bytes(),
         from.as_bytes(),
         count.as_bytes(),
+        budget.as_bytes(),
     ])
 }
 
@@ -242,6 +255,7 @@ mod tests {
         let keeping = Keeping {
             size: 100,
             ttl_s: 300,
+            read_bytes: 4096,
         };
         let origin = Origin {
             instance: 1,
@@ -263,7 +277,7 @@ mod tests {
         assert_eq!((&env.payload[..], env.origin), (&b"hi"[..], Some(origin)));
         let r = args_of(&read("cc:", "news", &keeping, "E2", 11, 50));
         assert_eq!(r[1], sha(READ_SCRIPT).as_bytes());
-        assert_eq!(&r[5..], [&b"E2"[..], b"300", b"11", b"50"]);
+        assert_eq!(&r[5..], [&b"E2"[..], b"300", b"11", b"50", b"4096"]);
         assert_ne!(sha(PUBLISH_SCRIPT), sha(READ_SCRIPT));
     }
 

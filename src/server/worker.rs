@@ -172,15 +172,24 @@ impl Local for Worker {
         fetch
     }
 
-    fn fetched(&self, fetch: &Fetch, snap: Option<relay::Snapshot>) {
-        let Some(relay) = &self.relay else {
-            return;
-        };
+    fn fetched(&self, fetch: &Fetch, snap: Option<relay::Snapshot>) -> Option<Fetch> {
+        let relay = self.relay.as_ref()?;
         let mut hub = self.hub.borrow_mut();
         let clock = (hub.now_ms(), hub.history_budget());
         let mut actions = Vec::new();
-        relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
+        let next = relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
         relay_edge::apply(&mut hub, &fetch.channel, actions, None);
+        next
+    }
+
+    fn confirmed(&self, channel: &str) -> Vec<Fetch> {
+        let Some(relay) = &self.relay else {
+            return Vec::new();
+        };
+        if self.hub.borrow().subscriber_count(channel) == 0 {
+            return Vec::new();
+        }
+        relay.borrow_mut().catch_up(&[Rc::from(channel)])
     }
 
     fn catch_up(&self) -> Vec<Fetch> {

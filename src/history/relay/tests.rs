@@ -299,3 +299,23 @@ fn a_resume_read_is_made_again_when_it_does_not_meet_the_ring() {
     assert!(!r.behind("c", true, &snap("E", 8, 3..=8)));
     assert!(!r.behind("c", false, &snap("E", 12, 12..=12)));
 }
+
+#[test]
+fn a_read_cut_short_continues_before_what_is_held() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    r.arrive("c", "E", entry(1), CLOCK, &mut out);
+    let f = r.arrive("c", "E", entry(9), CLOCK, &mut out).unwrap();
+    // Redis is at 9 but the byte bound stopped the read at 4.
+    let next = r
+        .fetched(&f, Some(snap("E", 9, 2..=4)), CLOCK, &mut out)
+        .unwrap();
+    assert_eq!(next.from, 5);
+    assert_eq!(delivered(&out), [1, 2, 3, 4], "9 stays held");
+    assert_eq!(
+        r.fetched(&next, Some(snap("E", 9, 5..=9)), CLOCK, &mut out),
+        None
+    );
+    assert_eq!(delivered(&out), (1..=9).collect::<Vec<_>>());
+    assert!(gaps(&out).is_empty());
+}

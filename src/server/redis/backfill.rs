@@ -21,24 +21,28 @@ pub async fn read(link: &RedisLink, channel: &str, from: u64) -> Result<Snapshot
     stream::parse_read(reply, link.max_message).map_err(|e| format!("{e:?}"))
 }
 
-/// Makes the reads and hands each result to the worker, in order.
+/// Makes the reads and hands each result to the worker, in order; a
+/// long range comes in parts (each reply within `--redis-max-reply-size`).
 pub(super) fn spawn(link: &Rc<RedisLink>, local: &Rc<dyn Local>, fetches: Vec<Fetch>) {
-    for f in fetches {
+    for first in fetches {
         let (link, local) = (link.clone(), local.clone());
         monoio::spawn(async move {
-            let snap = match read(&link, &f.channel, f.from).await {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    log!(
-                        Warn,
-                        "history backfill failed",
-                        channel = &*f.channel,
-                        error = e
-                    );
-                    None
-                }
-            };
-            local.fetched(&f, snap);
+            let mut next = Some(first);
+            while let Some(f) = next {
+                let snap = match read(&link, &f.channel, f.from).await {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        log!(
+                            Warn,
+                            "history backfill failed",
+                            channel = &*f.channel,
+                            error = e
+                        );
+                        None
+                    }
+                };
+                next = local.fetched(&f, snap);
+            }
         });
     }
 }

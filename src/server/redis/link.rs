@@ -41,12 +41,16 @@ pub trait Local {
     /// on): in offset order, exactly once; a skipped range is held back
     /// and returned as a read to make.
     fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch>;
-    /// A read made for a [`Fetch`] came back (`None`: it failed).
-    fn fetched(&self, fetch: &Fetch, snap: Option<Snapshot>);
+    /// A read made for a [`Fetch`] came back (`None`: it failed); the
+    /// next read to make when it was cut short.
+    fn fetched(&self, fetch: &Fetch, snap: Option<Snapshot>) -> Option<Fetch>;
     /// The subscriber connection is back: the reads that find what it
     /// missed while it was down (one per channel with history and local
     /// subscribers).
     fn catch_up(&self) -> Vec<Fetch>;
+    /// Redis confirmed our subscription to `channel`: the read that finds
+    /// what was published since its first local subscriber's read.
+    fn confirmed(&self, channel: &str) -> Vec<Fetch>;
 }
 
 /// Least time between two "redis message dropped" log lines.
@@ -113,6 +117,7 @@ impl RedisLink {
             keeping: cfg.history.enabled().then(|| Keeping {
                 size: cfg.history.size,
                 ttl_s: cfg.history.ttl_ms.div_ceil(1000).max(1),
+                read_bytes: cfg.redis.max_reply_size / 2,
             }),
             max_message: cfg.ws.max_message_size,
             minted: Cell::new(0),

@@ -130,7 +130,7 @@ fn deliver_events(
             Event::Deliver { channel, envelope } => on_message(link, local, &channel, envelope),
             Event::Canary(payload) => canary::arrived(link, &payload),
             Event::Dropped(why) => link.dropped(why),
-            Event::Subscribed if restore.pending > 0 => {
+            Event::Subscribed(_) if restore.pending > 0 => {
                 restore.pending -= 1;
                 if restore.pending == 0 {
                     restored(link, restore.channels);
@@ -141,11 +141,28 @@ fn deliver_events(
                     }
                 }
             }
-            Event::Subscribed | Event::Other => {}
+            Event::Subscribed(key) => subscribed(link, local, &key),
+            Event::Other => {}
             Event::Refused(e) => return Err(RedisError::Refused(e)),
         }
     }
     Ok(())
+}
+
+/// A channel's first local subscriber made us `SUBSCRIBE`; now that
+/// Redis confirmed it, everything published from here on reaches us, and
+/// what was published between that subscriber's read of the stream and
+/// this moment is read back (history on).
+fn subscribed(link: &Rc<RedisLink>, local: &Rc<dyn Local>, key: &[u8]) {
+    if !link.keeps_history() {
+        return;
+    }
+    let name = key
+        .strip_prefix(link.prefix.as_bytes())
+        .and_then(|c| std::str::from_utf8(c).ok());
+    if let Some(channel) = name {
+        backfill::spawn(link, local, local.confirmed(channel));
+    }
 }
 
 /// Every subscription of a (re)connect is confirmed: publishing may start.
