@@ -11,6 +11,8 @@
 //! them with `SCRIPT LOAD` on every (re)connect and reconnects on
 //! `NOSCRIPT` (a flushed script cache), resending what was unanswered.
 
+use std::sync::LazyLock;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::envelope::{self, Origin};
@@ -72,6 +74,10 @@ pub fn sha(script: &str) -> String {
     sha1_smol::Sha1::from(script).digest().to_string()
 }
 
+// Computed once: every publish names the script.
+static PUBLISH_SHA: LazyLock<String> = LazyLock::new(|| sha(PUBLISH_SCRIPT));
+static READ_SHA: LazyLock<String> = LazyLock::new(|| sha(READ_SCRIPT));
+
 /// `SCRIPT LOAD script`.
 pub fn script_load(script: &str) -> Bytes {
     resp::command(&[b"SCRIPT", b"LOAD", script.as_bytes()])
@@ -123,7 +129,7 @@ pub fn publish(
     envelope::put_header(&mut env, opcode, origin);
     env.put_slice(payload);
     let (size, ttl) = (keeping.size.to_string(), keeping.ttl_s.to_string());
-    let sha = sha(PUBLISH_SCRIPT);
+    let sha = &*PUBLISH_SHA;
     resp::command(&[
         b"EVALSHA",
         sha.as_bytes(),
@@ -154,7 +160,7 @@ pub fn read(
         count.to_string(),
     );
     let budget = keeping.read_bytes.to_string();
-    let sha = sha(READ_SCRIPT);
+    let sha = &*READ_SHA;
     resp::command(&[
         b"EVALSHA",
         sha.as_bytes(),

@@ -160,10 +160,10 @@ impl RedisLink {
     fn mint_epoch(&self) -> String {
         let n = self.minted.get() + 1;
         self.minted.set(n);
-        let t = self.started.elapsed().as_nanos() as u64;
-        let mut h = RandomState::new().build_hasher();
-        h.write_u64(self.instance ^ n.rotate_left(32) ^ t);
-        format!("{:016x}", h.finish())
+        // The instance id is random per process; the counter makes every
+        // call's candidate differ (a channel recreated by the same
+        // instance must not get its old epoch back).
+        format!("{:016x}{n:x}", self.instance)
     }
 
     /// Whether channel history is kept in Redis.
