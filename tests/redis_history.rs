@@ -112,6 +112,13 @@ async fn resume_on_another_instance_gets_exactly_the_missed_messages() {
         .map(|m| m["offset"].as_u64().unwrap())
         .collect();
     assert_eq!(offsets, [106, 107, 108]);
+    // A channel without history: answered, and no key is created.
+    let h = get(a.addr, "/history/never").await.json();
+    assert_eq!(
+        (h["epoch"].is_null(), h["offset"].as_u64()),
+        (true, Some(0))
+    );
+    assert_eq!(rc.cmd(&["EXISTS", "corecast:!h{never}:m"]).await.int(), 0);
     // Too old (trimmed would be the same): a wrong epoch is not recovered.
     let mut other = ws_connect(a.addr, "/ws").await;
     let since = json!({"epoch": "nope", "offset": 10});

@@ -38,7 +38,8 @@ redis.call('EXPIRE', KEYS[2], ARGV[3])
 return redis.call('PUBLISH', ARGV[1], '\204\2' .. t .. ' ' .. e .. ' ' .. ARGV[4])
 "#;
 
-/// KEYS: stream, meta. ARGV: an epoch for a channel without one, TTL
+/// KEYS: stream, meta. ARGV: an epoch for a channel without one (empty:
+/// do not create one, answer `{'', 0}`), TTL
 /// seconds, first offset wanted, most entries (0: none), most bytes (at
 /// least one entry is returned; fewer than asked means "read on").
 /// Returns `{epoch, top, id, envelope, id, envelope, ...}`: flat, as
@@ -46,6 +47,9 @@ return redis.call('PUBLISH', ARGV[1], '\204\2' .. t .. ' ' .. e .. ' ' .. ARGV[4
 pub const READ_SCRIPT: &str = r#"
 local e = redis.call('HGET', KEYS[2], 'e')
 if not e then
+  if ARGV[1] == '' then
+    return {'', 0}
+  end
   e = ARGV[1]
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'e', e, 't', 0)
@@ -185,8 +189,20 @@ pub enum ReadError {
 }
 
 /// Parses the read script's reply; entries larger than `max_payload` or
-/// not in strictly increasing order are malformed.
-pub fn parse_read(reply: Reply, max_payload: usize) -> Result<Snapshot, ReadError> {
+/// not in strictly increasing order are malformed. `Ok(None)`: the
+/// channel has no history (a read that did not create one).
+pub fn parse_read(reply: Reply, max_payload: usize) -> Result<Option<Snapshot>, ReadError> {
+    if let Reply::Array(parts) = &reply {
+        if let [Reply::BulkString(e), Reply::Integer(0)] = parts.as_slice() {
+            if e.is_empty() {
+                return Ok(None);
+            }
+        }
+    }
+    parse_snapshot(reply, max_payload).map(Some)
+}
+
+fn parse_snapshot(reply: Reply, max_payload: usize) -> Result<Snapshot, ReadError> {
     let bad = ReadError::Malformed;
     let parts = match reply {
         Reply::Array(parts) if parts.len() >= 2 && parts.len() % 2 == 0 => parts,
@@ -320,7 +336,7 @@ mod tests {
             5,
             vec![entry_reply("4-0", b"a"), entry_reply("5-0", b"\xff")],
         );
-        let s = parse_read(ok, 10).unwrap();
+        let s = parse_read(ok, 10).unwrap().unwrap();
         assert_eq!((s.epoch.as_str(), s.top), ("E", 5));
         assert_eq!(
             s.entries.iter().map(|e| e.offset).collect::<Vec<_>>(),
@@ -354,6 +370,11 @@ mod tests {
                 "{c:?}"
             );
         }
+        assert_eq!(
+            parse_read(read_reply("", 0, vec![]), 10),
+            Ok(None),
+            "no history"
+        );
         let noscript = Reply::Error("NOSCRIPT No matching script.".into());
         assert!(is_noscript(&noscript));
         assert!(matches!(parse_read(noscript, 10), Err(ReadError::Redis(_))));

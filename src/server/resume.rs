@@ -13,7 +13,7 @@ use crate::control::{self, At, ErrorCode, Since};
 use crate::history::relay::{Resume, Snapshot};
 use crate::hub::{ConnId, Hub, SubscribeError};
 use crate::server::recall;
-use crate::server::redis::read_history;
+use crate::server::redis::{read_history, read_history_if_any};
 use crate::server::relay_edge;
 use crate::server::worker::Worker;
 
@@ -135,16 +135,15 @@ pub async fn history_http(
         Ok(q) => q,
         Err(message) => return recall::error(400, message, keep_alive),
     };
-    match read_history(link, channel, since.saturating_add(1)).await {
-        Ok(mut snap) => {
+    let read = read_history_if_any(link, channel, since.saturating_add(1), false).await;
+    match read {
+        Ok(Some(mut snap)) => {
             snap.entries.truncate(limit);
-            recall::history_json(
-                channel,
-                Some((&snap.epoch, snap.top)),
-                &snap.entries,
-                keep_alive,
-            )
+            let at = Some((snap.epoch.as_str(), snap.top));
+            recall::history_json(channel, at, &snap.entries, keep_alive)
         }
+        // Not created by a read: a GET must not make keys.
+        Ok(None) => recall::history_json(channel, None, &[], keep_alive),
         Err(_) => recall::error(503, "history unavailable (redis)", keep_alive),
     }
 }

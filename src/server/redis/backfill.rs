@@ -10,10 +10,24 @@ use crate::log;
 use crate::redis::stream;
 
 /// Reads `channel`'s position and its entries from offset `from` (0:
-/// the position only), within the command timeout.
+/// the position only), within the command timeout; a channel without
+/// history gets one (an epoch at offset 0).
 pub async fn read(link: &RedisLink, channel: &str, from: u64) -> Result<Snapshot, String> {
+    read_if_any(link, channel, from, true)
+        .await?
+        .ok_or_else(|| "no history created".to_string())
+}
+
+/// [`read`] that leaves a channel without history alone (`None`), for
+/// `GET /history`: a read must not create keys.
+pub async fn read_if_any(
+    link: &RedisLink,
+    channel: &str,
+    from: u64,
+    create: bool,
+) -> Result<Option<Snapshot>, String> {
     let waiter = link
-        .read_history(channel, from)
+        .read_history(channel, from, create)
         .map_err(|_| "redis command buffer full".to_string())?;
     let reply = monoio::time::timeout(link.command_timeout, waiter.wait())
         .await

@@ -173,10 +173,21 @@ impl RedisLink {
 
     /// Queues a read of `channel`'s position and its stream from offset
     /// `from` (at most `--history-size` entries; none when `from` is 0).
-    pub fn read_history(&self, channel: &str, from: u64) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+    /// With `create`, a channel without history gets an epoch (a
+    /// subscriber needs a position); without, it is left alone.
+    pub fn read_history(
+        &self,
+        channel: &str,
+        from: u64,
+        create: bool,
+    ) -> Result<Rc<ReplyWaiter>, PipelineFull> {
         let k = self.keeping.as_ref().expect("history on");
         let count = if from == 0 { 0 } else { k.size };
-        let epoch = self.mint_epoch();
+        let epoch = if create {
+            self.mint_epoch()
+        } else {
+            String::new()
+        };
         let cmd = stream::read(&self.prefix, channel, k, &epoch, from.max(1), count);
         let waiter = Rc::new(ReplyWaiter::default());
         self.shard.push(cmd, CmdKind::Command(waiter.clone()))?;

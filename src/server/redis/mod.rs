@@ -30,7 +30,7 @@ mod subscriber;
 
 use std::rc::Rc;
 
-pub use backfill::read as read_history;
+pub use backfill::{read as read_history, read_if_any as read_history_if_any};
 pub use link::{Local, RedisLink};
 pub use reply::ReplyWaiter;
 
