@@ -3,6 +3,7 @@
 //! Client → server, one JSON object per text frame:
 //! ```json
 //! {"op":"subscribe","channel":"news","id":1}
+//! {"op":"subscribe","channel":"news","since":{"epoch":"E","offset":41}}
 //! {"op":"unsubscribe","channel":"news","id":2}
 //! {"op":"publish","channel":"news","data":"hello","id":3}
 //! {"op":"publish","channel":"news","data_base64":"AAEC"}
@@ -10,12 +11,19 @@
 //! Server → client:
 //! ```json
 //! {"type":"subscribed","channel":"news","id":1}
+//! {"type":"subscribed","channel":"news","recovered":true,"epoch":"E","offset":45}
+//! {"type":"message","channel":"news","offset":42,"data":"hello"}
+//! {"type":"gap","channel":"news","epoch":"E","offset":60}
 //! {"type":"unsubscribed","channel":"news","id":2}
 //! {"type":"published","channel":"news","subscribers":12,"id":3}
 //! {"type":"message","channel":"news","data":"hello"}
 //! {"type":"message","channel":"news","data_base64":"AAEC"}
 //! {"type":"error","code":"invalid_channel","message":"…","id":4}
 //! ```
+//! With `--history-size`, every delivery carries its `offset`, and a
+//! subscribe answers with the channel's `epoch` and latest `offset`; one
+//! with `since` also says whether it was `recovered` and, if so, is
+//! followed by exactly the messages after `since`, then live ones.
 //! `id` is optional and echoed verbatim (any JSON scalar). Subscribe and
 //! unsubscribe are always acknowledged; publish only when it carries an
 //! `id`, so a high-rate publisher is not sent one ack per message.
@@ -30,10 +38,12 @@ use crate::ws::frame::{encode_server_frame, encode_server_frame_parts, OpCode};
 /// A parsed client request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// Start receiving a channel.
+    /// Start receiving a channel (resuming after `since` when given).
     Subscribe {
         /// Channel name.
         channel: String,
+        /// The last position the client has seen, to get what it missed.
+        since: Option<Since>,
     },
     /// Stop receiving a channel.
     Unsubscribe {
@@ -55,6 +65,15 @@ pub enum Request {
         /// The new token.
         token: String,
     },
+}
+
+/// A position in a channel's history, as a client remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Since {
+    /// The channel's epoch when the client saw `offset`.
+    pub epoch: String,
+    /// The last offset the client received.
+    pub offset: u64,
 }
 
 /// A request with its optional correlation id (raw JSON, echoed as is).
@@ -122,6 +141,7 @@ struct Wire<'a> {
     data: Option<String>,
     data_base64: Option<&'a str>,
     token: Option<String>,
+    since: Option<Since>,
     id: Option<Box<RawValue>>,
 }
 
@@ -151,7 +171,10 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
         return Err(fail(ErrorCode::BadRequest, "missing \"channel\"", id));
     };
     let request = match wire.op {
-        Some("subscribe") => Request::Subscribe { channel },
+        Some("subscribe") => Request::Subscribe {
+            channel,
+            since: wire.since,
+        },
         Some("unsubscribe") => Request::Unsubscribe { channel },
         Some("publish") => match (wire.data, wire.data_base64) {
             (Some(d), None) => Request::Publish {
@@ -193,7 +216,30 @@ struct Reply<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     exp: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    recovered: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<&'a RawValue>,
+}
+
+impl<'a> Reply<'a> {
+    fn new(kind: &'a str, id: Option<&'a RawValue>) -> Self {
+        Reply {
+            kind,
+            channel: None,
+            subscribers: None,
+            code: None,
+            message: None,
+            exp: None,
+            recovered: None,
+            epoch: None,
+            offset: None,
+            id,
+        }
+    }
 }
 
 fn reply_frame(r: &Reply<'_>) -> Bytes {
@@ -204,57 +250,92 @@ fn reply_frame(r: &Reply<'_>) -> Bytes {
 /// `{"type":"subscribed"|"unsubscribed"|"published", ...}` as a text frame.
 pub fn ack(kind: &str, channel: &str, subscribers: Option<usize>, id: Option<&RawValue>) -> Bytes {
     reply_frame(&Reply {
-        kind,
         channel: Some(channel),
         subscribers,
-        code: None,
-        message: None,
-        exp: None,
-        id,
+        ..Reply::new(kind, id)
+    })
+}
+
+/// A channel's position in its history, for replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct At<'a> {
+    /// The channel's epoch.
+    pub epoch: &'a str,
+    /// Its latest offset.
+    pub offset: u64,
+}
+
+/// `{"type":"subscribed","channel":c,"epoch":E,"offset":N}` on a channel
+/// with history, with `"recovered"` when the subscribe asked to resume.
+pub fn subscribed(
+    channel: &str,
+    at: At<'_>,
+    recovered: Option<bool>,
+    id: Option<&RawValue>,
+) -> Bytes {
+    reply_frame(&Reply {
+        channel: Some(channel),
+        recovered,
+        epoch: Some(at.epoch),
+        offset: Some(at.offset),
+        ..Reply::new("subscribed", id)
+    })
+}
+
+/// `{"type":"gap","channel":c,"epoch":E,"offset":N}`: messages up to
+/// `offset` could not be delivered (and no longer can be); the client
+/// reloads its state and goes on from this position.
+pub fn gap(channel: &str, at: At<'_>) -> Bytes {
+    reply_frame(&Reply {
+        channel: Some(channel),
+        epoch: Some(at.epoch),
+        offset: Some(at.offset),
+        ..Reply::new("gap", None)
     })
 }
 
 /// `{"type":"refreshed","exp":N}`: the connection now lives until `exp`.
 pub fn refreshed(exp: u64, id: Option<&RawValue>) -> Bytes {
     reply_frame(&Reply {
-        kind: "refreshed",
-        channel: None,
-        subscribers: None,
-        code: None,
-        message: None,
         exp: Some(exp),
-        id,
+        ..Reply::new("refreshed", id)
     })
 }
 
 /// `{"type":"error", ...}` as a text frame.
 pub fn error(code: ErrorCode, message: &str, id: Option<&RawValue>) -> Bytes {
     reply_frame(&Reply {
-        kind: "error",
-        channel: None,
-        subscribers: None,
         code: Some(code.as_str()),
         message: Some(message),
-        exp: None,
-        id,
+        ..Reply::new("error", id)
     })
 }
 
 /// The envelope a multi-channel subscriber receives for one published
 /// message: the encoder of `server::formats::JSON`, which the hub calls
-/// once per publish (not per subscriber).
-pub fn encode_delivery(channel: &str, opcode: OpCode, payload: &[u8]) -> Bytes {
-    let (head, body) = delivery_parts(channel, opcode, payload);
+/// once per publish (not per subscriber). `offset` is the message's place
+/// in the channel's history (0: none, and no `"offset"` member).
+pub fn encode_delivery(channel: &str, opcode: OpCode, payload: &[u8], offset: u64) -> Bytes {
+    let (head, body) = delivery_parts(channel, opcode, payload, offset);
     encode_server_frame_parts(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
 }
 
 /// The envelope of [`encode_delivery`] as two pieces of one text message
 /// (written back to back), for encoders that frame it themselves (the
 /// compressed format).
-pub fn delivery_parts(channel: &str, opcode: OpCode, payload: &[u8]) -> (String, String) {
+pub fn delivery_parts(
+    channel: &str,
+    opcode: OpCode,
+    payload: &[u8],
+    offset: u64,
+) -> (String, String) {
     // Channel names are restricted to characters that need no JSON
     // escaping (`crate::channel`; internal names such as `!status` too).
-    let head = format!("{{\"type\":\"message\",\"channel\":\"{channel}\",");
+    let head = if offset == 0 {
+        format!("{{\"type\":\"message\",\"channel\":\"{channel}\",")
+    } else {
+        format!("{{\"type\":\"message\",\"channel\":\"{channel}\",\"offset\":{offset},")
+    };
     let body = if opcode == OpCode::Text {
         let text = String::from_utf8_lossy(payload);
         let quoted = serde_json::to_string(&text).expect("strings serialize");
@@ -281,7 +362,8 @@ mod tests {
         assert_eq!(
             e.request,
             Request::Subscribe {
-                channel: "a".into()
+                channel: "a".into(),
+                since: None
             }
         );
         assert_eq!(e.id.unwrap().get(), "7");
@@ -338,9 +420,38 @@ mod tests {
             "c",
             OpCode::Text,
             "line\n\"q\"".as_bytes(),
+            0,
         ));
         assert_eq!(v["data"], "line\n\"q\"");
-        let v = json_of(&encode_delivery("c", OpCode::Binary, &[0xff, 0]));
+        let v = json_of(&encode_delivery("c", OpCode::Binary, &[0xff, 0], 0));
         assert_eq!(v["data_base64"], "/wA=");
+        let v = json_of(&encode_delivery("c", OpCode::Text, b"x", 7));
+        assert_eq!(
+            v,
+            serde_json::json!({"type":"message","channel":"c","offset":7,"data":"x"})
+        );
+        let at = At {
+            epoch: "e1",
+            offset: 9,
+        };
+        let v = json_of(&subscribed("c", at, Some(false), None));
+        assert_eq!(
+            v,
+            serde_json::json!({"type":"subscribed","channel":"c","recovered":false,"epoch":"e1","offset":9})
+        );
+        let e = parse(br#"{"op":"subscribe","channel":"a","since":{"epoch":"e1","offset":3}}"#)
+            .unwrap();
+        let since = Some(Since {
+            epoch: "e1".into(),
+            offset: 3,
+        });
+        assert_eq!(
+            e.request,
+            Request::Subscribe {
+                channel: "a".into(),
+                since
+            }
+        );
+        assert!(parse(br#"{"op":"subscribe","channel":"a","since":{"offset":-1}}"#).is_err());
     }
 }

@@ -204,6 +204,8 @@ pub enum Route<'a> {
     WsMulti,
     /// `POST /publish/{c}`.
     Publish(&'a str),
+    /// `GET /history/{c}`.
+    History(&'a str),
     /// `GET /healthz`.
     Healthz,
     /// `GET /stats`.
@@ -246,6 +248,8 @@ pub fn route<'a>(
                 (Route::WsChannel(channel(c)?), method == Method::Get)
             } else if let Some(c) = path.strip_prefix("/publish/") {
                 (Route::Publish(channel(c)?), method == Method::Post)
+            } else if let Some(c) = path.strip_prefix("/history/") {
+                (Route::History(channel(c)?), get)
             } else {
                 return Err(HttpError::new(404, "not found"));
             }

@@ -64,7 +64,7 @@
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
 //!   routing, responses.
-//! - `hub` → `stats`, [`ws`], `channel`, [`log`](mod@log): the per-worker
+//! - `hub` → `history`, `stats`, [`ws`], `channel`, [`log`](mod@log): the per-worker
 //!   connection table, channel registry and zero-copy fan-out into bounded
 //!   outbound queues (sans-I/O; wakes writers through `Waker`s).
 //!   `hub/mod.rs` is a facade (`hub::Hub`); behind it, one module per
@@ -81,9 +81,12 @@
 //!   compresses) at most once per format in use and shares the frame by
 //!   reference count. Its submodules use their siblings,
 //!   never the facade.
+//! - `history` → [`ws`]: per-channel message history (offsets, epochs,
+//!   bounded rings, recovery and gap detection), sans-I/O; the hub holds
+//!   one for embedded mode and as Redis mode's cache of recent messages.
 //! - `metrics` → `stats` → `histogram`: counters per layer in one
 //!   snapshot, the Prometheus exposition, latency histograms.
-//! - `control`, `redis` → [`ws`]: the JSON control protocol of `GET /ws`;
+//! - `control`, `redis` → `history`, [`ws`]: the JSON control protocol of `GET /ws`;
 //!   RESP (redis-protocol), commands, URLs, the envelope of messages on
 //!   Redis channels (sans-I/O).
 //! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
@@ -112,6 +115,8 @@ pub mod config;
 #[doc(hidden)]
 pub mod control;
 pub(crate) mod histogram;
+#[doc(hidden)]
+pub mod history;
 #[doc(hidden)]
 pub mod http;
 #[doc(hidden)]

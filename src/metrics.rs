@@ -59,6 +59,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     pressure(&mut o, s, g);
     refusals(&mut o, snap);
     compression(&mut o, &snap.compression);
+    history(&mut o, s);
     if g.redis_enabled {
         redis(&mut o, r);
     }
@@ -283,6 +284,52 @@ fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
         "1 while /readyz answers 200.",
         u64::from(g.ready),
     );
+}
+
+/// Channel history: what it holds, resumes, backfills and gaps.
+fn history(o: &mut String, s: &Stats) {
+    gauge(
+        o,
+        "corecast_history_messages",
+        "Messages held in channel histories.",
+        s.history_messages,
+    );
+    gauge(
+        o,
+        "corecast_history_bytes",
+        "Bytes channel histories hold (part of the --max-total-outbound budget).",
+        s.history_bytes,
+    );
+    let rows: [(&str, &str, u64); 5] = [
+        (
+            "recoveries",
+            "Subscribes with since that were recovered.",
+            s.recoveries,
+        ),
+        (
+            "recovered_messages",
+            "Messages replayed to recovered subscribes.",
+            s.recovered_messages,
+        ),
+        (
+            "recoveries_failed",
+            "Subscribes with since that could not be recovered.",
+            s.recoveries_failed,
+        ),
+        (
+            "backfilled_messages",
+            "Messages read back from Redis to close a gap.",
+            s.backfilled_messages,
+        ),
+        (
+            "history_gaps",
+            "Gaps that could not be backfilled.",
+            s.history_gaps,
+        ),
+    ];
+    for (name, help, value) in rows {
+        counter(o, &format!("corecast_{name}_total"), help, value);
+    }
 }
 
 /// Refusals: publishes without the grant, per-address limits, wrong purge

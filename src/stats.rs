@@ -108,6 +108,24 @@ pub struct Stats {
     /// WebSockets closed with 1013 and requests answered 503 because their
     /// input grew while the worker was over `--max-total-inbound`.
     pub inbound_budget_refusals: u64,
+    /// Messages held in channel histories (gauge).
+    pub history_messages: u64,
+    /// Bytes channel histories hold, overhead included; part of the
+    /// `--max-total-outbound` budget (gauge).
+    pub history_bytes: u64,
+    /// Subscribes with `since` that were recovered.
+    pub recoveries: u64,
+    /// Messages replayed to recovered subscribes.
+    pub recovered_messages: u64,
+    /// Subscribes with `since` that could not be recovered (epoch
+    /// changed, messages trimmed or expired, replay too large).
+    pub recoveries_failed: u64,
+    /// Messages an instance read back from Redis to close a gap in what
+    /// it received (Redis mode).
+    pub backfilled_messages: u64,
+    /// Gaps that could not be backfilled (JSON subscribers were sent
+    /// `{"type":"gap"}`, path-mode subscribers closed).
+    pub history_gaps: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,

@@ -76,4 +76,6 @@ pub struct Config {
     pub redis: crate::redis::RedisConfig,
     /// The HTTP cache in front of `--origin`.
     pub cache: crate::cache::CacheConfig,
+    /// Per-channel message history (`--history-*`).
+    pub history: crate::history::HistoryLimits,
 }

@@ -58,6 +58,7 @@ impl Default for Config {
             publish_backpressure: 0,
             redis: Default::default(),
             cache: Default::default(),
+            history: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -149,6 +150,12 @@ impl Config {
             idle_timeout_ms: self.idle_timeout.as_millis() as u64,
             handshake_timeout_ms: self.handshake_timeout.as_millis() as u64,
             close_timeout_ms: self.close_timeout.as_millis() as u64,
+            // In Redis mode history lives in Redis; the hub keeps none.
+            history: if self.redis.url.is_some() {
+                Default::default()
+            } else {
+                self.history
+            },
         }
     }
 

@@ -164,6 +164,22 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "max-total-outbound", CORECAST_MAX_TOTAL_OUTBOUND, "BYTES", "1GiB",
         "memory held by outbound frames across all connections, each frame shared by many subscribers counted once; past it the subscriber being queued to is treated as slow"
         => |c, v| set_size(&mut c.max_total_outbound, v);
+    "history-size", CORECAST_HISTORY_SIZE, "N", "0",
+        "messages kept per channel for clients that resume (JSON subscribe with `since`, GET /history); 0 = history off"
+        => |c, v| set_num(&mut c.history.size, v);
+    "history-ttl", CORECAST_HISTORY_TTL, "DURATION", "5m",
+        "how long a channel's messages are kept after its last publish; a channel without subscribers then loses its history (and epoch)"
+        => |c, v| {
+            let d = parse_duration(v)?;
+            if d.is_zero() {
+                return Err("must be more than 0".into());
+            }
+            c.history.ttl_ms = d.as_millis() as u64;
+            Ok(())
+        };
+    "history-max-bytes", CORECAST_HISTORY_MAX_BYTES, "BYTES", "1MiB",
+        "bytes of history kept per channel (payloads + 48 bytes each); all channels' history together only uses what --max-total-outbound leaves free"
+        => |c, v| set_size(&mut c.history.max_bytes, v);
     "publish-backpressure", CORECAST_PUBLISH_BACKPRESSURE, "BYTES", "16MiB",
         "when this much waits to be written to subscribers (each connection counted up to 64 KiB), publishers are read more slowly until it drains"
         => |c, v| set_size(&mut c.publish_backpressure, v);

@@ -4,6 +4,7 @@
 
 use super::tests::{drain, hub_with, limits, sweeps, ws, Counter, RAW, TAGGED};
 use super::*;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;

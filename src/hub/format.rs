@@ -43,6 +43,8 @@ pub struct Delivery<'a> {
     pub opcode: OpCode,
     /// The message as published.
     pub payload: &'a [u8],
+    /// Its offset in the channel's history (0: the channel has none).
+    pub offset: u64,
 }
 
 /// Encodes a delivery into one complete server frame (or several frames

@@ -49,4 +49,6 @@ pub struct HubLimits {
     pub handshake_timeout_ms: u64,
     /// Milliseconds.
     pub close_timeout_ms: u64,
+    /// Per-channel message history (off when `size` is 0).
+    pub history: crate::history::HistoryLimits,
 }

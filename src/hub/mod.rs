@@ -20,14 +20,19 @@
 //! - `timers`: close reasons, deadlines and the keepalive sweep;
 //! - `pacer`: the fan-out write window;
 //! - `format`: wire-format ids and the edge's encoders ([`Encoders`]);
-//! - `limits`: [`HubLimits`], built by the configuration.
+//! - `limits`: [`HubLimits`], built by the configuration;
+//! - `recall`: history as the hub sees it (offsets, resume replays).
+//!
+//! `upstream` is the facade's second file: the `impl Hub` methods an
+//! upstream (Redis) uses — the interest log and subscribe acknowledgements
+//! that wait for its confirmation.
 
-use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use slab::Slab;
 
+use crate::history::{Entry, History, Position};
 use crate::stats::Stats;
 use crate::ws::frame::{encode_close_frame, encode_server_frame, OpCode};
 
@@ -36,11 +41,15 @@ mod format;
 mod limits;
 mod outbox;
 mod pacer;
+mod recall;
 mod registry;
 mod timers;
+mod upstream;
 
 #[cfg(test)]
 mod delivery_tests;
+#[cfg(test)]
+mod history_tests;
 #[cfg(test)]
 mod interest_tests;
 #[cfg(test)]
@@ -52,6 +61,7 @@ pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{
     WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
 };
+pub use recall::Resumed;
 pub use registry::SubscribeError;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
@@ -77,6 +87,8 @@ pub struct Hub {
     /// The clock at the previous sweep (write stalls are counted in
     /// sweep steps).
     last_sweep_ms: u64,
+    /// Per-channel message history (`--history-size`).
+    history: History,
     /// Counters, read by `/stats`.
     pub stats: Stats,
 }
@@ -87,7 +99,11 @@ impl Hub {
     pub fn new(limits: HubLimits, encoders: Encoders) -> Self {
         let window = limits.fanout_window;
         let soft = limits.max_outbound_queue;
+        // Epochs must differ between processes (a restart loses history).
+        let seed =
+            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         Hub {
+            history: History::new(limits.history, seed),
             // Reserved up front: untouched pages cost no RSS, and the table
             // never doubles (no 2x slack, no copy of every entry mid-run).
             conns: Slab::with_capacity(limits.max_connections),
@@ -203,49 +219,6 @@ impl Hub {
             .map(drop)
     }
 
-    /// Subscribes `id` to `name` and sends it `ack` once the upstream
-    /// (Redis) confirmed it delivers the channel, so a message published
-    /// right after the acknowledgement cannot overtake the subscription.
-    /// Without an upstream, or for a channel already confirmed or a
-    /// subscription that already existed, `ack` goes at once.
-    pub fn subscribe_acked(
-        &mut self,
-        id: ConnId,
-        name: &str,
-        ack: Bytes,
-    ) -> Result<(), SubscribeError> {
-        let max = self.limits.max_subscriptions;
-        let new = self
-            .registry
-            .subscribe(&mut self.conns, &mut self.stats, id, name, max)?;
-        let due = if new {
-            self.registry.park_ack(id, name, ack)
-        } else {
-            Some(ack)
-        };
-        if let Some(ack) = due {
-            self.send_to(id, ack);
-        }
-        Ok(())
-    }
-
-    /// The upstream (Redis subscriber) connection is gone; sends every
-    /// waiting acknowledgement (the upstream holds our publishes until a
-    /// new connection restored every subscription).
-    pub fn interest_lost(&mut self) {
-        for (id, ack) in self.registry.interest_lost() {
-            self.send_to(id, ack);
-        }
-    }
-
-    /// Redis answered a subscribe or unsubscribe command for `name`; sends
-    /// the acknowledgements that were waiting for it.
-    pub fn interest_answered(&mut self, name: &str) {
-        for (id, ack) in self.registry.interest_answered(name) {
-            self.send_to(id, ack);
-        }
-    }
-
     /// Subscribes to an internal channel (name outside the client charset,
     /// e.g. the status feed's `!status`), skipping name validation.
     pub fn subscribe_internal(&mut self, id: ConnId, name: &str) {
@@ -253,44 +226,76 @@ impl Hub {
             .subscribe_internal(&mut self.conns, &mut self.stats, id, name);
     }
 
+    /// Subscribes `id` to `name` and, when history is on, answers with the
+    /// channel's position and (with `since`) the replay of what the
+    /// client missed — in one step, so the replay and the live messages
+    /// that follow meet without a gap or a duplicate.
+    pub fn subscribe_from(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        since: Option<(&str, u64)>,
+    ) -> Result<Option<Resumed>, SubscribeError> {
+        self.subscribe(id, name)?;
+        if !self.history.enabled() {
+            return Ok(None);
+        }
+        let max_replay = self.limits.max_outbound_queue.saturating_mul(2);
+        let clock = (self.now_ms, max_replay);
+        let r = recall::resume(&mut self.history, &mut self.stats, name, since, clock);
+        Ok(Some(r))
+    }
+
+    /// At most `limit` messages of `channel`'s history after offset
+    /// `after`, with its position; `None` without history for it.
+    pub fn history(
+        &self,
+        channel: &str,
+        after: u64,
+        limit: usize,
+    ) -> Option<(Position, Vec<Entry>)> {
+        self.history.read(channel, after, limit)
+    }
+
+    /// The subscribers of `channel` and their kinds (for notices that
+    /// depend on the wire format, such as a history gap).
+    pub fn subscribers(&self, channel: &str) -> Vec<(ConnId, ConnKind)> {
+        let Some(cid) = self.registry.lookup(channel) else {
+            return Vec::new();
+        };
+        let ids = self.registry.subscribers(cid).iter();
+        ids.filter_map(|&id| Some((id, self.conns.get(id)?.kind)))
+            .collect()
+    }
+
+    /// What the memory budget leaves for history (also Redis mode's ring
+    /// cache, kept by the edge).
+    pub fn history_budget(&self) -> usize {
+        self.history_room()
+    }
+
+    /// Whether history is on (`--history-size` > 0).
+    pub fn history_enabled(&self) -> bool {
+        self.history.enabled()
+    }
+
+    /// Messages and bytes the histories hold.
+    pub fn history_usage(&self) -> (usize, usize) {
+        (self.history.messages(), self.history.bytes())
+    }
+
+    /// What the memory budget leaves for history: outbound frames come
+    /// first, history uses the rest.
+    fn history_room(&self) -> usize {
+        self.limits
+            .max_total_outbound
+            .saturating_sub(self.totals.unique)
+    }
+
     /// Unsubscribes `id` from `name`; returns whether it was subscribed.
     pub fn unsubscribe(&mut self, id: ConnId, name: &str) -> bool {
         self.registry
             .unsubscribe(&mut self.conns, &mut self.stats, id, name)
-    }
-
-    /// Wakes whoever waits in [`Hub::poll_interest`] (to make it notice it
-    /// should stop).
-    pub fn wake_interest(&mut self) {
-        self.registry.wake_interest();
-    }
-
-    /// Starts recording channels gained and lost (Redis mode).
-    pub fn track_interest(&mut self) {
-        self.registry.track_interest();
-    }
-
-    /// Every channel with local subscribers now; clears the change log, as
-    /// the snapshot supersedes it (used when an upstream connection is
-    /// (re)established).
-    pub fn interest_snapshot(&mut self) -> Vec<Rc<str>> {
-        self.registry.interest_snapshot()
-    }
-
-    /// Interest changes not yet taken by the upstream.
-    #[cfg(test)]
-    pub(crate) fn interest_backlog(&self) -> usize {
-        self.registry.interest_backlog()
-    }
-
-    /// Moves pending interest changes into `out`, in order; pending when
-    /// there are none (the waker is woken on the next change).
-    pub fn poll_interest(
-        &mut self,
-        cx: &mut Context<'_>,
-        out: &mut Vec<(Rc<str>, bool)>,
-    ) -> Poll<()> {
-        self.registry.poll_interest(cx, out)
     }
 
     /// Removes a connection and its subscriptions, O(its subscriptions), and
@@ -329,6 +334,22 @@ impl Hub {
         payload: &[u8],
         sender: Option<u64>,
     ) -> usize {
+        let room = self.history_room();
+        let entry = (opcode, payload);
+        let offset = recall::record(&mut self.history, channel, entry, self.now_ms, room);
+        self.publish_at(channel, opcode, payload, sender, offset)
+    }
+
+    /// [`Hub::publish`] of a message whose history offset was assigned
+    /// elsewhere (Redis mode; 0 = none): not recorded here.
+    pub fn publish_at(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<u64>,
+        offset: u64,
+    ) -> usize {
         self.stats.messages_in += 1;
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
@@ -345,6 +366,7 @@ impl Hub {
             channel,
             opcode,
             payload,
+            offset,
         };
         let Hub {
             registry,
@@ -633,6 +655,9 @@ impl Hub {
             token_expired: Vec::new(),
         };
         timers::sweep(conns, limits, clock, pacer, stats, totals, &mut due);
+        let registry = &self.registry;
+        self.history
+            .sweep(*now_ms, |name| registry.lookup(name).is_some());
         for id in due.token_expired {
             self.close(
                 id,

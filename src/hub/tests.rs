@@ -23,6 +23,7 @@ pub(super) fn limits() -> HubLimits {
         idle_timeout_ms: 75_000,
         handshake_timeout_ms: 10_000,
         close_timeout_ms: 5_000,
+        history: Default::default(),
     }
 }
 

@@ -5,12 +5,20 @@
 //! `--exclude-sender` holds across the Redis hop. A message without the
 //! magic (published by another application with a plain `PUBLISH`) is
 //! delivered as text when it is UTF-8, else as binary.
+//!
+//! With history, the publish script (`redis::stream`) wraps that in a
+//! second envelope carrying the position Redis assigned:
+//! `0xCC 0x02 offset(ASCII decimal) ' ' epoch ' '` followed by the first
+//! envelope, as stored in the channel's stream.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::ws::OpCode;
 
 const MAGIC: [u8; 2] = [0xCC, 0x01];
+const MAGIC_AT: [u8; 2] = [0xCC, 0x02];
+/// Longest epoch accepted in a positioned envelope.
+pub const MAX_EPOCH_LEN: usize = 64;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 19;
 
@@ -32,6 +40,41 @@ pub struct Envelope {
     pub origin: Option<Origin>,
     /// The message bytes (a view into the read buffer).
     pub payload: Bytes,
+    /// Its position in the channel's history, when history is on.
+    pub at: Option<StreamPos>,
+}
+
+/// A position Redis assigned to a message (history on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPos {
+    /// The channel's epoch (ASCII, at most [`MAX_EPOCH_LEN`] bytes).
+    pub epoch: Bytes,
+    /// The message's offset (from 1).
+    pub offset: u64,
+}
+
+/// Splits `CC 02 offset ' ' epoch ' '` off a positioned envelope; `None`
+/// when `raw` is not one (or is malformed: then it is foreign bytes).
+fn split_position(raw: &Bytes) -> Option<(StreamPos, Bytes)> {
+    if raw.len() < 2 || raw[..2] != MAGIC_AT {
+        return None;
+    }
+    let rest = &raw[2..];
+    let sp1 = rest.iter().take(21).position(|&b| b == b' ')?;
+    let offset: u64 = std::str::from_utf8(&rest[..sp1]).ok()?.parse().ok()?;
+    let after = &rest[sp1 + 1..];
+    let sp2 = after
+        .iter()
+        .take(MAX_EPOCH_LEN + 1)
+        .position(|&b| b == b' ')?;
+    let epoch = &after[..sp2];
+    if offset == 0 || epoch.is_empty() || !epoch.iter().all(u8::is_ascii_graphic) {
+        return None;
+    }
+    let start = 2 + sp1 + 1;
+    let epoch = raw.slice(start..start + sp2);
+    let inner = raw.slice(start + sp2 + 1..);
+    Some((StreamPos { epoch, offset }, inner))
 }
 
 /// Writes the header for `opcode` from `origin`.
@@ -43,7 +86,17 @@ pub fn put_header(out: &mut BytesMut, opcode: OpCode, origin: Origin) {
 }
 
 /// Decodes a message received from Redis.
-pub fn decode(mut raw: Bytes) -> Envelope {
+pub fn decode(raw: Bytes) -> Envelope {
+    match split_position(&raw) {
+        Some((at, inner)) => Envelope {
+            at: Some(at),
+            ..decode_plain(inner)
+        },
+        None => decode_plain(raw),
+    }
+}
+
+fn decode_plain(mut raw: Bytes) -> Envelope {
     let ours = raw.len() >= HEADER_LEN && raw[..2] == MAGIC;
     let opcode = if ours { OpCode::from_u8(raw[2]) } else { None };
     match opcode {
@@ -55,6 +108,7 @@ pub fn decode(mut raw: Bytes) -> Envelope {
                 opcode: op,
                 origin: Some(Origin { instance, sender }),
                 payload: raw,
+                at: None,
             }
         }
         _ => {
@@ -67,6 +121,7 @@ pub fn decode(mut raw: Bytes) -> Envelope {
                 opcode,
                 origin: None,
                 payload: raw,
+                at: None,
             }
         }
     }
@@ -178,6 +233,22 @@ mod tests {
             decode(Bytes::from_static(b"\xff\xfe")).opcode,
             OpCode::Binary
         );
+        // Positioned: offset and epoch, then the plain envelope.
+        let mut p = BytesMut::from(&b"\xcc\x0242 ep0ch "[..]);
+        put_header(&mut p, OpCode::Text, origin);
+        p.put_slice(b"hi");
+        let e = decode(p.freeze());
+        let at = e.at.clone().unwrap();
+        assert_eq!((&at.epoch[..], at.offset), (&b"ep0ch"[..], 42));
+        assert_eq!((e.opcode, &e.payload[..]), (OpCode::Text, &b"hi"[..]));
+        for bad in [
+            &b"\xcc\x020 e x"[..],
+            b"\xcc\x02x e x",
+            b"\xcc\x021  x",
+            b"\xcc\x021 e",
+        ] {
+            assert_eq!(decode(Bytes::copy_from_slice(bad)).at, None, "{bad:?}");
+        }
         // A truncated header is foreign bytes, not a panic.
         assert_eq!(decode(Bytes::from_static(b"\xcc\x01\x01")).origin, None);
     }

@@ -70,6 +70,9 @@ pub enum RedisError {
     Resp(RespError),
     /// The host name did not resolve.
     Resolve(String),
+    /// Redis no longer knows our scripts (`NOSCRIPT`, e.g. after `SCRIPT
+    /// FLUSH`): reconnect, load them again, resend what was unanswered.
+    NoScript,
 }
 
 impl fmt::Display for RedisError {
@@ -80,6 +83,7 @@ impl fmt::Display for RedisError {
             RedisError::Refused(e) => write!(f, "refused by Redis: {e}"),
             RedisError::Resp(e) => write!(f, "{e}"),
             RedisError::Resolve(e) => f.write_str(e),
+            RedisError::NoScript => f.write_str("redis lost our scripts (NOSCRIPT)"),
         }
     }
 }

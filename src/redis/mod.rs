@@ -16,6 +16,8 @@
 //!   envelope, bounded `SUBSCRIBE` groups, the `AUTH`/`SELECT` handshake).
 //! - [`cluster`]: Redis Cluster placement: CRC16 slots with hash tags, the
 //!   slot map from `CLUSTER SLOTS`, `MOVED`/`ASK` redirections.
+//! - [`stream`]: history in Redis — the publish and read scripts (one
+//!   atomic step each), hash-tagged keys, `EVALSHA` commands, read replies.
 //! - [`config`]: [`RedisConfig`], Redis mode's settings.
 //! - [`error`]: [`RedisError`], why a connection failed.
 
@@ -27,6 +29,7 @@ pub mod error;
 pub mod inbound;
 pub mod resp;
 pub mod scan;
+pub mod stream;
 pub mod url;
 
 pub use config::RedisConfig;

@@ -66,7 +66,7 @@ pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders
             encode_server_frame(d.opcode, d.payload)
         })
         .with(JSON, |d: &Delivery<'_>| {
-            control::encode_delivery(d.channel, d.opcode, d.payload)
+            control::encode_delivery(d.channel, d.opcode, d.payload, d.offset)
         });
     if !settings.enabled {
         return encoders;
@@ -83,7 +83,8 @@ pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders
                 c.frame(d.opcode, &[d.payload])
             })
             .with(json, move |d: &Delivery<'_>| {
-                let (head, body) = control::delivery_parts(d.channel, d.opcode, d.payload);
+                let (head, body) =
+                    control::delivery_parts(d.channel, d.opcode, d.payload, d.offset);
                 c2.frame(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
             });
     }
@@ -159,6 +160,7 @@ mod tests {
             idle_timeout_ms: 0,
             handshake_timeout_ms: 10_000,
             close_timeout_ms: 5_000,
+            history: Default::default(),
         };
         let stats = SharedCompressionStats::default();
         Hub::new(limits, encoders(&Settings::default(), &stats))

@@ -18,7 +18,7 @@ use crate::server::cache_edge::{self, Incoming};
 use crate::server::sock::{linger_close, write_all_vectored, Sock};
 use crate::server::upgrade::{self, Upgrade};
 use crate::server::worker::Worker;
-use crate::server::{endpoints, publish, ws_conn};
+use crate::server::{endpoints, publish, recall, resume, ws_conn};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -219,6 +219,14 @@ async fn serve(
                 .await
                 .into()
         }
+        // Boxed: a Redis read inline would enlarge every connection's future.
+        Route::History(channel) => match Box::pin(history(w, req, channel, keep_alive)).await {
+            Ok(resp) => resp.into(),
+            Err(refusal) => {
+                reply_error(sock, &refusal, keep_alive).await?;
+                return Ok(after_answer(sock, keep_alive, plan).await);
+            }
+        },
         Route::Cache(_) | Route::CachePurge => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);
@@ -235,6 +243,26 @@ async fn serve(
     };
     write_answer(sock, resp).await?;
     Ok(after_answer(sock, keep_alive, plan).await)
+}
+
+/// `GET /history/{channel}`, under the same rules as subscribing to it;
+/// `Err`: the refusal to answer.
+async fn history(
+    w: &Worker,
+    req: &http::Request,
+    channel: &str,
+    keep_alive: bool,
+) -> Result<Vec<u8>, HttpError> {
+    if let Err((status, message)) = auth::authorize_upgrade(&w.cfg.auth, req, Some(channel)) {
+        w.hub.borrow_mut().stats.auth_failures += 1;
+        log::refused(log::Refusal::Upgrade, "history refused", message);
+        return Err(HttpError { status, message });
+    }
+    let query = req.query.as_deref();
+    Ok(match &w.redis {
+        Some(l) if l.keeps_history() => resume::history_http(w, channel, query, keep_alive).await,
+        _ => recall::history_http(&w.hub.borrow(), channel, query, keep_alive),
+    })
 }
 
 /// The route for `req` on this listener: admin routes answer 404 on the

@@ -21,7 +21,13 @@
 //! - `endpoints`: `/healthz`, `/readyz`, `/stats`, `/metrics`, status.
 //! - `publish`: the publish seam (in-process or through Redis) and
 //!   `POST /publish`.
+//! - `recall`: history at the edge — a JSON subscribe's reply and
+//!   replay, `GET /history/{channel}`.
+//! - `resume`: a JSON subscribe in Redis mode with history (read from
+//!   Redis, then subscribe + replay in one step); `/history` from Redis.
 //! - `ws_conn`: an upgraded connection's reader and writer.
+//! - `relay_edge`: Redis mode's history actions (deliveries in offset
+//!   order, gap notices) applied to the hub.
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
@@ -31,9 +37,9 @@
 //!   raw syscalls; `status.html`: the page served at `/status`.
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `publish`, `ws_conn` → `worker` → `formats`, `redis`,
-//! `cache_edge`, `sock` → `resolve`, `sys`; no file imports one that imports
-//! it back.
+//! `endpoints`, `publish`, `ws_conn` → `resume` → `recall`, `worker` →
+//! `relay_edge` → `formats`; `worker` → `redis`, `cache_edge`, `sock` →
+//! `resolve`, `sys`; no file imports one that imports it back.
 
 mod cache_edge;
 mod endpoints;
@@ -41,8 +47,11 @@ pub mod formats;
 mod http_conn;
 mod iovec;
 mod publish;
+mod recall;
 mod redis;
+mod relay_edge;
 mod resolve;
+mod resume;
 mod sock;
 mod sys;
 mod upgrade;
@@ -282,6 +291,12 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
             due = now + TICK;
             hub.set_now(started.elapsed().as_millis() as u64);
             hub.sweep(&mut expired);
+            if let Some(relay) = &w.relay {
+                let now = hub.now_ms();
+                relay
+                    .borrow_mut()
+                    .sweep(now, |c| hub.subscriber_count(c) > 0);
+            }
         }
         for (fd, why) in expired.drain(..) {
             log!(Debug, "deadline passed", fd = fd, reason = log::Dbg(why));

@@ -14,11 +14,15 @@ use bytes::BytesMut;
 use monoio::net::tcp::TcpOwnedReadHalf;
 
 use crate::config::Config;
+use crate::history::relay::{self, Fetch, Relay};
+use crate::history::Entry;
 use crate::hub::Hub;
 use crate::peers::Peers;
+use crate::redis::envelope::Envelope;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
 use crate::server::redis::{Local, RedisLink};
+use crate::server::relay_edge;
 use crate::server::sock;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
@@ -73,6 +77,9 @@ pub struct Worker {
     /// permessage-deflate's counters (shared with the compressed formats'
     /// encoders inside the hub).
     pub compression: formats::SharedCompressionStats,
+    /// Redis mode with history: the order of what Redis delivers, and a
+    /// cache of recent messages per channel.
+    pub relay: Option<RefCell<Relay>>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -83,7 +90,12 @@ impl Worker {
         let redis = RedisLink::new(&cfg);
         let compression = formats::SharedCompressionStats::default();
         let encoders = formats::encoders(&cfg.compression, &compression);
+        let relay = redis
+            .as_ref()
+            .filter(|l| l.keeps_history())
+            .map(|_| RefCell::new(Relay::new(cfg.history, relay_seed())));
         Rc::new(Worker {
+            relay,
             hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
             compression,
             cache: CacheEdge::new(&cfg, redis.clone()),
@@ -142,6 +154,14 @@ impl Worker {
         worker.outbound_bytes = hub.total_pending() as u64;
         worker.outbound_memory_bytes = hub.outbound_memory() as u64;
         worker.inbound_bytes = self.inbound.get() as u64;
+        let (mut messages, mut bytes) = hub.history_usage();
+        if let Some(relay) = &self.relay {
+            let r = relay.borrow();
+            (messages, bytes) = (r.history().messages(), r.history().bytes());
+            worker.backfilled_messages = r.backfilled;
+            worker.history_gaps = r.gaps;
+        }
+        (worker.history_messages, worker.history_bytes) = (messages as u64, bytes as u64);
         Snapshot {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
@@ -186,4 +206,64 @@ impl Local for Worker {
     fn interest_lost(&self) {
         self.hub.borrow_mut().interest_lost();
     }
+    fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch> {
+        let (Some(relay), Some(at)) = (&self.relay, env.at) else {
+            self.deliver(channel, env.opcode, &env.payload, skip);
+            return None;
+        };
+        // Checked by `envelope::decode` (visible ASCII).
+        let epoch = std::str::from_utf8(&at.epoch).unwrap_or("");
+        let entry = Entry {
+            offset: at.offset,
+            opcode: env.opcode,
+            payload: env.payload,
+        };
+        let mut hub = self.hub.borrow_mut();
+        let clock = (hub.now_ms(), hub.history_budget());
+        let mut actions = Vec::new();
+        let fetch = relay
+            .borrow_mut()
+            .arrive(channel, epoch, entry, clock, &mut actions);
+        relay_edge::apply(&mut hub, channel, actions, skip);
+        fetch
+    }
+
+    fn fetched(&self, fetch: &Fetch, snap: Option<relay::Snapshot>) -> Option<Fetch> {
+        let relay = self.relay.as_ref()?;
+        let mut hub = self.hub.borrow_mut();
+        let clock = (hub.now_ms(), hub.history_budget());
+        let mut actions = Vec::new();
+        let next = relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
+        relay_edge::apply(&mut hub, &fetch.channel, actions, None);
+        next
+    }
+
+    fn confirmed(&self, channel: &str) -> Vec<Fetch> {
+        let Some(relay) = &self.relay else {
+            return Vec::new();
+        };
+        if self.hub.borrow().subscriber_count(channel) == 0 {
+            return Vec::new();
+        }
+        relay.borrow_mut().catch_up(&[Rc::from(channel)])
+    }
+
+    fn catch_up(&self) -> Vec<Fetch> {
+        let Some(relay) = &self.relay else {
+            return Vec::new();
+        };
+        let hub = self.hub.borrow();
+        let mut relay = relay.borrow_mut();
+        let channels: Vec<Rc<str>> = relay
+            .history()
+            .channel_names()
+            .filter(|c| hub.subscriber_count(c) > 0)
+            .collect();
+        relay.catch_up(&channels)
+    }
+}
+
+/// Epochs minted by the relay's rings must differ between processes.
+fn relay_seed() -> u64 {
+    std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 1u8)
 }

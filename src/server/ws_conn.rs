@@ -13,10 +13,12 @@ use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 
 use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
-use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
+use crate::hub::{CloseReason, ConnId, ConnState, Hub, WriterWork};
 use crate::log;
 use crate::server::publish::{route_publish, Published};
+use crate::server::recall;
 use crate::server::redis::RedisLink;
+use crate::server::resume::{self, Deferred};
 use crate::server::sock::{
     drain_close, write_all_vectored, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
 };
@@ -66,6 +68,7 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         grants,
         bucket: TokenBucket::new(w.cfg.auth.publish_rate, w.cfg.auth.publish_rate, w.now_ms()),
         held: None,
+        deferred: None,
         rx: if deflate {
             Receiver::new(Role::Server, w.cfg.ws).with_compression()
         } else {
@@ -116,6 +119,8 @@ enum Drained {
     Throttled(u64),
     /// A connection is over `--max-outbound-queue`: wait until none is.
     Pressed,
+    /// A subscribe waits for its read from Redis (`self.deferred`).
+    Deferred,
     /// The connection is ending.
     End(ReadEnd),
 }
@@ -142,6 +147,8 @@ struct WsReader<'a> {
     bucket: TokenBucket,
     /// A data message waiting for a publish token.
     held: Option<Box<Message>>,
+    /// A subscribe waiting for its history read from Redis.
+    deferred: Option<Box<Deferred>>,
 }
 
 impl WsReader<'_> {
@@ -156,6 +163,15 @@ impl WsReader<'_> {
                     // Boxed: a timer entry in every reader would cost all
                     // connections memory for a path only fast publishers take.
                     Box::pin(monoio::time::sleep(Duration::from_millis(ms))).await;
+                    continue;
+                }
+                Drained::Deferred => {
+                    // Nothing more is read from this client until its
+                    // subscribe is answered: requests stay in order.
+                    if let Some(d) = self.deferred.take() {
+                        // Boxed: only resuming connections pay for it.
+                        Box::pin(resume::subscribe(self.w, self.id, *d)).await;
+                    }
                     continue;
                 }
                 Drained::Pressed => {
@@ -227,6 +243,9 @@ impl WsReader<'_> {
             if let Some(end) = self.on_message(msg) {
                 return Drained::End(end);
             }
+            if self.deferred.is_some() {
+                return Drained::Deferred;
+            }
         }
     }
 
@@ -297,11 +316,12 @@ impl WsReader<'_> {
         None
     }
 
-    fn on_data(&self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
+    fn on_data(&mut self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
         let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {
             let who = (self.id, self.serial, &self.grants);
-            return on_control(hub, redis, &self.w.cfg.auth, who, opcode, &payload);
+            self.deferred = on_control(hub, redis, &self.w.cfg.auth, who, opcode, &payload);
+            return;
         };
         if !self.grants.may_publish(c) {
             hub.stats.publish_forbidden += 1;
@@ -333,7 +353,9 @@ impl WsReader<'_> {
     }
 }
 
-/// One request of the JSON control protocol; replies go through the queue.
+/// One request of the JSON control protocol; replies go through the
+/// queue. A subscribe that must first read history from Redis is
+/// returned instead.
 fn on_control(
     hub: &mut Hub,
     redis: Option<&RedisLink>,
@@ -341,43 +363,42 @@ fn on_control(
     (id, serial, grants): (ConnId, u64, &Grants),
     opcode: OpCode,
     payload: &[u8],
-) {
+) -> Option<Box<Deferred>> {
     if opcode == OpCode::Binary {
         let msg = "binary frames are not part of the control protocol; use data_base64";
         hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
-        return;
+        return None;
     }
     let env = match control::parse(payload) {
         Ok(env) => env,
         Err(e) => {
             hub.send_to(id, control::error(e.code, &e.message, e.id.as_deref()));
-            return;
+            return None;
         }
     };
+    let redis_history = redis.is_some_and(RedisLink::keeps_history);
+    if let control::Request::Subscribe { channel, since } = &env.request {
+        let defer = redis_history
+            && grants.may_subscribe(channel)
+            && crate::channel::valid_channel_name(channel);
+        if defer {
+            let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
+            return Some(Box::new(Deferred { channel, since, id }));
+        }
+    }
     let idv = env.id.as_deref();
     let reply = match env.request {
         control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
-        control::Request::Subscribe { channel } if !grants.may_subscribe(&channel) => {
+        control::Request::Subscribe { channel, .. } if !grants.may_subscribe(&channel) => {
             Some(forbidden(idv))
         }
         control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
             hub.stats.publish_forbidden += 1;
             Some(forbidden(idv))
         }
-        control::Request::Subscribe { channel } => {
-            // In Redis mode the acknowledgement waits for Redis to confirm
-            // the subscription: a publish the client makes after reading
-            // it cannot reach Redis before the SUBSCRIBE.
-            let ack = control::ack("subscribed", &channel, None, idv);
-            match hub.subscribe_acked(id, &channel, ack) {
-                Ok(()) => None,
-                Err(SubscribeError::InvalidChannel) => Some(invalid_channel(idv)),
-                Err(SubscribeError::TooManySubscriptions) => Some(control::error(
-                    ErrorCode::TooManySubscriptions,
-                    "subscription limit reached",
-                    idv,
-                )),
-            }
+        control::Request::Subscribe { channel, since } => {
+            recall::subscribe(hub, id, &channel, since.as_ref(), idv);
+            None
         }
         control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
             control::ack("unsubscribed", &channel, None, idv)
@@ -412,6 +433,7 @@ fn on_control(
     if let Some(frame) = reply {
         hub.send_to(id, frame);
     }
+    None
 }
 
 /// `{"op":"refresh"}`: a valid token for the same channels moves the

@@ -17,9 +17,9 @@ use super::error::ProtocolError;
 use super::frame::{FrameHeader, OpCode};
 use super::inflate::{InflateError, Inflater};
 
-/// What an inflater holds, for the inbound budget: zlib's 32 KiB window
-/// plus its state (about 7 KiB).
-const INFLATER_BYTES: usize = 40 << 10;
+/// What an inflater holds, for the inbound budget: zlib-rs's window and
+/// state (47,552 bytes measured).
+const INFLATER_BYTES: usize = 47_552;
 use super::mask::apply_mask;
 use super::utf8::Utf8Validator;
 

@@ -21,7 +21,7 @@ use super::link::RedisLink;
 use super::reply::CmdKind;
 use crate::log;
 use crate::redis::resp::{self, Reply};
-use crate::redis::RedisError;
+use crate::redis::{stream, RedisError};
 use crate::server::iovec::IoVecs;
 use crate::server::sys;
 
@@ -95,6 +95,13 @@ async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> Redi
 /// Hands every complete reply in `buf` to the command it answers.
 fn drain_replies(link: &RedisLink, buf: &mut BytesMut) -> Result<(), RedisError> {
     while let Some(reply) = resp::decode(buf, &link.limits)? {
+        if stream::is_noscript(&reply) {
+            // Left unanswered: the session ends, the pipeline requeues
+            // this command and everything after it, the reconnect loads
+            // the scripts again and resends them in order.
+            log!(Warn, "redis lost our scripts, reloading");
+            return Err(RedisError::NoScript);
+        }
         let kind = link.shard.pipeline.borrow_mut().on_reply()?;
         let result = match reply {
             Reply::Error(e) => Err(e.to_string()),

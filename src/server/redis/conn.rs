@@ -15,7 +15,7 @@ use monoio::net::TcpStream;
 use super::link::RedisLink;
 use crate::log;
 use crate::redis::resp::{self, Reply};
-use crate::redis::{commands, RedisError};
+use crate::redis::{commands, stream, RedisError};
 use crate::server::sys;
 
 /// Longest pause between reconnect attempts. Short on purpose: after a
@@ -110,7 +110,14 @@ async fn open(link: &RedisLink, role: Role) -> Result<(TcpStream, BytesMut), Red
         .map_err(|_| RedisError::Timeout)??;
     let _ = stream.set_nodelay(true);
     let mut buf = BytesMut::new();
-    for cmd in commands::handshake(url, role == Role::Command) {
+    let mut cmds = commands::handshake(url, role == Role::Command);
+    if role == Role::Command && link.keeping.is_some() {
+        // Loaded on every connect: a restarted Redis has an empty script
+        // cache, and EVALSHA must find them.
+        cmds.push(stream::script_load(stream::PUBLISH_SCRIPT));
+        cmds.push(stream::script_load(stream::READ_SCRIPT));
+    }
+    for cmd in cmds {
         let (res, _) = stream.write_all(cmd).await;
         res?;
         let reply =

@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 use super::reply::{CmdKind, ReplyWaiter};
 use super::shard::Shard;
 use crate::config::Config;
+use crate::history::relay::{Fetch, Snapshot};
 use crate::log;
 use crate::redis::commands;
-use crate::redis::envelope::{Origin, Rejected};
+use crate::redis::envelope::{Envelope, Origin, Rejected};
 use crate::redis::inbound::Inbound;
 use crate::redis::resp::{self, Limits, PipelineFull};
+use crate::redis::stream::{self, Keeping};
 use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
 use crate::stats::RedisStats;
 use crate::ws::OpCode;
@@ -42,6 +44,20 @@ pub trait Local {
     /// The subscriber connection is gone (acknowledgements waiting for it
     /// are due: publishes wait for the next connection's restore).
     fn interest_lost(&self);
+    /// Delivers a message that carries its history position (history
+    /// on): in offset order, exactly once; a skipped range is held back
+    /// and returned as a read to make.
+    fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch>;
+    /// A read made for a [`Fetch`] came back (`None`: it failed); the
+    /// next read to make when it was cut short.
+    fn fetched(&self, fetch: &Fetch, snap: Option<Snapshot>) -> Option<Fetch>;
+    /// The subscriber connection is back: the reads that find what it
+    /// missed while it was down (one per channel with history and local
+    /// subscribers).
+    fn catch_up(&self) -> Vec<Fetch>;
+    /// Redis confirmed our subscription to `channel`: the read that finds
+    /// what was published since its first local subscriber's read.
+    fn confirmed(&self, channel: &str) -> Vec<Fetch>;
 }
 
 /// Least time between two "redis message dropped" log lines.
@@ -69,6 +85,12 @@ pub struct RedisLink {
     pub(super) resolver: Rc<Resolver>,
     /// Counters, read by `/stats` and `/metrics`.
     pub stats: RefCell<RedisStats>,
+    /// How channel history is kept in Redis (`None`: history off).
+    pub(super) keeping: Option<Keeping>,
+    /// Largest payload read back from a stream (`--max-message-size`).
+    pub(super) max_message: usize,
+    /// Epochs minted for channels Redis has no history for.
+    minted: Cell<u64>,
 }
 
 impl RedisLink {
@@ -102,6 +124,13 @@ impl RedisLink {
             resolver: Resolver::new("redis", &url.host, url.port, REDIS_DNS_TTL),
             shard: Shard::new(url, cfg.redis.publish_buffer, cfg.redis.cache_write_buffer),
             stats: RefCell::new(RedisStats::default()),
+            keeping: cfg.history.enabled().then(|| Keeping {
+                size: cfg.history.size,
+                ttl_s: cfg.history.ttl_ms.div_ceil(1000).max(1),
+                read_bytes: cfg.redis.max_reply_size / 2,
+            }),
+            max_message: cfg.ws.max_message_size,
+            minted: Cell::new(0),
         }))
     }
 
@@ -119,7 +148,13 @@ impl RedisLink {
             instance: self.instance,
             sender,
         };
-        let cmd = commands::publish(&self.prefix, channel, opcode, origin, payload);
+        let cmd = match &self.keeping {
+            Some(k) => {
+                let epoch = self.mint_epoch();
+                stream::publish(&self.prefix, channel, (opcode, origin, payload), k, &epoch)
+            }
+            None => commands::publish(&self.prefix, channel, opcode, origin, payload),
+        };
         let waiter = want_reply.then(|| Rc::new(ReplyWaiter::default()));
         let pushed = self.shard.push(cmd, CmdKind::Publish(waiter.clone()));
         let mut stats = self.stats.borrow_mut();
@@ -128,6 +163,45 @@ impl RedisLink {
             Err(_) => stats.publishes_rejected += 1,
         }
         pushed.map(|()| waiter)
+    }
+
+    /// An epoch for a channel Redis has no history for (used only if
+    /// Redis has none when the script runs): unique per instance and call.
+    fn mint_epoch(&self) -> String {
+        let n = self.minted.get() + 1;
+        self.minted.set(n);
+        // The instance id is random per process; the counter makes every
+        // call's candidate differ (a channel recreated by the same
+        // instance must not get its old epoch back).
+        format!("{:016x}{n:x}", self.instance)
+    }
+
+    /// Whether channel history is kept in Redis.
+    pub fn keeps_history(&self) -> bool {
+        self.keeping.is_some()
+    }
+
+    /// Queues a read of `channel`'s position and its stream from offset
+    /// `from` (at most `--history-size` entries; none when `from` is 0).
+    /// With `create`, a channel without history gets an epoch (a
+    /// subscriber needs a position); without, it is left alone.
+    pub fn read_history(
+        &self,
+        channel: &str,
+        from: u64,
+        create: bool,
+    ) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let k = self.keeping.as_ref().expect("history on");
+        let count = if from == 0 { 0 } else { k.size };
+        let epoch = if create {
+            self.mint_epoch()
+        } else {
+            String::new()
+        };
+        let cmd = stream::read(&self.prefix, channel, k, &epoch, from.max(1), count);
+        let waiter = Rc::new(ReplyWaiter::default());
+        self.shard.push(cmd, CmdKind::Command(waiter.clone()))?;
+        Ok(waiter)
     }
 
     /// Queues any command (not a publish) and returns where to wait for

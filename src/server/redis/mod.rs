@@ -14,10 +14,12 @@
 //! - `command`: the pipelined command connection.
 //! - `subscriber`: the subscriber connection and the interest follower.
 //! - `canary`: the readiness canary.
+//! - `backfill`: reads of a channel's history stream (resume, gaps).
 //!
-//! Imports go one way: `command`, `subscriber`, `canary` → `link`,
+//! Imports go one way: `command`, `subscriber`, `canary` → `backfill`, `link`,
 //! `shard`, `reply`, `conn`; nothing here imports the worker.
 
+mod backfill;
 mod canary;
 mod command;
 mod conn;
@@ -28,6 +30,7 @@ mod subscriber;
 
 use std::rc::Rc;
 
+pub use backfill::{read as read_history, read_if_any as read_history_if_any};
 pub use link::{Local, RedisLink};
 pub use reply::ReplyWaiter;
 

@@ -15,9 +15,9 @@ use bytes::BytesMut;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
-use super::canary;
 use super::conn::{self, read_some, Role};
 use super::link::{Local, RedisLink};
+use super::{backfill, canary};
 use crate::log;
 use crate::redis::commands::{self, Interest};
 use crate::redis::envelope::Envelope;
@@ -97,7 +97,7 @@ async fn run(
         async move { interest_writer(&link, &*local, &mut wr, &stop).await }
     });
     let err = loop {
-        if let Err(e) = deliver_events(link, &**local, &mut buf, &mut restore) {
+        if let Err(e) = deliver_events(link, local, &mut buf, &mut restore) {
             break e;
         }
         match read_some(&stream, &mut buf).await {
@@ -123,8 +123,8 @@ struct Restore {
 /// Handles every event in `buf`: all messages of one read are fanned out
 /// before any WebSocket writer runs.
 fn deliver_events(
-    link: &RedisLink,
-    local: &dyn Local,
+    link: &Rc<RedisLink>,
+    local: &Rc<dyn Local>,
     buf: &mut BytesMut,
     restore: &mut Restore,
 ) -> Result<(), RedisError> {
@@ -137,14 +137,22 @@ fn deliver_events(
                 channel,
                 subscribed,
             } => {
-                if let Some(name) = channel.as_deref().and_then(|c| std::str::from_utf8(c).ok()) {
+                let name = channel.as_deref().and_then(|c| std::str::from_utf8(c).ok());
+                if let Some(name) = name {
                     local.interest_answered(name);
                 }
                 if subscribed && restore.pending > 0 {
                     restore.pending -= 1;
                     if restore.pending == 0 {
                         restored(link, restore.channels);
+                        if link.keeps_history() {
+                            // Subscribed again: what was published while the
+                            // connection was down is read back from the streams.
+                            backfill::spawn(link, local, local.catch_up());
+                        }
                     }
+                } else if let Some(name) = name.filter(|_| subscribed) {
+                    confirmed(link, local, name);
                 }
             }
             Event::Other => {}
@@ -152,6 +160,16 @@ fn deliver_events(
         }
     }
     Ok(())
+}
+
+/// A channel's first local subscriber made us `SUBSCRIBE`; now that
+/// Redis confirmed it, everything published from here on reaches us, and
+/// what was published between that subscriber's read of the stream and
+/// this moment is read back (history on).
+fn confirmed(link: &Rc<RedisLink>, local: &Rc<dyn Local>, channel: &str) {
+    if link.keeps_history() {
+        backfill::spawn(link, local, local.confirmed(channel));
+    }
 }
 
 /// Every subscription of a (re)connect is confirmed: publishing may start.
@@ -164,7 +182,7 @@ fn restored(link: &RedisLink, channels: usize) {
     link.shard.wake_writer();
 }
 
-fn on_message(link: &RedisLink, local: &dyn Local, channel: &[u8], env: Envelope) {
+fn on_message(link: &Rc<RedisLink>, local: &Rc<dyn Local>, channel: &[u8], env: Envelope) {
     // Checked by `Inbound`; a second look costs a few bytes.
     let Ok(name) = std::str::from_utf8(channel) else {
         return;
@@ -174,6 +192,12 @@ fn on_message(link: &RedisLink, local: &dyn Local, channel: &[u8], env: Envelope
         .filter(|o| o.instance == link.instance)
         .map(|o| o.sender);
     link.stats.borrow_mut().messages_received += 1;
+    if env.at.is_some() && link.keeps_history() {
+        if let Some(fetch) = local.deliver_at(name, env, skip) {
+            backfill::spawn(link, local, vec![fetch]);
+        }
+        return;
+    }
     local.deliver(name, env.opcode, &env.payload, skip);
 }
 

@@ -1,0 +1,104 @@
+//! The facade's side facing an upstream (Redis): the interest log it
+//! follows, and subscribe acknowledgements that wait for the upstream to
+//! confirm a channel (see `registry`).
+
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+
+use super::conn::ConnId;
+use super::registry::SubscribeError;
+use super::Hub;
+
+impl Hub {
+    /// Subscribes `id` to `name` and sends it `ack` once the upstream
+    /// (Redis) confirmed it delivers the channel, so a message published
+    /// right after the acknowledgement cannot overtake the subscription.
+    /// Without an upstream, or for a channel already confirmed or a
+    /// subscription that already existed, `ack` goes at once.
+    pub fn subscribe_acked(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        ack: Bytes,
+    ) -> Result<(), SubscribeError> {
+        let new = !self.is_subscribed(id, name);
+        self.subscribe(id, name)?;
+        self.ack_when_confirmed(id, name, ack, new);
+        Ok(())
+    }
+
+    /// Sends `ack` to `id`, just subscribed to `name`, once the upstream
+    /// confirmed the channel (at once without an upstream, for a confirmed
+    /// channel, or when the subscription is not `new`: a repeated
+    /// subscribe parks nothing, so parked acks stay one per subscriber).
+    pub fn ack_when_confirmed(&mut self, id: ConnId, name: &str, ack: Bytes, new: bool) {
+        let due = match new {
+            true => self.registry.park_ack(id, name, ack),
+            false => Some(ack),
+        };
+        if let Some(ack) = due {
+            self.send_to(id, ack);
+        }
+    }
+
+    /// Whether `id` is subscribed to `name`: O(its subscriptions).
+    pub fn is_subscribed(&self, id: ConnId, name: &str) -> bool {
+        let (Some(cid), Some(c)) = (self.registry.lookup(name), self.conns.get(id)) else {
+            return false;
+        };
+        c.subs.iter().any(|&(x, _)| x == cid)
+    }
+
+    /// The upstream (Redis subscriber) connection is gone; sends every
+    /// waiting acknowledgement (the upstream holds our publishes until a
+    /// new connection restored every subscription).
+    pub fn interest_lost(&mut self) {
+        for (id, ack) in self.registry.interest_lost() {
+            self.send_to(id, ack);
+        }
+    }
+
+    /// Redis answered a subscribe or unsubscribe command for `name`; sends
+    /// the acknowledgements that were waiting for it.
+    pub fn interest_answered(&mut self, name: &str) {
+        for (id, ack) in self.registry.interest_answered(name) {
+            self.send_to(id, ack);
+        }
+    }
+
+    /// Wakes whoever waits in [`Hub::poll_interest`] (to make it notice it
+    /// should stop).
+    pub fn wake_interest(&mut self) {
+        self.registry.wake_interest();
+    }
+
+    /// Starts recording channels gained and lost (Redis mode).
+    pub fn track_interest(&mut self) {
+        self.registry.track_interest();
+    }
+
+    /// Every channel with local subscribers now; clears the change log, as
+    /// the snapshot supersedes it (used when an upstream connection is
+    /// (re)established).
+    pub fn interest_snapshot(&mut self) -> Vec<Rc<str>> {
+        self.registry.interest_snapshot()
+    }
+
+    /// Interest changes not yet taken by the upstream.
+    #[cfg(test)]
+    pub(crate) fn interest_backlog(&self) -> usize {
+        self.registry.interest_backlog()
+    }
+
+    /// Moves pending interest changes into `out`, in order; pending when
+    /// there are none (the waker is woken on the next change).
+    pub fn poll_interest(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Vec<(Rc<str>, bool)>,
+    ) -> Poll<()> {
+        self.registry.poll_interest(cx, out)
+    }
+}

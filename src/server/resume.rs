@@ -1,0 +1,149 @@
+//! A JSON subscribe in Redis mode with history: the channel's position
+//! (and, with `since`, the missed messages) is read from Redis first; then,
+//! in one step with the hub, local subscribers are brought up to the read,
+//! the connection is subscribed, and the reply and replay are queued ahead
+//! of anything live. Also `GET /history/{channel}` from Redis.
+
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+
+use crate::control::{self, At, ErrorCode, Since};
+
+use crate::history::relay::{Resume, Snapshot};
+use crate::hub::{ConnId, Hub, SubscribeError};
+use crate::server::recall;
+use crate::server::redis::{read_history, read_history_if_any};
+use crate::server::relay_edge;
+use crate::server::worker::Worker;
+
+/// A subscribe waiting for its read from Redis.
+pub struct Deferred {
+    /// The channel (name already checked).
+    pub channel: String,
+    /// Where the client wants to resume from.
+    pub since: Option<Since>,
+    /// The request's id.
+    pub id: Option<Box<RawValue>>,
+}
+
+/// Runs a deferred subscribe to the end (reply queued).
+pub async fn subscribe(w: &Worker, id: ConnId, d: Deferred) {
+    let read = read_settled(w, &d.channel, d.since.as_ref()).await;
+    let mut hub = w.hub.borrow_mut();
+    let idv = d.id.as_deref();
+    let (Ok(snap), Some(relay)) = (read, &w.relay) else {
+        let msg = "history unavailable (redis); not subscribed, retry";
+        hub.send_to(id, control::error(ErrorCode::Unavailable, msg, idv));
+        return;
+    };
+    let channel = d.channel.as_str();
+    let warm = hub.subscriber_count(channel) > 0;
+    let since = d.since.as_ref().map(|s| (s.epoch.as_str(), s.offset));
+    let clock = (hub.now_ms(), hub.history_budget());
+    let mut actions = Vec::new();
+    let r = relay
+        .borrow_mut()
+        .resume(channel, since, snap, warm, clock, &mut actions);
+    // Local subscribers first (the connection is not one yet).
+    relay_edge::apply(&mut hub, channel, actions, None);
+    if let Err(e) = hub.subscribe(id, channel) {
+        let reply = match e {
+            SubscribeError::InvalidChannel => {
+                control::error(ErrorCode::InvalidChannel, "invalid channel name", idv)
+            }
+            SubscribeError::TooManySubscriptions => control::error(
+                ErrorCode::TooManySubscriptions,
+                "subscription limit reached",
+                idv,
+            ),
+        };
+        hub.send_to(id, reply);
+        return;
+    }
+    send(&mut hub, id, channel, r, idv);
+}
+
+/// Most re-reads while this instance is behind the read (see
+/// `Relay::behind`), and the pause before each: a resume waits at most
+/// about half a second for this instance's own backlog, then answers
+/// `recovered:false` rather than risk a duplicate.
+const BEHIND_RETRIES: u32 = 50;
+const BEHIND_PAUSE: Duration = Duration::from_millis(10);
+
+/// Reads the channel's position (and with `since`, the range after it),
+/// again while this instance has yet to receive what the read shows.
+async fn read_settled(
+    w: &Worker,
+    channel: &str,
+    since: Option<&Since>,
+) -> Result<Snapshot, String> {
+    let link = w.redis.as_ref().expect("deferred only in redis mode");
+    let relay = w.relay.as_ref().ok_or("history off")?;
+    let mut tries = 0;
+    loop {
+        let from = since.map_or(0, |s| relay.borrow().read_from(channel, s.offset));
+        let snap = read_history(link, channel, from).await?;
+        let warm = w.hub.borrow().subscriber_count(channel) > 0;
+        let behind = since.is_some() && relay.borrow().behind(channel, warm, &snap);
+        if !behind || tries == BEHIND_RETRIES {
+            return Ok(snap);
+        }
+        tries += 1;
+        monoio::time::sleep(BEHIND_PAUSE).await;
+    }
+}
+
+fn send(hub: &mut Hub, id: ConnId, channel: &str, mut r: Resume, idv: Option<&RawValue>) {
+    let max_replay = hub.limits().max_outbound_queue.saturating_mul(2);
+    let bytes: usize = r.replay.iter().map(|e| e.payload.len() + 96).sum();
+    if bytes > max_replay {
+        r.recovered = Some(false);
+        r.replay.clear();
+    }
+    match r.recovered {
+        Some(true) => {
+            hub.stats.recoveries += 1;
+            hub.stats.recovered_messages += r.replay.len() as u64;
+        }
+        Some(false) => hub.stats.recoveries_failed += 1,
+        None => {}
+    }
+    let at = At {
+        epoch: &r.position.epoch,
+        offset: r.position.offset,
+    };
+    hub.send_to(id, control::subscribed(channel, at, r.recovered, idv));
+    for e in &r.replay {
+        let frame = control::encode_delivery(channel, e.opcode, &e.payload, e.offset);
+        if !hub.send_to(id, frame) {
+            return;
+        }
+    }
+}
+
+/// `GET /history/{channel}` in Redis mode: the same answer as embedded
+/// mode's (`recall::history_http`), read from the channel's stream.
+pub async fn history_http(
+    w: &Worker,
+    channel: &str,
+    query: Option<&str>,
+    keep_alive: bool,
+) -> Vec<u8> {
+    let link = w.redis.as_ref().expect("redis mode");
+    let (since, limit) = match recall::parse_query(query) {
+        Ok(q) => q,
+        Err(message) => return recall::error(400, message, keep_alive),
+    };
+    let read = read_history_if_any(link, channel, since.saturating_add(1), false).await;
+    match read {
+        Ok(Some(mut snap)) => {
+            snap.entries.truncate(limit);
+            let at = Some((snap.epoch.as_str(), snap.top));
+            recall::history_json(channel, at, &snap.entries, keep_alive)
+        }
+        // Not created by a read: a GET must not make keys.
+        Ok(None) => recall::history_json(channel, None, &[], keep_alive),
+        Err(_) => recall::error(503, "history unavailable (redis)", keep_alive),
+    }
+}
