@@ -107,6 +107,30 @@ pub struct Stats {
     /// Connections closed with 1013 because their input grew while the
     /// worker was over `--max-total-inbound`.
     pub inbound_budget_refusals: u64,
+    /// Open Pusher protocol connections (gauge).
+    pub pusher_connections: u64,
+    /// Pusher connections refused in-band: unknown app key (4001),
+    /// unsupported protocol (4007), app over capacity (4100).
+    pub pusher_connections_refused: u64,
+    /// Pusher subscriptions refused (`pusher:subscription_error`): bad
+    /// signature, bad `channel_data`, full presence channel, limit.
+    pub pusher_subscriptions_refused: u64,
+    /// Of those, private/presence subscriptions with a missing or wrong
+    /// signature.
+    pub pusher_auth_failures: u64,
+    /// Pusher frames answered with `pusher:error` (not understood, client
+    /// events not allowed).
+    pub pusher_errors: u64,
+    /// Client events relayed.
+    pub pusher_client_events: u64,
+    /// Client events refused over `--pusher-client-event-rate` (4301).
+    pub pusher_client_events_limited: u64,
+    /// Pusher HTTP API requests served (any answer).
+    pub pusher_api_requests: u64,
+    /// Pusher HTTP API requests refused for their signature (401).
+    pub pusher_api_unauthorized: u64,
+    /// Events published through the Pusher HTTP API (one per channel).
+    pub pusher_api_events: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,

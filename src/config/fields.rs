@@ -74,4 +74,6 @@ pub struct Config {
     pub redis: crate::redis::RedisConfig,
     /// The HTTP cache in front of `--origin`.
     pub cache: crate::cache::CacheConfig,
+    /// The Pusher protocol's apps and limits.
+    pub pusher: crate::pusher::PusherConfig,
 }

@@ -57,6 +57,7 @@ impl Default for Config {
             publish_backpressure: 0,
             redis: Default::default(),
             cache: Default::default(),
+            pusher: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -99,7 +100,8 @@ pub enum Command {
 pub const DEFAULT_HEALTHCHECK_URL: &str = "http://127.0.0.1:8080/healthz";
 
 /// Applies a TOML configuration file: keys are the flag names
-/// (`max-frame-size = "16MiB"`, `cpu = 0`, `exclude-sender = true`).
+/// (`max-frame-size = "16MiB"`, `cpu = 0`, `exclude-sender = true`; a list option
+/// may be an array of strings).
 pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), ConfigError> {
     // Not `{e}`: toml's message quotes the offending line, which may hold a
     // secret. The line number and the parser's reason are enough.
@@ -118,6 +120,12 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
+            // A list option (`pusher-app = ["1:k:s", "2:k:s"]`).
+            toml::Value::Array(a) if a.iter().all(toml::Value::is_str) => a
+                .iter()
+                .filter_map(toml::Value::as_str)
+                .collect::<Vec<_>>()
+                .join(","),
             other => {
                 return Err(ConfigError(format!(
                     "{origin}: `{key}` must be a string, integer or boolean, not {}",

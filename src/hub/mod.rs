@@ -60,6 +60,12 @@ use outbox::{Queueing, Totals};
 use pacer::Pacer;
 use registry::Registry;
 
+/// Set in a publish's sender serial: skip that connection whatever
+/// `--exclude-sender` says (Pusher client events, which are never echoed,
+/// and the HTTP API's `socket_id`). Serials never reach this bit, and the
+/// sender travels through Redis unchanged, so it holds across the hop.
+pub const EXCLUDE_ALWAYS: u64 = 1 << 63;
+
 /// The connection table and channel registry of one worker.
 pub struct Hub {
     conns: Slab<Conn>,
@@ -125,6 +131,12 @@ impl Hub {
     /// Number of channels with at least one subscriber.
     pub fn channel_count(&self) -> usize {
         self.registry.len()
+    }
+
+    /// Channels whose name starts with `prefix`, with their subscriber
+    /// counts (O(all channels): for admin APIs, not hot paths).
+    pub fn channels_with_prefix(&self, prefix: &str) -> Vec<(Rc<str>, usize)> {
+        self.registry.with_prefix(prefix)
     }
 
     /// Subscribers of `name` on this worker.
@@ -197,7 +209,7 @@ impl Hub {
     pub fn subscribe(&mut self, id: ConnId, name: &str) -> Result<(), SubscribeError> {
         let max = self.limits.max_subscriptions;
         self.registry
-            .subscribe(&mut self.conns, &mut self.stats, id, name, max)
+            .subscribe(&mut self.conns, &mut self.stats, (id, name, false), max)
             .map(drop)
     }
 
@@ -212,10 +224,32 @@ impl Hub {
         name: &str,
         ack: Bytes,
     ) -> Result<(), SubscribeError> {
+        self.subscribe_acked_as(id, (name, false), ack)
+    }
+
+    /// [`Hub::subscribe_acked`] to an internal channel of another
+    /// protocol (the Pusher edge's `pusher/{app}/{channel}`): the name is
+    /// not checked against the client charset, the subscription bound
+    /// holds.
+    pub fn subscribe_internal_acked(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        ack: Bytes,
+    ) -> Result<(), SubscribeError> {
+        self.subscribe_acked_as(id, (name, true), ack)
+    }
+
+    fn subscribe_acked_as(
+        &mut self,
+        id: ConnId,
+        (name, internal): (&str, bool),
+        ack: Bytes,
+    ) -> Result<(), SubscribeError> {
         let max = self.limits.max_subscriptions;
-        let new = self
-            .registry
-            .subscribe(&mut self.conns, &mut self.stats, id, name, max)?;
+        let new =
+            self.registry
+                .subscribe(&mut self.conns, &mut self.stats, (id, name, internal), max)?;
         let due = if new {
             self.registry.park_ack(id, name, ack)
         } else {
@@ -331,7 +365,9 @@ impl Hub {
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
         };
-        let skip = sender.filter(|_| self.limits.exclude_sender);
+        let skip = sender
+            .filter(|s| self.limits.exclude_sender || s & EXCLUDE_ALWAYS != 0)
+            .map(|s| s & !EXCLUDE_ALWAYS);
         // One clock read per publish (not per subscriber); none when the
         // histogram is off.
         let t0 = if self.limits.histograms {

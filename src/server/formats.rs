@@ -5,6 +5,7 @@
 use crate::control;
 use crate::hub::{Delivery, Encoders, Format};
 use crate::ws::frame::encode_server_frame;
+use crate::ws::OpCode;
 
 /// Path mode (`GET /ws/{channel}`, the status feed): the frame as it was
 /// published.
@@ -12,6 +13,11 @@ pub const PATH: Format = Format::new(0);
 /// The control protocol (`GET /ws`): a JSON envelope naming the channel
 /// (`control::encode_delivery`).
 pub const JSON: Format = Format::new(1);
+
+/// The Pusher protocol (`GET /app/{key}`): what is published on a Pusher
+/// channel is already the event's JSON (`pusher::protocol`), so this only
+/// frames it — once per publish for every Pusher subscriber.
+pub const PUSHER: Format = Format::new(2);
 
 /// Every format's encoder, for `Hub::new`.
 pub fn encoders() -> Encoders {
@@ -22,13 +28,15 @@ pub fn encoders() -> Encoders {
         .with(JSON, |d: &Delivery<'_>| {
             control::encode_delivery(d.channel, d.opcode, d.payload)
         })
+        .with(PUSHER, |d: &Delivery<'_>| {
+            encode_server_frame(OpCode::Text, d.payload)
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hub::{ConnKind, Hub, HubLimits, SlowConsumerPolicy};
-    use crate::ws::OpCode;
     use bytes::Bytes;
 
     fn hub() -> Hub {

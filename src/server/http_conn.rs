@@ -18,7 +18,7 @@ use crate::server::cache_edge::{self, Incoming};
 use crate::server::sock::{linger_close, write_all_vectored, Sock};
 use crate::server::upgrade::{self, Upgrade};
 use crate::server::worker::Worker;
-use crate::server::{endpoints, publish, ws_conn};
+use crate::server::{endpoints, publish, pusher_api, ws_conn};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -216,6 +216,15 @@ async fn serve(
                 return Ok(Next::Close);
             };
             publish::publish_http(w, channel, &body, req.keep_alive)
+                .await
+                .into()
+        }
+        Route::PusherApi(rest) => {
+            let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
+                return Ok(Next::Close);
+            };
+            // Boxed: the API's future is short-lived and large.
+            Box::pin(pusher_api::respond(w, rest, req, &body))
                 .await
                 .into()
         }

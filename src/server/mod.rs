@@ -22,6 +22,9 @@
 //! - `publish`: the publish seam (in-process or through Redis) and
 //!   `POST /publish`.
 //! - `ws_conn`: an upgraded connection's reader and writer.
+//! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
+//!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
+//!   (`/apps/{id}/...`), publishing through `publish`.
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
@@ -30,7 +33,7 @@
 //!   raw syscalls; `status.html`: the page served at `/status`.
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `publish`, `ws_conn` → `worker` → `formats`, `redis`,
+//! `endpoints`, `pusher_api`, `ws_conn` → `pusher_ws` → `publish` → `worker` → `formats`, `redis`,
 //! `cache_edge`, `sock` → `sys`; no file imports one that imports it back.
 
 mod cache_edge;
@@ -39,6 +42,8 @@ pub mod formats;
 mod http_conn;
 mod iovec;
 mod publish;
+mod pusher_api;
+mod pusher_ws;
 mod redis;
 mod sock;
 mod sys;

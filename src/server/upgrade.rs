@@ -11,18 +11,31 @@ use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
 use crate::peers::PeerRefusal;
+use crate::pusher;
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
 use crate::server::sock::Sock;
 use crate::server::worker::Worker;
 
-/// An accepted upgrade: the mode, the channel of `/ws/{channel}`, and
-/// what the connection's token allows.
-pub type Upgrade = (ConnKind, Option<String>, Grants);
+/// An accepted upgrade.
+pub struct Upgrade {
+    /// The mode (wire format).
+    pub kind: ConnKind,
+    /// The channel of `/ws/{channel}` (or the status feed's).
+    pub channel: Option<String>,
+    /// What the connection's token allows.
+    pub grants: Grants,
+    /// A Pusher connection: its app's index, or the close code it is
+    /// refused with once the WebSocket is open (Pusher reports errors
+    /// in-band, so pusher-js sees the code and decides on reconnecting).
+    pub pusher: Option<Result<usize, u16>>,
+}
 
 /// The mode and channel of an upgrading route; `None` for other routes.
+/// For `GET /app/{key}` the "channel" is the app key.
 pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
     match route {
+        Route::PusherWs(key) => Some((ConnKind::Ws(formats::PUSHER), Some(key.to_string()))),
         Route::WsChannel(c) => Some((ConnKind::Ws(formats::PATH), Some(c.to_string()))),
         Route::WsMulti => Some((ConnKind::Ws(formats::JSON), None)),
         Route::StatusWs => Some((
@@ -57,6 +70,10 @@ pub async fn upgrade(
         refuse(sock, &err).await?;
         return Ok(None);
     }
+    if kind == ConnKind::Ws(formats::PUSHER) {
+        let key = channel.as_deref().unwrap_or_default();
+        return pusher_upgrade(w, sock, (id, req), key).await;
+    }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
     let checked = if status_feed {
         None
@@ -81,6 +98,23 @@ pub async fn upgrade(
             return Ok(None);
         }
     };
+    let up = Upgrade {
+        kind,
+        channel,
+        grants,
+        pusher: None,
+    };
+    accept(w, sock, id, req, up).await
+}
+
+/// Writes the `101` (or refuses a bad handshake).
+async fn accept(
+    w: &Worker,
+    sock: &mut Sock,
+    id: ConnId,
+    req: &http::Request,
+    up: Upgrade,
+) -> io::Result<Option<Upgrade>> {
     match &req.upgrade {
         Ok(accept) => {
             let (res, _) = sock
@@ -88,7 +122,7 @@ pub async fn upgrade(
                 .write_all(crate::ws::handshake::response_101(accept))
                 .await;
             res?;
-            Ok(Some((kind, channel, grants)))
+            Ok(Some(up))
         }
         Err(e) => {
             w.hub.borrow_mut().stats.handshake_failures += 1;
@@ -97,6 +131,42 @@ pub async fn upgrade(
             Ok(None)
         }
     }
+}
+
+/// `GET /app/{key}`: only the `Origin` allow-list applies (Pusher
+/// clients carry no token; channels are authorized one by one); an
+/// unknown key or protocol is refused in-band after the upgrade.
+async fn pusher_upgrade(
+    w: &Worker,
+    sock: &mut Sock,
+    (id, req): (ConnId, &http::Request),
+    key: &str,
+) -> io::Result<Option<Upgrade>> {
+    if !auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
+        w.hub.borrow_mut().stats.auth_failures += 1;
+        let message = "origin not allowed";
+        log::refused(log::Refusal::Upgrade, "upgrade refused", message);
+        refuse(
+            sock,
+            &HttpError {
+                status: 403,
+                message,
+            },
+        )
+        .await?;
+        return Ok(None);
+    }
+    let verdict = match w.cfg.pusher.by_key(key) {
+        None => Err(pusher::protocol::code::APP_NOT_FOUND),
+        Some((app, _)) => pusher::check_protocol(req.query.as_deref()).map(|()| app),
+    };
+    let up = Upgrade {
+        kind: ConnKind::Ws(formats::PUSHER),
+        channel: None,
+        grants: Grants::read_only(),
+        pusher: Some(verdict),
+    };
+    accept(w, sock, id, req, up).await
 }
 
 async fn refuse(sock: &mut Sock, err: &HttpError) -> io::Result<()> {

@@ -16,6 +16,7 @@ use monoio::net::tcp::TcpOwnedReadHalf;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::peers::Peers;
+use crate::pusher::PusherState;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
 use crate::server::redis::{Local, RedisLink};
@@ -40,6 +41,8 @@ pub struct Worker {
     pub peers: RefCell<Peers>,
     /// Input held by WebSocket readers (`--max-total-inbound`).
     pub inbound: Cell<usize>,
+    /// What the Pusher connections share (presence, per-app counts).
+    pub pusher: RefCell<PusherState>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -54,6 +57,7 @@ impl Worker {
             redis,
             peers: RefCell::new(Peers::new(cfg.peers.clone())),
             inbound: Cell::new(0),
+            pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),

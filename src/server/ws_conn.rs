@@ -17,6 +17,7 @@ use crate::control::{self, ErrorCode};
 use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
 use crate::server::publish::{route_publish, Published};
+use crate::server::pusher_ws;
 use crate::server::redis::RedisLink;
 use crate::server::sock::{
     drain_close, write_all_vectored, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
@@ -29,7 +30,12 @@ use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
 /// the close handshake or the socket ends, then waits for the writer.
 pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
-    let (kind, channel, grants) = up;
+    let Upgrade {
+        kind,
+        channel,
+        grants,
+        pusher,
+    } = up;
     {
         let mut hub = w.hub.borrow_mut();
         hub.upgrade(id, kind);
@@ -51,10 +57,12 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     let Sock { mut rd, wr, fd } = sock;
     let writer = monoio::spawn(writer(w.clone(), wr, id));
     let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
+    let session = pusher.and_then(|verdict| pusher_ws::open(w, id, serial, verdict));
     let mut reader = WsReader {
         w,
         id,
         serial,
+        pusher: session.map(Box::new),
         channel: channel.as_deref(),
         grants,
         bucket: TokenBucket::new(w.cfg.auth.publish_rate, w.cfg.auth.publish_rate, w.now_ms()),
@@ -62,6 +70,9 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         rx: Receiver::new(Role::Server, w.cfg.ws),
     };
     let outcome = reader.run(&mut rd, fd, buf).await;
+    if let Some(session) = reader.pusher.take() {
+        pusher_ws::close(w, *session);
+    }
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
         // The peer is gone or silent: unblock a writer stuck on a full socket.
         sys::shutdown(fd);
@@ -141,6 +152,8 @@ struct WsReader<'a> {
     id: ConnId,
     serial: u64,
     channel: Option<&'a str>,
+    /// A Pusher protocol connection's session (`GET /app/{key}`).
+    pusher: Option<Box<pusher_ws::Session>>,
     rx: Receiver,
     grants: Grants,
     /// `--publish-rate`: over it, the connection is simply read later.
@@ -300,7 +313,10 @@ impl WsReader<'_> {
         None
     }
 
-    fn on_data(&self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
+    fn on_data(&mut self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
+        if let Some(s) = &mut self.pusher {
+            return pusher_ws::on_frame(self.w, hub, s, self.id, opcode, &payload);
+        }
         let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {
             let who = (self.id, self.serial, &self.grants);

@@ -1,0 +1,66 @@
+//! What one worker's Pusher connections share: the `socket_id` tag,
+//! presence members and per-app connection counts.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+
+use super::presence::Presence;
+
+/// A worker's shared Pusher state.
+pub struct PusherState {
+    /// This worker's part of every `socket_id` it hands out.
+    pub tag: u32,
+    /// Presence channel members.
+    pub presence: Presence,
+    /// Open connections per app (index as in the configuration).
+    app_conns: Vec<usize>,
+}
+
+impl PusherState {
+    /// Nothing open yet, for `apps` apps.
+    pub fn new(apps: usize) -> Self {
+        // Random, so the socket ids of two instances (Redis mode) differ.
+        let tag = RandomState::new().build_hasher().finish() as u32 % 1_000_000_000;
+        PusherState {
+            tag,
+            presence: Presence::default(),
+            app_conns: vec![0; apps],
+        }
+    }
+
+    /// Counts a new connection of `app` unless it already has `max`.
+    pub fn admit(&mut self, app: usize, max: usize) -> bool {
+        let n = &mut self.app_conns[app];
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// A connection of `app` ended.
+    pub fn release(&mut self, app: usize) {
+        self.app_conns[app] = self.app_conns[app].saturating_sub(1);
+    }
+
+    /// Open connections of `app`.
+    pub fn connections(&self, app: usize) -> usize {
+        self.app_conns[app]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_are_admitted_up_to_their_bound() {
+        let mut s = PusherState::new(2);
+        assert!(s.admit(0, 1));
+        assert!(!s.admit(0, 1));
+        assert!(s.admit(1, 1), "apps are counted apart");
+        s.release(0);
+        assert_eq!(s.connections(0), 0);
+        assert!(s.admit(0, 1));
+    }
+}

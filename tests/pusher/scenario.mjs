@@ -1,0 +1,91 @@
+// Real Pusher clients against a running corecast, for tests/pusher.rs.
+// Usage: node scenario.mjs MODE   (env: CORECAST_ADDR=host:port, APP_ID,
+// APP_KEY, APP_SECRET). Prints one JSON object per line for what the
+// clients saw; the Rust test asserts on them. Exits 0 when the scenario
+// finished, 1 on a timeout (the test's deadline covers the rest).
+import PusherJs from 'pusher-js';
+import Pusher from 'pusher';
+
+const [host, port] = process.env.CORECAST_ADDR.split(':');
+const appId = process.env.APP_ID;
+const key = process.env.APP_KEY;
+const secret = process.env.APP_SECRET;
+const mode = process.argv[2];
+
+const say = (o) => console.log(JSON.stringify(o));
+const sdk = (s = secret) =>
+  new Pusher({ appId, key, secret: s, host, port, useTLS: false });
+
+// A client whose channel authorization is signed by the server SDK's
+// authorizeChannel (what an app's auth endpoint does); `signer` can be an
+// SDK with a wrong secret.
+function client(name, { signer = sdk(), user } = {}) {
+  const c = new PusherJs(key, {
+    cluster: 'corecast',
+    wsHost: host,
+    wsPort: Number(port),
+    forceTLS: false,
+    enabledTransports: ['ws'],
+    disableStats: true,
+    channelAuthorization: {
+      customHandler: ({ socketId, channelName }, cb) => {
+        const data = user ? { user_id: user, user_info: { name: user } } : undefined;
+        cb(null, signer.authorizeChannel(socketId, channelName, data));
+      },
+    },
+  });
+  c.connection.bind('connected', () =>
+    say({ client: name, kind: 'connected', socket_id: c.connection.socket_id }));
+  c.bind_global((event, data) => {
+    if (!event.startsWith('pusher:') && !event.startsWith('pusher_internal:')) {
+      say({ client: name, kind: 'event', event, data });
+    }
+  });
+  return c;
+}
+
+function subscribe(c, name, channel) {
+  return new Promise((resolve) => {
+    const ch = c.subscribe(channel);
+    ch.bind('pusher:subscription_succeeded', (data) => {
+      say({ client: name, kind: 'subscribed', channel, members: data?.count });
+      resolve(ch);
+    });
+    ch.bind('pusher:subscription_error', (err) => {
+      say({ client: name, kind: 'subscription_error', channel, status: err.status });
+      resolve(null);
+    });
+  });
+}
+
+function next(ch, event) {
+  return new Promise((resolve) => ch.bind(event, resolve));
+}
+
+const scenarios = {
+  // Public and private channels; an event triggered with the server SDK.
+  async events() {
+    const a = client('a');
+    const pub = await subscribe(a, 'a', 'news');
+    const priv = await subscribe(a, 'a', 'private-room');
+    const got = Promise.all([next(pub, 'greet'), next(priv, 'greet')]);
+    await sdk().trigger(['news', 'private-room'], 'greet', { hi: 1 });
+    await got;
+    a.disconnect();
+  },
+  // A private channel signed with the wrong secret is refused.
+  async bad_signature() {
+    const a = client('a', { signer: sdk('not-the-secret') });
+    await subscribe(a, 'a', 'private-room');
+    a.disconnect();
+  },
+};
+
+const timer = setTimeout(() => {
+  say({ kind: 'timeout' });
+  process.exit(1);
+}, 8000);
+await scenarios[mode]();
+say({ kind: 'done' });
+clearTimeout(timer);
+process.exit(0);
