@@ -81,6 +81,60 @@ const scenarios = {
   },
 };
 
+async function stat(name) {
+  const r = await fetch(`http://${host}:${port}/stats`);
+  return (await r.json())[name];
+}
+
+async function until(name, value) {
+  while ((await stat(name)) !== value) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+Object.assign(scenarios, {
+  // Client events between two clients: delivered to the other one,
+  // never echoed to the sender.
+  async client_events() {
+    const a = client('a');
+    const b = client('b');
+    const cha = await subscribe(a, 'a', 'private-chat');
+    const chb = await subscribe(b, 'b', 'private-chat');
+    const typing = next(chb, 'client-typing');
+    cha.trigger('client-typing', { who: 'a' });
+    await typing;
+    // b's reply reaches a after a's own event would have.
+    const reply = next(cha, 'client-reply');
+    chb.trigger('client-reply', { who: 'b' });
+    await reply;
+    a.disconnect();
+    b.disconnect();
+  },
+  // Presence: bob's second connection adds nobody; only his last one
+  // leaving removes him.
+  async presence() {
+    const a = client('a', { user: 'alice' });
+    const cha = await subscribe(a, 'a', 'presence-room');
+    cha.bind('pusher:member_added', (m) =>
+      say({ client: 'a', kind: 'member_added', user: m.id, info: m.info }));
+    cha.bind('pusher:member_removed', (m) =>
+      say({ client: 'a', kind: 'member_removed', user: m.id }));
+    const added = next(cha, 'pusher:member_added');
+    const b = client('b', { user: 'bob' });
+    await subscribe(b, 'b', 'presence-room');
+    await added;
+    const b2 = client('b2', { user: 'bob' });
+    await subscribe(b2, 'b2', 'presence-room');
+    b2.disconnect();
+    await until('pusher_connections', 2);
+    const removed = next(cha, 'pusher:member_removed');
+    b.disconnect();
+    await removed;
+    say({ client: 'a', kind: 'members', count: cha.members.count });
+    a.disconnect();
+  },
+});
+
 const timer = setTimeout(() => {
   say({ kind: 'timeout' });
   process.exit(1);
