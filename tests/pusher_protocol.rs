@@ -1,0 +1,417 @@
+//! The Pusher protocol on the wire, with a plain WebSocket client: close
+//! codes, ping/pong, subscriptions, limits, app isolation and the signed
+//! HTTP API's refusals (the real Pusher clients are in `pusher_js.rs`).
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::*;
+use corecast::pusher::sign;
+use futures_util::SinkExt;
+use md5::{Digest, Md5};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+fn server(apps: &str, tweak: impl FnOnce(&mut corecast::Config)) -> TestServer {
+    TestServer::start(|c| {
+        c.pusher.add_apps(apps).unwrap();
+        tweak(c);
+    })
+}
+
+async fn send(ws: &mut Ws, v: Value) {
+    ws.send(Message::text(v.to_string())).await.expect("send");
+}
+
+/// An event's `data`, decoded when it is a JSON string.
+fn data(v: &Value) -> Value {
+    match v["data"].as_str() {
+        Some(s) => serde_json::from_str(s).unwrap_or(Value::String(s.into())),
+        None => v["data"].clone(),
+    }
+}
+
+/// Connects to `key`'s app; returns the socket and its socket_id.
+async fn connect(addr: SocketAddr, key: &str) -> (Ws, String) {
+    let mut ws = ws_connect(
+        addr,
+        &format!("/app/{key}?protocol=7&client=js&version=8.6.0"),
+    )
+    .await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(hello["event"], "pusher:connection_established", "{hello}");
+    let id = data(&hello)["socket_id"].as_str().unwrap().to_string();
+    (ws, id)
+}
+
+async fn subscribe(
+    ws: &mut Ws,
+    channel: &str,
+    auth: Option<String>,
+    channel_data: Option<&str>,
+) -> Value {
+    let d = json!({ "channel": channel, "auth": auth, "channel_data": channel_data });
+    send(ws, json!({ "event": "pusher:subscribe", "data": d })).await;
+    next_json(ws).await
+}
+
+fn auth(key: &str, secret: &str, signed: &str) -> String {
+    format!("{key}:{}", sign::sign(secret, signed))
+}
+
+/// A signed API request (what the server SDKs send).
+fn api_request(
+    app: (&str, &str, &str),
+    method: &str,
+    path_query: (&str, &str),
+    body: &[u8],
+    ts: u64,
+) -> Vec<u8> {
+    let (path, extra) = path_query;
+    let md5 = sign::hex(&Md5::digest(body));
+    let mut q = format!(
+        "auth_key={}&auth_timestamp={ts}&auth_version=1.0&body_md5={md5}",
+        app.1
+    );
+    if !extra.is_empty() {
+        q = format!("{q}&{extra}");
+    }
+    let mut pairs = sign::query_pairs(&q);
+    pairs.sort();
+    let sorted: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let sig = sign::sign(app.2, &format!("{method}\n{path}\n{}", sorted.join("&")));
+    let target = format!("{path}?{q}&auth_signature={sig}");
+    if method == "GET" {
+        return get_request(&target, false).into_bytes();
+    }
+    post_request(&target, body, false)
+}
+
+fn now() -> u64 {
+    corecast::auth::unix_now()
+}
+
+const APP1: (&str, &str, &str) = ("1", "key1", "secret1");
+const APP2: (&str, &str, &str) = ("2", "key2", "secret2");
+const APPS: &str = "1:key1:secret1:client-events,2:key2:secret2";
+
+async fn trigger(addr: SocketAddr, app: (&str, &str, &str), body: Value) -> HttpResponse {
+    let path = format!("/apps/{}/events", app.0);
+    http_raw(
+        addr,
+        &api_request(app, "POST", (&path, ""), body.to_string().as_bytes(), now()),
+    )
+    .await
+}
+
+/// Unknown key: pusher:error 4001 then close 4001; a missing or old
+/// protocol version: 4007 (pusher-js does not reconnect on 4000-4099).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_apps_and_protocols_are_closed_with_their_codes() {
+    let srv = server(APPS, |_| {});
+    for (path, code) in [
+        ("/app/nokey?protocol=7", 4001),
+        ("/app/key1", 4007),
+        ("/app/key1?protocol=6", 4007),
+    ] {
+        let mut ws = ws_connect(srv.addr, path).await;
+        let err = next_json(&mut ws).await;
+        assert_eq!(err["event"], "pusher:error", "{path}");
+        assert_eq!(err["data"]["code"], code, "{path}");
+        assert_eq!(expect_close(&mut ws).await, code, "{path}");
+    }
+    assert_eq!(
+        counter(&stats(srv.addr).await, "pusher_connections_refused"),
+        3
+    );
+}
+
+/// connection_established announces the activity timeout; pusher:ping
+/// is answered with pusher:pong; bad frames get pusher:error and the
+/// connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_pong_and_bad_frames() {
+    let srv = server(APPS, |c| c.pusher.activity_timeout_s = 30);
+    let mut ws = ws_connect(srv.addr, "/app/key1?protocol=7").await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(data(&hello)["activity_timeout"], 30);
+    send(&mut ws, json!({"event":"pusher:ping","data":{}})).await;
+    assert_eq!(next_json(&mut ws).await["event"], "pusher:pong");
+    ws.send(Message::text("not json")).await.unwrap();
+    assert_eq!(next_json(&mut ws).await["event"], "pusher:error");
+    ws.send(Message::binary(vec![1, 2])).await.unwrap();
+    assert_eq!(next_json(&mut ws).await["event"], "pusher:error");
+    send(
+        &mut ws,
+        json!({"event":"pusher:subscribe","data":{"channel":"bad name"}}),
+    )
+    .await;
+    assert_eq!(next_json(&mut ws).await["event"], "pusher:error");
+    send(&mut ws, json!({"event":"pusher:ping","data":{}})).await;
+    assert_eq!(next_json(&mut ws).await["event"], "pusher:pong");
+    assert_eq!(counter(&stats(srv.addr).await, "pusher_errors"), 3);
+}
+
+/// Over --pusher-max-app-connections: close 4100 (pusher-js backs off and
+/// retries); the other app is not affected, and a place frees on close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_over_capacity_closes_with_4100() {
+    let srv = server(APPS, |c| c.pusher.max_app_connections = 1);
+    let (mut first, _) = connect(srv.addr, "key1").await;
+    let mut second = ws_connect(srv.addr, "/app/key1?protocol=7").await;
+    assert_eq!(next_json(&mut second).await["data"]["code"], 4100);
+    assert_eq!(expect_close(&mut second).await, 4100);
+    let (_other_app, _) = connect(srv.addr, "key2").await;
+    first.close(None).await.unwrap();
+    wait_stat(srv.addr, "pusher_connections", |n| n == 1).await;
+    connect(srv.addr, "key1").await;
+}
+
+/// Private channels need key:HMAC(socket_id:channel); the signature of
+/// another socket or app is refused with pusher:subscription_error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_channels_need_a_valid_signature() {
+    let srv = server(APPS, |_| {});
+    let (mut ws, id) = connect(srv.addr, "key1").await;
+    let refused = [
+        None,
+        Some(auth("key1", "secret1", "9.9:private-x")),
+        Some(auth("key2", "secret2", &format!("{id}:private-x"))),
+        Some("key1:nothex".to_string()),
+    ];
+    for a in refused {
+        let r = subscribe(&mut ws, "private-x", a.clone(), None).await;
+        assert_eq!(r["event"], "pusher:subscription_error", "{a:?}");
+        assert_eq!(r["data"]["status"], 401);
+    }
+    let good = auth("key1", "secret1", &format!("{id}:private-x"));
+    let r = subscribe(&mut ws, "private-x", Some(good), None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    assert_eq!(r["channel"], "private-x");
+    assert_eq!(counter(&stats(srv.addr).await, "pusher_auth_failures"), 4);
+}
+
+/// Two apps' channels of the same name are apart, and native clients
+/// cannot reach Pusher channels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_are_isolated_from_each_other_and_from_native_clients() {
+    let srv = server(APPS, |_| {});
+    let (mut one, _) = connect(srv.addr, "key1").await;
+    let (mut two, _) = connect(srv.addr, "key2").await;
+    for ws in [&mut one, &mut two] {
+        let r = subscribe(ws, "news", None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    }
+    let r = trigger(
+        srv.addr,
+        APP2,
+        json!({"name":"e","data":"for two","channel":"news"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = trigger(
+        srv.addr,
+        APP1,
+        json!({"name":"e","data":"for one","channel":"news"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let got = next_json(&mut one).await;
+    assert_eq!(
+        (got["channel"].clone(), got["data"].clone()),
+        (json!("news"), json!("for one"))
+    );
+    assert_eq!(next_json(&mut two).await["data"], "for two");
+    let mut native = ws_connect(srv.addr, "/ws").await;
+    send(
+        &mut native,
+        json!({"op":"subscribe","channel":"pusher/1/news"}),
+    )
+    .await;
+    assert_eq!(next_json(&mut native).await["code"], "invalid_channel");
+}
+
+/// Client events: refused on public channels, unsubscribed channels and
+/// apps without `client-events`; over the rate, pusher:error 4301 (the
+/// connection stays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_events_follow_the_rules_and_the_rate() {
+    let srv = server(APPS, |c| c.pusher.client_event_rate = 2);
+    let (mut a, id_a) = connect(srv.addr, "key1").await;
+    let (mut b, id_b) = connect(srv.addr, "key1").await;
+    for (ws, id) in [(&mut a, &id_a), (&mut b, &id_b)] {
+        let good = auth("key1", "secret1", &format!("{id}:private-c"));
+        subscribe(ws, "private-c", Some(good), None).await;
+        subscribe(ws, "open", None, None).await;
+    }
+    let ev = |channel: &str, n: u32| json!({"event":"client-x","channel":channel,"data":{"n":n}});
+    send(&mut a, ev("open", 0)).await;
+    assert_eq!(next_json(&mut a).await["event"], "pusher:error");
+    send(&mut a, ev("private-other", 0)).await;
+    assert_eq!(next_json(&mut a).await["event"], "pusher:error");
+    for n in 1..=3 {
+        send(&mut a, ev("private-c", n)).await;
+    }
+    let limited = next_json(&mut a).await;
+    assert_eq!(limited["data"]["code"], 4301, "{limited}");
+    for n in 1..=2 {
+        assert_eq!(next_json(&mut b).await["data"], json!({"n": n}));
+    }
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "pusher_client_events_limited"), 1);
+    assert_eq!(counter(&s, "pusher_client_events"), 2);
+
+    let (mut c, id_c) = connect(srv.addr, "key2").await;
+    let good = auth("key2", "secret2", &format!("{id_c}:private-c"));
+    subscribe(&mut c, "private-c", Some(good), None).await;
+    send(&mut c, ev("private-c", 0)).await;
+    let err = next_json(&mut c).await;
+    assert!(
+        err["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not enabled"),
+        "{err}"
+    );
+}
+
+/// Presence: the signature covers channel_data; subscription_succeeded
+/// lists the members; a full channel refuses new users (403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_subscriptions_are_signed_and_bounded() {
+    let srv = server(APPS, |c| c.pusher.max_presence_members = 1);
+    let (mut a, id) = connect(srv.addr, "key1").await;
+    let cd = r#"{"user_id":"u1","user_info":{"name":"Ann"}}"#;
+    let forged = auth(
+        "key1",
+        "secret1",
+        &format!("{id}:presence-p:{{\"user_id\":\"u2\"}}"),
+    );
+    let r = subscribe(&mut a, "presence-p", Some(forged), Some(cd)).await;
+    assert_eq!(r["event"], "pusher:subscription_error");
+    let good = auth("key1", "secret1", &format!("{id}:presence-p:{cd}"));
+    let r = subscribe(&mut a, "presence-p", Some(good), Some(cd)).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    assert_eq!(
+        data(&r)["presence"],
+        json!({"count":1,"ids":["u1"],"hash":{"u1":{"name":"Ann"}}})
+    );
+    let (mut b, id_b) = connect(srv.addr, "key1").await;
+    let cd2 = r#"{"user_id":"u2"}"#;
+    let good = auth("key1", "secret1", &format!("{id_b}:presence-p:{cd2}"));
+    let r = subscribe(&mut b, "presence-p", Some(good), Some(cd2)).await;
+    assert_eq!(r["event"], "pusher:subscription_error");
+    assert_eq!(r["data"]["status"], 403);
+}
+
+/// The HTTP API refuses a bad signature, an expired timestamp, a wrong
+/// body_md5 (401), an unknown app (404) and over-limit bodies (400/413).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_requests_with_bad_signatures_are_refused() {
+    let srv = server(APPS, |_| {});
+    let body = json!({"name":"e","data":"x","channel":"c"}).to_string();
+    let path = ("/apps/1/events", "");
+    let bad_secret = api_request(("1", "key1", "wrong"), "POST", path, body.as_bytes(), now());
+    let expired = api_request(APP1, "POST", path, body.as_bytes(), now() - 601);
+    let mut wrong_md5 = api_request(APP1, "POST", path, body.as_bytes(), now());
+    let n = wrong_md5.len();
+    wrong_md5[n - 2] = b'y'; // same length, other body
+    let unknown = api_request(
+        ("9", "key1", "secret1"),
+        "POST",
+        ("/apps/9/events", ""),
+        body.as_bytes(),
+        now(),
+    );
+    for (req, status, message) in [
+        (bad_secret, 401, "invalid auth_signature"),
+        (expired, 401, "auth_timestamp"),
+        (wrong_md5, 401, "body_md5"),
+        (unknown, 404, "unknown app"),
+    ] {
+        let r = http_raw(srv.addr, &req).await;
+        assert_eq!(r.status, status, "{r:?}");
+        assert!(
+            r.json()["error"].as_str().unwrap().contains(message),
+            "{r:?}"
+        );
+    }
+    let channels: Vec<String> = (0..101).map(|i| format!("c{i}")).collect();
+    let r = trigger(
+        srv.addr,
+        APP1,
+        json!({"name":"e","data":"x","channels":channels}),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let r = trigger(
+        srv.addr,
+        APP1,
+        json!({"name":"e","data":"x".repeat(10 * 1024 + 1),"channel":"c"}),
+    )
+    .await;
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        counter(&stats(srv.addr).await, "pusher_api_unauthorized"),
+        3
+    );
+}
+
+/// batch_events, socket_id exclusion, and the channel queries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_batches_exclusion_and_channel_info() {
+    let srv = server(APPS, |_| {});
+    let (mut a, id_a) = connect(srv.addr, "key1").await;
+    let (mut b, _) = connect(srv.addr, "key1").await;
+    let cd = r#"{"user_id":"u1"}"#;
+    for ws in [&mut a, &mut b] {
+        subscribe(ws, "news", None, None).await;
+    }
+    let good = auth("key1", "secret1", &format!("{id_a}:presence-p:{cd}"));
+    subscribe(&mut a, "presence-p", Some(good), Some(cd)).await;
+    let batch = json!({"batch":[
+        {"name":"one","data":"1","channel":"news","socket_id":id_a},
+        {"name":"two","data":"2","channel":"news"},
+    ]});
+    let req = api_request(
+        APP1,
+        "POST",
+        ("/apps/1/batch_events", ""),
+        batch.to_string().as_bytes(),
+        now(),
+    );
+    assert_eq!(http_raw(srv.addr, &req).await.status, 200);
+    assert_eq!(next_json(&mut b).await["event"], "one");
+    assert_eq!(next_json(&mut b).await["event"], "two");
+    assert_eq!(
+        next_json(&mut a).await["event"],
+        "two",
+        "socket_id is excluded"
+    );
+
+    let get = |path: &str, q: &str| api_request(APP1, "GET", (path, q), b"", now());
+    let all = http_raw(srv.addr, &get("/apps/1/channels", ""))
+        .await
+        .json();
+    assert_eq!(all, json!({"channels":{"news":{},"presence-p":{}}}));
+    let q = "filter_by_prefix=presence-&info=user_count";
+    let pres = http_raw(srv.addr, &get("/apps/1/channels", q)).await.json();
+    assert_eq!(pres, json!({"channels":{"presence-p":{"user_count":1}}}));
+    let one = http_raw(
+        srv.addr,
+        &get("/apps/1/channels/news", "info=subscription_count"),
+    )
+    .await
+    .json();
+    assert_eq!(one, json!({"occupied":true,"subscription_count":2}));
+    let users = http_raw(srv.addr, &get("/apps/1/channels/presence-p/users", ""))
+        .await
+        .json();
+    assert_eq!(users, json!({"users":[{"id":"u1"}]}));
+    let other_app = api_request(APP2, "GET", ("/apps/2/channels", ""), b"", now());
+    assert_eq!(
+        http_raw(srv.addr, &other_app).await.json(),
+        json!({"channels":{}})
+    );
+}
