@@ -415,3 +415,15 @@ async fn api_batches_exclusion_and_channel_info() {
         json!({"channels":{}})
     );
 }
+
+/// Graceful shutdown closes Pusher connections with 4200 (pusher-js
+/// reconnects at once), native ones with 1001 as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_pusher_connections_with_4200() {
+    let srv = server(APPS, |_| {});
+    let (mut pusher, _) = connect(srv.addr, "key1").await;
+    let mut native = ws_connect(srv.addr, "/ws/news").await;
+    srv.stop();
+    assert_eq!(expect_close(&mut pusher).await, 4200);
+    assert_eq!(expect_close(&mut native).await, 1001);
+}

@@ -52,12 +52,16 @@ pub type Encoder = Box<dyn Fn(&Delivery<'_>) -> Bytes>;
 /// The edge's encoders, one slot per [`Format`].
 pub struct Encoders {
     slots: [Option<Encoder>; MAX_FORMATS],
+    /// Close code each format's connections get at graceful shutdown
+    /// (`None`: the hub's 1001).
+    going_away: [Option<u16>; MAX_FORMATS],
 }
 
 impl Default for Encoders {
     fn default() -> Self {
         Encoders {
             slots: std::array::from_fn(|_| None),
+            going_away: [None; MAX_FORMATS],
         }
     }
 }
@@ -85,6 +89,20 @@ impl Encoders {
     ) -> Self {
         self.slots[format.slot()] = Some(Box::new(encode));
         self
+    }
+
+    /// Closes `format`'s connections with `code` at graceful shutdown
+    /// instead of 1001 (a protocol whose clients decide on reconnecting
+    /// from their own codes, as Pusher's 4200 "reconnect now").
+    pub fn going_away_code(mut self, format: Format, code: u16) -> Self {
+        self.going_away[format.slot()] = Some(code);
+        self
+    }
+
+    /// The close code of `format`'s connections at graceful shutdown, if
+    /// it has its own.
+    pub fn going_away(&self, format: Format) -> Option<u16> {
+        self.going_away[format.slot()]
     }
 
     /// Whether `format` has an encoder.

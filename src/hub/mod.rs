@@ -635,12 +635,12 @@ impl Hub {
             if self.conns[id].kind == ConnKind::Http {
                 http.push(self.conns[id].fd);
             } else {
-                self.close(
-                    id,
-                    CLOSE_GOING_AWAY,
-                    "server shutting down",
-                    CloseReason::Shutdown,
-                );
+                let code = match self.conns[id].kind {
+                    ConnKind::Ws(f) => self.encoders.going_away(f),
+                    ConnKind::Http => None,
+                }
+                .unwrap_or(CLOSE_GOING_AWAY);
+                self.close(id, code, "server shutting down", CloseReason::Shutdown);
             }
         }
         http

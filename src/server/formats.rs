@@ -31,6 +31,8 @@ pub fn encoders() -> Encoders {
         .with(PUSHER, |d: &Delivery<'_>| {
             encode_server_frame(OpCode::Text, d.payload)
         })
+        // pusher-js reconnects at once on 4200 ("generic reconnect").
+        .going_away_code(PUSHER, crate::pusher::protocol::code::RECONNECT)
 }
 
 #[cfg(test)]
