@@ -58,6 +58,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     deliveries(&mut o, s, g);
     pressure(&mut o, s, g);
     refusals(&mut o, snap);
+    pusher(&mut o, s);
     if g.redis_enabled {
         redis(&mut o, r);
     }
@@ -72,6 +73,72 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         "How late the 100 ms housekeeping timer fired: time the event loop was busy.",
     );
     o
+}
+
+/// The Pusher protocol (`--pusher-app`).
+fn pusher(o: &mut String, s: &Stats) {
+    gauge(
+        o,
+        "corecast_pusher_connections",
+        "Open Pusher protocol connections.",
+        s.pusher_connections,
+    );
+    counter(
+        o,
+        "corecast_pusher_connections_refused_total",
+        "Pusher connections closed at once: unknown app (4001), protocol (4007), over capacity (4100).",
+        s.pusher_connections_refused,
+    );
+    labelled(
+        o,
+        "corecast_pusher_subscriptions_refused_total",
+        "Pusher subscriptions refused, by reason.",
+        "counter",
+        "reason",
+        &[
+            ("signature", s.pusher_auth_failures),
+            (
+                "other",
+                s.pusher_subscriptions_refused
+                    .saturating_sub(s.pusher_auth_failures),
+            ),
+        ],
+    );
+    counter(
+        o,
+        "corecast_pusher_errors_total",
+        "Pusher frames answered with pusher:error.",
+        s.pusher_errors,
+    );
+    labelled(
+        o,
+        "corecast_pusher_client_events_total",
+        "Pusher client events, by outcome.",
+        "counter",
+        "outcome",
+        &[
+            ("relayed", s.pusher_client_events),
+            ("rate_limited", s.pusher_client_events_limited),
+        ],
+    );
+    counter(
+        o,
+        "corecast_pusher_api_requests_total",
+        "Pusher HTTP API requests.",
+        s.pusher_api_requests,
+    );
+    counter(
+        o,
+        "corecast_pusher_api_unauthorized_total",
+        "Pusher HTTP API requests refused for their signature (401).",
+        s.pusher_api_unauthorized,
+    );
+    counter(
+        o,
+        "corecast_pusher_api_events_total",
+        "Events published through the Pusher HTTP API (one per channel).",
+        s.pusher_api_events,
+    );
 }
 
 /// Connections, upgrades, channels and subscriptions.

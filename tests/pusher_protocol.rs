@@ -188,6 +188,14 @@ async fn client_events_follow_the_rules_and_the_rate() {
     let s = stats(srv.addr).await;
     assert_eq!(counter(&s, "pusher_client_events_limited"), 1);
     assert_eq!(counter(&s, "pusher_client_events"), 2);
+    let metrics = String::from_utf8(get(srv.addr, "/metrics").await.body).unwrap();
+    for line in [
+        "corecast_pusher_client_events_total{outcome=\"relayed\"} 2",
+        "corecast_pusher_client_events_total{outcome=\"rate_limited\"} 1",
+        "corecast_pusher_connections 2",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from /metrics");
+    }
 
     let (mut c, id_c) = connect(srv.addr, "key2").await;
     let good = auth("key2", "secret2", &format!("{id_c}:private-c"));
