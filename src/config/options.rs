@@ -361,7 +361,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "pusher-client-event-rate", CORECAST_PUSHER_CLIENT_EVENT_RATE, "N", "10",
-        "client events per second per Pusher connection (also the burst); more are refused with pusher:error 4301"
+        "client events per second per Pusher connection (also the burst); more are refused with pusher:error 4301 (0 = unlimited)"
         => |c, v| {
             c.pusher.client_event_rate = u32::try_from(parse_num(v)?).map_err(|e| format!("{e}"))?;
             Ok(())
