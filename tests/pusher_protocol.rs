@@ -362,3 +362,30 @@ async fn shutdown_closes_pusher_connections_with_4200() {
     assert_eq!(expect_close(&mut pusher).await, 4200);
     assert_eq!(expect_close(&mut native).await, 1001);
 }
+
+/// `--max-subscriptions` bounds a Pusher connection's channels too: the
+/// next one is refused with subscription_error 400; unsubscribing frees
+/// a place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_subscriptions_are_bounded() {
+    let srv = server(APPS, |c| c.max_subscriptions = 2);
+    let (mut ws, _) = connect(srv.addr, "key1").await;
+    for c in ["a", "b"] {
+        let r = subscribe(&mut ws, c, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    }
+    let r = subscribe(&mut ws, "c", None, None).await;
+    assert_eq!(r["event"], "pusher:subscription_error");
+    assert_eq!(r["data"]["status"], 400);
+    send(
+        &mut ws,
+        json!({"event":"pusher:unsubscribe","data":{"channel":"a"}}),
+    )
+    .await;
+    let r = subscribe(&mut ws, "c", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    assert_eq!(
+        counter(&stats(srv.addr).await, "pusher_subscriptions_refused"),
+        1
+    );
+}
