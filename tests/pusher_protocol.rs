@@ -389,3 +389,30 @@ async fn pusher_subscriptions_are_bounded() {
         1
     );
 }
+
+/// corecast's keepalive on a quiet Pusher connection is `pusher:ping`
+/// (pusher-js answers it with `pusher:pong`), not a WebSocket ping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_pusher_connections_get_pusher_ping() {
+    let srv = server(APPS, |c| {
+        c.ping_interval = std::time::Duration::from_millis(200)
+    });
+    let (mut ws, _) = connect(srv.addr, "key1").await;
+    for _ in 0..2 {
+        let ping = match next_msg_raw(&mut ws).await {
+            Message::Text(t) => serde_json::from_str::<Value>(&t).unwrap(),
+            other => panic!("expected pusher:ping, got {other:?}"),
+        };
+        assert_eq!(ping["event"], "pusher:ping");
+        send(&mut ws, json!({"event":"pusher:pong","data":{}})).await;
+    }
+}
+
+/// The next message, pings included.
+async fn next_msg_raw(ws: &mut Ws) -> Message {
+    use futures_util::StreamExt;
+    within("message", ws.next())
+        .await
+        .expect("open")
+        .expect("message")
+}

@@ -55,6 +55,8 @@ pub struct Encoders {
     /// Close code each format's connections get at graceful shutdown
     /// (`None`: the hub's 1001).
     going_away: [Option<u16>; MAX_FORMATS],
+    /// Keepalive frame of each format (`None`: a WebSocket ping).
+    keepalive: [Option<Bytes>; MAX_FORMATS],
 }
 
 impl Default for Encoders {
@@ -62,6 +64,7 @@ impl Default for Encoders {
         Encoders {
             slots: std::array::from_fn(|_| None),
             going_away: [None; MAX_FORMATS],
+            keepalive: std::array::from_fn(|_| None),
         }
     }
 }
@@ -105,6 +108,14 @@ impl Encoders {
         self.going_away[format.slot()]
     }
 
+    /// Sends `frame` (a complete server frame) instead of a WebSocket
+    /// ping as `format`'s keepalive: a protocol with its own ping (Pusher's
+    /// `pusher:ping`, answered with `pusher:pong`).
+    pub fn keepalive_frame(mut self, format: Format, frame: Bytes) -> Self {
+        self.keepalive[format.slot()] = Some(frame);
+        self
+    }
+
     /// Whether `format` has an encoder.
     pub fn serves(&self, format: Format) -> bool {
         self.slots[format.slot()].is_some()
@@ -116,6 +127,36 @@ impl Encoders {
             .as_ref()
             .expect("upgrade checked the format has an encoder");
         encode(d)
+    }
+}
+
+/// One sweep's keepalive frames: a WebSocket ping, or a format's own,
+/// each copied fresh on first use so the outbound budget charges it
+/// once however many connections share it.
+pub(super) struct Keepalives<'a> {
+    encoders: &'a Encoders,
+    ping: Bytes,
+    frames: [Option<Bytes>; MAX_FORMATS],
+}
+
+impl<'a> Keepalives<'a> {
+    pub(super) fn new(encoders: &'a Encoders, ping: Bytes) -> Self {
+        Keepalives {
+            encoders,
+            ping,
+            frames: Default::default(),
+        }
+    }
+
+    /// The keepalive for a connection of `format` (`None`: no format).
+    pub(super) fn frame_for(&mut self, format: Option<Format>) -> &Bytes {
+        let Some(f) = format else {
+            return &self.ping;
+        };
+        match &self.encoders.keepalive[f.slot()] {
+            None => &self.ping,
+            Some(t) => self.frames[f.slot()].get_or_insert_with(|| Bytes::copy_from_slice(t)),
+        }
     }
 }
 

@@ -657,6 +657,7 @@ impl Hub {
             stats,
             totals,
             last_sweep_ms,
+            encoders,
             ..
         } = self;
         let step = now_ms.saturating_sub(*last_sweep_ms);
@@ -666,7 +667,8 @@ impl Hub {
             expired,
             token_expired: Vec::new(),
         };
-        timers::sweep(conns, limits, clock, pacer, stats, totals, &mut due);
+        let pt = (pacer, totals);
+        timers::sweep(conns, limits, clock, pt, stats, encoders, &mut due);
         for id in due.token_expired {
             self.close(
                 id,

@@ -33,6 +33,13 @@ pub fn encoders() -> Encoders {
         })
         // pusher-js reconnects at once on 4200 ("generic reconnect").
         .going_away_code(PUSHER, crate::pusher::protocol::code::RECONNECT)
+        // Pusher clients answer `pusher:ping` with `pusher:pong`.
+        .keepalive_frame(PUSHER, pusher_ping())
+}
+
+fn pusher_ping() -> bytes::Bytes {
+    let ping = crate::pusher::protocol::bare("pusher:ping");
+    encode_server_frame(OpCode::Text, ping.as_bytes())
 }
 
 #[cfg(test)]
