@@ -1,10 +1,11 @@
-// Real Pusher clients against a running corecast, for tests/pusher.rs.
+// Real Pusher clients against a running corecast, for tests/pusher_js.rs.
 // Usage: node scenario.mjs MODE   (env: CORECAST_ADDR=host:port, APP_ID,
 // APP_KEY, APP_SECRET). Prints one JSON object per line for what the
 // clients saw; the Rust test asserts on them. Exits 0 when the scenario
 // finished, 1 on a timeout (the test's deadline covers the rest).
 import PusherJs from 'pusher-js';
 import Pusher from 'pusher';
+import Echo from 'laravel-echo';
 
 const [host, port] = process.env.CORECAST_ADDR.split(':');
 const appId = process.env.APP_ID;
@@ -135,10 +136,46 @@ Object.assign(scenarios, {
   },
 });
 
+Object.assign(scenarios, {
+  // Laravel Echo's pusher broadcaster on a private channel, as a Laravel
+  // app configures it, with the event broadcast through the SDK.
+  async echo() {
+    const echo = new Echo({
+      broadcaster: 'pusher',
+      Pusher: PusherJs,
+      key,
+      cluster: 'corecast',
+      wsHost: host,
+      wsPort: Number(port),
+      forceTLS: false,
+      enabledTransports: ['ws'],
+      disableStats: true,
+      channelAuthorization: {
+        customHandler: ({ socketId, channelName }, cb) =>
+          cb(null, sdk().authorizeChannel(socketId, channelName)),
+      },
+    });
+    const got = new Promise((resolve) => {
+      echo
+        .private('orders.1')
+        .subscribed(async () => {
+          say({ client: 'echo', kind: 'subscribed', channel: 'private-orders.1' });
+          await sdk().trigger('private-orders.1', 'App\\Events\\OrderShipped', { id: 1 });
+        })
+        .listen('OrderShipped', (e) => {
+          say({ client: 'echo', kind: 'event', event: 'OrderShipped', data: e });
+          resolve();
+        });
+    });
+    await got;
+    echo.disconnect();
+  },
+});
+
 const timer = setTimeout(() => {
   say({ kind: 'timeout' });
   process.exit(1);
-}, 8000);
+}, 15000);
 await scenarios[mode]();
 say({ kind: 'done' });
 clearTimeout(timer);
