@@ -542,6 +542,25 @@ mod tests {
     }
 
     #[test]
+    fn pusher_apps_come_from_flags_env_and_toml_lists() {
+        let mut cfg = Config::default();
+        let toml = "pusher-app = [\"1:k1:s1\", \"2:k2:s2:client-events\"]\n";
+        apply_toml(&mut cfg, toml, "f.toml").unwrap();
+        assert_eq!(cfg.pusher.apps.len(), 2);
+        assert!(cfg.pusher.apps[1].client_events);
+        let env = |k: &str| (k == "CORECAST_PUSHER_APP").then(|| "3:k3:s3,4:k4:s4".to_string());
+        let args = ["--pusher-app", "5:k5:s5", "--pusher-app", "6:k6:s6"];
+        let Command::Serve(cfg) = Config::from_args(args, env).unwrap() else {
+            panic!("serve expected")
+        };
+        let ids: Vec<&str> = cfg.pusher.apps.iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(ids, ["3", "4", "5", "6"]);
+        // A bad app never echoes its secret.
+        let err = Config::from_args(["--pusher-app", "1:k:t0p-s3cret:x"], |_| None).unwrap_err();
+        assert!(!err.0.contains("t0p-s3cret"), "{err}");
+    }
+
+    #[test]
     fn sizes_and_durations_parse() {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("2k").unwrap(), 2048);
