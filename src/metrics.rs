@@ -106,6 +106,12 @@ fn pusher(o: &mut String, s: &Stats) {
     );
     counter(
         o,
+        "corecast_pusher_signin_failures_total",
+        "Pusher signins refused (close 4009).",
+        s.pusher_signin_failures,
+    );
+    counter(
+        o,
         "corecast_pusher_errors_total",
         "Pusher frames answered with pusher:error.",
         s.pusher_errors,

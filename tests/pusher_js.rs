@@ -171,3 +171,30 @@ async fn laravel_echo_private_channel_receives_a_broadcast() {
     assert_eq!(events.len(), 1, "{lines:?}");
     assert_eq!(events[0]["data"], json!({"id": 1}));
 }
+
+/// User authentication: pusher-js signs in (the SDK's authenticateUser),
+/// and an event the SDK sends to that user (sendToUser) arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_js_signin_and_server_to_user_events() {
+    let srv = server();
+    let lines = scenario(&srv, "signin").await;
+    assert_eq!(of_kind(&lines, "a", "signed_in")[0]["user"], "u1");
+    assert_eq!(
+        of_kind(&lines, "a", "user_event")[0]["data"],
+        json!({"x": 1})
+    );
+}
+
+/// A signin signed with the wrong secret: pusher:error 4009 (and close).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_js_bad_signin_is_refused_with_4009() {
+    let srv = server();
+    let lines = scenario(&srv, "bad_signin").await;
+    assert!(
+        of_kind(&lines, "a", "error")
+            .iter()
+            .any(|e| e["code"] == 4009),
+        "{lines:?}"
+    );
+    assert_eq!(counter(&stats(srv.addr).await, "pusher_signin_failures"), 1);
+}

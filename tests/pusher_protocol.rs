@@ -416,3 +416,27 @@ async fn next_msg_raw(ws: &mut Ws) -> Message {
         .expect("open")
         .expect("message")
 }
+
+/// A user's own channel (`#server-to-user-{id}`) is only for the
+/// connection signed in as that user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_channels_need_the_signin_of_that_user() {
+    let srv = server(APPS, |_| {});
+    let (mut ws, id) = connect(srv.addr, "key1").await;
+    let r = subscribe(&mut ws, "#server-to-user-u1", None, None).await;
+    assert_eq!(r["event"], "pusher:subscription_error");
+    let ud = r#"{"id":"u1"}"#;
+    let signed = auth("key1", "secret1", &format!("{id}::user::{ud}"));
+    send(
+        &mut ws,
+        json!({"event":"pusher:signin","data":{"auth":signed,"user_data":ud}}),
+    )
+    .await;
+    let ok = next_json(&mut ws).await;
+    assert_eq!(ok["event"], "pusher:signin_success");
+    assert_eq!(data(&ok)["user_data"], ud);
+    let r = subscribe(&mut ws, "#server-to-user-u2", None, None).await;
+    assert_eq!(r["event"], "pusher:subscription_error");
+    let r = subscribe(&mut ws, "#server-to-user-u1", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+}

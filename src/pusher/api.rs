@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::protocol::{valid_channel, MAX_EVENT_NAME};
+use super::protocol::{valid_channel_or_user, MAX_EVENT_NAME};
 
 /// Most channels one `events` call may name (Pusher: 100).
 pub const MAX_CHANNELS: usize = 100;
@@ -73,7 +73,7 @@ fn check(mut e: Event) -> Result<Event, ApiError> {
     }
     if e.name.is_empty()
         || e.name.len() > MAX_EVENT_NAME
-        || !e.channels.iter().all(|c| valid_channel(c))
+        || !e.channels.iter().all(|c| valid_channel_or_user(c))
     {
         return Err(ApiError::BadName);
     }

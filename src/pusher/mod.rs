@@ -37,12 +37,16 @@ pub enum ChannelKind {
     Private,
     /// `presence-`: signed, with member lists.
     Presence,
+    /// `#server-to-user-{id}`: only the connection signed in as `id`.
+    User,
 }
 
 impl ChannelKind {
     /// The kind of `name`.
     pub fn of(name: &str) -> ChannelKind {
-        if name.starts_with("presence-") {
+        if name.starts_with(protocol::USER_CHANNEL_PREFIX) {
+            ChannelKind::User
+        } else if name.starts_with("presence-") {
             ChannelKind::Presence
         } else if name.starts_with("private-") {
             ChannelKind::Private
@@ -116,6 +120,7 @@ mod tests {
         assert_eq!(ChannelKind::of("presence-x"), ChannelKind::Presence);
         assert_eq!(ChannelKind::of("private-encrypted-x"), ChannelKind::Private);
         assert_eq!(ChannelKind::of("x"), ChannelKind::Public);
+        assert_eq!(ChannelKind::of("#server-to-user-1"), ChannelKind::User);
         assert!(!crate::channel::valid_channel_name(&internal_channel(
             "1", "x"
         )));

@@ -91,7 +91,14 @@ pub enum ClientMsg {
         /// `data` as sent (raw JSON).
         data: Box<RawValue>,
     },
-    /// Any other event (`pusher:signin` and unknown ones): ignored.
+    /// `pusher:signin` (user authentication).
+    Signin {
+        /// `key:signature` over `socket_id::user::user_data`.
+        auth: String,
+        /// The user's JSON (with a string `id`), as signed.
+        user_data: String,
+    },
+    /// Any other event: ignored.
     Other(String),
 }
 
@@ -100,6 +107,24 @@ struct Frame {
     event: String,
     channel: Option<String>,
     data: Option<Box<RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct SigninData {
+    auth: String,
+    user_data: String,
+}
+
+/// The prefix of a signed-in user's own channel (`#server-to-user-{id}`),
+/// which carries the HTTP API's events to that user.
+pub const USER_CHANNEL_PREFIX: &str = "#server-to-user-";
+
+/// Whether `name` is a valid channel name, or a user's own channel.
+pub fn valid_channel_or_user(name: &str) -> bool {
+    match name.strip_prefix(USER_CHANNEL_PREFIX) {
+        Some(id) => valid_channel(id),
+        None => valid_channel(name),
+    }
 }
 
 #[derive(Deserialize)]
@@ -126,6 +151,15 @@ pub fn parse(text: &[u8]) -> Result<ClientMsg, ParseError> {
         "pusher:ping" => Ok(ClientMsg::Ping),
         "pusher:pong" => Ok(ClientMsg::Pong),
         "pusher:subscribe" | "pusher:unsubscribe" => subscription(&f),
+        "pusher:signin" => {
+            let data = f.data.as_ref().ok_or(ParseError::NotAnEvent)?;
+            let d: SigninData =
+                serde_json::from_str(data.get()).map_err(|_| ParseError::NotAnEvent)?;
+            Ok(ClientMsg::Signin {
+                auth: d.auth,
+                user_data: d.user_data,
+            })
+        }
         e if e.starts_with("client-") => {
             let channel = f.channel.ok_or(ParseError::MissingChannel)?;
             if !valid_channel(&channel) || e.len() > MAX_EVENT_NAME {
@@ -153,7 +187,7 @@ fn subscription(f: &Frame) -> Result<ClientMsg, ParseError> {
             serde_json::from_str(&s)
         })
         .map_err(|_| ParseError::MissingChannel)?;
-    if !valid_channel(&d.channel) {
+    if !valid_channel_or_user(&d.channel) {
         return Err(ParseError::BadName);
     }
     Ok(if f.event == "pusher:subscribe" {
@@ -165,6 +199,14 @@ fn subscription(f: &Frame) -> Result<ClientMsg, ParseError> {
     } else {
         ClientMsg::Unsubscribe { channel: d.channel }
     })
+}
+
+/// The `id` of a signin's `user_data` (a non-empty string of at most 128
+/// bytes, as Pusher requires).
+pub fn user_id(user_data: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(user_data).ok()?;
+    let id = v.get("id")?.as_str()?;
+    (!id.is_empty() && id.len() <= 128).then(|| id.to_string())
 }
 
 /// An event with `data` as a JSON string (the server's usual shape).
@@ -269,6 +311,25 @@ mod tests {
             out,
             json!({"event":"client-x","channel":"private-c","data":{"a":1},"user_id":"u"})
         );
+    }
+
+    #[test]
+    fn signin_parses_and_user_ids_are_checked() {
+        let m = parse(
+            br#"{"event":"pusher:signin","data":{"auth":"k:s","user_data":"{\"id\":\"7\"}"}}"#,
+        )
+        .unwrap();
+        let ClientMsg::Signin { auth, user_data } = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(
+            (auth.as_str(), user_id(&user_data).as_deref()),
+            ("k:s", Some("7"))
+        );
+        assert_eq!(user_id(r#"{"id":7}"#), None);
+        assert_eq!(user_id(r#"{"id":""}"#), None);
+        assert!(valid_channel_or_user("#server-to-user-7"));
+        assert!(!valid_channel_or_user("#other"));
     }
 
     #[test]

@@ -103,6 +103,16 @@ pub fn channel_auth_ok(
     key == app.key && verify_hex(app.secret.expose(), &data, sig)
 }
 
+/// Checks a `pusher:signin`'s `auth` (`key:signature` over
+/// `socket_id::user::user_data`).
+pub fn user_auth_ok(app: &App, socket_id: &str, user_data: &str, auth: &str) -> bool {
+    let Some((key, sig)) = auth.split_once(':') else {
+        return false;
+    };
+    let data = format!("{socket_id}::user::{user_data}");
+    key == app.key && verify_hex(app.secret.expose(), &data, sig)
+}
+
 /// A signed HTTP API request, as the edge saw it.
 #[derive(Debug, Clone, Copy)]
 pub struct ApiRequest<'a> {
@@ -237,6 +247,19 @@ mod tests {
             Some(r#"{"user_id":"2"}"#),
             &auth
         ));
+    }
+
+    #[test]
+    fn signin_covers_socket_and_user_data() {
+        let ud = r#"{"id":"u1"}"#;
+        let auth = format!(
+            "{}:{}",
+            app().key,
+            sign(app().secret.expose(), &format!("1.2::user::{ud}"))
+        );
+        assert!(user_auth_ok(&app(), "1.2", ud, &auth));
+        assert!(!user_auth_ok(&app(), "1.3", ud, &auth));
+        assert!(!user_auth_ok(&app(), "1.2", r#"{"id":"u2"}"#, &auth));
     }
 
     fn signed(query: &str, body: &[u8]) -> String {

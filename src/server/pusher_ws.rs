@@ -27,6 +27,8 @@ pub struct Session {
     channels: HashMap<String, Option<String>>,
     /// `--pusher-client-event-rate`.
     bucket: TokenBucket,
+    /// The user signed in with `pusher:signin`.
+    user: Option<String>,
 }
 
 fn send(hub: &mut Hub, id: ConnId, json: &str) {
@@ -77,6 +79,7 @@ pub fn open(w: &Worker, id: ConnId, serial: u64, verdict: Result<usize, u16>) ->
         socket_id,
         channels: HashMap::new(),
         bucket: TokenBucket::new(rate, rate, w.now_ms()),
+        user: None,
     })
 }
 
@@ -117,6 +120,7 @@ pub fn on_frame(w: &Worker, hub: &mut Hub, s: &mut Session, id: ConnId, op: OpCo
             channel_data,
         } => subscribe(w, hub, (s, id), channel, (auth, channel_data)),
         ClientMsg::Unsubscribe { channel } => unsubscribe(w, hub, s, id, &channel),
+        ClientMsg::Signin { auth, user_data } => signin(w, hub, (s, id), &auth, &user_data),
         ClientMsg::ClientEvent {
             event,
             channel,
@@ -151,6 +155,9 @@ fn subscribe(
         return send(hub, id, &protocol::subscription_succeeded(&channel, &data));
     }
     let kind = ChannelKind::of(&channel);
+    if kind == ChannelKind::User {
+        return subscribe_user(hub, (s, id), channel, &internal);
+    }
     let signed_data = channel_data
         .as_deref()
         .filter(|_| kind == ChannelKind::Presence);
@@ -202,6 +209,41 @@ fn subscribe(
     s.channels.insert(channel, member.map(|m| m.user_id));
 }
 
+/// `#server-to-user-{id}`: only for the connection signed in as `id`.
+fn subscribe_user(hub: &mut Hub, (s, id): (&mut Session, ConnId), channel: String, internal: &str) {
+    let own = channel.strip_prefix(protocol::USER_CHANNEL_PREFIX) == s.user.as_deref();
+    if !own {
+        return refuse_subscription(hub, id, &channel, 403, "not signed in as this user");
+    }
+    let ack = text_frame(&protocol::subscription_succeeded(&channel, "{}"));
+    if hub.subscribe_internal_acked(id, internal, ack).is_err() {
+        return refuse_subscription(hub, id, &channel, 400, "subscription limit reached");
+    }
+    s.channels.insert(channel, None);
+}
+
+/// `pusher:signin`: a valid signature over `socket_id::user::user_data`
+/// signs the connection in (`pusher:signin_success`); an invalid one is
+/// `pusher:error` 4009 and close 4009, as on Pusher.
+fn signin(w: &Worker, hub: &mut Hub, (s, id): (&mut Session, ConnId), auth: &str, user_data: &str) {
+    let app = &w.cfg.pusher.apps[s.app];
+    let user = protocol::user_id(user_data)
+        .filter(|_| sign::user_auth_ok(app, &s.socket_id, user_data, auth));
+    let Some(user) = user else {
+        hub.stats.pusher_signin_failures += 1;
+        let message = "invalid signin signature or user_data";
+        send(hub, id, &protocol::error(Some(code::UNAUTHORIZED), message));
+        return hub.close(id, code::UNAUTHORIZED, message, CloseReason::Protocol);
+    };
+    s.user = Some(user);
+    let data = serde_json::json!({ "user_data": user_data }).to_string();
+    send(
+        hub,
+        id,
+        &protocol::event("pusher:signin_success", None, &data),
+    );
+}
+
 fn succeeded_data(w: &Worker, channel: &str, internal: &str) -> String {
     match ChannelKind::of(channel) {
         ChannelKind::Presence => w.pusher.borrow().presence.snapshot(internal),
@@ -249,7 +291,10 @@ fn client_event(
     let app = &w.cfg.pusher.apps[s.app];
     let refusal = if !app.client_events {
         Some("client events are not enabled for this app")
-    } else if ChannelKind::of(channel) == ChannelKind::Public {
+    } else if !matches!(
+        ChannelKind::of(channel),
+        ChannelKind::Private | ChannelKind::Presence
+    ) {
         Some("client events are only allowed on private and presence channels")
     } else if !s.channels.contains_key(channel) {
         Some("client event on a channel this connection is not subscribed to")

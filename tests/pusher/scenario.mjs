@@ -20,7 +20,7 @@ const sdk = (s = secret) =>
 // A client whose channel authorization is signed by the server SDK's
 // authorizeChannel (what an app's auth endpoint does); `signer` can be an
 // SDK with a wrong secret.
-function client(name, { signer = sdk(), user } = {}) {
+function client(name, { signer = sdk(), user, me } = {}) {
   const c = new PusherJs(key, {
     cluster: 'corecast',
     wsHost: host,
@@ -28,6 +28,9 @@ function client(name, { signer = sdk(), user } = {}) {
     forceTLS: false,
     enabledTransports: ['ws'],
     disableStats: true,
+    userAuthentication: {
+      customHandler: ({ socketId }, cb) => cb(null, signer.authenticateUser(socketId, me)),
+    },
     channelAuthorization: {
       customHandler: ({ socketId, channelName }, cb) => {
         const data = user ? { user_id: user, user_info: { name: user } } : undefined;
@@ -35,6 +38,8 @@ function client(name, { signer = sdk(), user } = {}) {
       },
     },
   });
+  c.connection.bind('error', (e) =>
+    say({ client: name, kind: 'error', code: e?.data?.code ?? null }));
   c.connection.bind('connected', () =>
     say({ client: name, kind: 'connected', socket_id: c.connection.socket_id }));
   c.bind_global((event, data) => {
@@ -169,6 +174,32 @@ Object.assign(scenarios, {
     });
     await got;
     echo.disconnect();
+  },
+});
+
+Object.assign(scenarios, {
+  // User authentication: signin, then an event sent to the user with the
+  // SDK's sendToUser arrives on the user's own channel.
+  async signin() {
+    const a = client('a', { me: { id: 'u1', name: 'Ann' } });
+    a.signin();
+    while (!a.user.serverToUserChannel?.subscribed) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    say({ client: 'a', kind: 'signed_in', user: a.user.user_data.id });
+    const got = new Promise((resolve) => a.user.bind('hello', resolve));
+    await sdk().sendToUser('u1', 'hello', { x: 1 });
+    say({ client: 'a', kind: 'user_event', data: await got });
+    a.disconnect();
+  },
+  // A signin signed with the wrong secret: pusher:error 4009.
+  async bad_signin() {
+    const a = client('a', { me: { id: 'u1' }, signer: sdk('not-the-secret') });
+    const refused = new Promise((resolve) =>
+      a.connection.bind('error', (e) => e?.data?.code === 4009 && resolve()));
+    a.signin();
+    await refused;
+    a.disconnect();
   },
 });
 
