@@ -45,17 +45,23 @@ fn server() -> TestServer {
     })
 }
 
-/// Runs `mode` of scenario.mjs; every line it printed, as JSON.
-async fn scenario(srv: &TestServer, mode: &str) -> Vec<Value> {
+/// `node scenario.mjs MODE` against `addr`.
+fn node(addr: std::net::SocketAddr, mode: &str) -> Command {
     node_deps();
     let mut cmd = Command::new("node");
     cmd.arg("scenario.mjs")
         .arg(mode)
         .current_dir(dir())
-        .env("CORECAST_ADDR", srv.addr.to_string())
+        .env("CORECAST_ADDR", addr.to_string())
         .env("APP_ID", APP.0)
         .env("APP_KEY", APP.1)
         .env("APP_SECRET", APP.2);
+    cmd
+}
+
+/// Runs `mode` of scenario.mjs; every line it printed, as JSON.
+async fn scenario(srv: &TestServer, mode: &str) -> Vec<Value> {
+    let mut cmd = node(srv.addr, mode);
     // The script's own 15 s timer bounds it; this bounds the rest (Node
     // starting on a loaded machine).
     let limit = std::time::Duration::from_secs(30);
@@ -197,4 +203,57 @@ async fn pusher_js_bad_signin_is_refused_with_4009() {
         "{lines:?}"
     );
     assert_eq!(counter(&stats(srv.addr).await, "pusher_signin_failures"), 1);
+}
+
+/// Lines from `rx` into `lines` up to the first of `kind`.
+async fn until(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>,
+    lines: &mut Vec<Value>,
+    kind: &str,
+) -> Value {
+    loop {
+        let l = within_for(std::time::Duration::from_secs(20), kind, rx.recv())
+            .await
+            .unwrap_or_else(|| panic!("node ended before {kind}: {lines:?}"));
+        lines.push(l.clone());
+        if l["kind"] == kind {
+            return l;
+        }
+    }
+}
+
+/// Graceful shutdown closes with 4200: pusher-js reconnects at once, here
+/// to a new server on the same address, and gets a new socket_id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_js_reconnects_at_once_after_a_4200_shutdown() {
+    use std::io::{BufRead, BufReader};
+    let first = server();
+    let addr = first.addr;
+    let mut child = node(addr, "reconnect")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    let out = child.stdout.take().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap_or(json!({ "raw": line })));
+        }
+    });
+    let mut lines = Vec::new();
+    let before = until(&mut rx, &mut lines, "connected").await;
+    first.stop();
+    first.join().await.unwrap();
+    let _second = TestServer::start(|c| {
+        c.listen = addr;
+        c.pusher
+            .add_apps(&format!("{}:{}:{}", APP.0, APP.1, APP.2))
+            .unwrap();
+    });
+    let after = until(&mut rx, &mut lines, "connected").await;
+    until(&mut rx, &mut lines, "done").await;
+    assert_ne!(before["socket_id"], after["socket_id"]);
+    let states: Vec<&str> = lines.iter().filter_map(|l| l["state"].as_str()).collect();
+    assert!(!states.contains(&"failed"), "{states:?}");
+    assert!(child.wait().unwrap().success());
 }
