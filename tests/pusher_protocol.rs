@@ -177,6 +177,13 @@ async fn client_events_follow_the_rules_and_the_rate() {
     assert_eq!(next_json(&mut a).await["event"], "pusher:error");
     send(&mut a, ev("private-other", 0)).await;
     assert_eq!(next_json(&mut a).await["event"], "pusher:error");
+    let big = json!({"event":"client-x","channel":"private-c","data":"x".repeat(10 * 1024 + 1)});
+    send(&mut a, big).await;
+    let err = next_json(&mut a).await;
+    assert!(
+        err["data"]["message"].as_str().unwrap().contains("10 KiB"),
+        "{err}"
+    );
     for n in 1..=3 {
         send(&mut a, ev("private-c", n)).await;
     }
@@ -225,6 +232,10 @@ async fn presence_subscriptions_are_signed_and_bounded() {
     );
     let r = subscribe(&mut a, "presence-p", Some(forged), Some(cd)).await;
     assert_eq!(r["event"], "pusher:subscription_error");
+    let big = format!(r#"{{"user_id":"u1","user_info":"{}"}}"#, "x".repeat(2048));
+    let signed = auth("key1", "secret1", &format!("{id}:presence-p:{big}"));
+    let r = subscribe(&mut a, "presence-p", Some(signed), Some(&big)).await;
+    assert_eq!(r["data"]["status"], 400, "channel_data over 2 KiB");
     let good = auth("key1", "secret1", &format!("{id}:presence-p:{cd}"));
     let r = subscribe(&mut a, "presence-p", Some(good), Some(cd)).await;
     assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
@@ -439,4 +450,11 @@ async fn user_channels_need_the_signin_of_that_user() {
     assert_eq!(r["event"], "pusher:subscription_error");
     let r = subscribe(&mut ws, "#server-to-user-u1", None, None).await;
     assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    let list = api_request(APP1, "GET", ("/apps/1/channels", ""), b"", now());
+    let listed = http_raw(srv.addr, &list).await.json();
+    assert_eq!(
+        listed,
+        json!({"channels":{}}),
+        "users' channels are not listed"
+    );
 }

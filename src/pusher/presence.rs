@@ -15,6 +15,9 @@ use serde_json::{json, Map, Value};
 
 /// Longest `user_id`.
 pub const MAX_USER_ID: usize = 128;
+/// Longest `channel_data` (user id and info) a member may hold, in bytes
+/// (soketi's default; Pusher documents 1 KB for `user_info`).
+pub const MAX_CHANNEL_DATA: usize = 2 * 1024;
 
 /// A member's identity, from a subscription's `channel_data`.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +36,9 @@ struct ChannelData {
 
 /// Parses `channel_data` (`{"user_id":"1","user_info":{...}}`).
 pub fn parse_member(channel_data: &str) -> Option<Member> {
+    if channel_data.len() > MAX_CHANNEL_DATA {
+        return None;
+    }
     let d: ChannelData = serde_json::from_str(channel_data).ok()?;
     let user_id = match d.user_id {
         Value::String(s) => s,
@@ -195,5 +201,10 @@ mod tests {
         assert!(parse_member(r#"{"user_info":{}}"#).is_none());
         assert!(parse_member(r#"{"user_id":""}"#).is_none());
         assert!(parse_member("x").is_none());
+        let big = format!(
+            r#"{{"user_id":"1","user_info":"{}"}}"#,
+            "x".repeat(MAX_CHANNEL_DATA)
+        );
+        assert!(parse_member(&big).is_none());
     }
 }

@@ -149,7 +149,8 @@ fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
     let mut out = Map::new();
     for (internal, _) in listed {
         let name = &internal[prefix.len()..];
-        if !name.starts_with(filter) {
+        // Users' own channels are not channels of the app's.
+        if !name.starts_with(filter) || name.starts_with('#') {
             continue;
         }
         let mut info = Map::new();

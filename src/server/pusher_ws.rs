@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 
 use crate::auth::TokenBucket;
 use crate::hub::{CloseReason, ConnId, Hub, EXCLUDE_ALWAYS};
+use crate::pusher::api::MAX_DATA;
 use crate::pusher::presence;
 use crate::pusher::protocol::{self, code, ClientMsg};
 use crate::pusher::{internal_channel, sign, App, ChannelKind};
@@ -171,7 +172,10 @@ fn subscribe(
     let member = match kind {
         ChannelKind::Presence => match signed_data.and_then(presence::parse_member) {
             Some(m) => Some(m),
-            None => return refuse_subscription(hub, id, &channel, 400, "invalid channel_data"),
+            None => {
+                let message = "invalid channel_data (a user_id, at most 2 KiB)";
+                return refuse_subscription(hub, id, &channel, 400, message);
+            }
         },
         _ => None,
     };
@@ -298,6 +302,8 @@ fn client_event(
         Some("client events are only allowed on private and presence channels")
     } else if !s.channels.contains_key(channel) {
         Some("client event on a channel this connection is not subscribed to")
+    } else if data.get().len() > MAX_DATA {
+        Some("client event data is limited to 10 KiB")
     } else {
         None
     };
