@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::stats::{RedisStats, Snapshot, Stats};
+use crate::stats::{PusherAppStats, RedisStats, Snapshot, Stats};
 
 /// Gauges sampled when `/metrics` is served.
 #[derive(Debug, Clone, Default)]
@@ -59,6 +59,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     pressure(&mut o, s, g);
     refusals(&mut o, snap);
     pusher(&mut o, s);
+    pusher_apps(&mut o, snap);
     if g.redis_enabled {
         redis(&mut o, r);
     }
@@ -145,6 +146,50 @@ fn pusher(o: &mut String, s: &Stats) {
         "Events published through the Pusher HTTP API (one per channel).",
         s.pusher_api_events,
     );
+}
+
+/// A per-app family: name, type, help, and its value of an app.
+type AppFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PusherAppStats) -> u64,
+);
+
+/// Per Pusher app (label `app` = the app id; ids are `A-Z a-z 0-9 - _ .`,
+/// safe in a label without escaping).
+fn pusher_apps(o: &mut String, snap: &Snapshot) {
+    let apps = &snap.pusher_apps;
+    let families: [AppFamily; 4] = [
+        (
+            "corecast_pusher_app_connections",
+            "gauge",
+            "Open Pusher connections per app.",
+            |a| a.connections,
+        ),
+        (
+            "corecast_pusher_app_client_events_total",
+            "counter",
+            "Client events relayed per app.",
+            |a| a.client_events,
+        ),
+        (
+            "corecast_pusher_app_api_requests_total",
+            "counter",
+            "Signed Pusher HTTP API requests per app.",
+            |a| a.api_requests,
+        ),
+        (
+            "corecast_pusher_app_api_events_total",
+            "counter",
+            "Events published through the Pusher HTTP API per app.",
+            |a| a.api_events,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        let rows: Vec<(&str, u64)> = apps.iter().map(|(id, a)| (id.as_str(), value(a))).collect();
+        labelled(o, name, help, kind, "app", &rows);
+    }
 }
 
 /// Connections, upgrades, channels and subscriptions.

@@ -235,6 +235,19 @@ pub struct CacheStats {
     pub bypassed: u64,
 }
 
+/// One Pusher app's counters (`/stats` `pusher_apps`, by app id).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct PusherAppStats {
+    /// Open connections (gauge).
+    pub connections: u64,
+    /// Client events relayed.
+    pub client_events: u64,
+    /// HTTP API requests that passed the signature check.
+    pub api_requests: u64,
+    /// Events published through the HTTP API (one per channel).
+    pub api_events: u64,
+}
+
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Snapshot {
@@ -253,4 +266,6 @@ pub struct Snapshot {
     pub channels: u64,
     /// Same as `deliveries` (the name `/stats` has always had).
     pub messages_out: u64,
+    /// Per Pusher app, by app id.
+    pub pusher_apps: std::collections::BTreeMap<String, PusherAppStats>,
 }

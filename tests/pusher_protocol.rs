@@ -157,6 +157,15 @@ async fn apps_are_isolated_from_each_other_and_from_native_clients() {
     )
     .await;
     assert_eq!(next_json(&mut native).await["code"], "invalid_channel");
+    // Counted per app in /stats and /metrics.
+    let apps = stats(srv.addr).await["pusher_apps"].clone();
+    let one = json!({"connections":1,"client_events":0,"api_requests":1,"api_events":1});
+    assert_eq!(apps, json!({"1": one, "2": one}));
+    let metrics = String::from_utf8(get(srv.addr, "/metrics").await.body).unwrap();
+    assert!(
+        metrics.contains("corecast_pusher_app_api_events_total{app=\"2\"} 1"),
+        "{metrics}"
+    );
 }
 
 /// Client events: refused on public channels, unsubscribed channels and

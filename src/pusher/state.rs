@@ -5,6 +5,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
 use super::presence::Presence;
+use crate::stats::PusherAppStats;
 
 /// A worker's shared Pusher state.
 pub struct PusherState {
@@ -12,8 +13,8 @@ pub struct PusherState {
     pub tag: u32,
     /// Presence channel members.
     pub presence: Presence,
-    /// Open connections per app (index as in the configuration).
-    app_conns: Vec<usize>,
+    /// Counters per app (index as in the configuration).
+    apps: Vec<PusherAppStats>,
 }
 
 impl PusherState {
@@ -24,14 +25,14 @@ impl PusherState {
         PusherState {
             tag,
             presence: Presence::default(),
-            app_conns: vec![0; apps],
+            apps: vec![PusherAppStats::default(); apps],
         }
     }
 
     /// Counts a new connection of `app` unless it already has `max`.
     pub fn admit(&mut self, app: usize, max: usize) -> bool {
-        let n = &mut self.app_conns[app];
-        if *n >= max {
+        let n = &mut self.apps[app].connections;
+        if *n >= max as u64 {
             return false;
         }
         *n += 1;
@@ -40,12 +41,23 @@ impl PusherState {
 
     /// A connection of `app` ended.
     pub fn release(&mut self, app: usize) {
-        self.app_conns[app] = self.app_conns[app].saturating_sub(1);
+        let n = &mut self.apps[app].connections;
+        *n = n.saturating_sub(1);
     }
 
     /// Open connections of `app`.
-    pub fn connections(&self, app: usize) -> usize {
-        self.app_conns[app]
+    pub fn connections(&self, app: usize) -> u64 {
+        self.apps[app].connections
+    }
+
+    /// `app`'s counters, to count in.
+    pub fn app_mut(&mut self, app: usize) -> &mut PusherAppStats {
+        &mut self.apps[app]
+    }
+
+    /// Every app's counters, in configuration order.
+    pub fn apps(&self) -> &[PusherAppStats] {
+        &self.apps
     }
 }
 

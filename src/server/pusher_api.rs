@@ -38,7 +38,7 @@ pub async fn respond(w: &Worker, rest: &str, req: &Request, body: &[u8]) -> Vec<
     let keep_alive = req.keep_alive;
     w.hub.borrow_mut().stats.pusher_api_requests += 1;
     let (app_id, call) = rest.split_once('/').unwrap_or((rest, ""));
-    let Some((_, app)) = w.cfg.pusher.by_id(app_id) else {
+    let Some((index, app)) = w.cfg.pusher.by_id(app_id) else {
         return error(404, "unknown app", keep_alive);
     };
     let method = if req.method == Method::Post {
@@ -57,14 +57,15 @@ pub async fn respond(w: &Worker, rest: &str, req: &Request, body: &[u8]) -> Vec<
         log::refused(log::Refusal::PublishKey, "pusher api refused", e.message());
         return error(401, e.message(), keep_alive);
     }
+    w.pusher.borrow_mut().app_mut(index).api_requests += 1;
     let query = signed.query;
     match (req.method, call) {
         (Method::Post, "events") => match api::parse_events(body) {
-            Ok(e) => publish(w, app, vec![e], keep_alive).await,
+            Ok(e) => publish(w, (index, app), vec![e], keep_alive).await,
             Err(e) => error(e.answer().0, e.answer().1, keep_alive),
         },
         (Method::Post, "batch_events") => match api::parse_batch(body) {
-            Ok(events) => publish(w, app, events, keep_alive).await,
+            Ok(events) => publish(w, (index, app), events, keep_alive).await,
             Err(e) => error(e.answer().0, e.answer().1, keep_alive),
         },
         (Method::Get, "channels") => channels(w, app, query, keep_alive),
@@ -81,7 +82,12 @@ pub async fn respond(w: &Worker, rest: &str, req: &Request, body: &[u8]) -> Vec<
 
 /// Publishes every event on each of its channels; `socket_id` (when it
 /// is one of this instance's connections) is skipped.
-async fn publish(w: &Worker, app: &App, events: Vec<Event>, keep_alive: bool) -> Vec<u8> {
+async fn publish(
+    w: &Worker,
+    (index, app): (usize, &App),
+    events: Vec<Event>,
+    keep_alive: bool,
+) -> Vec<u8> {
     if !wait_for_backlog(w).await {
         return error(503, "server overloaded, retry later", keep_alive);
     }
@@ -115,6 +121,7 @@ async fn publish(w: &Worker, app: &App, events: Vec<Event>, keep_alive: bool) ->
                 );
             }
             hub.stats.pusher_api_events += 1;
+            w.pusher.borrow_mut().app_mut(index).api_events += 1;
         }
     }
     answer(200, &json!({}), keep_alive)

@@ -324,6 +324,7 @@ fn client_event(
     let json = protocol::client_event(event, channel, data, user.as_deref());
     let internal = internal_channel(&app.id, channel);
     hub.stats.pusher_client_events += 1;
+    w.pusher.borrow_mut().app_mut(s.app).client_events += 1;
     let redis = w.redis.as_deref();
     let sender = s.serial | EXCLUDE_ALWAYS;
     let outcome = route_publish(

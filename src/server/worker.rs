@@ -109,7 +109,15 @@ impl Worker {
             connections: hub.connection_count() as u64,
             channels: hub.channel_count() as u64,
             messages_out: hub.stats.deliveries,
+            pusher_apps: self.pusher_apps(),
         }
+    }
+
+    /// Each Pusher app's counters by app id.
+    fn pusher_apps(&self) -> std::collections::BTreeMap<String, crate::stats::PusherAppStats> {
+        let state = self.pusher.borrow();
+        let ids = self.cfg.pusher.apps.iter().map(|a| a.id.clone());
+        ids.zip(state.apps().iter().cloned()).collect()
     }
 }
 
