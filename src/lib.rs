@@ -60,7 +60,7 @@
 //! - `cache` → `http`, `secret`: the HTTP response cache in front of
 //!   `--origin`, sans-I/O — `Cache-Control` policy, keys, entry encoding,
 //!   the LRU memory store, chunked decoding, origin response heads.
-//! - `pusher` → `secret`, `stats`: the Pusher Channels protocol (v7),
+//! - `pusher` → `auth`, `secret`, `stats`: the Pusher Channels protocol (v7),
 //!   sans-I/O — apps, client/server frames, channel and HTTP API
 //!   signatures, presence members, the events API's bodies; its channels
 //!   live in the hub as `pusher/{app id}/{name}` (outside the native

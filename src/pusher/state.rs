@@ -2,9 +2,11 @@
 //! presence members and per-app connection counts.
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
 use super::presence::Presence;
+use crate::auth::TokenBucket;
 use crate::stats::PusherAppStats;
 
 /// A worker's shared Pusher state.
@@ -15,6 +17,25 @@ pub struct PusherState {
     pub presence: Presence,
     /// Counters per app (index as in the configuration).
     apps: Vec<PusherAppStats>,
+    /// Upgrades not yet started, by connection id: the app's index, or
+    /// the close code to refuse with.
+    pub pending: HashMap<usize, Result<usize, u16>>,
+}
+
+/// One Pusher connection's state.
+pub struct Session {
+    /// The app (index in the configuration).
+    pub app: usize,
+    /// The hub's connection serial.
+    pub serial: u64,
+    /// `"{tag}.{serial}"`.
+    pub socket_id: String,
+    /// Subscribed channels (Pusher names) → the presence `user_id`.
+    pub channels: HashMap<String, Option<String>>,
+    /// `--pusher-client-event-rate`.
+    pub bucket: TokenBucket,
+    /// The user signed in with `pusher:signin`.
+    pub user: Option<String>,
 }
 
 impl PusherState {
@@ -26,6 +47,7 @@ impl PusherState {
             tag,
             presence: Presence::default(),
             apps: vec![PusherAppStats::default(); apps],
+            pending: HashMap::new(),
         }
     }
 

@@ -3,8 +3,6 @@
 //! each client frame, and the end (presence members leave). The protocol
 //! itself is `crate::pusher` (sans-I/O); this file applies it to the hub.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
@@ -13,24 +11,12 @@ use crate::hub::{CloseReason, ConnId, Hub, EXCLUDE_ALWAYS};
 use crate::pusher::api::MAX_DATA;
 use crate::pusher::presence;
 use crate::pusher::protocol::{self, code, ClientMsg};
+use crate::pusher::state::Session;
 use crate::pusher::{internal_channel, sign, App, ChannelKind};
 use crate::server::publish::{route_publish, Published};
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
 use crate::ws::OpCode;
-
-/// One Pusher connection's state.
-pub struct Session {
-    app: usize,
-    serial: u64,
-    socket_id: String,
-    /// Subscribed channels (Pusher names) → the presence `user_id`.
-    channels: HashMap<String, Option<String>>,
-    /// `--pusher-client-event-rate`.
-    bucket: TokenBucket,
-    /// The user signed in with `pusher:signin`.
-    user: Option<String>,
-}
 
 fn send(hub: &mut Hub, id: ConnId, json: &str) {
     hub.send_to(id, text_frame(json));
@@ -40,12 +26,22 @@ fn text_frame(json: &str) -> Bytes {
     encode_server_frame(OpCode::Text, json.as_bytes())
 }
 
-/// Starts a Pusher session: `connection_established`, or `pusher:error`
-/// and a close with `verdict`'s code (4001, 4007), or 4100 when the app
-/// is at `--pusher-max-app-connections`.
-pub fn open(w: &Worker, id: ConnId, serial: u64, verdict: Result<usize, u16>) -> Option<Session> {
+/// Starts a Pusher session for the upgraded connection `id`:
+/// `connection_established`, or `pusher:error` and a close with the
+/// upgrade's verdict (4001, 4007), or 4100 when the app is at
+/// `--pusher-max-app-connections`. The session lives in the worker's
+/// `pusher_sessions` (not in the connection's task, which stays small).
+pub fn open(w: &Worker, id: ConnId, serial: u64) {
+    let session = start(w, id, serial);
+    if let Some(s) = session {
+        w.pusher_sessions.borrow_mut().insert(id, s);
+    }
+}
+
+fn start(w: &Worker, id: ConnId, serial: u64) -> Option<Session> {
     let mut hub = w.hub.borrow_mut();
     let mut shared = w.pusher.borrow_mut();
+    let verdict = shared.pending.remove(&id)?;
     let refusal = match verdict {
         Err(c) => Some(c),
         Ok(app) if !shared.admit(app, w.cfg.pusher.max_app_connections) => {
@@ -78,15 +74,18 @@ pub fn open(w: &Worker, id: ConnId, serial: u64, verdict: Result<usize, u16>) ->
         app,
         serial,
         socket_id,
-        channels: HashMap::new(),
+        channels: Default::default(),
         bucket: TokenBucket::new(rate, rate, w.now_ms()),
         user: None,
     })
 }
 
-/// The session ended: its presence memberships end (the last connection
-/// of a user announces `member_removed`), its app's count drops.
-pub fn close(w: &Worker, s: Session) {
+/// The connection `id` ended: its presence memberships end (the last
+/// connection of a user announces `member_removed`), its app's count drops.
+pub fn close(w: &Worker, id: ConnId) {
+    let Some(s) = w.pusher_sessions.borrow_mut().remove(&id) else {
+        return;
+    };
     let mut hub = w.hub.borrow_mut();
     hub.stats.pusher_connections -= 1;
     let app = &w.cfg.pusher.apps[s.app];
@@ -98,8 +97,21 @@ pub fn close(w: &Worker, s: Session) {
     w.pusher.borrow_mut().release(s.app);
 }
 
-/// One data frame from the client.
-pub fn on_frame(w: &Worker, hub: &mut Hub, s: &mut Session, id: ConnId, op: OpCode, p: &[u8]) {
+/// One data frame from the client `id` (ignored once its session ended).
+pub fn on_frame(w: &Worker, hub: &mut Hub, id: ConnId, op: OpCode, p: &[u8]) {
+    let mut sessions = w.pusher_sessions.borrow_mut();
+    if let Some(s) = sessions.get_mut(&id) {
+        on_session_frame(w, hub, s, id, (op, p));
+    }
+}
+
+fn on_session_frame(
+    w: &Worker,
+    hub: &mut Hub,
+    s: &mut Session,
+    id: ConnId,
+    (op, p): (OpCode, &[u8]),
+) {
     let msg = if op == OpCode::Binary {
         Err("binary frames are not part of the Pusher protocol")
     } else {

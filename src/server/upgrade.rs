@@ -25,10 +25,6 @@ pub struct Upgrade {
     pub channel: Option<String>,
     /// What the connection's token allows.
     pub grants: Grants,
-    /// A Pusher connection: its app's index, or the close code it is
-    /// refused with once the WebSocket is open (Pusher reports errors
-    /// in-band, so pusher-js sees the code and decides on reconnecting).
-    pub pusher: Option<Result<usize, u16>>,
 }
 
 /// The mode and channel of an upgrading route; `None` for other routes.
@@ -102,7 +98,6 @@ pub async fn upgrade(
         kind,
         channel,
         grants,
-        pusher: None,
     };
     accept(w, sock, id, req, up).await
 }
@@ -164,9 +159,15 @@ async fn pusher_upgrade(
         kind: ConnKind::Ws(formats::PUSHER),
         channel: None,
         grants: Grants::read_only(),
-        pusher: Some(verdict),
     };
-    accept(w, sock, id, req, up).await
+    // Pusher reports errors in-band, once the WebSocket is open, so
+    // pusher-js sees the code and decides on reconnecting; the verdict
+    // waits in the worker, not in the connection's task.
+    let accepted = accept(w, sock, id, req, up).await?;
+    if accepted.is_some() {
+        w.pusher.borrow_mut().pending.insert(id, verdict);
+    }
+    Ok(accepted)
 }
 
 async fn refuse(sock: &mut Sock, err: &HttpError) -> io::Result<()> {

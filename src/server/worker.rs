@@ -16,6 +16,7 @@ use monoio::net::tcp::TcpOwnedReadHalf;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::peers::Peers;
+use crate::pusher::state::Session;
 use crate::pusher::PusherState;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
@@ -43,6 +44,8 @@ pub struct Worker {
     pub inbound: Cell<usize>,
     /// What the Pusher connections share (presence, per-app counts).
     pub pusher: RefCell<PusherState>,
+    /// Open Pusher connections' sessions, by connection id.
+    pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -58,6 +61,7 @@ impl Worker {
             peers: RefCell::new(Peers::new(cfg.peers.clone())),
             inbound: Cell::new(0),
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
+            pusher_sessions: RefCell::default(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),

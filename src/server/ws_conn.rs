@@ -14,10 +14,9 @@ use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 
 use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
-use crate::hub::{CloseReason, ConnId, ConnState, Hub, SubscribeError, WriterWork};
+use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, SubscribeError, WriterWork};
 use crate::log;
 use crate::server::publish::{route_publish, Published};
-use crate::server::pusher_ws;
 use crate::server::redis::RedisLink;
 use crate::server::sock::{
     drain_close, write_all_vectored, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
@@ -25,6 +24,7 @@ use crate::server::sock::{
 use crate::server::sys;
 use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
+use crate::server::{formats, pusher_ws};
 use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
@@ -34,7 +34,6 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         kind,
         channel,
         grants,
-        pusher,
     } = up;
     {
         let mut hub = w.hub.borrow_mut();
@@ -57,12 +56,13 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     let Sock { mut rd, wr, fd } = sock;
     let writer = monoio::spawn(writer(w.clone(), wr, id));
     let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
-    let session = pusher.and_then(|verdict| pusher_ws::open(w, id, serial, verdict));
+    if kind == ConnKind::Ws(formats::PUSHER) {
+        pusher_ws::open(w, id, serial);
+    }
     let mut reader = WsReader {
         w,
         id,
         serial,
-        pusher: session.map(Box::new),
         channel: channel.as_deref(),
         grants,
         bucket: TokenBucket::new(w.cfg.auth.publish_rate, w.cfg.auth.publish_rate, w.now_ms()),
@@ -70,9 +70,8 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         rx: Receiver::new(Role::Server, w.cfg.ws),
     };
     let outcome = reader.run(&mut rd, fd, buf).await;
-    if let Some(session) = reader.pusher.take() {
-        pusher_ws::close(w, *session);
-    }
+    // A no-op unless this was a Pusher connection (its session ends).
+    pusher_ws::close(w, id);
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
         // The peer is gone or silent: unblock a writer stuck on a full socket.
         sys::shutdown(fd);
@@ -152,8 +151,6 @@ struct WsReader<'a> {
     id: ConnId,
     serial: u64,
     channel: Option<&'a str>,
-    /// A Pusher protocol connection's session (`GET /app/{key}`).
-    pusher: Option<Box<pusher_ws::Session>>,
     rx: Receiver,
     grants: Grants,
     /// `--publish-rate`: over it, the connection is simply read later.
@@ -314,8 +311,10 @@ impl WsReader<'_> {
     }
 
     fn on_data(&mut self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
-        if let Some(s) = &mut self.pusher {
-            return pusher_ws::on_frame(self.w, hub, s, self.id, opcode, &payload);
+        // A Pusher connection (`GET /app/{key}`): its session lives in
+        // the worker, not in this task, which every connection pays for.
+        if hub.conn(self.id).map(|c| c.kind()) == Some(ConnKind::Ws(formats::PUSHER)) {
+            return pusher_ws::on_frame(self.w, hub, self.id, opcode, &payload);
         }
         let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {

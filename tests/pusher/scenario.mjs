@@ -203,20 +203,6 @@ Object.assign(scenarios, {
   },
 });
 
-Object.assign(scenarios, {
-  // Reconnects: the test restarts the server on the same address; the
-  // 4200 close at shutdown makes pusher-js reconnect at once.
-  async reconnect() {
-    const a = client('a');
-    a.connection.bind('state_change', ({ current }) =>
-      say({ client: 'a', kind: 'state', state: current }));
-    let connections = 0;
-    await new Promise((resolve) =>
-      a.connection.bind('connected', () => ++connections === 2 && resolve()));
-    a.disconnect();
-  },
-});
-
 const timer = setTimeout(() => {
   say({ kind: 'timeout' });
   process.exit(1);
