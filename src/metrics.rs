@@ -142,6 +142,12 @@ fn pusher(o: &mut String, s: &Stats) {
     );
     counter(
         o,
+        "corecast_pusher_api_bad_requests_total",
+        "Signed Pusher HTTP API requests refused for their body or path (400, 404, 413).",
+        s.pusher_api_bad_requests,
+    );
+    counter(
+        o,
         "corecast_pusher_api_events_total",
         "Events published through the Pusher HTTP API (one per channel).",
         s.pusher_api_events,

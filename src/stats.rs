@@ -133,6 +133,9 @@ pub struct Stats {
     pub pusher_api_unauthorized: u64,
     /// Events published through the Pusher HTTP API (one per channel).
     pub pusher_api_events: u64,
+    /// Signed Pusher HTTP API requests refused for their body or path
+    /// (400, 404, 413).
+    pub pusher_api_bad_requests: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,

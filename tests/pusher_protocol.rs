@@ -307,9 +307,12 @@ async fn api_requests_with_bad_signatures_are_refused() {
     )
     .await;
     assert_eq!(r.status, 413);
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "pusher_api_unauthorized"), 3);
     assert_eq!(
-        counter(&stats(srv.addr).await, "pusher_api_unauthorized"),
-        3
+        counter(&s, "pusher_api_bad_requests"),
+        2,
+        "the 400 and the 413"
     );
 }
 

@@ -58,7 +58,21 @@ pub async fn respond(w: &Worker, rest: &str, req: &Request, body: &[u8]) -> Vec<
         return error(401, e.message(), keep_alive);
     }
     w.pusher.borrow_mut().app_mut(index).api_requests += 1;
-    let query = signed.query;
+    let answer = call_api(w, (index, app), (req, call, signed.query), body).await;
+    if answer.starts_with(b"HTTP/1.1 4") {
+        w.hub.borrow_mut().stats.pusher_api_bad_requests += 1;
+    }
+    answer
+}
+
+/// A signed request's call (`call` = the path after `/apps/{id}/`).
+async fn call_api(
+    w: &Worker,
+    (index, app): (usize, &App),
+    (req, call, query): (&Request, &str, &str),
+    body: &[u8],
+) -> Vec<u8> {
+    let keep_alive = req.keep_alive;
     match (req.method, call) {
         (Method::Post, "events") => match api::parse_events(body) {
             Ok(e) => publish(w, (index, app), vec![e], keep_alive).await,
