@@ -470,3 +470,27 @@ async fn user_channels_need_the_signin_of_that_user() {
         "users' channels are not listed"
     );
 }
+
+/// A client event on a presence channel names its sender's `user_id`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_client_events_carry_the_user_id() {
+    let srv = server(APPS, |_| {});
+    let mut socks = Vec::new();
+    for user in ["u1", "u2"] {
+        let (mut ws, id) = connect(srv.addr, "key1").await;
+        let cd = format!(r#"{{"user_id":"{user}"}}"#);
+        let signed = auth("key1", "secret1", &format!("{id}:presence-p:{cd}"));
+        subscribe(&mut ws, "presence-p", Some(signed), Some(&cd)).await;
+        socks.push(ws);
+    }
+    let added = next_json(&mut socks[0]).await;
+    assert_eq!(added["event"], "pusher_internal:member_added");
+    assert_eq!(data(&added)["user_id"], "u2");
+    let ev = json!({"event":"client-hi","channel":"presence-p","data":{}});
+    send(&mut socks[0], ev).await;
+    let got = next_json(&mut socks[1]).await;
+    assert_eq!(
+        (got["event"].clone(), got["user_id"].clone()),
+        (json!("client-hi"), json!("u1"))
+    );
+}
