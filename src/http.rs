@@ -222,6 +222,11 @@ pub enum Route<'a> {
     Cache(&'a str),
     /// `POST /cache/purge`.
     CachePurge,
+    /// `GET /app/{key}`: a Pusher protocol WebSocket.
+    PusherWs(&'a str),
+    /// `/apps/{rest}`: the Pusher HTTP API (`rest` = what follows
+    /// `/apps/`; the API routes it further).
+    PusherApi(&'a str),
 }
 
 /// Routes a method and path; errors carry their status (404, 405, 400).
@@ -250,6 +255,13 @@ pub fn route<'a>(
                 (Route::Publish(channel(c)?), method == Method::Post)
             } else if let Some(c) = path.strip_prefix("/history/") {
                 (Route::History(channel(c)?), get)
+            } else if let Some(key) = path.strip_prefix("/app/") {
+                (Route::PusherWs(key), method == Method::Get)
+            } else if let Some(rest) = path.strip_prefix("/apps/") {
+                (
+                    Route::PusherApi(rest),
+                    matches!(method, Method::Get | Method::Post),
+                )
             } else {
                 return Err(HttpError::new(404, "not found"));
             }
@@ -329,10 +341,10 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
         return BodyPlan::None;
     };
     match route {
-        Ok(Route::WsChannel(_) | Route::WsMulti | Route::StatusWs) => {
+        Ok(Route::WsChannel(_) | Route::WsMulti | Route::StatusWs | Route::PusherWs(_)) => {
             BodyPlan::Refuse(HttpError::new(400, "a WebSocket upgrade has no body"))
         }
-        Ok(Route::Publish(_) | Route::Cache(_) | Route::CachePurge) => {
+        Ok(Route::Publish(_) | Route::Cache(_) | Route::CachePurge | Route::PusherApi(_)) => {
             if n > limits.max_body_size {
                 BodyPlan::Refuse(HttpError::new(413, "request body too large"))
             } else {

@@ -51,7 +51,7 @@
 //!   for deadlines and keepalive, graceful shutdown; the Redis edge
 //!   (`server::redis`) and the cache edge (`server::cache_edge`). Its own
 //!   Layout section orders its files.
-//! - [`config`] → `auth`, `cache`, `http`, `hub`, `redis`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `http`, `hub`, `pusher`, `redis`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
@@ -60,6 +60,11 @@
 //! - `cache` → `http`, `secret`: the HTTP response cache in front of
 //!   `--origin`, sans-I/O — `Cache-Control` policy, keys, entry encoding,
 //!   the LRU memory store, chunked decoding, origin response heads.
+//! - `pusher` → `auth`, `secret`, `stats`: the Pusher Channels protocol (v7),
+//!   sans-I/O — apps, client/server frames, channel and HTTP API
+//!   signatures, presence members, the events API's bodies; its channels
+//!   live in the hub as `pusher/{app id}/{name}` (outside the native
+//!   charset) and its frames are the `server::formats::PUSHER` format.
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -125,6 +130,8 @@ pub mod log;
 pub(crate) mod metrics;
 #[doc(hidden)]
 pub mod peers;
+#[doc(hidden)]
+pub mod pusher;
 #[doc(hidden)]
 pub mod redis;
 pub mod runtime;

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::stats::{CompressionStats, RedisStats, Snapshot, Stats};
+use crate::stats::{CompressionStats, PusherAppStats, RedisStats, Snapshot, Stats};
 
 /// Gauges sampled when `/metrics` is served.
 #[derive(Debug, Clone, Default)]
@@ -60,6 +60,8 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     refusals(&mut o, snap);
     compression(&mut o, &snap.compression);
     history(&mut o, s);
+    pusher(&mut o, s);
+    pusher_apps(&mut o, snap);
     if g.redis_enabled {
         redis(&mut o, r);
     }
@@ -74,6 +76,128 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         "How late the 100 ms housekeeping timer fired: time the event loop was busy.",
     );
     o
+}
+
+/// The Pusher protocol (`--pusher-app`).
+fn pusher(o: &mut String, s: &Stats) {
+    gauge(
+        o,
+        "corecast_pusher_connections",
+        "Open Pusher protocol connections.",
+        s.pusher_connections,
+    );
+    counter(
+        o,
+        "corecast_pusher_connections_refused_total",
+        "Pusher connections closed at once: unknown app (4001), protocol (4007), over capacity (4100).",
+        s.pusher_connections_refused,
+    );
+    labelled(
+        o,
+        "corecast_pusher_subscriptions_refused_total",
+        "Pusher subscriptions refused, by reason.",
+        "counter",
+        "reason",
+        &[
+            ("signature", s.pusher_auth_failures),
+            (
+                "other",
+                s.pusher_subscriptions_refused
+                    .saturating_sub(s.pusher_auth_failures),
+            ),
+        ],
+    );
+    counter(
+        o,
+        "corecast_pusher_signin_failures_total",
+        "Pusher signins refused (close 4009).",
+        s.pusher_signin_failures,
+    );
+    counter(
+        o,
+        "corecast_pusher_errors_total",
+        "Pusher frames answered with pusher:error.",
+        s.pusher_errors,
+    );
+    labelled(
+        o,
+        "corecast_pusher_client_events_total",
+        "Pusher client events, by outcome.",
+        "counter",
+        "outcome",
+        &[
+            ("relayed", s.pusher_client_events),
+            ("rate_limited", s.pusher_client_events_limited),
+        ],
+    );
+    counter(
+        o,
+        "corecast_pusher_api_requests_total",
+        "Pusher HTTP API requests.",
+        s.pusher_api_requests,
+    );
+    counter(
+        o,
+        "corecast_pusher_api_unauthorized_total",
+        "Pusher HTTP API requests refused for their signature (401).",
+        s.pusher_api_unauthorized,
+    );
+    counter(
+        o,
+        "corecast_pusher_api_bad_requests_total",
+        "Signed Pusher HTTP API requests refused for their body or path (400, 404, 413).",
+        s.pusher_api_bad_requests,
+    );
+    counter(
+        o,
+        "corecast_pusher_api_events_total",
+        "Events published through the Pusher HTTP API (one per channel).",
+        s.pusher_api_events,
+    );
+}
+
+/// A per-app family: name, type, help, and its value of an app.
+type AppFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PusherAppStats) -> u64,
+);
+
+/// Per Pusher app (label `app` = the app id; ids are `A-Z a-z 0-9 - _ .`,
+/// safe in a label without escaping).
+fn pusher_apps(o: &mut String, snap: &Snapshot) {
+    let apps = &snap.pusher_apps;
+    let families: [AppFamily; 4] = [
+        (
+            "corecast_pusher_app_connections",
+            "gauge",
+            "Open Pusher connections per app.",
+            |a| a.connections,
+        ),
+        (
+            "corecast_pusher_app_client_events_total",
+            "counter",
+            "Client events relayed per app.",
+            |a| a.client_events,
+        ),
+        (
+            "corecast_pusher_app_api_requests_total",
+            "counter",
+            "Signed Pusher HTTP API requests per app.",
+            |a| a.api_requests,
+        ),
+        (
+            "corecast_pusher_app_api_events_total",
+            "counter",
+            "Events published through the Pusher HTTP API per app.",
+            |a| a.api_events,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        let rows: Vec<(&str, u64)> = apps.iter().map(|(id, a)| (id.as_str(), value(a))).collect();
+        labelled(o, name, help, kind, "app", &rows);
+    }
 }
 
 /// Connections, upgrades, channels and subscriptions.

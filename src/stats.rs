@@ -126,6 +126,35 @@ pub struct Stats {
     /// Gaps that could not be backfilled (JSON subscribers were sent
     /// `{"type":"gap"}`, path-mode subscribers closed).
     pub history_gaps: u64,
+    /// Open Pusher protocol connections (gauge).
+    pub pusher_connections: u64,
+    /// Pusher connections refused in-band: unknown app key (4001),
+    /// unsupported protocol (4007), app over capacity (4100).
+    pub pusher_connections_refused: u64,
+    /// Pusher subscriptions refused (`pusher:subscription_error`): bad
+    /// signature, bad `channel_data`, full presence channel, limit.
+    pub pusher_subscriptions_refused: u64,
+    /// Of those, private/presence subscriptions with a missing or wrong
+    /// signature.
+    pub pusher_auth_failures: u64,
+    /// `pusher:signin`s refused (bad signature or `user_data`; close 4009).
+    pub pusher_signin_failures: u64,
+    /// Pusher frames answered with `pusher:error` (not understood, client
+    /// events not allowed).
+    pub pusher_errors: u64,
+    /// Client events relayed.
+    pub pusher_client_events: u64,
+    /// Client events refused over `--pusher-client-event-rate` (4301).
+    pub pusher_client_events_limited: u64,
+    /// Pusher HTTP API requests served (any answer).
+    pub pusher_api_requests: u64,
+    /// Pusher HTTP API requests refused for their signature (401).
+    pub pusher_api_unauthorized: u64,
+    /// Events published through the Pusher HTTP API (one per channel).
+    pub pusher_api_events: u64,
+    /// Signed Pusher HTTP API requests refused for their body or path
+    /// (400, 404, 413).
+    pub pusher_api_bad_requests: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,
@@ -259,6 +288,19 @@ pub struct CompressionStats {
     pub inflated_messages: u64,
 }
 
+/// One Pusher app's counters (`/stats` `pusher_apps`, by app id).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct PusherAppStats {
+    /// Open connections (gauge).
+    pub connections: u64,
+    /// Client events relayed.
+    pub client_events: u64,
+    /// HTTP API requests that passed the signature check.
+    pub api_requests: u64,
+    /// Events published through the HTTP API (one per channel).
+    pub api_events: u64,
+}
+
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Snapshot {
@@ -280,4 +322,6 @@ pub struct Snapshot {
     pub channels: u64,
     /// Same as `deliveries` (the name `/stats` has always had).
     pub messages_out: u64,
+    /// Per Pusher app, by app id.
+    pub pusher_apps: std::collections::BTreeMap<String, PusherAppStats>,
 }

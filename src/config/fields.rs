@@ -78,4 +78,6 @@ pub struct Config {
     pub cache: crate::cache::CacheConfig,
     /// Per-channel message history (`--history-*`).
     pub history: crate::history::HistoryLimits,
+    /// The Pusher protocol's apps and limits.
+    pub pusher: crate::pusher::PusherConfig,
 }

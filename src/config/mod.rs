@@ -59,6 +59,7 @@ impl Default for Config {
             redis: Default::default(),
             cache: Default::default(),
             history: Default::default(),
+            pusher: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -101,7 +102,8 @@ pub enum Command {
 pub const DEFAULT_HEALTHCHECK_URL: &str = "http://127.0.0.1:8080/healthz";
 
 /// Applies a TOML configuration file: keys are the flag names
-/// (`max-frame-size = "16MiB"`, `cpu = 0`, `exclude-sender = true`).
+/// (`max-frame-size = "16MiB"`, `cpu = 0`, `exclude-sender = true`; a list option
+/// may be an array of strings).
 pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), ConfigError> {
     // Not `{e}`: toml's message quotes the offending line, which may hold a
     // secret. The line number and the parser's reason are enough.
@@ -120,6 +122,12 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
+            // A list option (`pusher-app = ["1:k:s", "2:k:s"]`).
+            toml::Value::Array(a) if a.iter().all(toml::Value::is_str) => a
+                .iter()
+                .filter_map(toml::Value::as_str)
+                .collect::<Vec<_>>()
+                .join(","),
             other => {
                 return Err(ConfigError(format!(
                     "{origin}: `{key}` must be a string, integer or boolean, not {}",
@@ -539,6 +547,25 @@ mod tests {
         )
         .unwrap_err();
         assert!(!err.0.contains("a b"), "{err}");
+    }
+
+    #[test]
+    fn pusher_apps_come_from_flags_env_and_toml_lists() {
+        let mut cfg = Config::default();
+        let toml = "pusher-app = [\"1:k1:s1\", \"2:k2:s2:client-events\"]\n";
+        apply_toml(&mut cfg, toml, "f.toml").unwrap();
+        assert_eq!(cfg.pusher.apps.len(), 2);
+        assert!(cfg.pusher.apps[1].client_events);
+        let env = |k: &str| (k == "CORECAST_PUSHER_APP").then(|| "3:k3:s3,4:k4:s4".to_string());
+        let args = ["--pusher-app", "5:k5:s5", "--pusher-app", "6:k6:s6"];
+        let Command::Serve(cfg) = Config::from_args(args, env).unwrap() else {
+            panic!("serve expected")
+        };
+        let ids: Vec<&str> = cfg.pusher.apps.iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(ids, ["3", "4", "5", "6"]);
+        // A bad app never echoes its secret.
+        let err = Config::from_args(["--pusher-app", "1:k:t0p-s3cret:x"], |_| None).unwrap_err();
+        assert!(!err.0.contains("t0p-s3cret"), "{err}");
     }
 
     #[test]

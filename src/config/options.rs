@@ -26,7 +26,7 @@ pub struct OptionSpec {
 impl OptionSpec {
     /// Whether the value is a secret, never to be shown in errors or logs.
     pub fn is_secret(&self) -> bool {
-        matches!(self.value, "SECRET" | "TOKEN")
+        matches!(self.value, "SECRET" | "TOKEN" | "ID:KEY:SECRET")
     }
 }
 
@@ -383,6 +383,27 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.log_level = v.parse()?;
             Ok(())
         };
+    "pusher-app", CORECAST_PUSHER_APP, "ID:KEY:SECRET", -,
+        "serve the Pusher protocol (v7) for this app; repeat the flag (or comma-separate, as env and TOML must) for several apps, each with its own channels; append `:client-events` to let its clients send client-* events"
+        => |c, v| c.pusher.add_apps(v);
+    "pusher-activity-timeout", CORECAST_PUSHER_ACTIVITY_TIMEOUT, "SECONDS", "120",
+        "activity_timeout announced to Pusher clients (they send pusher:ping after this much silence)"
+        => |c, v| {
+            c.pusher.activity_timeout_s = parse_num(v)? as u64;
+            Ok(())
+        };
+    "pusher-client-event-rate", CORECAST_PUSHER_CLIENT_EVENT_RATE, "N", "10",
+        "client events per second per Pusher connection (also the burst); more are refused with pusher:error 4301 (0 = unlimited)"
+        => |c, v| {
+            c.pusher.client_event_rate = u32::try_from(parse_num(v)?).map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
+    "pusher-max-app-connections", CORECAST_PUSHER_MAX_APP_CONNECTIONS, "N", "10000",
+        "Pusher connections per app; more are closed with 4100 (over capacity)"
+        => |c, v| set_num(&mut c.pusher.max_app_connections, v);
+    "pusher-max-presence-members", CORECAST_PUSHER_MAX_PRESENCE_MEMBERS, "N", "100",
+        "distinct users in one presence channel; more are refused with pusher:subscription_error"
+        => |c, v| set_num(&mut c.pusher.max_presence_members, v);
 };
 
 /// The README's configuration table, generated from [`OPTIONS`] (a test

@@ -54,12 +54,19 @@ pub type Encoder = Box<dyn Fn(&Delivery<'_>) -> Bytes>;
 /// The edge's encoders, one slot per [`Format`].
 pub struct Encoders {
     slots: [Option<Encoder>; MAX_FORMATS],
+    /// Close code each format's connections get at graceful shutdown
+    /// (`None`: the hub's 1001).
+    going_away: [Option<u16>; MAX_FORMATS],
+    /// Keepalive frame of each format (`None`: a WebSocket ping).
+    keepalive: [Option<Bytes>; MAX_FORMATS],
 }
 
 impl Default for Encoders {
     fn default() -> Self {
         Encoders {
             slots: std::array::from_fn(|_| None),
+            going_away: [None; MAX_FORMATS],
+            keepalive: std::array::from_fn(|_| None),
         }
     }
 }
@@ -89,6 +96,28 @@ impl Encoders {
         self
     }
 
+    /// Closes `format`'s connections with `code` at graceful shutdown
+    /// instead of 1001 (a protocol whose clients decide on reconnecting
+    /// from their own codes, as Pusher's 4200 "reconnect now").
+    pub fn going_away_code(mut self, format: Format, code: u16) -> Self {
+        self.going_away[format.slot()] = Some(code);
+        self
+    }
+
+    /// The close code of `format`'s connections at graceful shutdown, if
+    /// it has its own.
+    pub fn going_away(&self, format: Format) -> Option<u16> {
+        self.going_away[format.slot()]
+    }
+
+    /// Sends `frame` (a complete server frame) instead of a WebSocket
+    /// ping as `format`'s keepalive: a protocol with its own ping (Pusher's
+    /// `pusher:ping`, answered with `pusher:pong`).
+    pub fn keepalive_frame(mut self, format: Format, frame: Bytes) -> Self {
+        self.keepalive[format.slot()] = Some(frame);
+        self
+    }
+
     /// Whether `format` has an encoder.
     pub fn serves(&self, format: Format) -> bool {
         self.slots[format.slot()].is_some()
@@ -100,6 +129,36 @@ impl Encoders {
             .as_ref()
             .expect("upgrade checked the format has an encoder");
         encode(d)
+    }
+}
+
+/// One sweep's keepalive frames: a WebSocket ping, or a format's own,
+/// each copied fresh on first use so the outbound budget charges it
+/// once however many connections share it.
+pub(super) struct Keepalives<'a> {
+    encoders: &'a Encoders,
+    ping: Bytes,
+    frames: [Option<Bytes>; MAX_FORMATS],
+}
+
+impl<'a> Keepalives<'a> {
+    pub(super) fn new(encoders: &'a Encoders, ping: Bytes) -> Self {
+        Keepalives {
+            encoders,
+            ping,
+            frames: Default::default(),
+        }
+    }
+
+    /// The keepalive for a connection of `format` (`None`: no format).
+    pub(super) fn frame_for(&mut self, format: Option<Format>) -> &Bytes {
+        let Some(f) = format else {
+            return &self.ping;
+        };
+        match &self.encoders.keepalive[f.slot()] {
+            None => &self.ping,
+            Some(t) => self.frames[f.slot()].get_or_insert_with(|| Bytes::copy_from_slice(t)),
+        }
     }
 }
 

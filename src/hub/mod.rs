@@ -27,6 +27,7 @@
 //! upstream (Redis) uses — the interest log and subscribe acknowledgements
 //! that wait for its confirmation.
 
+use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -69,6 +70,12 @@ use format::FrameCache;
 use outbox::{Queueing, Totals};
 use pacer::Pacer;
 use registry::Registry;
+
+/// Set in a publish's sender serial: skip that connection whatever
+/// `--exclude-sender` says (Pusher client events, which are never echoed,
+/// and the HTTP API's `socket_id`). Serials never reach this bit, and the
+/// sender travels through Redis unchanged, so it holds across the hop.
+pub const EXCLUDE_ALWAYS: u64 = 1 << 63;
 
 /// The connection table and channel registry of one worker.
 pub struct Hub {
@@ -145,6 +152,12 @@ impl Hub {
         self.registry.len()
     }
 
+    /// Channels whose name starts with `prefix`, with their subscriber
+    /// counts (O(all channels): for admin APIs, not hot paths).
+    pub fn channels_with_prefix(&self, prefix: &str) -> Vec<(Rc<str>, usize)> {
+        self.registry.with_prefix(prefix)
+    }
+
     /// Subscribers of `name` on this worker.
     pub fn subscriber_count(&self, name: &str) -> usize {
         self.registry.subscriber_count(name)
@@ -215,7 +228,7 @@ impl Hub {
     pub fn subscribe(&mut self, id: ConnId, name: &str) -> Result<(), SubscribeError> {
         let max = self.limits.max_subscriptions;
         self.registry
-            .subscribe(&mut self.conns, &mut self.stats, id, name, max)
+            .subscribe(&mut self.conns, &mut self.stats, (id, name, false), max)
             .map(drop)
     }
 
@@ -354,7 +367,9 @@ impl Hub {
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
         };
-        let skip = sender.filter(|_| self.limits.exclude_sender);
+        let skip = sender
+            .filter(|s| self.limits.exclude_sender || s & EXCLUDE_ALWAYS != 0)
+            .map(|s| s & !EXCLUDE_ALWAYS);
         // One clock read per publish (not per subscriber); none when the
         // histogram is off.
         let t0 = if self.limits.histograms {
@@ -623,12 +638,12 @@ impl Hub {
             if self.conns[id].kind == ConnKind::Http {
                 http.push(self.conns[id].fd);
             } else {
-                self.close(
-                    id,
-                    CLOSE_GOING_AWAY,
-                    "server shutting down",
-                    CloseReason::Shutdown,
-                );
+                let code = match self.conns[id].kind {
+                    ConnKind::Ws(f) => self.encoders.going_away(f),
+                    ConnKind::Http => None,
+                }
+                .unwrap_or(CLOSE_GOING_AWAY);
+                self.close(id, code, "server shutting down", CloseReason::Shutdown);
             }
         }
         http
@@ -645,6 +660,7 @@ impl Hub {
             stats,
             totals,
             last_sweep_ms,
+            encoders,
             ..
         } = self;
         let step = now_ms.saturating_sub(*last_sweep_ms);
@@ -654,7 +670,8 @@ impl Hub {
             expired,
             token_expired: Vec::new(),
         };
-        timers::sweep(conns, limits, clock, pacer, stats, totals, &mut due);
+        let pt = (pacer, totals);
+        timers::sweep(conns, limits, clock, pt, stats, encoders, &mut due);
         let registry = &self.registry;
         self.history
             .sweep(*now_ms, |name| registry.lookup(name).is_some());

@@ -100,6 +100,14 @@ pub(super) struct Registry {
 
 impl Registry {
     /// Number of channels with at least one subscriber.
+    pub(super) fn with_prefix(&self, prefix: &str) -> Vec<(Rc<str>, usize)> {
+        self.by_name
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(name, &cid)| (name.clone(), self.channels[cid].subscribers.len()))
+            .collect()
+    }
+
     pub(super) fn len(&self) -> usize {
         self.channels.len()
     }
@@ -121,16 +129,16 @@ impl Registry {
     }
 
     /// Subscribes `id` to `name` within `max_subscriptions`; subscribing
-    /// twice is a no-op. `Ok(true)`: a new subscription.
+    /// twice is a no-op. `Ok(true)`: a new subscription. `internal`: the
+    /// name is the edge's own (outside the client charset), not checked.
     pub(super) fn subscribe(
         &mut self,
         conns: &mut Slab<Conn>,
         stats: &mut Stats,
-        id: ConnId,
-        name: &str,
+        (id, name, internal): (ConnId, &str, bool),
         max_subscriptions: usize,
     ) -> Result<bool, SubscribeError> {
-        if !valid_channel_name(name) {
+        if !internal && !valid_channel_name(name) {
             return Err(SubscribeError::InvalidChannel);
         }
         let Some(conn) = conns.get(id) else {

@@ -5,6 +5,7 @@
 use slab::Slab;
 
 use super::conn::{Conn, ConnKind, ConnState};
+use super::format::{Encoders, Keepalives};
 use super::limits::{HubLimits, SlowConsumerPolicy};
 use super::outbox::{self, Totals};
 use super::pacer::Pacer;
@@ -74,16 +75,17 @@ pub(super) fn sweep(
     conns: &mut Slab<Conn>,
     l: &HubLimits,
     clock: Clock,
-    pacer: &mut Pacer,
+    (pacer, totals): (&mut Pacer, &mut Totals),
     stats: &mut Stats,
-    totals: &mut Totals,
+    encoders: &Encoders,
     due: &mut Due<'_>,
 ) {
     let now = clock.now;
     let expired = &mut *due.expired;
     let first = expired.len();
-    // One ping frame shared by every connection pinged in this sweep.
-    let ping = encode_server_frame(OpCode::Ping, b"");
+    // One ping frame (per format) shared by every connection pinged in
+    // this sweep.
+    let mut pings = Keepalives::new(encoders, encode_server_frame(OpCode::Ping, b""));
     for (id, conn) in conns.iter_mut() {
         if conn.expired {
             continue;
@@ -115,8 +117,13 @@ pub(super) fn sweep(
         }
         if wants_ping(conn, l, now) {
             conn.ping_outstanding = true;
+            let format = match conn.kind {
+                ConnKind::Ws(f) => Some(f),
+                ConnKind::Http => None,
+            };
+            let ping = pings.frame_for(format);
             // Charged once, by the first connection that takes it.
-            totals.charge(&ping);
+            totals.charge(ping);
             conn.ctrl.push_back(ping.clone());
             // Paced like a fan-out: thousands of connections that
             // connected together fall due together.

@@ -23,8 +23,32 @@ impl Hub {
         name: &str,
         ack: Bytes,
     ) -> Result<(), SubscribeError> {
-        let new = !self.is_subscribed(id, name);
-        self.subscribe(id, name)?;
+        self.subscribe_acked_as(id, (name, false), ack)
+    }
+
+    /// [`Hub::subscribe_acked`] to an internal channel of another
+    /// protocol (the Pusher edge's `pusher/{app}/{channel}`): the name is
+    /// not checked against the client charset, the subscription bound
+    /// holds.
+    pub fn subscribe_internal_acked(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        ack: Bytes,
+    ) -> Result<(), SubscribeError> {
+        self.subscribe_acked_as(id, (name, true), ack)
+    }
+
+    fn subscribe_acked_as(
+        &mut self,
+        id: ConnId,
+        (name, internal): (&str, bool),
+        ack: Bytes,
+    ) -> Result<(), SubscribeError> {
+        let max = self.limits.max_subscriptions;
+        let new =
+            self.registry
+                .subscribe(&mut self.conns, &mut self.stats, (id, name, internal), max)?;
         self.ack_when_confirmed(id, name, ack, new);
         Ok(())
     }

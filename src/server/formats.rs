@@ -40,6 +40,11 @@ pub const PATH_DEFLATE_SMALL: Format = Format::new(4);
 /// [`JSON`] for clients that limited our window.
 pub const JSON_DEFLATE_SMALL: Format = Format::new(5);
 
+/// The Pusher protocol (`GET /app/{key}`): what is published on a Pusher
+/// channel is already the event's JSON (`pusher::protocol`), so this only
+/// frames it — once per publish for every Pusher subscriber.
+pub const PUSHER: Format = Format::new(6);
+
 /// Shared by the counters of every compressed format and the edge.
 pub type SharedCompressionStats = Rc<RefCell<CompressionStats>>;
 
@@ -48,6 +53,11 @@ pub type SharedCompressionStats = Rc<RefCell<CompressionStats>>;
 /// (`server_max_window_bits=8`) is one zlib cannot produce: such a
 /// connection gets uncompressed frames, which RFC 7692 always allows.
 pub fn negotiated(base: Format, agreed: Option<Agreed>) -> Format {
+    if base != PATH && base != JSON {
+        // Pusher frames stay plain (RFC 7692 allows it): its keepalive
+        // and going-away code belong to its own format.
+        return base;
+    }
     let json = base == JSON;
     match agreed.map(|a| a.server_max_window_bits) {
         Some(15) if json => JSON_DEFLATE,
@@ -67,7 +77,14 @@ pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders
         })
         .with(JSON, |d: &Delivery<'_>| {
             control::encode_delivery(d.channel, d.opcode, d.payload, d.offset)
-        });
+        })
+        .with(PUSHER, |d: &Delivery<'_>| {
+            encode_server_frame(OpCode::Text, d.payload)
+        })
+        // pusher-js reconnects at once on 4200 ("generic reconnect").
+        .going_away_code(PUSHER, crate::pusher::protocol::code::RECONNECT)
+        // Pusher clients answer `pusher:ping` with `pusher:pong`.
+        .keepalive_frame(PUSHER, pusher_ping());
     if !settings.enabled {
         return encoders;
     }
@@ -137,11 +154,15 @@ impl Compressor {
     }
 }
 
+fn pusher_ping() -> bytes::Bytes {
+    let ping = crate::pusher::protocol::bare("pusher:ping");
+    encode_server_frame(OpCode::Text, ping.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hub::{ConnKind, Hub, HubLimits, SlowConsumerPolicy};
-    use crate::ws::OpCode;
     use bytes::Bytes;
 
     fn hub() -> Hub {

@@ -18,7 +18,7 @@ use crate::server::cache_edge::{self, Incoming};
 use crate::server::sock::{linger_close, write_all_vectored, Sock};
 use crate::server::upgrade::{self, Upgrade};
 use crate::server::worker::Worker;
-use crate::server::{endpoints, publish, recall, resume, ws_conn};
+use crate::server::{endpoints, publish, pusher_api, recall, resume, ws_conn};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -205,20 +205,10 @@ async fn serve(
     }
     let head_only = req.method == Method::Head;
     let resp = match route {
-        Route::Publish(channel) => {
-            if let Err((status, message)) = auth::authorize_publish(&w.cfg.auth, req) {
-                w.hub.borrow_mut().stats.auth_failures += 1;
-                log::refused(log::Refusal::PublishKey, "publish refused", message);
-                reply_error(sock, &HttpError { status, message }, false).await?;
-                return Ok(Next::Close);
-            }
-            let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
-                return Ok(Next::Close);
-            };
-            publish::publish_http(w, channel, &body, req.keep_alive)
-                .await
-                .into()
-        }
+        Route::Publish(channel) => match publish_route(w, sock, buf, req, channel).await? {
+            Some(answer) => answer,
+            None => return Ok(Next::Close),
+        },
         // Boxed: a Redis read inline would enlarge every connection's future.
         Route::History(channel) => match Box::pin(history(w, req, channel, keep_alive)).await {
             Ok(resp) => resp.into(),
@@ -227,6 +217,15 @@ async fn serve(
                 return Ok(after_answer(sock, keep_alive, plan).await);
             }
         },
+        Route::PusherApi(rest) => {
+            let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
+                return Ok(Next::Close);
+            };
+            // Boxed: the API's future is short-lived and large.
+            Box::pin(pusher_api::respond(w, rest, req, &body))
+                .await
+                .into()
+        }
         Route::Cache(_) | Route::CachePurge => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);
@@ -243,6 +242,28 @@ async fn serve(
     };
     write_answer(sock, resp).await?;
     Ok(after_answer(sock, keep_alive, plan).await)
+}
+
+/// `POST /publish/{channel}`: the publish key, the body, the publish;
+/// `None` when the request was refused (answered; the connection closes).
+async fn publish_route(
+    w: &Worker,
+    sock: &mut Sock,
+    buf: &mut BytesMut,
+    req: &http::Request,
+    channel: &str,
+) -> io::Result<Option<Answer>> {
+    if let Err((status, message)) = auth::authorize_publish(&w.cfg.auth, req) {
+        w.hub.borrow_mut().stats.auth_failures += 1;
+        log::refused(log::Refusal::PublishKey, "publish refused", message);
+        reply_error(sock, &HttpError { status, message }, false).await?;
+        return Ok(None);
+    }
+    let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
+        return Ok(None);
+    };
+    let answer = publish::publish_http(w, channel, &body, req.keep_alive).await;
+    Ok(Some(answer.into()))
 }
 
 /// `GET /history/{channel}`, under the same rules as subscribing to it;

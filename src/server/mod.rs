@@ -28,6 +28,9 @@
 //! - `ws_conn`: an upgraded connection's reader and writer.
 //! - `relay_edge`: Redis mode's history actions (deliveries in offset
 //!   order, gap notices) applied to the hub.
+//! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
+//!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
+//!   (`/apps/{id}/...`), publishing through `publish`.
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
@@ -37,9 +40,10 @@
 //!   raw syscalls; `status.html`: the page served at `/status`.
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `publish`, `ws_conn` → `resume` → `recall`, `worker` →
-//! `relay_edge` → `formats`; `worker` → `redis`, `cache_edge`, `sock` →
-//! `resolve`, `sys`; no file imports one that imports it back.
+//! `endpoints`, `pusher_api`, `publish`, `ws_conn` → `pusher_ws`, `resume`
+//! → `recall`, `publish` → `worker` → `relay_edge` → `formats`; `worker` →
+//! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
+//! that imports it back.
 
 mod cache_edge;
 mod endpoints;
@@ -47,6 +51,8 @@ pub mod formats;
 mod http_conn;
 mod iovec;
 mod publish;
+mod pusher_api;
+mod pusher_ws;
 mod recall;
 mod redis;
 mod relay_edge;

@@ -87,7 +87,7 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
 
 /// The same backpressure as WebSocket publishers, bounded in time: `false`
 /// when the backlog did not drain within [`BACKPRESSURE_HTTP_WAIT_MS`].
-async fn wait_for_backlog(w: &Worker) -> bool {
+pub(super) async fn wait_for_backlog(w: &Worker) -> bool {
     let mut waited = 0;
     while w.over_backlog() {
         if waited == 0 {

@@ -11,6 +11,7 @@ use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
 use crate::peers::PeerRefusal;
+use crate::pusher;
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
 use crate::server::sock::Sock;
@@ -21,7 +22,7 @@ pub struct Upgrade {
     /// The mode, its wire format compressed if permessage-deflate was
     /// agreed.
     pub kind: ConnKind,
-    /// The channel of `/ws/{channel}`.
+    /// The channel of `/ws/{channel}` (or the status feed's).
     pub channel: Option<String>,
     /// What the connection's token allows.
     pub grants: Grants,
@@ -30,8 +31,10 @@ pub struct Upgrade {
 }
 
 /// The mode and channel of an upgrading route; `None` for other routes.
+/// For `GET /app/{key}` the "channel" is the app key.
 pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
     match route {
+        Route::PusherWs(key) => Some((ConnKind::Ws(formats::PUSHER), Some(key.to_string()))),
         Route::WsChannel(c) => Some((ConnKind::Ws(formats::PATH), Some(c.to_string()))),
         Route::WsMulti => Some((ConnKind::Ws(formats::JSON), None)),
         Route::StatusWs => Some((
@@ -68,6 +71,10 @@ pub async fn upgrade(
         res?;
         return Ok(None);
     }
+    if kind == ConnKind::Ws(formats::PUSHER) {
+        let key = channel.as_deref().unwrap_or_default();
+        return pusher_upgrade(w, sock, (id, req), key).await;
+    }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
     let checked = if status_feed {
         None
@@ -92,6 +99,23 @@ pub async fn upgrade(
             return Ok(None);
         }
     };
+    let up = Upgrade {
+        kind,
+        channel,
+        grants,
+        deflate: false,
+    };
+    accept(w, sock, id, req, up).await
+}
+
+/// Writes the `101` (or refuses a bad handshake).
+async fn accept(
+    w: &Worker,
+    sock: &mut Sock,
+    id: ConnId,
+    req: &http::Request,
+    up: Upgrade,
+) -> io::Result<Option<Upgrade>> {
     match &req.upgrade {
         Ok(accept) => {
             let agreed = req.deflate.filter(|_| w.cfg.compression.enabled);
@@ -99,15 +123,14 @@ pub async fn upgrade(
             let head = crate::ws::handshake::response_101_with(accept, extension.as_deref());
             let (res, _) = sock.wr.write_all(head).await;
             res?;
-            let kind = match kind {
+            let kind = match up.kind {
                 ConnKind::Ws(base) => ConnKind::Ws(formats::negotiated(base, agreed)),
                 other => other,
             };
             Ok(Some(Upgrade {
                 kind,
-                channel,
-                grants,
                 deflate: agreed.is_some(),
+                ..up
             }))
         }
         Err(e) => {
@@ -117,6 +140,49 @@ pub async fn upgrade(
             Ok(None)
         }
     }
+}
+
+/// `GET /app/{key}`: only the `Origin` allow-list applies (Pusher
+/// clients carry no token; channels are authorized one by one); an
+/// unknown key or protocol is refused in-band after the upgrade.
+async fn pusher_upgrade(
+    w: &Worker,
+    sock: &mut Sock,
+    (id, req): (ConnId, &http::Request),
+    key: &str,
+) -> io::Result<Option<Upgrade>> {
+    if !auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
+        w.hub.borrow_mut().stats.auth_failures += 1;
+        let message = "origin not allowed";
+        log::refused(log::Refusal::Upgrade, "upgrade refused", message);
+        refuse(
+            sock,
+            &HttpError {
+                status: 403,
+                message,
+            },
+        )
+        .await?;
+        return Ok(None);
+    }
+    let verdict = match w.cfg.pusher.by_key(key) {
+        None => Err(pusher::protocol::code::APP_NOT_FOUND),
+        Some((app, _)) => pusher::check_protocol(req.query.as_deref()).map(|()| app),
+    };
+    let up = Upgrade {
+        kind: ConnKind::Ws(formats::PUSHER),
+        channel: None,
+        grants: Grants::read_only(),
+        deflate: false,
+    };
+    // Pusher reports errors in-band, once the WebSocket is open, so
+    // pusher-js sees the code and decides on reconnecting; the verdict
+    // waits in the worker, not in the connection's task.
+    let accepted = accept(w, sock, id, req, up).await?;
+    if accepted.is_some() {
+        w.pusher.borrow_mut().pending.insert(id, verdict);
+    }
+    Ok(accepted)
 }
 
 async fn refuse(sock: &mut Sock, err: &HttpError) -> io::Result<()> {

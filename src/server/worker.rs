@@ -18,6 +18,8 @@ use crate::history::relay::{self, Fetch, Relay};
 use crate::history::Entry;
 use crate::hub::Hub;
 use crate::peers::Peers;
+use crate::pusher::state::Session;
+use crate::pusher::PusherState;
 use crate::redis::envelope::Envelope;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
@@ -80,6 +82,10 @@ pub struct Worker {
     /// Redis mode with history: the order of what Redis delivers, and a
     /// cache of recent messages per channel.
     pub relay: Option<RefCell<Relay>>,
+    /// What the Pusher connections share (presence, per-app counts).
+    pub pusher: RefCell<PusherState>,
+    /// Open Pusher connections' sessions, by connection id.
+    pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -102,6 +108,8 @@ impl Worker {
             redis,
             peers: RefCell::new(Peers::new(cfg.peers.clone())),
             inbound: Cell::new(0),
+            pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
+            pusher_sessions: RefCell::default(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -170,7 +178,15 @@ impl Worker {
             connections: hub.connection_count() as u64,
             channels: hub.channel_count() as u64,
             messages_out: hub.stats.deliveries,
+            pusher_apps: self.pusher_apps(),
         }
+    }
+
+    /// Each Pusher app's counters by app id.
+    fn pusher_apps(&self) -> std::collections::BTreeMap<String, crate::stats::PusherAppStats> {
+        let state = self.pusher.borrow();
+        let ids = self.cfg.pusher.apps.iter().map(|a| a.id.clone());
+        ids.zip(state.apps().iter().cloned()).collect()
     }
 }
 

@@ -13,7 +13,7 @@ use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 
 use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
-use crate::hub::{CloseReason, ConnId, ConnState, Hub, WriterWork};
+use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, WriterWork};
 use crate::log;
 use crate::server::publish::{route_publish, Published};
 use crate::server::recall;
@@ -25,6 +25,7 @@ use crate::server::sock::{
 use crate::server::sys;
 use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
+use crate::server::{formats, pusher_ws};
 use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 
 /// Runs an upgraded connection: subscribes, spawns the writer, reads until
@@ -60,6 +61,9 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     let Sock { mut rd, wr, fd } = sock;
     let writer = monoio::spawn(writer(w.clone(), wr, id));
     let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
+    if kind == ConnKind::Ws(formats::PUSHER) {
+        pusher_ws::open(w, id, serial);
+    }
     let mut reader = WsReader {
         w,
         id,
@@ -76,6 +80,8 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         },
     };
     let outcome = reader.run(&mut rd, fd, buf).await;
+    // A no-op unless this was a Pusher connection (its session ends).
+    pusher_ws::close(w, id);
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
         // The peer is gone or silent: unblock a writer stuck on a full socket.
         sys::shutdown(fd);
@@ -317,6 +323,11 @@ impl WsReader<'_> {
     }
 
     fn on_data(&mut self, hub: &mut Hub, opcode: OpCode, payload: Bytes) {
+        // A Pusher connection (`GET /app/{key}`): its session lives in
+        // the worker, not in this task, which every connection pays for.
+        if hub.conn(self.id).map(|c| c.kind()) == Some(ConnKind::Ws(formats::PUSHER)) {
+            return pusher_ws::on_frame(self.w, hub, self.id, opcode, &payload);
+        }
         let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {
             let who = (self.id, self.serial, &self.grants);

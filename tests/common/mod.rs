@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod pusher;
+
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;

@@ -1,0 +1,220 @@
+//! The Pusher HTTP API under `/apps/{app_id}/`: `POST events` and
+//! `batch_events` (published through the publish seam, so Redis mode
+//! carries them to every instance), `GET channels`, `channels/{name}` and
+//! `channels/{name}/users` (this instance's view). Every request must
+//! carry Pusher's query-string signature (`pusher::sign::verify_api`).
+
+use serde_json::{json, Map, Value};
+
+use crate::auth::unix_now;
+use crate::http::{self, Method, Request};
+use crate::hub::EXCLUDE_ALWAYS;
+use crate::log;
+use crate::pusher::api::{self, Event};
+use crate::pusher::sign::{self, ApiRequest};
+use crate::pusher::{internal_channel, local_serial, App, ChannelKind};
+use crate::server::publish::{route_publish, wait_for_backlog, Published};
+use crate::server::worker::Worker;
+use crate::ws::OpCode;
+
+fn answer(status: u16, body: &Value, keep_alive: bool) -> Vec<u8> {
+    let body = body.to_string();
+    http::response(
+        status,
+        "application/json",
+        body.as_bytes(),
+        keep_alive,
+        &[],
+        false,
+    )
+}
+
+fn error(status: u16, message: &str, keep_alive: bool) -> Vec<u8> {
+    answer(status, &json!({ "error": message }), keep_alive)
+}
+
+/// Answers one API request; `rest` is the path after `/apps/`.
+pub async fn respond(w: &Worker, rest: &str, req: &Request, body: &[u8]) -> Vec<u8> {
+    let keep_alive = req.keep_alive;
+    w.hub.borrow_mut().stats.pusher_api_requests += 1;
+    let (app_id, call) = rest.split_once('/').unwrap_or((rest, ""));
+    let Some((index, app)) = w.cfg.pusher.by_id(app_id) else {
+        return error(404, "unknown app", keep_alive);
+    };
+    let method = if req.method == Method::Post {
+        "POST"
+    } else {
+        "GET"
+    };
+    let signed = ApiRequest {
+        method,
+        path: &req.path,
+        query: req.query.as_deref().unwrap_or(""),
+        body,
+    };
+    if let Err(e) = sign::verify_api(app, &signed, unix_now()) {
+        w.hub.borrow_mut().stats.pusher_api_unauthorized += 1;
+        log::refused(log::Refusal::PublishKey, "pusher api refused", e.message());
+        return error(401, e.message(), keep_alive);
+    }
+    w.pusher.borrow_mut().app_mut(index).api_requests += 1;
+    let answer = call_api(w, (index, app), (req, call, signed.query), body).await;
+    if answer.starts_with(b"HTTP/1.1 4") {
+        w.hub.borrow_mut().stats.pusher_api_bad_requests += 1;
+    }
+    answer
+}
+
+/// A signed request's call (`call` = the path after `/apps/{id}/`).
+async fn call_api(
+    w: &Worker,
+    (index, app): (usize, &App),
+    (req, call, query): (&Request, &str, &str),
+    body: &[u8],
+) -> Vec<u8> {
+    let keep_alive = req.keep_alive;
+    match (req.method, call) {
+        (Method::Post, "events") => match api::parse_events(body) {
+            Ok(e) => publish(w, (index, app), vec![e], keep_alive).await,
+            Err(e) => error(e.answer().0, e.answer().1, keep_alive),
+        },
+        (Method::Post, "batch_events") => match api::parse_batch(body) {
+            Ok(events) => publish(w, (index, app), events, keep_alive).await,
+            Err(e) => error(e.answer().0, e.answer().1, keep_alive),
+        },
+        (Method::Get, "channels") => channels(w, app, query, keep_alive),
+        (Method::Get, c) => match c.strip_prefix("channels/") {
+            Some(name) => match name.strip_suffix("/users") {
+                Some(name) => users(w, app, name, keep_alive),
+                None => channel(w, app, name, query, keep_alive),
+            },
+            None => error(404, "not found", keep_alive),
+        },
+        _ => error(404, "not found", keep_alive),
+    }
+}
+
+/// Publishes every event on each of its channels; `socket_id` (when it
+/// is one of this instance's connections) is skipped.
+async fn publish(
+    w: &Worker,
+    (index, app): (usize, &App),
+    events: Vec<Event>,
+    keep_alive: bool,
+) -> Vec<u8> {
+    if !wait_for_backlog(w).await {
+        return error(503, "server overloaded, retry later", keep_alive);
+    }
+    let tag = w.pusher.borrow().tag;
+    let mut hub = w.hub.borrow_mut();
+    let redis = w.redis.as_deref();
+    for e in &events {
+        let sender = e
+            .socket_id
+            .as_deref()
+            .and_then(|s| local_serial(tag, s))
+            .map_or(0, |s| s | EXCLUDE_ALWAYS);
+        for c in &e.channels {
+            let json = crate::pusher::protocol::event(&e.name, Some(c), &e.data);
+            let internal = internal_channel(&app.id, c);
+            let bytes = json.as_bytes();
+            let outcome = route_publish(
+                &mut hub,
+                redis,
+                &internal,
+                OpCode::Text,
+                bytes,
+                sender,
+                false,
+            );
+            if let Published::Rejected = outcome {
+                return error(
+                    503,
+                    "redis unavailable and the publish buffer is full",
+                    keep_alive,
+                );
+            }
+            hub.stats.pusher_api_events += 1;
+            w.pusher.borrow_mut().app_mut(index).api_events += 1;
+        }
+    }
+    answer(200, &json!({}), keep_alive)
+}
+
+fn query_value<'q>(query: &'q str, key: &str) -> Option<&'q str> {
+    sign::query_pairs(query)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+fn wants(query: &str, attribute: &str) -> bool {
+    query_value(query, "info").is_some_and(|i| i.split(',').any(|a| a == attribute))
+}
+
+/// `GET /apps/{id}/channels[?filter_by_prefix=&info=user_count]`: occupied
+/// channels on this instance.
+fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
+    let prefix = internal_channel(&app.id, "");
+    let filter = query_value(query, "filter_by_prefix").unwrap_or("");
+    let user_count = wants(query, "user_count");
+    if user_count && !filter.starts_with("presence-") {
+        return error(
+            400,
+            "info=user_count needs filter_by_prefix=presence-",
+            keep_alive,
+        );
+    }
+    let listed = w.hub.borrow().channels_with_prefix(&prefix);
+    let shared = w.pusher.borrow();
+    let mut out = Map::new();
+    for (internal, _) in listed {
+        let name = &internal[prefix.len()..];
+        // Users' own channels are not channels of the app's.
+        if !name.starts_with(filter) || name.starts_with('#') {
+            continue;
+        }
+        let mut info = Map::new();
+        if user_count {
+            info.insert(
+                "user_count".into(),
+                shared.presence.user_count(&internal).into(),
+            );
+        }
+        out.insert(name.to_string(), Value::Object(info));
+    }
+    answer(200, &json!({ "channels": out }), keep_alive)
+}
+
+/// `GET /apps/{id}/channels/{name}`: `occupied`, and on request
+/// `subscription_count` and (presence) `user_count`.
+fn channel(w: &Worker, app: &App, name: &str, query: &str, keep_alive: bool) -> Vec<u8> {
+    let internal = internal_channel(&app.id, name);
+    let count = w.hub.borrow().subscriber_count(&internal);
+    let mut out = json!({ "occupied": count > 0 });
+    if wants(query, "subscription_count") {
+        out["subscription_count"] = count.into();
+    }
+    if wants(query, "user_count") {
+        if ChannelKind::of(name) != ChannelKind::Presence {
+            return error(400, "user_count is only for presence channels", keep_alive);
+        }
+        out["user_count"] = w.pusher.borrow().presence.user_count(&internal).into();
+    }
+    answer(200, &out, keep_alive)
+}
+
+/// `GET /apps/{id}/channels/{name}/users`: a presence channel's users.
+fn users(w: &Worker, app: &App, name: &str, keep_alive: bool) -> Vec<u8> {
+    if ChannelKind::of(name) != ChannelKind::Presence {
+        return error(
+            400,
+            "users are only listed for presence channels",
+            keep_alive,
+        );
+    }
+    let internal = internal_channel(&app.id, name);
+    let ids = w.pusher.borrow().presence.user_ids(&internal);
+    let users: Vec<Value> = ids.into_iter().map(|id| json!({ "id": id })).collect();
+    answer(200, &json!({ "users": users }), keep_alive)
+}
