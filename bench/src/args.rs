@@ -43,6 +43,10 @@ BROADCAST:
   --warmup SECS          unmeasured lead-in (losses still count) [2]
   --drain SECS           wait at most this long for stragglers [2]
   --via ws|http          publish over the WebSocket or POST /publish [ws]
+  --deflate              subscribers offer permessage-deflate (server context
+                         takeover off) and inflate compressed frames
+  --json-payload         pad messages with realistic JSON, not `.` (what
+                         compression figures need)
   --cluster              the URLs are instances of one cluster (sharing Redis):
                          every subscriber expects every publisher's messages
                          (default: each URL is a separate server)
@@ -219,6 +223,11 @@ pub struct BroadcastOpts {
     pub via: Via,
     /// The URLs are one cluster: every subscriber gets every message.
     pub cluster: bool,
+    /// Subscribers offer permessage-deflate and inflate what comes
+    /// compressed.
+    pub deflate: bool,
+    /// Pad messages with realistic JSON instead of `.`.
+    pub json_payload: bool,
 }
 
 /// A `ws://host:port/path` URL.
@@ -387,6 +396,8 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
         drain: Duration::from_secs(2),
         via: Via::Ws,
         cluster: false,
+        deflate: false,
+        json_payload: false,
     };
     for (flag, v) in pairs(args)? {
         if common_flag(&mut o.common, flag, v)? {
@@ -403,6 +414,8 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
             "--drain" => o.drain = duration(flag, v)?,
             "--via" => o.via = via(v)?,
             "--cluster" => o.cluster = true,
+            "--deflate" => o.deflate = true,
+            "--json-payload" => o.json_payload = true,
             _ => return Err(format!("unknown option `{flag}` for broadcast")),
         }
     }

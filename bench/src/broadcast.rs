@@ -170,7 +170,12 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
     let targets = opts
         .urls
         .iter()
-        .map(target_of)
+        .map(|u| {
+            target_of(u).map(|t| Target {
+                deflate: opts.deflate,
+                ..t
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     for t in &targets {
         probe(t, opts.common.connect_timeout).await?;
@@ -200,6 +205,7 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
     let fmt = Format {
         size: opts.size,
         enc,
+        json: opts.json_payload,
     };
     let publisher_thread = publish::spawn(pubs, fmt, sent_so_far)?;
     let measure_from_ns = sys::realtime_ns()

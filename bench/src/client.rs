@@ -23,7 +23,10 @@ use monoio::net::TcpStream;
 use super::sys;
 use super::wire::{split_frames, FastRng, Frame, WireError};
 use corecast::ws::frame::encode_client_frame;
-use corecast::ws::handshake::{client_request, parse_server_response, ClientHandshakeError};
+use corecast::ws::handshake::{
+    client_request, parse_server_response_offering, ClientHandshakeError,
+};
+use corecast::ws::inflate::Inflater;
 use corecast::ws::OpCode;
 
 /// Size of the per-thread receive buffer: one `recvmsg` takes up to this
@@ -42,6 +45,8 @@ pub struct Target {
     pub authority: String,
     /// Request path.
     pub path: String,
+    /// Offer permessage-deflate (`--deflate`).
+    pub deflate: bool,
 }
 
 /// Why a connection attempt failed, grouped the way the report counts them.
@@ -154,9 +159,17 @@ pub async fn open_ws(
         if timestamps {
             sys::enable_rx_timestamps(stream.as_raw_fd())?;
         }
-        let request = client_request(&target.authority, &target.path, &key);
+        let mut request = client_request(&target.authority, &target.path, &key);
+        if target.deflate {
+            // Before the blank line that ends the head.
+            request.truncate(request.len() - 2);
+            request.extend_from_slice(
+                b"Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover\r\n\r\n",
+            );
+        }
         send_all(&stream, &request).await?;
-        let leftover = read_handshake(&stream, &key).await?;
+        let offered = target.deflate.then_some("permessage-deflate");
+        let leftover = read_handshake(&stream, &key, offered).await?;
         Ok(WsConn {
             stream: Rc::new(stream),
             leftover,
@@ -179,7 +192,11 @@ pub async fn tcp_connect(dst: SocketAddr, src: Option<Ipv4Addr>) -> io::Result<T
 }
 
 /// Reads the 101 response; returns the bytes after its head.
-async fn read_handshake(stream: &TcpStream, key: &str) -> Result<Vec<u8>, ConnectError> {
+async fn read_handshake(
+    stream: &TcpStream,
+    key: &str,
+    offered: Option<&str>,
+) -> Result<Vec<u8>, ConnectError> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
@@ -188,7 +205,7 @@ async fn read_handshake(stream: &TcpStream, key: &str) -> Result<Vec<u8>, Connec
             return Err(ConnectError::Closed);
         }
         buf.extend_from_slice(&chunk[..n]);
-        match parse_server_response(&buf, key) {
+        match parse_server_response_offering(&buf, key, offered) {
             Ok(Some(head_len)) => return Ok(buf.split_off(head_len)),
             Ok(None) => {}
             Err(ClientHandshakeError::BadStatus(code)) => return Err(ConnectError::Status(code)),
@@ -273,6 +290,8 @@ impl Shared {
 /// Replies a receive loop owes after a read.
 #[derive(Default)]
 struct Owed {
+    /// Inflates compressed frames (`--deflate`), made at the first one.
+    inflate: Option<Box<(Inflater, BytesMut)>>,
     pong: Option<Vec<u8>>,
     /// The server's close frame arrived (with its code, if any).
     closed: Option<Option<u16>>,
@@ -331,6 +350,15 @@ fn consume<S: FrameSink>(
 ) -> Result<usize, WireError> {
     split_frames(bytes, MAX_FRAME, |f| match f {
         Frame::Data(op, payload) => sink.data(op, payload, kernel_ns, now_ns),
+        Frame::Deflated(op, payload) => {
+            let (z, out) = &mut **owed.inflate.get_or_insert_with(Box::default);
+            out.clear();
+            // The benchmark's own server: a frame that does not inflate is
+            // counted as lost by the recorder (its stamp is unreadable).
+            let ok = z.feed(payload, out, MAX_FRAME).is_ok() && z.finish(out, MAX_FRAME).is_ok();
+            let msg: &[u8] = if ok { out } else { &[] };
+            sink.data(op, msg, kernel_ns, now_ns)
+        }
         Frame::Ping(p) => owed.pong = Some(p.to_vec()),
         Frame::Pong(_) => sink.pong(),
         Frame::Close(p) => {

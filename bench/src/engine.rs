@@ -44,6 +44,7 @@ pub(crate) fn target_of(url: &WsUrl) -> Result<Target, BenchError> {
         addr,
         authority: url.authority(),
         path: url.path.clone(),
+        deflate: false,
     })
 }
 

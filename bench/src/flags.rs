@@ -7,13 +7,15 @@ use std::time::Duration;
 
 /// Flag/value pairs; switches get an empty value.
 pub fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
-    const SWITCHES: [&str; 6] = [
+    const SWITCHES: [&str; 8] = [
         "--json",
         "--quiet",
         "--legacy-driver",
         "--plain-uring",
         "--unique",
         "--cluster",
+        "--deflate",
+        "--json-payload",
     ];
     let mut out = Vec::new();
     let mut i = 0;

@@ -106,6 +106,8 @@ pub struct Format {
     pub size: usize,
     /// Stamp encoding.
     pub enc: Encoding,
+    /// Pad with realistic JSON instead of `.` (`--json-payload`).
+    pub json: bool,
 }
 
 /// Starts the publisher thread; `sent` counts messages for progress lines.
@@ -181,6 +183,9 @@ impl State {
                 sent_ns: sys::realtime_ns(),
             };
             stamp.encode(fmt.enc, fmt.size, payload);
+            if fmt.json {
+                Stamp::pad_json(payload, fmt.enc.min_len());
+            }
             match &self.p.conn {
                 PubConn::Ws(_) => {
                     encode_client_frame(OpCode::Binary, payload, self.rng.mask(), &mut frames)

@@ -7,6 +7,7 @@ use std::fmt;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
+use corecast::ws::deflate::RSV1;
 use corecast::ws::{FrameHeader, OpCode, ProtocolError};
 
 /// A complete frame borrowed from the read buffer.
@@ -14,6 +15,9 @@ use corecast::ws::{FrameHeader, OpCode, ProtocolError};
 pub enum Frame<'a> {
     /// A final text or binary frame.
     Data(OpCode, &'a [u8]),
+    /// A final text or binary frame compressed with permessage-deflate
+    /// (RSV1; only after the generator offered it).
+    Deflated(OpCode, &'a [u8]),
     /// A ping, owed a pong with the same payload.
     Ping(&'a [u8]),
     /// A pong.
@@ -61,7 +65,8 @@ pub fn split_frames(
 ) -> Result<usize, WireError> {
     let mut at = 0usize;
     while let Some(rest) = buf.get(at..) {
-        let Some((h, head_len)) = FrameHeader::parse(rest).map_err(WireError::Protocol)? else {
+        let parsed = FrameHeader::parse_allowing(rest, RSV1).map_err(WireError::Protocol)?;
+        let Some((h, head_len)) = parsed else {
             break;
         };
         let total = usize::try_from(h.payload_len)
@@ -83,6 +88,9 @@ fn classify<'a>(h: &FrameHeader, payload: &'a [u8]) -> Result<Frame<'a>, WireErr
         return Err(WireError::MaskedServerFrame);
     }
     Ok(match h.opcode {
+        OpCode::Text | OpCode::Binary if h.fin && h.rsv & RSV1 != 0 => {
+            Frame::Deflated(h.opcode, payload)
+        }
         OpCode::Text | OpCode::Binary if h.fin => Frame::Data(h.opcode, payload),
         OpCode::Text | OpCode::Binary | OpCode::Continuation => return Err(WireError::Fragmented),
         OpCode::Ping => Frame::Ping(payload),

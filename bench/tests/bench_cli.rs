@@ -523,3 +523,56 @@ fn paper_measures_the_node_reference_beside_corecast() {
     assert!(md.contains("node, measured here"), "{md}");
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// `--deflate` offers permessage-deflate and inflates what comes
+/// compressed: every message arrives (its stamp readable), and the server
+/// compressed them (`--json-payload` pads with JSON that deflates).
+#[test]
+fn broadcast_with_deflate_inflates_every_message() {
+    let server = start_server();
+    let addr = server.local_addr();
+    let url = format!("ws://{addr}/ws/z");
+    let v = bench_json(&[
+        "broadcast",
+        "--url",
+        &url,
+        "-n",
+        "4",
+        "-p",
+        "1",
+        "--rate",
+        "100",
+        "--size",
+        "2048",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--deflate",
+        "--json-payload",
+    ]);
+    assert_exact_delivery(&v, 4);
+    let stats = corecast_stats(addr);
+    assert!(
+        stats["compression_messages"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    let (bin, bout) = (
+        stats["compression_bytes_in"].as_u64().unwrap(),
+        stats["compression_bytes_out"].as_u64().unwrap(),
+    );
+    assert!(bout * 2 < bin, "JSON padding deflates: {bin} -> {bout}");
+    server.stop();
+    server.join().unwrap();
+}
+
+fn corecast_stats(addr: std::net::SocketAddr) -> Value {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split("\r\n\r\n").nth(1).unwrap();
+    serde_json::from_str(body).unwrap()
+}

@@ -271,6 +271,16 @@ pub fn parse_server_response(
     buf: &[u8],
     key_b64: &str,
 ) -> Result<Option<usize>, ClientHandshakeError> {
+    parse_server_response_offering(buf, key_b64, None)
+}
+
+/// [`parse_server_response`] after offering the extension `offered`
+/// (e.g. `permessage-deflate`): the server may select it, nothing else.
+pub fn parse_server_response_offering(
+    buf: &[u8],
+    key_b64: &str,
+    offered: Option<&str>,
+) -> Result<Option<usize>, ClientHandshakeError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
     let head_len = match response.parse(buf).map_err(ClientHandshakeError::Http)? {
@@ -280,7 +290,7 @@ pub fn parse_server_response(
         }
         httparse::Status::Partial => return Ok(None),
     };
-    check_response(&response, key_b64)?;
+    check_response(&response, key_b64, offered)?;
     Ok(Some(head_len))
 }
 
@@ -288,6 +298,7 @@ pub fn parse_server_response(
 fn check_response(
     response: &httparse::Response<'_, '_>,
     key_b64: &str,
+    offered: Option<&str>,
 ) -> Result<(), ClientHandshakeError> {
     if response.version != Some(1) {
         return Err(ClientHandshakeError::NotHttp11);
@@ -311,9 +322,13 @@ fn check_response(
     if single_value(headers, "sec-websocket-accept") != Some(Ok(expected.as_bytes())) {
         return Err(ClientHandshakeError::BadAccept);
     }
-    // We offer no extension and no subprotocol, so any selection is one
-    // "that was not present in the client's handshake" (4.1).
-    if values(headers, "sec-websocket-extensions").next().is_some() {
+    // Any extension but the one offered (if any) is one "that was not
+    // present in the client's handshake" (4.1); we offer no subprotocol.
+    let selected_only_offered = values(headers, "sec-websocket-extensions").all(|v| {
+        let name = v.split(|&b| b == b';').next().unwrap_or_default();
+        offered.is_some_and(|o| name.trim_ascii().eq_ignore_ascii_case(o.as_bytes()))
+    });
+    if !selected_only_offered {
         return Err(ClientHandshakeError::UnexpectedExtension);
     }
     if values(headers, "sec-websocket-protocol").next().is_some() {
@@ -552,6 +567,30 @@ mod tests {
         assert_eq!(
             parse_server_response(good.as_bytes(), KEY),
             Ok(Some(good.len()))
+        );
+        // An offered extension may be selected (with parameters); another
+        // may not.
+        let deflate = head(
+            STATUS_101,
+            &[
+                u,
+                c,
+                a,
+                "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover\r\n",
+            ],
+        );
+        let offered = Some("permessage-deflate");
+        assert_eq!(
+            parse_server_response_offering(deflate.as_bytes(), KEY, offered),
+            Ok(Some(deflate.len()))
+        );
+        let other = head(
+            STATUS_101,
+            &[u, c, a, "Sec-WebSocket-Extensions: x-webkit\r\n"],
+        );
+        assert_eq!(
+            parse_server_response_offering(other.as_bytes(), KEY, offered),
+            Err(E::UnexpectedExtension)
         );
     }
 
