@@ -21,6 +21,12 @@ against a running corecast (or any server speaking the path-mode contract).
       every byte was read (or the connection refused), /stats inbound_bytes
       and inbound_budget_refusals.
 
+  pressure_figures.py resume  HOST:PORT [--messages 10000]
+      (history on: --history-size >= N) A JSON client subscribes to a fresh
+      channel and leaves; a path-mode publisher sends N messages; the
+      client comes back with `since` and the script reports the time to
+      the first and the last replayed message.
+
 Pure stdlib; a minimal RFC 6455 client (masked frames, no extensions).
 """
 import asyncio
@@ -186,6 +192,42 @@ async def inbound(addr, pid, clients, frame_size):
     }))
 
 
+async def resume(addr, messages):
+    channel = f"resume{os.getpid()}"
+    r, w = await connect(addr, "/ws")
+    w.write(frame(0x1, json.dumps({"op": "subscribe", "channel": channel}).encode()))
+    _, ack = await read_frame(r)
+    ack = json.loads(ack)
+    epoch, offset = ack["epoch"], ack["offset"]
+    w.close()
+    pr, pw = await connect(addr, f"/ws/{channel}")
+    for i in range(messages):
+        pw.write(frame(0x1, f"m{i}".encode()))
+    await pw.drain()
+    # The publisher hears its own messages (sender included): all in.
+    for _ in range(messages):
+        await read_frame(pr)
+    r, w = await connect(addr, "/ws")
+    t0 = time.monotonic()
+    since = {"epoch": epoch, "offset": offset}
+    w.write(frame(0x1, json.dumps({"op": "subscribe", "channel": channel, "since": since}).encode()))
+    _, ack = await read_frame(r)
+    ack = json.loads(ack)
+    first = last = None
+    for i in range(messages):
+        _, m = await read_frame(r)
+        if first is None:
+            first = time.monotonic() - t0
+        assert json.loads(m)["offset"] == offset + 1 + i
+    last = time.monotonic() - t0
+    print(json.dumps({
+        "messages": messages,
+        "recovered": ack.get("recovered"),
+        "first_ms": round(first * 1000, 2),
+        "last_ms": round(last * 1000, 2),
+    }))
+
+
 def main():
     cmd, addr, *rest = sys.argv[1:]
     opts = {rest[i]: int(rest[i + 1]) for i in range(0, len(rest), 2) if rest[i].startswith("--")}
@@ -194,6 +236,8 @@ def main():
         asyncio.run(burst(addr, int(pos[0]), opts.get("--messages", 1024), opts.get("--size", 65536)))
     elif cmd == "stalled":
         asyncio.run(stalled(addr, int(pos[0]), pos[1]))
+    elif cmd == "resume":
+        asyncio.run(resume(addr, opts.get("--messages", 10000)))
     elif cmd == "inbound":
         asyncio.run(inbound(addr, int(pos[0]), opts.get("--clients", 1500), opts.get("--frame", 1 << 20)))
     else:
