@@ -234,10 +234,13 @@ mod tests {
         assert_eq!(collect(&masked).1, Err(WireError::MaskedServerFrame));
         assert_eq!(collect(&[0x01, 0x00]).1, Err(WireError::Fragmented));
         assert_eq!(collect(&[0x80, 0x00]).1, Err(WireError::Fragmented));
+        // RSV1 is permessage-deflate's (`--deflate`); the other two mean
+        // nothing here.
         assert_eq!(
-            collect(&[0xC2, 0x00]).1,
+            collect(&[0xA2, 0x00]).1,
             Err(WireError::Protocol(ProtocolError::ReservedBitsSet))
         );
+        assert_eq!(collect(&[0xC2, 0x00]).0, ["Deflated(Binary, [])"]);
         let big = encode_server_frame(OpCode::Binary, &[0; 70_000]);
         assert_eq!(collect(&big[..10]).1, Err(WireError::FrameTooLarge(70_000)));
     }
