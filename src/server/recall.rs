@@ -54,8 +54,20 @@ fn send_resumed(hub: &mut Hub, id: ConnId, channel: &str, r: Resumed, idv: Optio
         epoch: &r.position.epoch,
         offset: r.position.offset,
     };
-    hub.send_to(id, control::subscribed(channel, at, r.recovered, idv));
-    for e in &r.replay {
+    send_position(hub, (id, channel), at, (r.recovered, &r.replay), idv);
+}
+
+/// Queues the `subscribed` reply with the channel's position, then the
+/// replay (embedded or read from Redis), stopping if the queue refuses.
+pub fn send_position(
+    hub: &mut Hub,
+    (id, channel): (ConnId, &str),
+    at: At<'_>,
+    (recovered, replay): (Option<bool>, &[Entry]),
+    idv: Option<&RawValue>,
+) {
+    hub.send_to(id, control::subscribed(channel, at, recovered, idv));
+    for e in replay {
         let frame = control::encode_delivery(channel, e.opcode, &e.payload, e.offset);
         if !hub.send_to(id, frame) {
             return;

@@ -113,13 +113,7 @@ fn send(hub: &mut Hub, id: ConnId, channel: &str, mut r: Resume, idv: Option<&Ra
         epoch: &r.position.epoch,
         offset: r.position.offset,
     };
-    hub.send_to(id, control::subscribed(channel, at, r.recovered, idv));
-    for e in &r.replay {
-        let frame = control::encode_delivery(channel, e.opcode, &e.payload, e.offset);
-        if !hub.send_to(id, frame) {
-            return;
-        }
-    }
+    recall::send_position(hub, (id, channel), at, (r.recovered, &r.replay), idv);
 }
 
 /// `GET /history/{channel}` in Redis mode: the same answer as embedded
