@@ -42,7 +42,11 @@ BROADCAST:
   --duration SECS        measured window [10]
   --warmup SECS          unmeasured lead-in (losses still count) [2]
   --drain SECS           wait at most this long for stragglers [2]
-  --via ws|http          publish over the WebSocket or POST /publish [ws]
+  --via ws|http|pusher   publish over the WebSocket, POST /publish, or the
+                         Pusher protocol [ws]: subscribers connect to
+                         /app/KEY?protocol=7 and subscribe to the URL's
+                         channel, publishers POST signed /apps/ID/events
+  --pusher-app ID:KEY:SECRET  the Pusher app (--via pusher)
   --deflate              subscribers offer permessage-deflate (server context
                          takeover off) and inflate compressed frames
   --json-payload         pad messages with realistic JSON, not `.` (what
@@ -196,6 +200,46 @@ pub enum Via {
     Ws,
     /// `POST /publish/{channel}` on separate keep-alive connections.
     Http,
+    /// The Pusher protocol: subscribers on `/app/{key}`, publishers
+    /// `POST /apps/{id}/events` (signed) on keep-alive connections.
+    Pusher,
+}
+
+impl Via {
+    /// As in `--via`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Via::Ws => "ws",
+            Via::Http => "http",
+            Via::Pusher => "pusher",
+        }
+    }
+}
+
+/// A Pusher app (`--pusher-app ID:KEY:SECRET`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PusherApp {
+    /// App id (the HTTP API's path).
+    pub id: String,
+    /// Public key (the WebSocket path, `auth_key`).
+    pub key: String,
+    /// Secret (request signatures).
+    pub secret: String,
+}
+
+impl PusherApp {
+    fn parse(v: &str) -> Result<PusherApp, String> {
+        match v.split(':').collect::<Vec<_>>()[..] {
+            [id, key, secret] if !id.is_empty() && !key.is_empty() && !secret.is_empty() => {
+                Ok(PusherApp {
+                    id: id.into(),
+                    key: key.into(),
+                    secret: secret.into(),
+                })
+            }
+            _ => Err(format!("--pusher-app: expected ID:KEY:SECRET, got `{v}`")),
+        }
+    }
 }
 
 /// `broadcast` options.
@@ -228,6 +272,8 @@ pub struct BroadcastOpts {
     pub deflate: bool,
     /// Pad messages with realistic JSON instead of `.`.
     pub json_payload: bool,
+    /// The app, with `--via pusher`.
+    pub pusher: Option<PusherApp>,
 }
 
 /// A `ws://host:port/path` URL.
@@ -398,6 +444,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
         cluster: false,
         deflate: false,
         json_payload: false,
+        pusher: None,
     };
     for (flag, v) in pairs(args)? {
         if common_flag(&mut o.common, flag, v)? {
@@ -416,6 +463,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
             "--cluster" => o.cluster = true,
             "--deflate" => o.deflate = true,
             "--json-payload" => o.json_payload = true,
+            "--pusher-app" => o.pusher = Some(PusherApp::parse(v)?),
             _ => return Err(format!("unknown option `{flag}` for broadcast")),
         }
     }
@@ -436,8 +484,14 @@ fn check_broadcast(o: &BroadcastOpts) -> Result<(), String> {
     if o.rate <= 0.0 {
         return Err("broadcast needs --rate > 0".into());
     }
-    if o.via == Via::Http && o.urls.iter().any(|u| u.channel().is_none()) {
-        return Err("--via http needs URLs of the form ws://HOST:PORT/ws/CHANNEL".into());
+    if o.via != Via::Ws && o.urls.iter().any(|u| u.channel().is_none()) {
+        return Err("--via http|pusher needs URLs of the form ws://HOST:PORT/ws/CHANNEL".into());
+    }
+    if (o.via == Via::Pusher) != o.pusher.is_some() {
+        return Err("--via pusher and --pusher-app go together".into());
+    }
+    if o.via == Via::Pusher && o.deflate {
+        return Err("--deflate: the Pusher protocol is never compressed".into());
     }
     Ok(())
 }
@@ -446,7 +500,8 @@ fn via(v: &str) -> Result<Via, String> {
     match v {
         "ws" => Ok(Via::Ws),
         "http" => Ok(Via::Http),
-        _ => Err(format!("--via: expected ws or http, got `{v}`")),
+        "pusher" => Ok(Via::Pusher),
+        _ => Err(format!("--via: expected ws, http or pusher, got `{v}`")),
     }
 }
 
@@ -512,10 +567,26 @@ mod tests {
             "broadcast --url ws://h:1/ -n 1 -p 1 --rate 1 --via http",
             "broadcast --url ws://h:1/ws/a -n 1 -p 1 --rate 1 --bogus 3",
             "broadcast --url ws://h:1/ws/a -n",
+            "broadcast --url ws://h:1/ws/a -n 1 -p 1 --rate 1 --via pusher",
+            "broadcast --url ws://h:1/ws/a -n 1 -p 1 --rate 1 --pusher-app 1:k:s",
+            "broadcast --url ws://h:1/ws/a -n 1 -p 1 --rate 1 --via pusher --pusher-app 1:k",
+            "broadcast --url ws://h:1/ -n 1 -p 1 --rate 1 --via pusher --pusher-app 1:k:s",
             "frobnicate",
         ] {
             assert!(parse(args(bad)).is_err(), "{bad}");
         }
         assert_eq!(parse(args("broadcast --help")), Ok(Command::Help));
+    }
+
+    #[test]
+    fn pusher_mode_takes_an_app() {
+        let cmd = parse(args(
+            "broadcast --url ws://h:1/ws/a -n 10 -p 1 --rate 5 --via pusher --pusher-app 1:key:sec",
+        ))
+        .unwrap();
+        let Command::Broadcast(b) = cmd else { panic!() };
+        assert_eq!(b.via, Via::Pusher);
+        let app = b.pusher.unwrap();
+        assert_eq!((&*app.id, &*app.key, &*app.secret), ("1", "key", "sec"));
     }
 }

@@ -22,7 +22,7 @@ use super::payload::{Encoding, Stamp};
 use super::publish::{self, Format, PubConn, PubResult, Publisher, Schedule};
 use super::report::{BroadcastReport, GeneratorCpu, LatencySummary, MachineCpu, ServerSample};
 use super::stats::{Arrival, Histogram, SeqTracker};
-use super::wire::FastRng;
+use super::wire::{pusher_event_data, FastRng};
 use crate::engine::{probe, target_of};
 use crate::error::BenchError;
 use crate::sys;
@@ -134,11 +134,40 @@ struct SubSink {
     rec: Rc<RefCell<Recorder>>,
     signal: Rc<Signal>,
     ready: bool,
+    /// Frames are Pusher events: ready at `subscription_succeeded`, the
+    /// stamp in the `data` string.
+    pusher: bool,
+}
+
+impl SubSink {
+    fn set_ready(&mut self) {
+        if !self.ready {
+            self.ready = true;
+            self.rec.borrow_mut().ready += 1;
+            self.signal.notify();
+        }
+    }
 }
 
 impl FrameSink for SubSink {
     #[inline]
     fn data(&mut self, op: OpCode, payload: &[u8], kns: Option<u64>, now: u64) {
+        let payload = if !self.pusher {
+            payload
+        } else if !self.ready {
+            // `connection_established` comes first, then the answer to
+            // the subscribe sent right after the handshake.
+            if find(payload, b"pusher_internal:subscription_succeeded") {
+                self.set_ready();
+            }
+            return;
+        } else {
+            // Other events (`pusher:ping`) carry no string `data`.
+            match pusher_event_data(payload) {
+                Some(data) => data,
+                None => return,
+            }
+        };
         if self
             .rec
             .borrow_mut()
@@ -151,12 +180,34 @@ impl FrameSink for SubSink {
     fn pong(&mut self) {
         // The first pong answers the ping sent after the handshake: the
         // server has read past the upgrade, so it has subscribed us.
-        if !self.ready {
-            self.ready = true;
-            self.rec.borrow_mut().ready += 1;
-            self.signal.notify();
+        if !self.pusher {
+            self.set_ready();
         }
     }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// What a subscriber sends right after the handshake: a ping whose pong
+/// says it is subscribed, or (Pusher) the subscribe to its URL's channel.
+fn first_frame(opts: &BroadcastOpts, idx: usize, mask: [u8; 4]) -> BytesMut {
+    let mut out = BytesMut::new();
+    match &opts.pusher {
+        Some(_) => {
+            let url = &opts.urls[idx % opts.urls.len()];
+            let channel = url.channel().unwrap_or_default();
+            let sub = serde_json::json!({
+                "event": "pusher:subscribe",
+                "data": { "channel": channel },
+            })
+            .to_string();
+            encode_client_frame(OpCode::Text, sub.as_bytes(), mask, &mut out);
+        }
+        None => encode_client_frame(OpCode::Ping, b"ready", mask, &mut out),
+    }
+    out
 }
 
 /// Runs the `broadcast` subcommand.
@@ -165,7 +216,7 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
     check_limits(&opts)?;
     let enc = match opts.via {
         Via::Ws => Encoding::Binary,
-        Via::Http => Encoding::Text,
+        Via::Http | Via::Pusher => Encoding::Text,
     };
     let targets = opts
         .urls
@@ -173,6 +224,13 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
         .map(|u| {
             target_of(u).map(|t| Target {
                 deflate: opts.deflate,
+                path: match &opts.pusher {
+                    Some(app) => format!(
+                        "/app/{}?protocol=7&client=corecast-bench&version=0.1",
+                        app.key
+                    ),
+                    None => t.path,
+                },
                 ..t
             })
         })
@@ -312,15 +370,15 @@ async fn connect_subscribers(
     let mut rng = FastRng::new(sys::realtime_ns());
     let mut streams = Vec::with_capacity(opts.subscribers);
     for (idx, conn) in opened.conns.into_iter().flatten().enumerate() {
-        let mut ping = BytesMut::new();
-        encode_client_frame(OpCode::Ping, b"ready", rng.mask(), &mut ping);
-        send_all(&conn.stream, &ping).await?;
+        let first = first_frame(opts, idx, rng.mask());
+        send_all(&conn.stream, &first).await?;
         streams.push(conn.stream.clone());
         let sink = SubSink {
             idx,
             rec: rec.clone(),
             signal: signal.clone(),
             ready: false,
+            pusher: opts.pusher.is_some(),
         };
         let (shared, rec, signal) = (shared.clone(), rec.clone(), signal.clone());
         let seed = rng.next_u64();
@@ -361,17 +419,27 @@ fn publishers(
             };
             let conn = match opts.via {
                 Via::Ws => PubConn::Ws(streams[j].as_raw_fd()),
-                Via::Http => {
+                Via::Http | Via::Pusher => {
                     let t = &targets[j % targets.len()];
                     let stream = std::net::TcpStream::connect(t.addr)?;
                     stream.set_nodelay(true)?;
-                    PubConn::Http {
-                        stream,
-                        authority: t.authority.clone(),
-                        channel: opts.urls[j % targets.len()]
-                            .channel()
-                            .unwrap_or_default()
-                            .to_string(),
+                    let authority = t.authority.clone();
+                    let channel = opts.urls[j % targets.len()]
+                        .channel()
+                        .unwrap_or_default()
+                        .to_string();
+                    match &opts.pusher {
+                        Some(app) => PubConn::Pusher {
+                            stream,
+                            authority,
+                            channel,
+                            app: app.clone(),
+                        },
+                        None => PubConn::Http {
+                            stream,
+                            authority,
+                            channel,
+                        },
                     }
                 }
             };
@@ -458,10 +526,7 @@ fn build_report(
             .iter()
             .map(|u| format!("ws://{}{}", u.authority(), u.path))
             .collect(),
-        via: match opts.via {
-            Via::Ws => "ws",
-            Via::Http => "http",
-        },
+        via: opts.via.name(),
         subscribers: opts.subscribers,
         publishers: p,
         rate: opts.rate,

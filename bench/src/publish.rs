@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
+use super::args::PusherApp;
 use super::payload::{Encoding, Stamp};
 use super::sys;
-use super::wire::{parse_http_response, publish_request, FastRng};
+use super::wire::{parse_http_response, publish_request, pusher_event_request, FastRng};
 use corecast::ws::frame::encode_client_frame;
 use corecast::ws::OpCode;
 
@@ -73,6 +74,18 @@ pub enum PubConn {
         authority: String,
         /// Channel to publish to.
         channel: String,
+    },
+    /// Signed `POST /apps/{id}/events` on a keep-alive connection of its
+    /// own (the Pusher HTTP API).
+    Pusher {
+        /// The connection (blocking).
+        stream: TcpStream,
+        /// `Host` header.
+        authority: String,
+        /// Channel to publish to.
+        channel: String,
+        /// The app whose secret signs.
+        app: PusherApp,
     },
 }
 
@@ -175,6 +188,7 @@ impl State {
     fn send(&mut self, due: u64, fmt: Format, payload: &mut Vec<u8>, out: &mut Vec<u8>) -> u64 {
         out.clear();
         let mut frames = BytesMut::new();
+        let now_s = sys::realtime_ns() / 1_000_000_000;
         for seq in self.next..self.next + due {
             payload.clear();
             let stamp = Stamp {
@@ -193,12 +207,18 @@ impl State {
                 PubConn::Http {
                     authority, channel, ..
                 } => publish_request(authority, channel, payload, out),
+                PubConn::Pusher {
+                    authority,
+                    channel,
+                    app,
+                    ..
+                } => pusher_event_request(authority, app, channel, payload, now_s, out),
             }
         }
         self.next += due;
         let result = match &mut self.p.conn {
             PubConn::Ws(fd) => send_all_blocking(*fd, &frames).map(|()| due),
-            PubConn::Http { stream, .. } => stream
+            PubConn::Http { stream, .. } | PubConn::Pusher { stream, .. } => stream
                 .write_all(out)
                 .and_then(|()| read_responses(stream, due, &mut self.inbuf)),
         };

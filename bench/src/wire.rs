@@ -7,8 +7,11 @@ use std::fmt;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
+use corecast::pusher::sign::signed_query;
 use corecast::ws::deflate::RSV1;
 use corecast::ws::{FrameHeader, OpCode, ProtocolError};
+
+use crate::args::PusherApp;
 
 /// A complete frame borrowed from the read buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +151,42 @@ pub fn publish_request(host: &str, channel: &str, body: &[u8], out: &mut Vec<u8>
     out.extend_from_slice(body);
 }
 
+/// Appends a signed `POST /apps/{id}/events` carrying `data` as event `m`
+/// on `channel` (what the Pusher server SDKs send for `trigger`).
+pub fn pusher_event_request(
+    host: &str,
+    app: &PusherApp,
+    channel: &str,
+    data: &[u8],
+    now_s: u64,
+    out: &mut Vec<u8>,
+) {
+    use std::io::Write as _;
+    let body = serde_json::json!({
+        "name": "m",
+        "channel": channel,
+        "data": String::from_utf8_lossy(data),
+    })
+    .to_string();
+    let path = format!("/apps/{}/events", app.id);
+    let query = signed_query(&app.key, &app.secret, "POST", &path, body.as_bytes(), now_s);
+    let _ = write!(
+        out,
+        "POST {path}?{query} HTTP/1.1\r\nHost: {host}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// The text of a Pusher event's `data` string, from its opening quote to
+/// the end of the frame (the stamp at its front is all a reader needs);
+/// `None` for events whose `data` is not a string.
+pub fn pusher_event_data(frame: &[u8]) -> Option<&[u8]> {
+    const KEY: &[u8] = b"\"data\":\"";
+    let at = frame.windows(KEY.len()).position(|w| w == KEY)?;
+    frame.get(at + KEY.len()..)
+}
+
 /// Why an HTTP response could not be taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HttpResponseError {
@@ -203,6 +242,38 @@ mod tests {
         let mut seen = Vec::new();
         let r = split_frames(buf, 1 << 16, |f| seen.push(format!("{f:?}")));
         (seen, r)
+    }
+
+    #[test]
+    fn pusher_requests_are_signed_and_event_data_is_found() {
+        let app = PusherApp {
+            id: "7".into(),
+            key: "k".into(),
+            secret: "s".into(),
+        };
+        let mut out = Vec::new();
+        pusher_event_request("h:1", &app, "news", b"0000abcd\"q\"", 1000, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let target = head.lines().next().unwrap().split(' ').nth(1).unwrap();
+        let (path, query) = target.split_once('?').unwrap();
+        assert_eq!(path, "/apps/7/events");
+        let sig = query.rsplit_once("&auth_signature=").unwrap().1;
+        let data = format!(
+            "POST\n{path}\n{}",
+            query.rsplit_once("&auth_signature=").unwrap().0
+        );
+        assert_eq!(sig, corecast::pusher::sign::sign("s", &data));
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["data"], "0000abcd\"q\"");
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+
+        let ev = br#"{"event":"m","channel":"news","data":"0000abcd..."}"#;
+        assert_eq!(pusher_event_data(ev), Some(&b"0000abcd...\"}"[..]));
+        assert_eq!(
+            pusher_event_data(br#"{"event":"pusher:pong","data":{}}"#),
+            None
+        );
     }
 
     #[test]

@@ -566,6 +566,50 @@ fn broadcast_with_deflate_inflates_every_message() {
     server.join().unwrap();
 }
 
+/// `--via pusher`: subscribers speak the Pusher protocol on `/app/{key}`
+/// and publishers trigger through the signed HTTP API; every event
+/// arrives, and the server counted the API's events.
+#[test]
+fn broadcast_via_pusher_delivers_everything_to_everyone() {
+    let mut cfg = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Config::default()
+    };
+    cfg.pusher
+        .apps
+        .push(corecast::pusher::config::parse_app("4:bench-key:bench-secret").unwrap());
+    let server = Server::start(cfg).expect("server starts");
+    let addr = server.local_addr();
+    let url = format!("ws://{addr}/ws/ticker");
+    let v = bench_json(&[
+        "broadcast",
+        "--url",
+        &url,
+        "-n",
+        "6",
+        "-p",
+        "2",
+        "--rate",
+        "100",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--via",
+        "pusher",
+        "--pusher-app",
+        "4:bench-key:bench-secret",
+        "--json-payload",
+    ]);
+    assert_exact_delivery(&v, 6);
+    assert_eq!(v["via"], "pusher");
+    let stats = corecast_stats(addr);
+    let sent = u(&v, "sent");
+    assert_eq!(stats["pusher_api_events"].as_u64(), Some(sent), "{stats}");
+    server.stop();
+    server.join().unwrap();
+}
+
 fn corecast_stats(addr: std::net::SocketAddr) -> Value {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
