@@ -431,6 +431,52 @@ async fn quiet_pusher_connections_get_pusher_ping() {
     }
 }
 
+/// A Pusher connection that answers nothing for `--idle-timeout` is
+/// closed with 4201 "pong reply not received" (pusher-js reconnects at
+/// once on it), counted as an idle timeout; one that answers stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_pusher_connections_are_closed_with_4201() {
+    let srv = server(APPS, |c| {
+        c.ping_interval = std::time::Duration::from_millis(200);
+        c.idle_timeout = std::time::Duration::from_millis(600);
+    });
+    let (mut silent, _) = connect(srv.addr, "key1").await;
+    let (mut alive, _) = connect(srv.addr, "key1").await;
+    let answer = async {
+        loop {
+            if let Message::Text(t) = next_msg_raw(&mut alive).await {
+                let ev: Value = serde_json::from_str(&t).unwrap();
+                assert_eq!(ev["event"], "pusher:ping");
+                send(&mut alive, json!({"event":"pusher:pong","data":{}})).await;
+            }
+        }
+    };
+    let code = tokio::select! {
+        code = async {
+            // Its pusher:ping goes unanswered; then the close.
+            loop {
+                match next_msg_raw(&mut silent).await {
+                    Message::Close(Some(f)) => break u16::from(f.code),
+                    Message::Text(_) => {}
+                    other => panic!("expected pusher:ping or a close, got {other:?}"),
+                }
+            }
+        } => code,
+        _ = answer => unreachable!(),
+    };
+    assert_eq!(code, 4201);
+    let st = stats(srv.addr).await;
+    assert_eq!(counter(&st, "idle_timeouts"), 1, "{st}");
+    send(&mut alive, json!({"event":"pusher:ping","data":{}})).await;
+    loop {
+        if let Message::Text(t) = next_msg_raw(&mut alive).await {
+            if serde_json::from_str::<Value>(&t).unwrap()["event"] == "pusher:pong" {
+                break;
+            }
+        }
+    }
+}
+
 /// The next message, pings included.
 async fn next_msg_raw(ws: &mut Ws) -> Message {
     use futures_util::StreamExt;

@@ -59,6 +59,9 @@ pub struct Encoders {
     going_away: [Option<u16>; MAX_FORMATS],
     /// Keepalive frame of each format (`None`: a WebSocket ping).
     keepalive: [Option<Bytes>; MAX_FORMATS],
+    /// Close code of each format's idle connections (`None`: the socket
+    /// is shut without a close frame).
+    idle_close: [Option<u16>; MAX_FORMATS],
 }
 
 impl Default for Encoders {
@@ -67,6 +70,7 @@ impl Default for Encoders {
             slots: std::array::from_fn(|_| None),
             going_away: [None; MAX_FORMATS],
             keepalive: std::array::from_fn(|_| None),
+            idle_close: [None; MAX_FORMATS],
         }
     }
 }
@@ -108,6 +112,20 @@ impl Encoders {
     /// it has its own.
     pub fn going_away(&self, format: Format) -> Option<u16> {
         self.going_away[format.slot()]
+    }
+
+    /// Closes `format`'s connections quiet for `--idle-timeout` with
+    /// `code` (then shuts them after the close timeout) instead of shutting
+    /// the socket: a protocol whose clients reconnect on their own code,
+    /// as Pusher's 4201 "pong reply not received".
+    pub fn idle_close_code(mut self, format: Format, code: u16) -> Self {
+        self.idle_close[format.slot()] = Some(code);
+        self
+    }
+
+    /// The close code of `format`'s idle connections, if it has one.
+    pub fn idle_close(&self, format: Format) -> Option<u16> {
+        self.idle_close[format.slot()]
     }
 
     /// Sends `frame` (a complete server frame) instead of a WebSocket

@@ -668,20 +668,15 @@ impl Hub {
         let clock = timers::Clock { now: *now_ms, step };
         let mut due = timers::Due {
             expired,
-            token_expired: Vec::new(),
+            closes: Vec::new(),
         };
         let pt = (pacer, totals);
         timers::sweep(conns, limits, clock, pt, stats, encoders, &mut due);
         let registry = &self.registry;
         self.history
             .sweep(*now_ms, |name| registry.lookup(name).is_some());
-        for id in due.token_expired {
-            self.close(
-                id,
-                CLOSE_TOKEN_EXPIRED,
-                "token expired",
-                CloseReason::TokenExpired,
-            );
+        for c in due.closes {
+            self.close(c.id, c.code, c.reason, c.why);
         }
     }
 }

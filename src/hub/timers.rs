@@ -30,6 +30,9 @@ pub enum CloseReason {
     Overloaded,
     /// The connection's token expired (close 4001).
     TokenExpired,
+    /// Nothing received for `--idle-timeout`, on a format that says so
+    /// with a close code (Pusher's 4201) rather than a shut socket.
+    Idle,
 }
 
 /// Close code sent when a connection's token expires without a refresh
@@ -47,11 +50,20 @@ pub enum Expired {
     Close,
 }
 
+/// A closing handshake the sweep asks the hub to start.
+pub(super) struct Closing {
+    pub id: usize,
+    pub code: u16,
+    pub reason: &'static str,
+    pub why: CloseReason,
+}
+
 /// What one sweep found: sockets whose deadline passed (for the edge)
-/// and open WebSockets whose token expired (for the hub to close).
+/// and open WebSockets to close with a code (for the hub): an expired
+/// token, or an idle connection of a format with an idle close code.
 pub(super) struct Due<'a> {
     pub expired: &'a mut Vec<(i32, Expired)>,
-    pub token_expired: Vec<usize>,
+    pub closes: Vec<Closing>,
 }
 
 /// Longest step one sweep counts towards a write stall: a sweep that runs
@@ -92,7 +104,13 @@ pub(super) fn sweep(
         }
         if token_due(conn, now) {
             conn.token_expires_s = 0;
-            due.token_expired.push(id);
+            stats.token_expirations += 1;
+            due.closes.push(Closing {
+                id,
+                code: CLOSE_TOKEN_EXPIRED,
+                reason: "token expired",
+                why: CloseReason::TokenExpired,
+            });
         }
         if conn.pending_bytes > 0 {
             let step = clock.step.min(MAX_STALL_STEP_MS) as u32;
@@ -111,8 +129,23 @@ pub(super) fn sweep(
             }
         }
         if let Some(why) = deadline_passed(conn, l, now) {
-            conn.expired = true;
-            expired.push((conn.fd, why));
+            match idle_close_code(conn, why, encoders) {
+                Some(code) => {
+                    // Closed with a code: the close timeout still shuts a
+                    // peer that does not answer.
+                    stats.idle_timeouts += 1;
+                    due.closes.push(Closing {
+                        id,
+                        code,
+                        reason: "Pong reply not received",
+                        why: CloseReason::Idle,
+                    });
+                }
+                None => {
+                    conn.expired = true;
+                    expired.push((conn.fd, why));
+                }
+            }
             continue;
         }
         if wants_ping(conn, l, now) {
@@ -137,7 +170,14 @@ pub(super) fn sweep(
             Expired::Close => stats.close_timeouts += 1,
         }
     }
-    stats.token_expirations += due.token_expired.len() as u64;
+}
+
+/// The close code an idle `conn` gets from its format, if it has one.
+fn idle_close_code(conn: &Conn, why: Expired, encoders: &Encoders) -> Option<u16> {
+    match (why, conn.kind) {
+        (Expired::Idle, ConnKind::Ws(f)) => encoders.idle_close(f),
+        _ => None,
+    }
 }
 
 /// An open WebSocket whose token's `exp` (coarse seconds; 0 = none) has

@@ -83,6 +83,7 @@ pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders
         })
         // pusher-js reconnects at once on 4200 ("generic reconnect").
         .going_away_code(PUSHER, crate::pusher::protocol::code::RECONNECT)
+        .idle_close_code(PUSHER, crate::pusher::protocol::code::PONG_NOT_RECEIVED)
         // Pusher clients answer `pusher:ping` with `pusher:pong`.
         .keepalive_frame(PUSHER, pusher_ping());
     if !settings.enabled {
