@@ -60,9 +60,10 @@
 //! - `cache` → `http`, `secret`: the HTTP response cache in front of
 //!   `--origin`, sans-I/O — `Cache-Control` policy, keys, entry encoding,
 //!   the LRU memory store, chunked decoding, origin response heads.
-//! - `pusher` → `auth`, `secret`, `stats`: the Pusher Channels protocol (v7),
-//!   sans-I/O — apps, client/server frames, channel and HTTP API
-//!   signatures, presence members, the events API's bodies; its channels
+//! - `pusher` → `auth`, `cache` (origin URLs), `secret`, `stats`: the
+//!   Pusher Channels protocol (v7), sans-I/O — apps, client/server frames,
+//!   channel and HTTP API signatures, presence members, the events API's
+//!   bodies, webhook events, queues and signed requests; its channels
 //!   live in the hub as `pusher/{app id}/{name}` (outside the native
 //!   charset) and its frames are the `server::formats::PUSHER` format.
 //! - `peers` → `http`: per-client-address connection and handshake-rate

@@ -61,6 +61,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     compression(&mut o, &snap.compression);
     history(&mut o, s);
     pusher(&mut o, s);
+    pusher_webhooks(&mut o, s);
     pusher_apps(&mut o, snap);
     if g.redis_enabled {
         redis(&mut o, r);
@@ -76,6 +77,33 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         "How late the 100 ms housekeeping timer fired: time the event loop was busy.",
     );
     o
+}
+
+/// Pusher webhooks (`--pusher-webhook`).
+fn pusher_webhooks(o: &mut String, s: &Stats) {
+    labelled(
+        o,
+        "corecast_pusher_webhook_events_total",
+        "Pusher webhook events, by outcome.",
+        "counter",
+        "outcome",
+        &[
+            ("delivered", s.pusher_webhook_events),
+            ("dropped", s.pusher_webhook_dropped),
+        ],
+    );
+    counter(
+        o,
+        "corecast_pusher_webhook_requests_total",
+        "Pusher webhook requests answered with 2xx.",
+        s.pusher_webhook_requests,
+    );
+    counter(
+        o,
+        "corecast_pusher_webhook_failures_total",
+        "Pusher webhook attempts that failed (retried with backoff).",
+        s.pusher_webhook_failures,
+    );
 }
 
 /// The Pusher protocol (`--pusher-app`).

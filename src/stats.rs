@@ -155,6 +155,16 @@ pub struct Stats {
     /// Signed Pusher HTTP API requests refused for their body or path
     /// (400, 404, 413).
     pub pusher_api_bad_requests: u64,
+    /// Webhook requests answered with 2xx.
+    pub pusher_webhook_requests: u64,
+    /// Webhook events delivered (in those requests).
+    pub pusher_webhook_events: u64,
+    /// Webhook attempts that failed (no answer, or not 2xx); each is
+    /// retried with backoff, up to 5 attempts.
+    pub pusher_webhook_failures: u64,
+    /// Webhook events dropped: their request failed 5 times, or the queue
+    /// was over `--pusher-webhook-queue`.
+    pub pusher_webhook_dropped: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,

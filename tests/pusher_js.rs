@@ -45,6 +45,13 @@ fn server() -> TestServer {
     })
 }
 
+/// A port nothing listens on now (bound, then released), for a receiver
+/// the scenario starts.
+fn unused_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
 /// `node scenario.mjs MODE` against `addr`.
 fn node(addr: std::net::SocketAddr, mode: &str) -> Command {
     node_deps();
@@ -61,7 +68,13 @@ fn node(addr: std::net::SocketAddr, mode: &str) -> Command {
 
 /// Runs `mode` of scenario.mjs; every line it printed, as JSON.
 async fn scenario(srv: &TestServer, mode: &str) -> Vec<Value> {
+    scenario_with(srv, mode, &[]).await
+}
+
+/// [`scenario`] with extra environment variables.
+async fn scenario_with(srv: &TestServer, mode: &str, env: &[(&str, String)]) -> Vec<Value> {
     let mut cmd = node(srv.addr, mode);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     // The script's own 15 s timer bounds it; this bounds the rest (Node
     // starting on a loaded machine).
     let limit = std::time::Duration::from_secs(30);
@@ -203,4 +216,69 @@ async fn pusher_js_bad_signin_is_refused_with_4009() {
         "{lines:?}"
     );
     assert_eq!(counter(&stats(srv.addr).await, "pusher_signin_failures"), 1);
+}
+
+/// Webhooks, checked by the `pusher` SDK's `webhook(...).isValid()`:
+/// channel_occupied, member_added ×2, client_event (with the sender's
+/// socket_id and user_id), member_removed ×2, channel_vacated, in order;
+/// the first request answered 500 is retried, nothing is lost or doubled;
+/// a receiver with the wrong secret would refuse them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_reach_the_sdk_signed_in_order_and_retried() {
+    let port = unused_port();
+    let srv = TestServer::start(|c| {
+        c.pusher
+            .add_apps(&format!("{}:{}:{}:client-events", APP.0, APP.1, APP.2))
+            .unwrap();
+        c.pusher
+            .add_webhooks(&format!("{}=http://127.0.0.1:{port}/hooks", APP.0))
+            .unwrap();
+    });
+    let lines = scenario_with(&srv, "webhooks", &[("WEBHOOK_PORT", port.to_string())]).await;
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "webhook_refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{lines:?}");
+    assert_eq!(refused[0]["valid"], true);
+    let hooks: Vec<_> = lines.iter().filter(|l| l["kind"] == "webhook").collect();
+    let seen: Vec<(String, String)> = hooks
+        .iter()
+        .map(|h| {
+            let who = h["user_id"].as_str().unwrap_or("");
+            (h["name"].as_str().unwrap().to_string(), who.to_string())
+        })
+        .collect();
+    let want = [
+        ("channel_occupied", ""),
+        ("member_added", "alice"),
+        ("member_added", "bob"),
+        ("client_event", "alice"),
+        ("member_removed", "bob"),
+        ("member_removed", "alice"),
+        ("channel_vacated", ""),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(seen, want, "{lines:?}");
+    for h in &hooks {
+        assert_eq!(h["channel"], "presence-room");
+        assert_eq!(
+            (&h["valid"], &h["forged_valid"]),
+            (&json!(true), &json!(false))
+        );
+    }
+    let socket_a = of_kind(&lines, "a", "connected")[0]["socket_id"].clone();
+    let ev = hooks[3];
+    assert_eq!(
+        (&ev["event"], &ev["socket_id"]),
+        (&json!("client-typing"), &socket_a)
+    );
+    assert_eq!(ev["data"], r#"{"who":"a"}"#);
+    // Counted when the 200 is read, which may follow the receiver's print.
+    let s = wait_stat(srv.addr, "pusher_webhook_events", |n| n == 7).await;
+    assert_eq!(counter(&s, "pusher_webhook_failures"), 1);
+    assert_eq!(counter(&s, "pusher_webhook_dropped"), 0);
 }

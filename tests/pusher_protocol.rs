@@ -540,3 +540,36 @@ async fn presence_client_events_carry_the_user_id() {
         (json!("client-hi"), json!("u1"))
     );
 }
+
+/// Webhooks to an endpoint that does not answer cost bounded memory:
+/// with `--pusher-webhook-queue 2`, at most 2 events wait besides the
+/// batch being retried, so of 10 channel_occupied events at least 6 are
+/// dropped at once (counted), and the failed attempts are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_to_a_dead_endpoint_are_bounded() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let srv = server(APPS, |c| {
+        c.pusher
+            .add_webhooks(&format!("1=http://127.0.0.1:{port}/hooks"))
+            .unwrap();
+        c.pusher.webhook_queue = 2;
+    });
+    let (mut ws, _) = connect(srv.addr, "key1").await;
+    for i in 0..10 {
+        let r = subscribe(&mut ws, &format!("c{i}"), None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    }
+    let s = wait_stat(srv.addr, "pusher_webhook_failures", |n| n >= 1).await;
+    assert!(counter(&s, "pusher_webhook_dropped") >= 6, "{s}");
+    assert_eq!(counter(&s, "pusher_webhook_events"), 0);
+    // The other app has no webhook: its channels queue nothing.
+    let (mut other, _) = connect(srv.addr, "key2").await;
+    subscribe(&mut other, "x", None, None).await;
+    let after = stats(srv.addr).await;
+    assert_eq!(
+        counter(&after, "pusher_webhook_dropped"),
+        counter(&s, "pusher_webhook_dropped")
+    );
+}

@@ -210,6 +210,26 @@ fn first_frame(opts: &BroadcastOpts, idx: usize, mask: [u8; 4]) -> BytesMut {
     out
 }
 
+/// Where subscribers connect: the URLs (Pusher: the app's `/app/{key}`
+/// on the URL's server; the URL's channel is subscribed in band).
+fn targets(opts: &BroadcastOpts) -> Result<Vec<Target>, BenchError> {
+    let pusher_path =
+        |key: &str| format!("/app/{key}?protocol=7&client=corecast-bench&version=0.1");
+    opts.urls
+        .iter()
+        .map(|u| {
+            target_of(u).map(|t| Target {
+                deflate: opts.deflate,
+                path: opts
+                    .pusher
+                    .as_ref()
+                    .map_or(t.path, |app| pusher_path(&app.key)),
+                ..t
+            })
+        })
+        .collect()
+}
+
 /// Runs the `broadcast` subcommand.
 pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
     let (n, p) = (opts.subscribers, opts.publishers);
@@ -218,23 +238,7 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
         Via::Ws => Encoding::Binary,
         Via::Http | Via::Pusher => Encoding::Text,
     };
-    let targets = opts
-        .urls
-        .iter()
-        .map(|u| {
-            target_of(u).map(|t| Target {
-                deflate: opts.deflate,
-                path: match &opts.pusher {
-                    Some(app) => format!(
-                        "/app/{}?protocol=7&client=corecast-bench&version=0.1",
-                        app.key
-                    ),
-                    None => t.path,
-                },
-                ..t
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let targets = targets(&opts)?;
     for t in &targets {
         probe(t, opts.common.connect_timeout).await?;
     }

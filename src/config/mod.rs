@@ -232,6 +232,12 @@ impl Config {
         if self.http.max_handshake_bytes < 256 {
             return Err(ConfigError("max-handshake-bytes must be >= 256".into()));
         }
+        let p = &self.pusher;
+        if let Some((id, _)) = p.webhooks.iter().find(|(id, _)| p.by_id(id).is_none()) {
+            return Err(ConfigError(format!(
+                "pusher-webhook for app `{id}`, which no --pusher-app names"
+            )));
+        }
         self.validate_cache()
     }
 
@@ -566,6 +572,27 @@ mod tests {
         // A bad app never echoes its secret.
         let err = Config::from_args(["--pusher-app", "1:k:t0p-s3cret:x"], |_| None).unwrap_err();
         assert!(!err.0.contains("t0p-s3cret"), "{err}");
+    }
+
+    #[test]
+    fn pusher_webhooks_need_a_known_app_and_an_http_url() {
+        let args = [
+            "--pusher-app",
+            "1:k:s",
+            "--pusher-webhook",
+            "1=http://h:9/hook",
+        ];
+        let Command::Serve(cfg) = Config::from_args(args, |_| None).unwrap() else {
+            panic!("serve expected")
+        };
+        assert_eq!(cfg.pusher.webhooks[0].1.base_path, "/hook");
+        for bad in [
+            ["--pusher-app", "1:k:s", "--pusher-webhook", "2=http://h/"],
+            ["--pusher-app", "1:k:s", "--pusher-webhook", "1=https://h/"],
+            ["--pusher-app", "1:k:s", "--pusher-webhook", "http://h/"],
+        ] {
+            assert!(Config::from_args(bad, |_| None).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

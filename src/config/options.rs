@@ -404,6 +404,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "pusher-max-presence-members", CORECAST_PUSHER_MAX_PRESENCE_MEMBERS, "N", "100",
         "distinct users in one presence channel; more are refused with pusher:subscription_error"
         => |c, v| set_num(&mut c.pusher.max_presence_members, v);
+    "pusher-webhook", CORECAST_PUSHER_WEBHOOK, "ID=URL", -,
+        "send this app's webhooks (channel_occupied/vacated, member_added/removed, client_event; signed, batched, retried) to URL (http://); repeat or comma-separate for several apps"
+        => |c, v| c.pusher.add_webhooks(v);
+    "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
+        "webhook events waiting per app; beyond it the oldest are dropped (counted)"
+        => |c, v| set_num(&mut c.pusher.webhook_queue, v);
 };
 
 /// The README's configuration table, generated from [`OPTIONS`] (a test

@@ -55,6 +55,8 @@ mod history_tests;
 mod interest_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timer_tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
 pub use format::{Delivery, Encoder, Encoders, Format, MAX_FORMATS};

@@ -130,17 +130,9 @@ pub(super) fn sweep(
         }
         if let Some(why) = deadline_passed(conn, l, now) {
             match idle_close_code(conn, why, encoders) {
-                Some(code) => {
-                    // Closed with a code: the close timeout still shuts a
-                    // peer that does not answer.
-                    stats.idle_timeouts += 1;
-                    due.closes.push(Closing {
-                        id,
-                        code,
-                        reason: "Pong reply not received",
-                        why: CloseReason::Idle,
-                    });
-                }
+                // Closed with a code: the close timeout still shuts a
+                // peer that does not answer.
+                Some(code) => due.closes.push(idle_closing(id, code, stats)),
                 None => {
                     conn.expired = true;
                     expired.push((conn.fd, why));
@@ -169,6 +161,16 @@ pub(super) fn sweep(
             Expired::Idle => stats.idle_timeouts += 1,
             Expired::Close => stats.close_timeouts += 1,
         }
+    }
+}
+
+fn idle_closing(id: usize, code: u16, stats: &mut Stats) -> Closing {
+    stats.idle_timeouts += 1;
+    Closing {
+        id,
+        code,
+        reason: "Pong reply not received",
+        why: CloseReason::Idle,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Pusher apps and limits: `--pusher-app ID:KEY:SECRET[:client-events]`.
 
+use crate::cache::origin::OriginUrl;
 use crate::secret::Secret;
 
 /// Longest app id, key or secret accepted.
@@ -34,6 +35,10 @@ pub struct PusherConfig {
     /// Members (distinct users) of one presence channel; beyond it a
     /// subscription is refused.
     pub max_presence_members: usize,
+    /// Webhook endpoints by app id (`--pusher-webhook ID=URL`).
+    pub webhooks: Vec<(String, OriginUrl)>,
+    /// Events waiting per app and worker before the oldest are dropped.
+    pub webhook_queue: usize,
 }
 
 impl Default for PusherConfig {
@@ -44,6 +49,8 @@ impl Default for PusherConfig {
             client_event_rate: 10,
             max_app_connections: 10_000,
             max_presence_members: 100,
+            webhooks: Vec::new(),
+            webhook_queue: 10_000,
         }
     }
 }
@@ -57,6 +64,24 @@ impl PusherConfig {
     /// The app the HTTP API names by `id`.
     pub fn by_id(&self, id: &str) -> Option<(usize, &App)> {
         self.apps.iter().enumerate().find(|(_, a)| a.id == id)
+    }
+
+    /// Adds the webhooks of `list` (comma-separated `ID=URL`); a second
+    /// endpoint for an app replaces the first.
+    pub fn add_webhooks(&mut self, list: &str) -> Result<(), String> {
+        for (id, url) in parse_hooks(list)? {
+            self.webhooks.retain(|(i, _)| *i != id);
+            self.webhooks.push((id, url));
+        }
+        Ok(())
+    }
+
+    /// The webhook endpoint of `app`, if it has one.
+    pub fn webhook_of(&self, app: &App) -> Option<&OriginUrl> {
+        self.webhooks
+            .iter()
+            .find(|(id, _)| *id == app.id)
+            .map(|(_, u)| u)
     }
 
     /// Adds the apps of `list` (comma-separated `ID:KEY:SECRET[:client-events]`);
@@ -89,6 +114,23 @@ fn credential(part: Option<&str>, what: &str) -> Result<String, String> {
             "pusher app: {what} must be 1-{MAX_CREDENTIAL} of A-Z a-z 0-9 - _ ."
         )),
     }
+}
+
+/// Parses `--pusher-webhook ID=URL` entries (comma-separated).
+pub fn parse_hooks(list: &str) -> Result<Vec<(String, OriginUrl)>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|spec| {
+            let (id, url) = spec.split_once('=').ok_or_else(|| {
+                format!("pusher webhook `{spec}`: expected APP_ID=http://HOST[:PORT]/PATH")
+            })?;
+            let url = url
+                .parse::<OriginUrl>()
+                .map_err(|e| format!("pusher webhook for app {id}: {e}"))?;
+            Ok((id.to_string(), url))
+        })
+        .collect()
 }
 
 /// Parses one `ID:KEY:SECRET[:client-events]`.

@@ -19,6 +19,7 @@ pub mod presence;
 pub mod protocol;
 pub mod sign;
 pub mod state;
+pub mod webhook;
 
 pub use config::{App, PusherConfig};
 pub use state::PusherState;

@@ -30,7 +30,8 @@
 //!   order, gap notices) applied to the hub.
 //! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
 //!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
-//!   (`/apps/{id}/...`), publishing through `publish`.
+//!   (`/apps/{id}/...`), publishing through `publish`; `pusher_webhook`:
+//!   each app's webhook queue and sender (the cache's origin client).
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
@@ -52,6 +53,7 @@ mod http_conn;
 mod iovec;
 mod publish;
 mod pusher_api;
+mod pusher_webhook;
 mod pusher_ws;
 mod recall;
 mod redis;
@@ -210,6 +212,13 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     }
     if let Some(link) = &w.redis {
         redis::spawn(link, w.clone());
+    }
+    for app in w.webhooks.apps() {
+        let w = w.clone();
+        monoio::spawn(async move {
+            let cfg = &w.cfg.pusher.apps[app];
+            pusher_webhook::sender(&w.webhooks, (app, cfg), &w.hub).await
+        });
     }
     let accept_admin = async {
         match admin {

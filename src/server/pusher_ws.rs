@@ -12,6 +12,7 @@ use crate::pusher::api::MAX_DATA;
 use crate::pusher::presence;
 use crate::pusher::protocol::{self, code, ClientMsg};
 use crate::pusher::state::Session;
+use crate::pusher::webhook::Event;
 use crate::pusher::{internal_channel, sign, App, ChannelKind};
 use crate::server::publish::{route_publish, Published};
 use crate::server::worker::Worker;
@@ -24,6 +25,19 @@ fn send(hub: &mut Hub, id: ConnId, json: &str) {
 
 fn text_frame(json: &str) -> Bytes {
     encode_server_frame(OpCode::Text, json.as_bytes())
+}
+
+/// Queues a webhook event for app `app` (if it has `--pusher-webhook`).
+fn hook(w: &Worker, hub: &mut Hub, app: usize, ev: Event<'_>) {
+    w.webhooks.emit(app, ev, &mut hub.stats);
+}
+
+/// After a subscriber of `channel` left this instance: `channel_vacated`
+/// if it was the last (users' own channels are not announced).
+fn vacated(w: &Worker, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
+    if hub.subscriber_count(internal) == 0 && ChannelKind::of(channel) != ChannelKind::User {
+        hook(w, hub, app, Event::ChannelVacated { channel });
+    }
 }
 
 /// Starts a Pusher session for the upgraded connection `id`:
@@ -91,8 +105,13 @@ pub fn close(w: &Worker, id: ConnId) {
     let app = &w.cfg.pusher.apps[s.app];
     for (channel, user) in &s.channels {
         if let Some(user) = user {
-            leave_presence(w, &mut hub, app, channel, user, s.serial);
+            leave_presence(w, &mut hub, (s.app, app), channel, user, s.serial);
         }
+        // Now rather than when the connection leaves the table, so the
+        // last of several closing together sees the channel empty.
+        let internal = internal_channel(&app.id, channel);
+        hub.unsubscribe(id, &internal);
+        vacated(w, &mut hub, s.app, channel, &internal);
     }
     w.pusher.borrow_mut().release(s.app);
 }
@@ -212,17 +231,33 @@ fn subscribe(
         return refuse_subscription(hub, id, &channel, 400, "subscription limit reached");
     }
     drop(shared);
-    if let (true, Some(m)) = (new_member, &member) {
-        let added = presence::member_added(m);
-        let json = protocol::event("pusher_internal:member_added", Some(&channel), &added);
-        hub.publish(
-            &internal,
-            OpCode::Text,
-            json.as_bytes(),
-            Some(s.serial | EXCLUDE_ALWAYS),
-        );
-    }
+    let joined = member.as_ref().filter(|_| new_member);
+    announce(w, hub, s, (&channel, &internal), joined);
     s.channels.insert(channel, member.map(|m| m.user_id));
+}
+
+/// After a subscription to `channel`: `channel_occupied` if it is the
+/// first here, and for a user's first connection to a presence channel
+/// `member_added` to the other members (and as a webhook).
+fn announce(
+    w: &Worker,
+    hub: &mut Hub,
+    s: &Session,
+    (channel, internal): (&str, &str),
+    joined: Option<&presence::Member>,
+) {
+    if hub.subscriber_count(internal) == 1 {
+        hook(w, hub, s.app, Event::ChannelOccupied { channel });
+    }
+    let Some(m) = joined else {
+        return;
+    };
+    let user_id = &m.user_id;
+    hook(w, hub, s.app, Event::MemberAdded { channel, user_id });
+    let added = presence::member_added(m);
+    let json = protocol::event("pusher_internal:member_added", Some(channel), &added);
+    let exclude = Some(s.serial | EXCLUDE_ALWAYS);
+    hub.publish(internal, OpCode::Text, json.as_bytes(), exclude);
 }
 
 /// `#server-to-user-{id}`: only for the connection signed in as `id`.
@@ -273,17 +308,28 @@ fn unsubscribe(w: &Worker, hub: &mut Hub, s: &mut Session, id: ConnId, channel: 
         return;
     };
     let app = &w.cfg.pusher.apps[s.app];
-    hub.unsubscribe(id, &internal_channel(&app.id, channel));
+    let internal = internal_channel(&app.id, channel);
+    hub.unsubscribe(id, &internal);
     if let Some(user) = user {
-        leave_presence(w, hub, app, channel, &user, s.serial);
+        leave_presence(w, hub, (s.app, app), channel, &user, s.serial);
     }
+    vacated(w, hub, s.app, channel, &internal);
 }
 
 /// A connection of `user` left presence `channel`: `member_removed` when
 /// it was the user's last. Local only (presence is per instance).
-fn leave_presence(w: &Worker, hub: &mut Hub, app: &App, channel: &str, user: &str, serial: u64) {
+fn leave_presence(
+    w: &Worker,
+    hub: &mut Hub,
+    (idx, app): (usize, &App),
+    channel: &str,
+    user: &str,
+    serial: u64,
+) {
     let internal = internal_channel(&app.id, channel);
     if w.pusher.borrow_mut().presence.leave(&internal, user) {
+        let user_id = user;
+        hook(w, hub, idx, Event::MemberRemoved { channel, user_id });
         let data = presence::member_removed(user);
         let json = protocol::event("pusher_internal:member_removed", Some(channel), &data);
         hub.publish(
@@ -350,6 +396,15 @@ fn client_event(
     );
     if let Published::Rejected = outcome {
         let message = "redis unavailable and the publish buffer is full; not published";
-        send(hub, id, &protocol::error(None, message));
+        return send(hub, id, &protocol::error(None, message));
     }
+    let (socket_id, user_id) = (&*s.socket_id, user.as_deref());
+    let ev = Event::ClientEvent {
+        channel,
+        event,
+        data,
+        socket_id,
+        user_id,
+    };
+    hook(w, hub, s.app, ev);
 }

@@ -23,6 +23,7 @@ use crate::pusher::PusherState;
 use crate::redis::envelope::Envelope;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
+use crate::server::pusher_webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::relay_edge;
 use crate::server::sock;
@@ -86,6 +87,8 @@ pub struct Worker {
     pub pusher: RefCell<PusherState>,
     /// Open Pusher connections' sessions, by connection id.
     pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
+    /// Pusher webhooks' queues (`--pusher-webhook`).
+    pub webhooks: Webhooks,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -110,6 +113,7 @@ impl Worker {
             inbound: Cell::new(0),
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             pusher_sessions: RefCell::default(),
+            webhooks: Webhooks::new(&cfg),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),

@@ -203,6 +203,51 @@ Object.assign(scenarios, {
   },
 });
 
+Object.assign(scenarios, {
+  // Webhooks, checked with the server SDK's webhook(...).isValid(): a
+  // receiver on WEBHOOK_PORT answers the first request 500 (corecast
+  // retries it) and prints every event; presence, a client event and
+  // leaving produce them; done at channel_vacated.
+  async webhooks() {
+    const http = await import('node:http');
+    let requests = 0;
+    let vacated;
+    const allVacated = new Promise((r) => { vacated = r; });
+    const server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (d) => { body += d; });
+      req.on('end', () => {
+        requests += 1;
+        const wh = sdk().webhook({ headers: req.headers, rawBody: body });
+        const forged = sdk('not-the-secret').webhook({ headers: req.headers, rawBody: body });
+        if (requests === 1) {
+          say({ kind: 'webhook_refused', valid: wh.isValid() });
+          res.writeHead(500).end();
+          return;
+        }
+        for (const e of wh.getEvents()) {
+          say({ kind: 'webhook', valid: wh.isValid(), forged_valid: forged.isValid(), ...e });
+          if (e.name === 'channel_vacated') vacated();
+        }
+        res.writeHead(200).end('{}');
+      });
+    });
+    await new Promise((r) => server.listen(Number(process.env.WEBHOOK_PORT), '127.0.0.1', r));
+    const a = client('a', { user: 'alice' });
+    const cha = await subscribe(a, 'a', 'presence-room');
+    const b = client('b', { user: 'bob' });
+    const chb = await subscribe(b, 'b', 'presence-room');
+    const typing = next(chb, 'client-typing');
+    cha.trigger('client-typing', { who: 'a' });
+    await typing;
+    b.disconnect();
+    await until('pusher_connections', 1);
+    a.disconnect();
+    await allVacated;
+    server.close();
+  },
+});
+
 const timer = setTimeout(() => {
   say({ kind: 'timeout' });
   process.exit(1);

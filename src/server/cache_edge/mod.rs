@@ -28,7 +28,7 @@
 mod edge;
 mod flight;
 mod job;
-mod origin;
+pub(super) mod origin;
 mod purge;
 mod store;
 
