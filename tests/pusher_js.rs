@@ -282,3 +282,29 @@ async fn webhooks_reach_the_sdk_signed_in_order_and_retried() {
     assert_eq!(counter(&s, "pusher_webhook_failures"), 1);
     assert_eq!(counter(&s, "pusher_webhook_dropped"), 0);
 }
+
+/// pusher-js reconnects on corecast's 4201 (a connection silent for
+/// `--idle-timeout`): a new socket_id, the channel subscribed again, and
+/// the next event delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_js_reconnects_after_4201() {
+    let srv = TestServer::start(|c| {
+        c.pusher
+            .add_apps(&format!("{}:{}:{}", APP.0, APP.1, APP.2))
+            .unwrap();
+        c.ping_interval = std::time::Duration::ZERO;
+        c.idle_timeout = std::time::Duration::from_millis(700);
+    });
+    let lines = scenario(&srv, "reconnect").await;
+    let ids: Vec<_> = of_kind(&lines, "a", "connected")
+        .iter()
+        .map(|l| l["socket_id"].clone())
+        .collect();
+    assert!(ids.len() >= 2 && ids[0] != ids[1], "{lines:?}");
+    // pusher-js reports the close code it acted on.
+    assert_eq!(of_kind(&lines, "a", "error")[0]["code"], 4201, "{lines:?}");
+    assert_eq!(of_kind(&lines, "a", "resubscribed").len(), 1);
+    let events = of_kind(&lines, "a", "event");
+    assert_eq!(events[0]["data"], json!({"n": 2}), "{lines:?}");
+    assert!(counter(&stats(srv.addr).await, "idle_timeouts") >= 1);
+}

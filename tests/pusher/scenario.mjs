@@ -248,6 +248,28 @@ Object.assign(scenarios, {
   },
 });
 
+Object.assign(scenarios, {
+  // corecast closes a silent connection with 4201 (run with a short
+  // --idle-timeout and no keepalive): pusher-js reconnects at once,
+  // subscribes again and gets the next event.
+  async reconnect() {
+    const a = client('a');
+    let connects = 0;
+    let again;
+    const reconnected = new Promise((r) => { again = r; });
+    a.connection.bind('connected', () => { connects += 1; if (connects === 2) again(); });
+    const ch = await subscribe(a, 'a', 'news');
+    const resubscribed = new Promise((r) => ch.bind('pusher:subscription_succeeded', r));
+    await reconnected;
+    await resubscribed;
+    say({ client: 'a', kind: 'resubscribed' });
+    const got = next(ch, 'after');
+    await sdk().trigger('news', 'after', { n: 2 });
+    await got;
+    a.disconnect();
+  },
+});
+
 const timer = setTimeout(() => {
   say({ kind: 'timeout' });
   process.exit(1);
