@@ -131,6 +131,8 @@ pub(crate) mod metrics;
 #[doc(hidden)]
 pub mod peers;
 #[doc(hidden)]
+pub mod presence;
+#[doc(hidden)]
 pub mod pusher;
 #[doc(hidden)]
 pub mod redis;
