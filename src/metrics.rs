@@ -59,6 +59,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     pressure(&mut o, s, g);
     refusals(&mut o, snap);
     compression(&mut o, &snap.compression);
+    presence(&mut o, &snap.presence);
     history(&mut o, s);
     pusher(&mut o, s);
     pusher_apps(&mut o, snap);
@@ -614,6 +615,41 @@ fn compression(o: &mut String, c: &CompressionStats) {
         "Compressed messages received from clients.",
         c.inflated_messages,
     );
+}
+
+/// Presence: members, announced joins and leaves, expiries, refusals.
+fn presence(o: &mut String, p: &crate::stats::PresenceStats) {
+    gauge(
+        o,
+        "corecast_presence_members",
+        "Users present in presence channels, summed over channels (this instance's own).",
+        p.presence_members,
+    );
+    let rows = [
+        (
+            "presence_joins",
+            "Joins announced (a user's first connection to a channel).",
+            p.presence_joins,
+        ),
+        (
+            "presence_leaves",
+            "Leaves announced (a user's last connection gone, or expired).",
+            p.presence_leaves,
+        ),
+        (
+            "presence_expired",
+            "Members removed because their instance stopped refreshing them (Redis mode).",
+            p.presence_expired,
+        ),
+        (
+            "presence_refused",
+            "Subscribes refused because the presence channel was full.",
+            p.presence_refused,
+        ),
+    ];
+    for (name, help, n) in rows {
+        counter(o, &format!("corecast_{name}_total"), help, n);
+    }
 }
 
 #[cfg(test)]

@@ -60,6 +60,7 @@ impl Default for Config {
             cache: Default::default(),
             history: Default::default(),
             pusher: Default::default(),
+            presence: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {

@@ -404,7 +404,32 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "pusher-max-presence-members", CORECAST_PUSHER_MAX_PRESENCE_MEMBERS, "N", "100",
         "distinct users in one presence channel; more are refused with pusher:subscription_error"
         => |c, v| set_num(&mut c.pusher.max_presence_members, v);
+    "presence-channels", CORECAST_PRESENCE_CHANNELS, "PATTERNS", -,
+        "channels with presence (who is subscribed, per user; join/leave events): a comma list of names and prefixes ending in * (`room-*,lobby`; `*` = all); unset = presence off"
+        => |c, v| c.presence.set_patterns(v);
+    "presence-ttl", CORECAST_PRESENCE_TTL, "DURATION", "30s",
+        "Redis mode: how long an instance's presence entries live without a refresh; a killed instance's members leave within this plus --presence-refresh"
+        => |c, v| set_presence_ms(&mut c.presence.ttl_ms, v);
+    "presence-refresh", CORECAST_PRESENCE_REFRESH, "DURATION", "10s",
+        "Redis mode: how often an instance refreshes its presence entries and prunes expired ones (keep it well under --presence-ttl)"
+        => |c, v| set_presence_ms(&mut c.presence.refresh_ms, v);
+    "presence-max-members", CORECAST_PRESENCE_MAX_MEMBERS, "N", "1000",
+        "distinct users in one presence channel; a subscribe that would add one more is refused with the error presence_full"
+        => |c, v| set_num(&mut c.presence.max_members, v);
+    "presence-max-events", CORECAST_PRESENCE_MAX_EVENTS, "N", "100",
+        "join/leave events are sent only while a presence channel has at most this many members (above, query the members or the count instead)"
+        => |c, v| set_num(&mut c.presence.max_events, v);
 };
+
+/// Sets a presence duration (more than 0) in milliseconds.
+fn set_presence_ms(slot: &mut u64, v: &str) -> Result<(), String> {
+    let d = parse_duration(v)?;
+    if d.is_zero() {
+        return Err("must be more than 0".into());
+    }
+    *slot = d.as_millis() as u64;
+    Ok(())
+}
 
 /// The README's configuration table, generated from [`OPTIONS`] (a test
 /// checks the README carries exactly these rows).

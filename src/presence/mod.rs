@@ -17,9 +17,10 @@ pub mod event;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::channel::valid_channel_name;
+pub use crate::stats::PresenceStats;
 
-/// Longest member `info` (a JSON object, as the token's `info` claim).
-pub const MAX_INFO: usize = 1024;
+/// Longest member `info` (a JSON object: the token's `info` claim).
+pub const MAX_INFO: usize = crate::auth::MAX_INFO;
 /// Longest user id (a token's `sub`).
 pub const MAX_USER: usize = 128;
 /// Most patterns in `--presence-channels`.
@@ -136,22 +137,6 @@ pub struct Left {
     pub last: bool,
 }
 
-/// Counters of the presence layer (`/stats`, `/metrics`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct PresenceStats {
-    /// Members (users) present, summed over channels (this instance's view
-    /// in embedded mode; its local users in Redis mode).
-    pub presence_members: u64,
-    /// Joins announced (user transitions 0 → 1).
-    pub presence_joins: u64,
-    /// Leaves announced (user transitions 1 → 0), expiries included.
-    pub presence_leaves: u64,
-    /// Members removed because their instance stopped refreshing them.
-    pub presence_expired: u64,
-    /// Presence subscriptions refused (channel full).
-    pub presence_refused: u64,
-}
-
 struct Conn {
     user: String,
     info: Option<String>,
@@ -212,6 +197,14 @@ impl Presence {
         };
         c.channels.push(channel.to_string());
         Ok(joined)
+    }
+
+    /// Whether `user` may join `channel` (known there, or room for one
+    /// more within `max`).
+    pub fn admits(&self, channel: &str, user: &str, max: usize) -> bool {
+        self.channels
+            .get(channel)
+            .map_or(max > 0, |u| u.contains_key(user) || u.len() < max)
     }
 
     /// Connection `conn` leaves `channel`; `None` when it was not present.

@@ -50,6 +50,7 @@ mod endpoints;
 pub mod formats;
 mod http_conn;
 mod iovec;
+mod presence_edge;
 mod publish;
 mod pusher_api;
 mod pusher_ws;
