@@ -74,6 +74,16 @@ pub fn leave(channel: &str, user: &str) -> String {
     serde_json::to_string(&e).expect("events serialize")
 }
 
+/// A leave event up to its user (`{"type":"leave","channel":"c","user":`):
+/// Redis's prune script appends the user it removes, as a JSON string, and
+/// the closing `}`.
+pub fn leave_head(channel: &str) -> String {
+    let full = leave(channel, "");
+    full.strip_suffix(r#"""}"#)
+        .expect("a leave ends with its user")
+        .to_string()
+}
+
 /// `{"type":"presence",...}`: the members (`None`: count only) and the
 /// request's `id`, if any.
 pub fn answer(

@@ -29,6 +29,11 @@ pub const MAX_PATTERNS: usize = 64;
 /// events (`/` is outside the client charset, so no client can name it).
 pub const EVENTS_PREFIX: &str = "presence/";
 
+/// The message of the `presence_full` error.
+pub const FULL_MESSAGE: &str = "presence channel full (--presence-max-members)";
+/// The message of the `presence_off` error.
+pub const OFF_MESSAGE: &str = "presence is not enabled for this channel (--presence-channels)";
+
 /// The presence options (`--presence-*`); the defaults are in
 /// `config::OPTIONS`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -277,14 +282,25 @@ impl Presence {
             .is_some_and(|c| c.channels.iter().any(|ch| ch == channel))
     }
 
-    /// Every (channel, user, info) this instance holds: what Redis mode
+    /// Every (channel, user, member) this instance holds: what Redis mode
     /// refreshes, and re-adds after Redis lost it.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &str, Option<&str>)> {
-        self.channels.iter().flat_map(|(ch, users)| {
-            users
-                .iter()
-                .map(move |(u, m)| (ch.as_str(), u.as_str(), m.info.as_deref()))
-        })
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str, &Member)> {
+        self.channels
+            .iter()
+            .flat_map(|(ch, users)| users.iter().map(move |(u, m)| (ch.as_str(), u.as_str(), m)))
+    }
+
+    /// Channels with members here.
+    pub fn channels(&self) -> impl Iterator<Item = &str> {
+        self.channels.keys().map(String::as_str)
+    }
+
+    /// This instance's connections of `user` in `channel`.
+    pub fn connections(&self, channel: &str, user: &str) -> u32 {
+        self.channels
+            .get(channel)
+            .and_then(|u| u.get(user))
+            .map_or(0, |m| m.connections)
     }
 }
 

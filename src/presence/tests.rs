@@ -109,6 +109,9 @@ fn events_and_answers_are_json() {
         r#"{"type":"presence","channel":"c","count":5}"#
     );
     assert_eq!(events_channel("c"), "presence/c");
+    // Redis's prune script completes the head with the user as a string.
+    let head = event::leave_head("c");
+    assert_eq!(format!(r#"{head}"u"}}"#), event::leave("c", "u"));
 }
 
 type RawValueBox = serde_json::value::RawValue;

@@ -51,6 +51,7 @@ pub mod formats;
 mod http_conn;
 mod iovec;
 mod presence_edge;
+mod presence_redis;
 mod publish;
 mod pusher_api;
 mod pusher_ws;
@@ -211,6 +212,9 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     }
     if let Some(link) = &w.redis {
         redis::spawn(link, w.clone());
+        if w.cfg.presence.enabled() {
+            monoio::spawn(presence_redis::refresh_loop(w.clone(), link.clone()));
+        }
     }
     let accept_admin = async {
         match admin {

@@ -11,6 +11,8 @@
 //! nothing. Embedded, they are published here, in the same worker and so
 //! in order with the channel's messages.
 
+use std::rc::Rc;
+
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
@@ -19,7 +21,9 @@ use crate::control::{self, ErrorCode};
 use crate::http::{self, HttpError};
 use crate::hub::{ConnId, Hub};
 use crate::presence::{self, event, Joined, Left};
+use crate::server::presence_redis;
 use crate::server::worker::Worker;
+use crate::ws::frame::encode_server_frame;
 use crate::ws::OpCode;
 
 /// Who a connection is in presence channels, and its public info.
@@ -67,8 +71,8 @@ pub fn admit(w: &Worker, who: &Identity<'_>, channel: &str, events: bool) -> Res
 /// The text of a refusal from [`admit`].
 pub fn refusal(code: ErrorCode, id: Option<&RawValue>) -> Bytes {
     let msg = match code {
-        ErrorCode::PresenceFull => "presence channel full (--presence-max-members)",
-        _ => "presence is not enabled for this channel (--presence-channels)",
+        ErrorCode::PresenceFull => presence::FULL_MESSAGE,
+        _ => presence::OFF_MESSAGE,
     };
     control::error(code, msg, id)
 }
@@ -77,7 +81,7 @@ pub fn refusal(code: ErrorCode, id: Option<&RawValue>) -> Bytes {
 /// its presence (when the channel has it) and, with `events`, receives
 /// its join/leave events from now on — its own join included.
 pub fn join(
-    w: &Worker,
+    w: &Rc<Worker>,
     hub: &mut Hub,
     id: ConnId,
     who: &Identity<'_>,
@@ -89,10 +93,17 @@ pub fn join(
         return;
     }
     if events {
-        hub.subscribe_internal(id, &presence::events_channel(channel));
+        watch(hub, id, channel);
     }
     let mut p = w.presence.borrow_mut();
     let joined = p.join(id as u64, channel, (&who.user, who.info), cfg.max_members);
+    if let Some(link) = &w.redis {
+        drop(p);
+        if matches!(joined, Ok(Joined::User | Joined::Connection)) {
+            presence_redis::joined(w, link, id, channel, (&who.user, who.info));
+        }
+        return;
+    }
     if joined == Ok(Joined::User) && cfg.announces(p.count(channel)) {
         p.stats.presence_joins += 1;
         drop(p);
@@ -101,8 +112,19 @@ pub fn join(
     }
 }
 
+/// Subscribes `id` to `channel`'s join/leave events (once). Done before
+/// the channel's own subscribe in Redis mode, so that Redis subscribes
+/// the events channel first and the `subscribed` ack (sent once Redis
+/// confirmed the channel) comes after both.
+pub fn watch(hub: &mut Hub, id: ConnId, channel: &str) {
+    let events = presence::events_channel(channel);
+    if !hub.is_subscribed(id, &events) {
+        hub.subscribe_internal(id, &events);
+    }
+}
+
 /// After a JSON unsubscribe from `channel`: the connection leaves it.
-pub fn unsubscribe(w: &Worker, hub: &mut Hub, id: ConnId, channel: &str) {
+pub fn unsubscribe(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str) {
     if !w.cfg.presence.covers(channel) {
         return;
     }
@@ -115,7 +137,7 @@ pub fn unsubscribe(w: &Worker, hub: &mut Hub, id: ConnId, channel: &str) {
 
 /// The connection `id` ended: it leaves every presence channel (a no-op,
 /// one map lookup, for connections that never joined one).
-pub fn close(w: &Worker, id: ConnId) {
+pub fn close(w: &Rc<Worker>, id: ConnId) {
     if !w.cfg.presence.enabled() {
         return;
     }
@@ -129,7 +151,10 @@ pub fn close(w: &Worker, id: ConnId) {
     }
 }
 
-fn announce_leave(w: &Worker, hub: &mut Hub, l: &Left) {
+fn announce_leave(w: &Rc<Worker>, hub: &mut Hub, l: &Left) {
+    if let Some(link) = &w.redis {
+        return presence_redis::left(w, link, l);
+    }
     let mut p = w.presence.borrow_mut();
     // Counted as it was before the leave: the leave of a join that was
     // announced is announced.
@@ -148,12 +173,29 @@ fn announce(hub: &mut Hub, channel: &str, text: &str) {
     hub.publish_at(&events, OpCode::Text, text.as_bytes(), None, 0);
 }
 
-/// The `presence` answer for `channel` (members unless `count_only`).
-pub fn answer(w: &Worker, channel: &str, count_only: bool, id: Option<&RawValue>) -> String {
+/// The `presence` answer for `channel` (members unless `count_only`):
+/// this instance's view embedded; in Redis mode, Redis's after a prune
+/// (`None`: Redis did not answer in time).
+async fn answer(
+    w: &Worker,
+    channel: &str,
+    count_only: bool,
+    id: Option<&RawValue>,
+) -> Option<String> {
+    if let Some(link) = &w.redis {
+        let pruned = presence_redis::members(w, link, channel).await?;
+        let rows: Vec<event::MemberRow<'_>> = pruned
+            .members
+            .iter()
+            .map(|m| (m.user.as_str(), m.info.as_deref(), m.connections))
+            .collect();
+        let members = (!count_only).then_some(rows.as_slice());
+        return Some(event::answer(channel, members, rows.len(), id));
+    }
     let p = w.presence.borrow();
     let count = p.count(channel);
     if count_only {
-        return event::answer(channel, None, count, id);
+        return Some(event::answer(channel, None, count, id));
     }
     let rows: Vec<event::MemberRow<'_>> = p
         .members(channel)
@@ -161,16 +203,42 @@ pub fn answer(w: &Worker, channel: &str, count_only: bool, id: Option<&RawValue>
         .flatten()
         .map(|(u, m)| (u.as_str(), m.info.as_deref(), m.connections))
         .collect();
-    event::answer(channel, Some(&rows), count, id)
+    Some(event::answer(channel, Some(&rows), count, id))
 }
 
-/// `{"op":"presence"}` (the subscribe grant already checked).
-pub fn query(w: &Worker, channel: &str, id: Option<&RawValue>) -> Bytes {
+/// `{"op":"presence"}` (the subscribe grant already checked): answered
+/// at once embedded, after a read in Redis mode.
+pub fn query(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str, idv: Option<&RawValue>) {
     if !w.cfg.presence.covers(channel) {
-        return refusal(ErrorCode::PresenceOff, id);
+        hub.send_to(id, refusal(ErrorCode::PresenceOff, idv));
+        return;
     }
-    let text = answer(w, channel, false, id);
-    crate::ws::frame::encode_server_frame(OpCode::Text, text.as_bytes())
+    if w.redis.is_none() {
+        // Nothing to wait for: answered now, in order with the
+        // connection's other replies (the hub is borrowed by the caller).
+        let p = w.presence.borrow();
+        let rows: Vec<event::MemberRow<'_>> = p
+            .members(channel)
+            .into_iter()
+            .flatten()
+            .map(|(u, m)| (u.as_str(), m.info.as_deref(), m.connections))
+            .collect();
+        let text = event::answer(channel, Some(&rows), rows.len(), idv);
+        hub.send_to(id, encode_server_frame(OpCode::Text, text.as_bytes()));
+        return;
+    }
+    let (w, channel) = (w.clone(), channel.to_string());
+    let idv: Option<Box<RawValue>> = idv.map(ToOwned::to_owned);
+    monoio::spawn(async move {
+        let frame = match answer(&w, &channel, false, idv.as_deref()).await {
+            Some(t) => encode_server_frame(OpCode::Text, t.as_bytes()),
+            None => {
+                let msg = "presence unavailable (redis); retry";
+                control::error(ErrorCode::Unavailable, msg, idv.as_deref())
+            }
+        };
+        w.hub.borrow_mut().send_to(id, frame);
+    });
 }
 
 /// `GET /presence/{channel}[?count_only=1]` (auth checked by the caller).
@@ -191,7 +259,13 @@ pub async fn http_answer(
         q.split('&')
             .any(|kv| matches!(kv, "count_only=1" | "count_only=true"))
     });
-    let body = answer(w, channel, count_only, None);
+    let Some(body) = answer(w, channel, count_only, None).await else {
+        let e = HttpError {
+            status: 503,
+            message: "presence unavailable (redis)",
+        };
+        return http::error_response(&e, keep_alive);
+    };
     let ct = "application/json";
     http::response(200, ct, body.as_bytes(), keep_alive, &[], false)
 }

@@ -371,7 +371,7 @@ impl WsReader<'_> {
 /// queue. A subscribe that must first read history from Redis is
 /// returned instead.
 fn on_control(
-    w: &Worker,
+    w: &Rc<Worker>,
     hub: &mut Hub,
     (id, serial, grants): (ConnId, u64, &Grants),
     opcode: OpCode,
@@ -414,10 +414,16 @@ fn on_control(
             if hub.is_subscribed(id, &channel) {
                 let who = Identity::of(w, grants, serial);
                 presence_edge::join(w, hub, id, &who, &channel, presence);
+            } else if presence {
+                // Refused (subscription limit): no events either.
+                hub.unsubscribe(id, &crate::presence::events_channel(&channel));
             }
             None
         }
-        control::Request::Presence { channel } => Some(presence_edge::query(w, &channel, idv)),
+        control::Request::Presence { channel } => {
+            presence_edge::query(w, hub, id, &channel, idv);
+            None
+        }
         control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
             presence_edge::unsubscribe(w, hub, id, &channel);
             control::ack("unsubscribed", &channel, None, idv)
@@ -468,7 +474,7 @@ fn publish_reply(
 /// the read from Redis that the subscribe waits for. `Some`: the request
 /// is done here (`Some(None)`) or deferred.
 fn before_subscribe(
-    w: &Worker,
+    w: &Rc<Worker>,
     hub: &mut Hub,
     (id, serial, grants): (ConnId, u64, &Grants),
     env: &control::Envelope,
@@ -488,6 +494,9 @@ fn before_subscribe(
     if let Err(code) = presence_edge::admit(w, &who, channel, *presence) {
         hub.send_to(id, presence_edge::refusal(code, env.id.as_deref()));
         return Some(None);
+    }
+    if *presence {
+        presence_edge::watch(hub, id, channel);
     }
     let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history)
         && crate::channel::valid_channel_name(channel);

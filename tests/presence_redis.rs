@@ -1,0 +1,266 @@
+//! Presence in Redis mode: members and join/leave exact across instances,
+//! a SIGKILLed instance's members leave once (whoever prunes), and Redis
+//! restarts rebuild from the live instances.
+
+mod common;
+mod redis_support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use corecast::auth::sign_token;
+use corecast::config::Secret;
+use futures_util::{SinkExt, StreamExt};
+use redis_support::*;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+const SECRET: &str = "presence-test-secret-0123456789abcdef";
+const TTL: Duration = Duration::from_millis(1000);
+const REFRESH: Duration = Duration::from_millis(300);
+
+fn token(sub: &str) -> String {
+    let claims = format!(
+        r#"{{"exp":9999999999,"sub":"{sub}","subscribe":["*"],"publish":["*"],"info":{{"n":"{sub}"}}}}"#
+    );
+    sign_token(&claims, SECRET.as_bytes())
+}
+
+fn tweak(c: &mut corecast::Config) {
+    c.auth.token_secret = Some(Secret(SECRET.into()));
+    c.presence.set_patterns("room-*").unwrap();
+    c.presence.ttl_ms = TTL.as_millis() as u64;
+    c.presence.refresh_ms = REFRESH.as_millis() as u64;
+}
+
+async fn user(addr: SocketAddr, sub: &str) -> Ws {
+    ws_connect(addr, &format!("/ws?token={}", token(sub))).await
+}
+
+async fn send(ws: &mut Ws, v: Value) {
+    ws.send(Message::text(v.to_string())).await.expect("send");
+}
+
+/// Subscribes and waits for the ack (skipping presence events before it).
+async fn join(ws: &mut Ws, channel: &str, events: bool) {
+    send(
+        ws,
+        json!({"op":"subscribe","channel":channel,"presence":events}),
+    )
+    .await;
+    loop {
+        let r = next_json(ws).await;
+        if r["type"] == "subscribed" {
+            return;
+        }
+        assert!(matches!(r["type"].as_str(), Some("join" | "leave")), "{r}");
+    }
+}
+
+async fn members(addr: SocketAddr, channel: &str) -> Value {
+    let t = token("reader");
+    let r = get(addr, &format!("/presence/{channel}?token={t}")).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+fn users(v: &Value) -> Vec<String> {
+    let list = v["members"].as_array().cloned().unwrap_or_default();
+    list.iter()
+        .map(|m| m["user"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn wait_users(addr: SocketAddr, channel: &str, want: &[&str]) {
+    wait_until(&format!("{channel} on {addr} to hold {want:?}"), || async {
+        users(&members(addr, channel).await) == want
+    })
+    .await;
+}
+
+/// Presence events about `user` from `ws`, read for `quiet` after the
+/// last one (other messages are skipped).
+async fn events_for(ws: &mut Ws, user: &str, quiet: Duration) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(m))) = tokio::time::timeout(quiet, ws.next()).await {
+        if let Message::Text(t) = m {
+            let v: Value = serde_json::from_str(&t).unwrap();
+            if v["user"] == user {
+                out.push(v["type"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Waits (up to the deadline) for a `kind` event about `user`.
+async fn wait_event(ws: &mut Ws, kind: &str, user: &str) {
+    within(&format!("{kind} of {user}"), async {
+        loop {
+            let v = next_json(ws).await;
+            if v["type"] == kind && v["user"] == user {
+                return;
+            }
+            assert!(
+                !(v["user"] == user && v["type"] != "message"),
+                "unexpected {v} before the {kind} of {user}"
+            );
+        }
+    })
+    .await
+}
+
+/// u1 on A, u2 on B: both instances list both; u1's second connection (on
+/// B) does not join again, closing one connection does not leave, closing
+/// the last leaves exactly once on both instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_and_events_are_exact_across_instances() {
+    let redis = RedisServer::start(&[]).await;
+    let a = instance(redis.url("", ""), tweak);
+    let b = instance(redis.url("", ""), tweak);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut wa = user(a.addr, "wa").await;
+    let mut wb = user(b.addr, "wb").await;
+    join(&mut wa, "room-1", true).await;
+    join(&mut wb, "room-1", true).await;
+    wait_users(a.addr, "room-1", &["wa", "wb"]).await;
+
+    let mut u1 = user(a.addr, "u1").await;
+    join(&mut u1, "room-1", false).await;
+    let mut u2 = user(b.addr, "u2").await;
+    join(&mut u2, "room-1", false).await;
+    for w in [&mut wa, &mut wb] {
+        wait_event(w, "join", "u1").await;
+        wait_event(w, "join", "u2").await;
+    }
+    for addr in [a.addr, b.addr] {
+        wait_users(addr, "room-1", &["u1", "u2", "wa", "wb"]).await;
+    }
+    let q = members(b.addr, "room-1").await;
+    assert_eq!(q["count"], 4);
+    assert_eq!(
+        q["members"][0],
+        json!({"user":"u1","info":{"n":"u1"},"connections":1})
+    );
+
+    // A second connection of u1, on the other instance.
+    let mut u1b = user(b.addr, "u1").await;
+    join(&mut u1b, "room-1", false).await;
+    wait_until("u1 counted twice", || async {
+        members(a.addr, "room-1").await["members"][0]["connections"] == 2
+    })
+    .await;
+    u1.send(Message::Close(None)).await.unwrap();
+    wait_until("u1 counted once", || async {
+        members(a.addr, "room-1").await["members"][0]["connections"] == 1
+    })
+    .await;
+    u1b.send(Message::Close(None)).await.unwrap();
+    for w in [&mut wa, &mut wb] {
+        wait_event(w, "leave", "u1").await;
+    }
+    wait_users(a.addr, "room-1", &["u2", "wa", "wb"]).await;
+    // Past ttl + refresh: nothing more about u1 (no second join, no
+    // second leave, no expiry of an entry that was removed).
+    let quiet = TTL + REFRESH * 2;
+    for w in [&mut wa, &mut wb] {
+        assert_eq!(events_for(w, "u1", quiet).await, Vec::<String>::new());
+    }
+    let (sa, sb) = (stats(a.addr).await, stats(b.addr).await);
+    let joins = counter(&sa, "presence_joins") + counter(&sb, "presence_joins");
+    let leaves = counter(&sa, "presence_leaves") + counter(&sb, "presence_leaves");
+    assert_eq!(
+        (joins, leaves),
+        (4, 1),
+        "one join per user, one leave for u1"
+    );
+}
+
+/// A SIGKILLed instance stops refreshing: within ttl + refresh its member
+/// is gone from every view and exactly one leave reaches the presence
+/// subscribers of each survivor, B and C, whichever of them pruned it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_s_members_leave_exactly_once() {
+    let redis = RedisServer::start(&[]).await;
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let (ttl, refresh) = (
+        format!("{}ms", TTL.as_millis()),
+        format!("{}ms", REFRESH.as_millis()),
+    );
+    let mut a = BinServer::spawn(&[
+        "--redis-url",
+        &url,
+        "--token-secret",
+        SECRET,
+        "--presence-channels",
+        "room-*",
+        "--presence-ttl",
+        &ttl,
+        "--presence-refresh",
+        &refresh,
+    ]);
+    let b = instance(redis.url("", ""), tweak);
+    let c = instance(redis.url("", ""), tweak);
+    for addr in [a.addr, b.addr, c.addr] {
+        wait_readyz(addr, 200).await;
+    }
+    let mut wb = user(b.addr, "wb").await;
+    let mut wc = user(c.addr, "wc").await;
+    join(&mut wb, "room-k", true).await;
+    join(&mut wc, "room-k", true).await;
+    let mut u3 = user(a.addr, "u3").await;
+    join(&mut u3, "room-k", false).await;
+    for w in [&mut wb, &mut wc] {
+        wait_event(w, "join", "u3").await;
+    }
+    wait_users(b.addr, "room-k", &["u3", "wb", "wc"]).await;
+
+    a.child.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    for w in [&mut wb, &mut wc] {
+        wait_event(w, "leave", "u3").await;
+    }
+    let took = killed.elapsed();
+    assert!(took < TTL + REFRESH * 3, "leave after {took:?}");
+    eprintln!("leave of a SIGKILLed instance's member after {took:?}");
+    wait_users(b.addr, "room-k", &["wb", "wc"]).await;
+    for w in [&mut wb, &mut wc] {
+        assert_eq!(
+            events_for(w, "u3", TTL + REFRESH * 2).await,
+            Vec::<String>::new()
+        );
+    }
+    drop(u3);
+    let (sb, sc) = (stats(b.addr).await, stats(c.addr).await);
+    let expired = counter(&sb, "presence_expired") + counter(&sc, "presence_expired");
+    assert_eq!(expired, 1, "exactly one survivor pruned u3");
+}
+
+/// Redis restarts empty: every instance's members are back within a
+/// refresh of the instances reconnecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_rebuilds_after_a_redis_restart() {
+    let mut redis = RedisServer::start(&[]).await;
+    let a = instance(redis.url("", ""), tweak);
+    let b = instance(redis.url("", ""), tweak);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut u1 = user(a.addr, "u1").await;
+    join(&mut u1, "room-r", false).await;
+    let mut u2 = user(b.addr, "u2").await;
+    join(&mut u2, "room-r", false).await;
+    wait_users(a.addr, "room-r", &["u1", "u2"]).await;
+
+    redis.kill();
+    redis.restart().await;
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let back = Instant::now();
+    wait_users(a.addr, "room-r", &["u1", "u2"]).await;
+    let took = back.elapsed();
+    eprintln!("presence rebuilt {took:?} after both instances were ready");
+    assert!(took < REFRESH * 3, "rebuilt after {took:?}");
+    wait_users(b.addr, "room-r", &["u1", "u2"]).await;
+}
