@@ -264,3 +264,116 @@ async fn presence_rebuilds_after_a_redis_restart() {
     assert!(took < REFRESH * 3, "rebuilt after {took:?}");
     wait_users(b.addr, "room-r", &["u1", "u2"]).await;
 }
+
+/// `--presence-max-members` holds across instances: only Redis knows
+/// every user, so the refusal comes after the `subscribed` ack, as a
+/// `presence_full` error, and the user is neither listed nor subscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_members_holds_across_instances() {
+    let redis = RedisServer::start(&[]).await;
+    let small = |c: &mut corecast::Config| {
+        tweak(c);
+        c.presence.max_members = 2;
+    };
+    let a = instance(redis.url("", ""), small);
+    let b = instance(redis.url("", ""), small);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut u1 = user(a.addr, "u1").await;
+    join(&mut u1, "room-f", false).await;
+    let mut u2 = user(b.addr, "u2").await;
+    join(&mut u2, "room-f", false).await;
+    wait_users(a.addr, "room-f", &["u1", "u2"]).await;
+    let mut u3 = user(a.addr, "u3").await;
+    join(&mut u3, "room-f", false).await;
+    let e = next_json(&mut u3).await;
+    assert_eq!(e["code"], "presence_full", "{e}");
+    assert_eq!(users(&members(b.addr, "room-f").await), ["u1", "u2"]);
+    // A known user's further connection, on either instance, still joins.
+    let mut u2b = user(a.addr, "u2").await;
+    join(&mut u2b, "room-f", false).await;
+    wait_until("u2 counted twice", || async {
+        members(b.addr, "room-f").await["members"][1]["connections"] == 2
+    })
+    .await;
+    assert_eq!(counter(&stats(a.addr).await, "presence_refused"), 1);
+    // u3 was unsubscribed: the channel's messages reach the members only.
+    publish(a.addr, "room-f", "m").await;
+    assert_eq!(next_json(&mut u2b).await["data"], "m");
+    assert!(events_for(&mut u3, "", Duration::from_millis(200))
+        .await
+        .is_empty());
+}
+
+/// 1,000 users join one channel at once, half on each instance: both
+/// instances' views converge to all of them, and both presence
+/// subscribers get the same 1,000 joins in the same order (Redis's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_users_join_at_once() {
+    const N: usize = 1000;
+    ensure_fd_limit(8192);
+    let redis = RedisServer::start(&[]).await;
+    let big = |c: &mut corecast::Config| {
+        tweak(c);
+        c.presence.max_members = N + 2;
+        c.presence.max_events = N + 2;
+    };
+    let a = instance(redis.url("", ""), big);
+    let b = instance(redis.url("", ""), big);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut wa = user(a.addr, "wa").await;
+    let mut wb = user(b.addr, "wb").await;
+    join(&mut wa, "room-big", true).await;
+    join(&mut wb, "room-big", true).await;
+    wait_users(a.addr, "room-big", &["wa", "wb"]).await;
+
+    let started = Instant::now();
+    let joins = (0..N).map(|i| {
+        let addr = if i % 2 == 0 { a.addr } else { b.addr };
+        async move {
+            let mut ws = user(addr, &format!("user-{i:04}")).await;
+            join(&mut ws, "room-big", false).await;
+            ws
+        }
+    });
+    let conns: Vec<Ws> = futures_util::stream::iter(joins)
+        .buffer_unordered(200)
+        .collect()
+        .await;
+    let joined_in = started.elapsed();
+    let mut seen = Vec::new();
+    for w in [&mut wa, &mut wb] {
+        let order = within("1,000 joins", async {
+            let mut order = Vec::with_capacity(N);
+            while order.len() < N {
+                let v = next_json(w).await;
+                if v["type"] == "join" && v["user"].as_str().unwrap().starts_with("user-") {
+                    order.push(v["user"].as_str().unwrap().to_string());
+                }
+            }
+            order
+        })
+        .await;
+        let mut distinct = order.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), N, "every user joined exactly once");
+        seen.push(order);
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "both instances saw the joins in one order"
+    );
+    for addr in [a.addr, b.addr] {
+        wait_until("the views converge", || async {
+            members(addr, "room-big").await["count"] == N + 2
+        })
+        .await;
+    }
+    eprintln!(
+        "{N} users subscribed in {joined_in:?}; events and views converged after {:?}",
+        started.elapsed()
+    );
+    drop(conns);
+}
