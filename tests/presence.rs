@@ -259,3 +259,21 @@ async fn anonymous_members_and_event_suppression() {
     })
     .await;
 }
+
+/// The presence options are checked: members at most 10,000, durations
+/// above zero, patterns that are channel names or prefixes.
+#[test]
+fn presence_options_are_bounded() {
+    let parse = |args: &[&str]| corecast::Config::from_args(args.iter().copied(), |_| None);
+    assert!(parse(&["--presence-max-members", "10000"]).is_ok());
+    assert!(parse(&["--presence-max-members", "10001"]).is_err());
+    assert!(parse(&["--presence-ttl", "0s"]).is_err());
+    assert!(parse(&["--presence-channels", "room-*,a b"]).is_err());
+    assert!(parse(&[
+        "--presence-channels",
+        "room-*,lobby",
+        "--presence-refresh",
+        "2s"
+    ])
+    .is_ok());
+}

@@ -414,8 +414,14 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "Redis mode: how often an instance refreshes its presence entries and prunes expired ones (keep it well under --presence-ttl)"
         => |c, v| set_presence_ms(&mut c.presence.refresh_ms, v);
     "presence-max-members", CORECAST_PRESENCE_MAX_MEMBERS, "N", "1000",
-        "distinct users in one presence channel; a subscribe that would add one more is refused with the error presence_full"
-        => |c, v| set_num(&mut c.presence.max_members, v);
+        "distinct users in one presence channel (at most 10000); a subscribe that would add one more is refused with the error presence_full"
+        => |c, v| {
+            set_num(&mut c.presence.max_members, v)?;
+            if c.presence.max_members > crate::presence::MAX_MEMBERS {
+                return Err(format!("at most {}", crate::presence::MAX_MEMBERS));
+            }
+            Ok(())
+        };
     "presence-max-events", CORECAST_PRESENCE_MAX_EVENTS, "N", "100",
         "join/leave events are sent only while a presence channel has at most this many members (above, query the members or the count instead)"
         => |c, v| set_num(&mut c.presence.max_events, v);

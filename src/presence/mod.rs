@@ -23,6 +23,9 @@ pub use crate::stats::PresenceStats;
 pub const MAX_INFO: usize = crate::auth::MAX_INFO;
 /// Longest user id (a token's `sub`).
 pub const MAX_USER: usize = 128;
+/// Largest `--presence-max-members` accepted (Redis mode reads a
+/// channel's members in one reply, which must stay bounded).
+pub const MAX_MEMBERS: usize = 10_000;
 /// Most patterns in `--presence-channels`.
 pub const MAX_PATTERNS: usize = 64;
 /// Prefix of the internal hub channel carrying a channel's join/leave

@@ -83,9 +83,9 @@ return 2
 /// Prunes expired entries, then (with ARGV[5] = 1) returns the members.
 /// KEYS: e, x, u. ARGV: most entries to prune, most users for events,
 /// events channel, the leave message's head (envelope and JSON up to the
-/// user: the script appends the user as a JSON string and `}`), 1 to read.
-/// Returns `{expired entries, users that left, entry, value, entry,
-/// value...}`.
+/// user: the script appends the user as a JSON string and `}`), 1 to read,
+/// most entries read. Returns `{expired entries, users that left, users,
+/// entry, value, entry, value...}`.
 pub const PRUNE_SCRIPT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -104,10 +104,10 @@ for _, m in ipairs(gone) do
     end
   end
 end
-local out = {#gone, left}
+local out = {#gone, left, redis.call('HLEN', KEYS[3])}
 if ARGV[5] == '1' then
   local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all do
+  for i = 1, math.min(#all, 2 * tonumber(ARGV[6])) do
     out[#out + 1] = all[i]
   end
 end
@@ -123,6 +123,12 @@ pub const SCRIPTS: [&str; 3] = [ADD_SCRIPT, REMOVE_SCRIPT, PRUNE_SCRIPT];
 
 /// Most expired entries one prune removes (the next prune goes on).
 pub const PRUNE_BATCH: usize = 1000;
+/// Most entries one read returns: with `--presence-max-members` at most
+/// [`crate::presence::MAX_MEMBERS`], a reply stays far below the element
+/// bound of `redis::scan` (a larger one would cost the connection). A
+/// user on more instances than that allows is listed with fewer
+/// connections; `count` (the users) is always exact.
+pub const READ_ENTRIES: usize = 20_000;
 
 /// Where a channel's presence lives, and who this instance is.
 #[derive(Debug, Clone, Copy)]
@@ -229,6 +235,7 @@ pub fn prune(at: &Place<'_>, max_events: usize, read: bool) -> Bytes {
         &at.events(),
         &at.message(&head),
         if read { b"1" } else { b"0" },
+        READ_ENTRIES.to_string().as_bytes(),
     ])
 }
 
@@ -250,6 +257,8 @@ pub struct Pruned {
     pub expired: u64,
     /// Users whose last entry that was (their leave was announced).
     pub left: u64,
+    /// Users present (after the prune).
+    pub users: u64,
     /// The members (sorted by user), when read.
     pub members: Vec<ReadMember>,
 }
@@ -259,12 +268,13 @@ pub fn parse_prune(reply: &Reply) -> Option<Pruned> {
     let Reply::Array(parts) = reply else {
         return None;
     };
-    let (Some(Reply::Integer(expired)), Some(Reply::Integer(left))) = (parts.first(), parts.get(1))
+    let [Reply::Integer(expired), Reply::Integer(left), Reply::Integer(users), entries @ ..] =
+        parts.as_slice()
     else {
         return None;
     };
     let mut members: Vec<ReadMember> = Vec::new();
-    for pair in parts[2..].chunks(2) {
+    for pair in entries.chunks(2) {
         let [Reply::BulkString(entry), Reply::BulkString(value)] = pair else {
             return None;
         };
@@ -289,6 +299,7 @@ pub fn parse_prune(reply: &Reply) -> Option<Pruned> {
     Some(Pruned {
         expired: *expired as u64,
         left: *left as u64,
+        users: *users as u64,
         members,
     })
 }
@@ -327,6 +338,7 @@ mod tests {
         let reply = Reply::Array(vec![
             Reply::Integer(3),
             Reply::Integer(1),
+            Reply::Integer(2),
             b("00000000000000ab:ana"),
             b(r#"2 {"n":1}"#),
             b("00000000000000cd:ana"),
@@ -335,7 +347,7 @@ mod tests {
             b("1 "),
         ]);
         let p = parse_prune(&reply).unwrap();
-        assert_eq!((p.expired, p.left), (3, 1));
+        assert_eq!((p.expired, p.left, p.users), (3, 1, 2));
         assert_eq!(p.members.len(), 2);
         assert_eq!(p.members[0].connections, 3);
         assert_eq!(p.members[1].user, "bo:x");

@@ -190,7 +190,8 @@ async fn answer(
             .map(|m| (m.user.as_str(), m.info.as_deref(), m.connections))
             .collect();
         let members = (!count_only).then_some(rows.as_slice());
-        return Some(event::answer(channel, members, rows.len(), id));
+        let count = pruned.users as usize;
+        return Some(event::answer(channel, members, count, id));
     }
     let p = w.presence.borrow();
     let count = p.count(channel);
