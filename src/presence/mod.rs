@@ -145,11 +145,9 @@ pub struct Left {
     pub last: bool,
 }
 
-struct Conn {
-    user: String,
-    info: Option<String>,
-    channels: Vec<String>,
-}
+/// Where one connection is present: (channel, user) pairs (a Pusher
+/// connection may be a different user in each presence channel).
+type Conn = Vec<(String, String)>;
 
 /// One instance's members: per channel, user → [`Member`].
 #[derive(Default)]
@@ -170,31 +168,23 @@ impl Presence {
         (user, info): (&str, Option<&str>),
         max: usize,
     ) -> Result<Joined, PresenceError> {
-        let c = self.conns.entry(conn).or_insert_with(|| Conn {
-            user: user.to_string(),
-            info: info.map(str::to_string),
-            channels: Vec::new(),
-        });
-        if c.channels.iter().any(|ch| ch == channel) {
+        if self.is_present(conn, channel) {
             return Ok(Joined::Already);
         }
         let users = self.channels.entry(channel.to_string()).or_default();
-        let joined = if let Some(m) = users.get_mut(&c.user) {
+        let joined = if let Some(m) = users.get_mut(user) {
             m.connections += 1;
             Joined::Connection
         } else if users.len() >= max {
             if users.is_empty() {
                 self.channels.remove(channel);
             }
-            if c.channels.is_empty() {
-                self.conns.remove(&conn);
-            }
             self.stats.presence_refused += 1;
             return Err(PresenceError::Full);
         } else {
-            let info = c.info.clone();
+            let info = info.map(str::to_string);
             users.insert(
-                c.user.clone(),
+                user.to_string(),
                 Member {
                     connections: 1,
                     info,
@@ -203,7 +193,8 @@ impl Presence {
             self.stats.presence_members += 1;
             Joined::User
         };
-        c.channels.push(channel.to_string());
+        let c = self.conns.entry(conn).or_default();
+        c.push((channel.to_string(), user.to_string()));
         Ok(joined)
     }
 
@@ -218,15 +209,14 @@ impl Presence {
     /// Connection `conn` leaves `channel`; `None` when it was not present.
     pub fn leave(&mut self, conn: u64, channel: &str) -> Option<Left> {
         let c = self.conns.get_mut(&conn)?;
-        let i = c.channels.iter().position(|ch| ch == channel)?;
-        c.channels.swap_remove(i);
-        let user = c.user.clone();
-        if c.channels.is_empty() {
+        let i = c.iter().position(|(ch, _)| ch == channel)?;
+        let (channel, user) = c.swap_remove(i);
+        if c.is_empty() {
             self.conns.remove(&conn);
         }
-        let last = self.drop_connection(channel, &user);
+        let last = self.drop_connection(&channel, &user);
         Some(Left {
-            channel: channel.to_string(),
+            channel,
             user,
             last,
         })
@@ -237,12 +227,12 @@ impl Presence {
         let Some(c) = self.conns.remove(&conn) else {
             return Vec::new();
         };
-        let mut left = Vec::with_capacity(c.channels.len());
-        for channel in c.channels {
-            let last = self.drop_connection(&channel, &c.user);
+        let mut left = Vec::with_capacity(c.len());
+        for (channel, user) in c {
+            let last = self.drop_connection(&channel, &user);
             left.push(Left {
                 channel,
-                user: c.user.clone(),
+                user,
                 last,
             });
         }
@@ -282,7 +272,7 @@ impl Presence {
     pub fn is_present(&self, conn: u64, channel: &str) -> bool {
         self.conns
             .get(&conn)
-            .is_some_and(|c| c.channels.iter().any(|ch| ch == channel))
+            .is_some_and(|c| c.iter().any(|(ch, _)| ch == channel))
     }
 
     /// Every (channel, user, member) this instance holds: what Redis mode
