@@ -50,3 +50,77 @@ async fn pusher_events_cross_instances_through_redis() {
         "a got its own event"
     );
 }
+
+/// Presence channels across two instances: `subscription_succeeded` lists
+/// every instance's members, `member_added`/`member_removed` reach the
+/// other instance once per user (never the member itself), and the HTTP
+/// API's `users` and `user_count` answer for the whole channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_members_span_instances() {
+    let redis = RedisServer::start(&[]).await;
+    let tweak = |c: &mut corecast::Config| {
+        c.pusher.add_apps("7:k7:s7").unwrap();
+        c.presence.refresh_ms = 300;
+        c.presence.ttl_ms = 1000;
+    };
+    let one = instance(redis.url("", ""), tweak);
+    let two = instance(redis.url("", ""), tweak);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let join = |addr, user: &'static str| async move {
+        let (mut ws, id) = connect(addr, "k7").await;
+        let cd = format!(r#"{{"user_id":"{user}","user_info":{{"name":"{user}"}}}}"#);
+        let signed = auth("k7", "s7", &format!("{id}:presence-room:{cd}"));
+        let r = subscribe(&mut ws, "presence-room", Some(signed), Some(&cd)).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        (ws, data(&r)["presence"].clone())
+    };
+    let (mut a, seen_a) = join(one.addr, "ann").await;
+    assert_eq!(seen_a["ids"], json!(["ann"]));
+    let (b, seen_b) = join(two.addr, "bob").await;
+    assert_eq!(
+        seen_b["ids"],
+        json!(["ann", "bob"]),
+        "lists the other instance's member"
+    );
+    assert_eq!(seen_b["hash"]["ann"]["name"], "ann");
+    let added = next_json(&mut a).await;
+    assert_eq!(added["event"], "pusher_internal:member_added");
+    assert_eq!(data(&added)["user_id"], "bob");
+    // bob's second connection, on the first instance: no member_added.
+    let (mut b2, _) = join(one.addr, "bob").await;
+    let users_req = api_request(
+        APP,
+        "GET",
+        ("/apps/7/channels/presence-room/users", ""),
+        b"",
+        now(),
+    );
+    for addr in [one.addr, two.addr] {
+        let users = http_raw(addr, &users_req).await.json();
+        assert_eq!(users, json!({"users":[{"id":"ann"},{"id":"bob"}]}));
+    }
+    let count_req = api_request(
+        APP,
+        "GET",
+        ("/apps/7/channels/presence-room", "info=user_count"),
+        b"",
+        now(),
+    );
+    assert_eq!(http_raw(one.addr, &count_req).await.json()["user_count"], 2);
+    // Closing one of bob's two connections removes nobody; the last does.
+    drop(b2.close(None).await);
+    drop(b);
+    let removed = next_json(&mut a).await;
+    assert_eq!(
+        removed["event"], "pusher_internal:member_removed",
+        "{removed}"
+    );
+    assert_eq!(data(&removed)["user_id"], "bob");
+    let users = http_raw(two.addr, &users_req).await.json();
+    assert_eq!(users, json!({"users":[{"id":"ann"}]}));
+    // Nothing more: one member_removed for bob, no member_added for b2.
+    let more =
+        tokio::time::timeout(std::time::Duration::from_millis(1500), next_json(&mut a)).await;
+    assert!(more.is_err(), "unexpected {more:?}");
+}

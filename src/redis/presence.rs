@@ -83,8 +83,9 @@ return 2
 /// Prunes expired entries, then (with ARGV[5] = 1) returns the members.
 /// KEYS: e, x, u. ARGV: most entries to prune, most users for events,
 /// events channel, the leave message's head (envelope and JSON up to the
-/// user: the script appends the user as a JSON string and `}`), 1 to read,
-/// most entries read. Returns `{expired entries, users that left, users,
+/// user: the script appends the user as a JSON string — with ARGV[7] = 1
+/// the JSON string of `{"user_id":user}` — and `}`), 1 to read, most
+/// entries read, the leave's style. Returns `{expired entries, users that left, users,
 /// entry, value, entry, value...}`.
 pub const PRUNE_SCRIPT: &str = r#"
 local t = redis.call('TIME')
@@ -99,7 +100,11 @@ for _, m in ipairs(gone) do
       redis.call('HDEL', KEYS[3], user)
       left = left + 1
       if redis.call('HLEN', KEYS[3]) + 1 <= tonumber(ARGV[2]) then
-        redis.call('PUBLISH', ARGV[3], ARGV[4] .. cjson.encode(user) .. '}')
+        local u = cjson.encode(user)
+        if ARGV[7] == '1' then
+          u = cjson.encode('{"user_id":' .. u .. '}')
+        end
+        redis.call('PUBLISH', ARGV[3], ARGV[4] .. u .. '}')
       end
     end
   end
@@ -130,15 +135,33 @@ pub const PRUNE_BATCH: usize = 1000;
 /// connections; `count` (the users) is always exact.
 pub const READ_ENTRIES: usize = 20_000;
 
-/// Where a channel's presence lives, and who this instance is.
+/// Where a channel's presence lives, who this instance is, and where
+/// and as whom its events are published.
 #[derive(Debug, Clone, Copy)]
 pub struct Place<'a> {
     /// The key prefix (`--redis-prefix`).
     pub prefix: &'a str,
-    /// The channel.
+    /// The channel (the hub's name: a Pusher channel's internal one).
     pub channel: &'a str,
     /// This instance's id (the envelope's origin).
     pub instance: u64,
+    /// The hub channel the events go to (`presence/{channel}` for the JSON
+    /// protocol, the channel itself for Pusher).
+    pub events: &'a str,
+    /// The envelope's sender (a Pusher member's own `member_added` is not
+    /// sent to it: its serial with `EXCLUDE_ALWAYS`), 0 for none.
+    pub sender: u64,
+}
+
+/// How the prune script writes a leave's user after the head: as a JSON
+/// string (`"u"`, the JSON protocol's `leave`), or as the JSON string of
+/// `{"user_id":"u"}` (Pusher's `member_removed`, whose `data` is a string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveUser {
+    /// `"u"`.
+    Plain,
+    /// `"{\"user_id\":\"u\"}"`.
+    PusherData,
 }
 
 impl Place<'_> {
@@ -147,8 +170,7 @@ impl Place<'_> {
     }
 
     fn events(&self) -> Vec<u8> {
-        let events = crate::presence::events_channel(self.channel);
-        super::commands::channel_key(self.prefix, &events)
+        super::commands::channel_key(self.prefix, self.events)
     }
 
     /// This instance's entry for `user`.
@@ -160,7 +182,7 @@ impl Place<'_> {
         let mut out = BytesMut::with_capacity(envelope::HEADER_LEN + json.len());
         let origin = Origin {
             instance: self.instance,
-            sender: 0,
+            sender: self.sender,
         };
         envelope::put_header(&mut out, OpCode::Text, origin);
         out.extend_from_slice(json.as_bytes());
@@ -174,14 +196,15 @@ pub fn entry_value(connections: u32, info: Option<&str>) -> String {
     format!("{connections} {}", info.unwrap_or(""))
 }
 
-/// Adds (or refreshes) this instance's entry for `user`; `max` = 0 for a
-/// refresh (an entry already admitted is never refused).
+/// Adds (or refreshes) this instance's entry for `user`, publishing
+/// `join` if the user is new to the channel; `max` = 0 for a refresh (an
+/// entry already admitted is never refused).
 pub fn add(
     at: &Place<'_>,
     (user, connections, info): (&str, u32, Option<&str>),
     (ttl_ms, max, max_events): (u64, usize, usize),
+    join: &str,
 ) -> Bytes {
-    let join = crate::presence::event::join(at.channel, user, info);
     let (ttl, max, max_events) = (ttl_ms.to_string(), max.to_string(), max_events.to_string());
     resp::command(&[
         b"EVALSHA",
@@ -197,13 +220,13 @@ pub fn add(
         max.as_bytes(),
         max_events.as_bytes(),
         &at.events(),
-        &at.message(&join),
+        &at.message(join),
     ])
 }
 
-/// Removes this instance's entry for `user`.
-pub fn remove(at: &Place<'_>, user: &str, max_events: usize) -> Bytes {
-    let leave = crate::presence::event::leave(at.channel, user);
+/// Removes this instance's entry for `user`, publishing `leave` if it was
+/// the user's last.
+pub fn remove(at: &Place<'_>, user: &str, max_events: usize, leave: &str) -> Bytes {
     resp::command(&[
         b"EVALSHA",
         REMOVE_SHA.as_bytes(),
@@ -215,14 +238,18 @@ pub fn remove(at: &Place<'_>, user: &str, max_events: usize) -> Bytes {
         user.as_bytes(),
         max_events.to_string().as_bytes(),
         &at.events(),
-        &at.message(&leave),
+        &at.message(leave),
     ])
 }
 
-/// Prunes expired entries (announcing the leaves), and with `read` lists
-/// the members.
-pub fn prune(at: &Place<'_>, max_events: usize, read: bool) -> Bytes {
-    let head = crate::presence::event::leave_head(at.channel);
+/// Prunes expired entries (announcing the leaves: `leave_head`, the user
+/// written as `how` says, then `}`), and with `read` lists the members.
+pub fn prune(
+    at: &Place<'_>,
+    max_events: usize,
+    (leave_head, how): (&str, LeaveUser),
+    read: bool,
+) -> Bytes {
     resp::command(&[
         b"EVALSHA",
         PRUNE_SHA.as_bytes(),
@@ -233,9 +260,14 @@ pub fn prune(at: &Place<'_>, max_events: usize, read: bool) -> Bytes {
         PRUNE_BATCH.to_string().as_bytes(),
         max_events.to_string().as_bytes(),
         &at.events(),
-        &at.message(&head),
+        &at.message(leave_head),
         if read { b"1" } else { b"0" },
         READ_ENTRIES.to_string().as_bytes(),
+        if how == LeaveUser::PusherData {
+            b"1"
+        } else {
+            b"0"
+        },
     ])
 }
 
@@ -322,6 +354,8 @@ mod tests {
             prefix: "cc:",
             channel: "room-1",
             instance: 0xab,
+            events: "presence/room-1",
+            sender: 0,
         };
         assert_eq!(at.key("e"), b"cc:!p{room-1}:e");
         assert_eq!(at.events(), b"cc:presence/room-1");

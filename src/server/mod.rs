@@ -54,6 +54,7 @@ mod presence_edge;
 mod presence_redis;
 mod publish;
 mod pusher_api;
+mod pusher_presence;
 mod pusher_ws;
 mod recall;
 mod redis;
@@ -212,7 +213,7 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     }
     if let Some(link) = &w.redis {
         redis::spawn(link, w.clone());
-        if w.cfg.presence.enabled() {
+        if w.cfg.presence.enabled() || !w.cfg.pusher.apps.is_empty() {
             monoio::spawn(presence_redis::refresh_loop(w.clone(), link.clone()));
         }
     }

@@ -100,7 +100,8 @@ pub fn join(
     if let Some(link) = &w.redis {
         drop(p);
         if matches!(joined, Ok(Joined::User | Joined::Connection)) {
-            presence_redis::joined(w, link, id, channel, (&who.user, who.info));
+            let who = (who.user.as_str(), who.info);
+            presence_redis::joined(w, link, (id, 0), channel, who, None);
         }
         return;
     }

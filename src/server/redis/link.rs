@@ -133,7 +133,8 @@ impl RedisLink {
             }),
             max_message: cfg.ws.max_message_size,
             minted: Cell::new(0),
-            presence: cfg.presence.enabled(),
+            // Pusher presence channels use the same scripts.
+            presence: cfg.presence.enabled() || !cfg.pusher.apps.is_empty(),
         }))
     }
 
@@ -219,11 +220,18 @@ impl RedisLink {
     }
 
     /// Where `channel`'s presence lives in Redis, as this instance.
-    pub fn presence_place<'a>(&'a self, channel: &'a str) -> crate::redis::presence::Place<'a> {
+    /// (`events`: the hub channel its events go to).
+    pub fn presence_place<'a>(
+        &'a self,
+        channel: &'a str,
+        events: &'a str,
+    ) -> crate::redis::presence::Place<'a> {
         crate::redis::presence::Place {
             prefix: &self.prefix,
             channel,
             instance: self.instance,
+            events,
+            sender: 0,
         }
     }
 
