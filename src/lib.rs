@@ -62,7 +62,7 @@
 //!   the LRU memory store, chunked decoding, origin response heads.
 //! - `pusher` → `auth`, `secret`, `stats`: the Pusher Channels protocol (v7),
 //!   sans-I/O — apps, client/server frames, channel and HTTP API
-//!   signatures, presence members, the events API's bodies; its channels
+//!   signatures, presence texts (members: `presence`), the events API's bodies; its channels
 //!   live in the hub as `pusher/{app id}/{name}` (outside the native
 //!   charset) and its frames are the `server::formats::PUSHER` format.
 //! - `presence` → `auth`, `channel`, `stats`: who is in a presence

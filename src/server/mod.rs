@@ -31,6 +31,11 @@
 //! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
 //!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
 //!   (`/apps/{id}/...`), publishing through `publish`.
+//! - `presence_edge`: presence for the JSON protocol (members on
+//!   subscribe, `"presence":true` events, `{"op":"presence"}`,
+//!   `GET /presence/{channel}`); `pusher_presence`: Pusher `presence-*`
+//!   channels on the same core; both go through `presence_redis` in Redis
+//!   mode (the scripts' commands, the refresh/prune loop).
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
@@ -41,7 +46,9 @@
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
 //! `endpoints`, `pusher_api`, `publish`, `ws_conn` → `pusher_ws`, `resume`
-//! → `recall`, `publish` → `worker` → `relay_edge` → `formats`; `worker` →
+//! → `recall`, `publish` → `worker` → `relay_edge` → `formats`;
+//! `ws_conn`, `http_conn` → `presence_edge`; `pusher_ws`, `pusher_api` →
+//! `pusher_presence`; both → `presence_redis` → `worker`; `worker` →
 //! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
 //! that imports it back.
 
