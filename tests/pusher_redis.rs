@@ -124,3 +124,65 @@ async fn presence_members_span_instances() {
         tokio::time::timeout(std::time::Duration::from_millis(1500), next_json(&mut a)).await;
     assert!(more.is_err(), "unexpected {more:?}");
 }
+
+/// A Pusher member on an instance that is SIGKILLed: within ttl + refresh
+/// the surviving instance's subscribers get exactly one `member_removed`
+/// for it (built by Redis's prune script), and the API no longer lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_s_pusher_member_is_removed_once() {
+    let redis = RedisServer::start(&[]).await;
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let mut gone = BinServer::spawn(&[
+        "--redis-url",
+        &url,
+        "--pusher-app",
+        "7:k7:s7",
+        "--presence-ttl",
+        "1s",
+        "--presence-refresh",
+        "300ms",
+    ]);
+    let tweak = |c: &mut corecast::Config| {
+        c.pusher.add_apps("7:k7:s7").unwrap();
+        c.presence.refresh_ms = 300;
+        c.presence.ttl_ms = 1000;
+    };
+    let stays = instance(redis.url("", ""), tweak);
+    wait_readyz(gone.addr, 200).await;
+    wait_readyz(stays.addr, 200).await;
+    let join = |addr, user: &'static str| async move {
+        let (mut ws, id) = connect(addr, "k7").await;
+        let cd = json!({ "user_id": user }).to_string();
+        let signed = auth("k7", "s7", &format!("{id}:presence-k:{cd}"));
+        let r = subscribe(&mut ws, "presence-k", Some(signed), Some(&cd)).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        ws
+    };
+    let mut watcher = join(stays.addr, "w/1").await;
+    let _doomed = join(gone.addr, "x\"y").await;
+    let added = next_json(&mut watcher).await;
+    assert_eq!(data(&added)["user_id"], "x\"y");
+    gone.child.kill().expect("SIGKILL");
+    let removed = next_json(&mut watcher).await;
+    assert_eq!(
+        removed["event"], "pusher_internal:member_removed",
+        "{removed}"
+    );
+    assert_eq!(removed["channel"], "presence-k");
+    assert_eq!(data(&removed), json!({"user_id":"x\"y"}));
+    let users_req = api_request(
+        APP,
+        "GET",
+        ("/apps/7/channels/presence-k/users", ""),
+        b"",
+        now(),
+    );
+    let users = http_raw(stays.addr, &users_req).await.json();
+    assert_eq!(users, json!({"users":[{"id":"w/1"}]}));
+    let more = tokio::time::timeout(
+        std::time::Duration::from_millis(1500),
+        next_json(&mut watcher),
+    )
+    .await;
+    assert!(more.is_err(), "unexpected {more:?}");
+}
