@@ -277,3 +277,53 @@ fn presence_options_are_bounded() {
     ])
     .is_ok());
 }
+
+/// 1,000 users join one channel at once: the presence subscriber gets
+/// 1,000 joins, once each, and the view lists 1,000 (plus itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_users_join_at_once() {
+    use futures_util::StreamExt;
+    const N: usize = 1000;
+    ensure_fd_limit(4096);
+    let srv = TestServer::start(|c| {
+        with_presence(c);
+        c.presence.max_members = N + 1;
+        c.presence.max_events = N + 1;
+    });
+    let addr = srv.addr;
+    let mut w = user(addr, "watcher", None).await;
+    join(&mut w, "room-big", true).await;
+    assert_eq!(next_json(&mut w).await["user"], "watcher");
+    let started = std::time::Instant::now();
+    let joins = (0..N).map(|i| async move {
+        let mut ws = user(addr, &format!("user-{i:04}"), None).await;
+        join(&mut ws, "room-big", false).await;
+        ws
+    });
+    let conns: Vec<Ws> = futures_util::stream::iter(joins)
+        .buffer_unordered(200)
+        .collect()
+        .await;
+    let mut seen = Vec::with_capacity(N);
+    while seen.len() < N {
+        let v = next_json(&mut w).await;
+        assert_eq!(v["type"], "join", "{v}");
+        seen.push(v["user"].as_str().unwrap().to_string());
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), N, "every user joined exactly once");
+    let count = presence_http(addr, "room-big", "count_only=1&")
+        .await
+        .json();
+    assert_eq!(count["count"], N + 1);
+    eprintln!("{N} users joined in {:?}", started.elapsed());
+    drop(conns);
+    let mut left = 0;
+    while left < N {
+        let v = next_json(&mut w).await;
+        assert_eq!(v["type"], "leave", "{v}");
+        left += 1;
+    }
+    assert_eq!(counter(&stats(addr).await, "presence_members"), 1);
+}
