@@ -194,10 +194,15 @@ async fn answer(
         let count = pruned.users as usize;
         return Some(event::answer(channel, members, count, id));
     }
+    Some(local_answer(w, channel, count_only, id))
+}
+
+/// Embedded mode's `presence` answer: this instance's members.
+fn local_answer(w: &Worker, channel: &str, count_only: bool, id: Option<&RawValue>) -> String {
     let p = w.presence.borrow();
     let count = p.count(channel);
     if count_only {
-        return Some(event::answer(channel, None, count, id));
+        return event::answer(channel, None, count, id);
     }
     let rows: Vec<event::MemberRow<'_>> = p
         .members(channel)
@@ -205,7 +210,7 @@ async fn answer(
         .flatten()
         .map(|(u, m)| (u.as_str(), m.info.as_deref(), m.connections))
         .collect();
-    Some(event::answer(channel, Some(&rows), count, id))
+    event::answer(channel, Some(&rows), count, id)
 }
 
 /// `{"op":"presence"}` (the subscribe grant already checked): answered
@@ -218,14 +223,7 @@ pub fn query(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str, idv: Opti
     if w.redis.is_none() {
         // Nothing to wait for: answered now, in order with the
         // connection's other replies (the hub is borrowed by the caller).
-        let p = w.presence.borrow();
-        let rows: Vec<event::MemberRow<'_>> = p
-            .members(channel)
-            .into_iter()
-            .flatten()
-            .map(|(u, m)| (u.as_str(), m.info.as_deref(), m.connections))
-            .collect();
-        let text = event::answer(channel, Some(&rows), rows.len(), idv);
+        let text = local_answer(w, channel, false, idv);
         hub.send_to(id, encode_server_frame(OpCode::Text, text.as_bytes()));
         return;
     }
