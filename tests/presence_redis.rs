@@ -376,3 +376,38 @@ async fn a_thousand_users_join_at_once() {
     );
     drop(conns);
 }
+
+/// An instance stopped gracefully (SIGTERM) closes its connections and
+/// removes their entries before it exits: the leave arrives at once,
+/// long before `--presence-ttl` (30 s here) would expire them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_leaves_at_once() {
+    let redis = RedisServer::start(&[]).await;
+    let slow = |c: &mut corecast::Config| {
+        tweak(c);
+        c.presence.ttl_ms = 30_000;
+        c.presence.refresh_ms = 10_000;
+    };
+    let a = instance(redis.url("", ""), slow);
+    let b = instance(redis.url("", ""), slow);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut w = user(b.addr, "w").await;
+    join(&mut w, "room-g", true).await;
+    let mut u = user(a.addr, "u").await;
+    join(&mut u, "room-g", false).await;
+    wait_event(&mut w, "join", "u").await;
+    // The client answers the server's close, as browsers do.
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = u.next().await {} });
+    let stopped = Instant::now();
+    a.stop();
+    a.join().await.expect("clean exit");
+    wait_event(&mut w, "leave", "u").await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
+    wait_users(b.addr, "room-g", &["w"]).await;
+    reader.await.expect("reader");
+}

@@ -367,6 +367,14 @@ async fn graceful_shutdown(w: &Rc<Worker>, timeout: Duration) {
     while w.hub.borrow().connection_count() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
     }
+    // What the closed connections queued for Redis (presence removals,
+    // last publishes) is written before the worker exits, within the same
+    // deadline: their members leave now, not at `--presence-ttl`.
+    if let Some(link) = &w.redis {
+        while link.is_up() && link.buffered() > 0 && Instant::now() < deadline {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     let left = w.hub.borrow().connection_count();
     if left > 0 {
         log!(
