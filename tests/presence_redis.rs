@@ -411,3 +411,35 @@ async fn a_graceful_stop_leaves_at_once() {
     wait_users(b.addr, "room-g", &["w"]).await;
     reader.await.expect("reader");
 }
+
+/// Above `--presence-max-events` members, Redis's scripts announce no
+/// joins or leaves (whichever instance the members are on); below it
+/// again they do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stop_above_the_threshold_across_instances() {
+    let redis = RedisServer::start(&[]).await;
+    let few = |c: &mut corecast::Config| {
+        tweak(c);
+        c.presence.max_events = 2;
+    };
+    let a = instance(redis.url("", ""), few);
+    let b = instance(redis.url("", ""), few);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut w = user(a.addr, "w").await;
+    join(&mut w, "room-t", true).await;
+    wait_users(a.addr, "room-t", &["w"]).await;
+    let mut u1 = user(b.addr, "u1").await;
+    join(&mut u1, "room-t", false).await;
+    wait_event(&mut w, "join", "u1").await; // 2 members: announced
+    let mut u2 = user(b.addr, "u2").await;
+    join(&mut u2, "room-t", false).await; // 3: silent
+    wait_users(a.addr, "room-t", &["u1", "u2", "w"]).await;
+    u2.send(Message::Close(None)).await.unwrap(); // 3 before: silent
+    wait_users(a.addr, "room-t", &["u1", "w"]).await;
+    u1.send(Message::Close(None)).await.unwrap(); // 2 before: announced
+    wait_event(&mut w, "leave", "u1").await;
+    assert!(events_for(&mut w, "u2", Duration::from_millis(500))
+        .await
+        .is_empty());
+}
