@@ -268,6 +268,9 @@ fn presence_options_are_bounded() {
     assert!(parse(&["--presence-max-members", "10000"]).is_ok());
     assert!(parse(&["--presence-max-members", "10001"]).is_err());
     assert!(parse(&["--presence-ttl", "0s"]).is_err());
+    // The refresh must come before the entries expire.
+    assert!(parse(&["--presence-ttl", "10s", "--presence-refresh", "10s"]).is_err());
+    assert!(parse(&["--presence-ttl", "2s", "--presence-refresh", "500ms"]).is_ok());
     assert!(parse(&["--presence-channels", "room-*,a b"]).is_err());
     assert!(parse(&[
         "--presence-channels",

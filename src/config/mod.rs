@@ -233,6 +233,13 @@ impl Config {
         if self.http.max_handshake_bytes < 256 {
             return Err(ConfigError("max-handshake-bytes must be >= 256".into()));
         }
+        // An entry must outlive the gap between two refreshes, or live
+        // members would expire (a leave, then a join) every refresh.
+        if self.presence.refresh_ms >= self.presence.ttl_ms {
+            return Err(ConfigError(
+                "presence-refresh must be below presence-ttl".into(),
+            ));
+        }
         self.validate_cache()
     }
 

@@ -411,7 +411,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "Redis mode: how long an instance's presence entries live without a refresh; a killed instance's members leave within this plus --presence-refresh"
         => |c, v| set_presence_ms(&mut c.presence.ttl_ms, v);
     "presence-refresh", CORECAST_PRESENCE_REFRESH, "DURATION", "10s",
-        "Redis mode: how often an instance refreshes its presence entries and prunes expired ones (keep it well under --presence-ttl)"
+        "Redis mode: how often an instance refreshes its presence entries and prunes expired ones (below --presence-ttl, ideally a third of it or less)"
         => |c, v| set_presence_ms(&mut c.presence.refresh_ms, v);
     "presence-max-members", CORECAST_PRESENCE_MAX_MEMBERS, "N", "1000",
         "distinct users in one presence channel (at most 10000); a subscribe that would add one more is refused with the error presence_full"
