@@ -61,7 +61,7 @@ async fn presence_members_span_instances() {
     let tweak = |c: &mut corecast::Config| {
         c.pusher.add_apps("7:k7:s7").unwrap();
         c.presence.refresh_ms = 300;
-        c.presence.ttl_ms = 1000;
+        c.presence.ttl_ms = 10_000; // own entries: see tests/presence_redis.rs
     };
     let one = instance(redis.url("", ""), tweak);
     let two = instance(redis.url("", ""), tweak);
@@ -145,7 +145,7 @@ async fn a_killed_instance_s_pusher_member_is_removed_once() {
     let tweak = |c: &mut corecast::Config| {
         c.pusher.add_apps("7:k7:s7").unwrap();
         c.presence.refresh_ms = 300;
-        c.presence.ttl_ms = 1000;
+        c.presence.ttl_ms = 10_000; // own entries: see tests/presence_redis.rs
     };
     let stays = instance(redis.url("", ""), tweak);
     wait_readyz(gone.addr, 200).await;
