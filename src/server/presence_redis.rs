@@ -243,11 +243,18 @@ fn count_pruned(w: &Worker, p: &Pruned) {
     pr.stats.presence_leaves += p.left;
 }
 
-async fn wait(w: &Worker, waiter: &ReplyWaiter) -> Option<crate::redis::resp::Reply> {
-    let limit = w
-        .redis
+fn command_timeout(w: &Worker) -> Duration {
+    w.redis
         .as_ref()
-        .map_or(Duration::from_secs(5), |l| l.command_timeout());
+        .map_or(Duration::from_secs(5), |l| l.command_timeout())
+}
+
+async fn wait(w: &Worker, waiter: &ReplyWaiter) -> Option<crate::redis::resp::Reply> {
+    wait_for(command_timeout(w), waiter).await
+}
+
+/// Waits at most `limit` for a script's reply.
+async fn wait_for(limit: Duration, waiter: &ReplyWaiter) -> Option<crate::redis::resp::Reply> {
     match monoio::time::timeout(limit, waiter.wait()).await {
         Ok(Ok(r)) => Some(r),
         Ok(Err(e)) => {
@@ -312,8 +319,12 @@ fn watched(w: &Worker) -> Vec<String> {
     channels
 }
 
+/// Prunes every watched channel, waiting for the replies at most one
+/// `--redis-command-timeout` in all (not per reply), so a slow or absent
+/// Redis cannot hold back the next refresh.
 async fn prune_all(w: &Worker, link: &RedisLink) {
     let channels = watched(w);
+    let deadline = std::time::Instant::now() + command_timeout(w);
     for chunk in channels.chunks(PRUNE_WINDOW) {
         let mut waiters = Vec::with_capacity(chunk.len());
         for c in chunk {
@@ -323,7 +334,12 @@ async fn prune_all(w: &Worker, link: &RedisLink) {
             }
         }
         for waiter in waiters {
-            if let Some(p) = wait(w, &waiter).await.as_ref().and_then(rp::parse_prune) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if let Some(p) = wait_for(left, &waiter)
+                .await
+                .as_ref()
+                .and_then(rp::parse_prune)
+            {
                 count_pruned(w, &p);
             }
         }
