@@ -328,10 +328,12 @@ pub fn parse_prune(reply: &Reply) -> Option<Pruned> {
         }
     }
     members.sort_by(|a, b| a.user.cmp(&b.user));
+    // Redis is not trusted to be well-behaved: a negative count is not
+    // the script's answer.
     Some(Pruned {
-        expired: *expired as u64,
-        left: *left as u64,
-        users: *users as u64,
+        expired: u64::try_from(*expired).ok()?,
+        left: u64::try_from(*left).ok()?,
+        users: u64::try_from(*users).ok()?,
         members,
     })
 }
@@ -387,5 +389,27 @@ mod tests {
         assert_eq!(p.members[1].user, "bo:x");
         assert_eq!(p.members[1].info, None);
         assert!(parse_prune(&Reply::Integer(1)).is_none());
+        // Shapes the script never returns are refused, not trusted.
+        let negative = Reply::Array(vec![
+            Reply::Integer(-1),
+            Reply::Integer(0),
+            Reply::Integer(0),
+        ]);
+        assert!(parse_prune(&negative).is_none());
+        let odd = Reply::Array(vec![
+            Reply::Integer(0),
+            Reply::Integer(0),
+            Reply::Integer(1),
+            b("00000000000000ab:ana"),
+        ]);
+        assert!(parse_prune(&odd).is_none());
+        let short_entry = Reply::Array(vec![
+            Reply::Integer(0),
+            Reply::Integer(0),
+            Reply::Integer(1),
+            b("ab"),
+            b("1 "),
+        ]);
+        assert!(parse_prune(&short_entry).is_none());
     }
 }

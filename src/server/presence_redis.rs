@@ -239,8 +239,8 @@ fn push_prune(w: &Worker, link: &RedisLink, channel: &str, read: bool) -> Option
 
 fn count_pruned(w: &Worker, p: &Pruned) {
     let mut pr = w.presence.borrow_mut();
-    pr.stats.presence_expired += p.left;
-    pr.stats.presence_leaves += p.left;
+    pr.stats.presence_expired = pr.stats.presence_expired.saturating_add(p.left);
+    pr.stats.presence_leaves = pr.stats.presence_leaves.saturating_add(p.left);
 }
 
 fn command_timeout(w: &Worker) -> Duration {
