@@ -454,3 +454,22 @@ async fn events_stop_above_the_threshold_across_instances() {
     let after = events_for(&mut w, "u2", Duration::from_millis(500)).await;
     assert!(after.is_empty(), "{after:?}");
 }
+
+/// Redis forgets its scripts (`SCRIPT FLUSH`, as after a failover to a
+/// replica that never loaded them): the next presence script meets
+/// `NOSCRIPT`, the instance reconnects, loads them again and resends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_survives_a_script_flush() {
+    let redis = RedisServer::start(&[]).await;
+    let a = instance(redis.url("", ""), tweak);
+    wait_readyz(a.addr, 200).await;
+    let mut w = user(a.addr, "w").await;
+    join(&mut w, "room-s", true).await;
+    wait_users(a.addr, "room-s", &["w"]).await;
+    let mut admin = RespConn::open(redis.port, None).await;
+    admin.cmd(&["SCRIPT", "FLUSH"]).await;
+    let mut u = user(a.addr, "u").await;
+    join(&mut u, "room-s", false).await;
+    wait_event(&mut w, "join", "u").await;
+    wait_users(a.addr, "room-s", &["u", "w"]).await;
+}
