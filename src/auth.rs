@@ -19,6 +19,8 @@ use crate::secret::Secret;
 pub const MAX_TOKEN_LEN: usize = 4096;
 /// Most channel patterns in one token.
 pub const MAX_PATTERNS: usize = 64;
+/// Longest `info` claim (a member's public presence info, a JSON object).
+pub const MAX_INFO: usize = 1024;
 /// Shortest `--token-secret` accepted: HS256 keys shorter than the hash
 /// (32 bytes) are weaker than the algorithm (RFC 7518 3.2).
 pub const MIN_TOKEN_SECRET_LEN: usize = 32;
@@ -59,6 +61,8 @@ pub enum TokenError {
     WrongAudience,
     /// `--token-issuer` is set and `iss` is not it.
     WrongIssuer,
+    /// `info` is not a JSON object of at most [`MAX_INFO`] bytes.
+    BadInfo,
 }
 
 impl TokenError {
@@ -73,6 +77,7 @@ impl TokenError {
             TokenError::NotYetValid => "token not valid yet (nbf)",
             TokenError::WrongAudience => "token audience does not match",
             TokenError::WrongIssuer => "token issuer does not match",
+            TokenError::BadInfo => "token info must be a JSON object of at most 1 KiB",
         }
     }
 }
@@ -100,8 +105,12 @@ pub enum Grants {
 /// The claims of a verified token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenGrants {
-    /// Who the token was issued to (`sub`), for logs.
+    /// Who the token was issued to (`sub`), for logs; the user in
+    /// presence channels.
     pub subject: Option<String>,
+    /// The `info` claim (a JSON object of at most [`MAX_INFO`] bytes, as
+    /// sent): the user's public info in presence channels.
+    pub info: Option<String>,
     /// When the token expires (seconds since the epoch): the connection is
     /// closed with 4001 then unless it refreshed its token.
     pub exp: u64,
@@ -140,6 +149,14 @@ impl Grants {
     pub fn subject(&self) -> Option<&str> {
         match self {
             Grants::Token(t) => t.subject.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The token's `info` claim (raw JSON object), if a token was used.
+    pub fn info(&self) -> Option<&str> {
+        match self {
+            Grants::Token(t) => t.info.as_deref(),
             _ => None,
         }
     }
@@ -200,6 +217,7 @@ struct Claims {
     aud: Option<Audience>,
     iss: Option<String>,
     sub: Option<String>,
+    info: Option<Box<serde_json::value::RawValue>>,
     #[serde(default)]
     subscribe: Vec<String>,
     #[serde(default)]
@@ -272,8 +290,16 @@ pub fn verify_token_for(
     if claims.subscribe.len() + claims.publish.len() > MAX_PATTERNS {
         return Err(TokenError::Malformed);
     }
+    let info = claims.info.map(|i| i.get().to_string());
+    if info
+        .as_deref()
+        .is_some_and(|i| i.len() > MAX_INFO || !i.starts_with('{'))
+    {
+        return Err(TokenError::BadInfo);
+    }
     Ok(Grants::Token(Box::new(TokenGrants {
         subject: claims.sub,
+        info,
         exp,
         subscribe: claims.subscribe,
         publish: claims.publish,

@@ -7,6 +7,8 @@
 //! {"op":"unsubscribe","channel":"news","id":2}
 //! {"op":"publish","channel":"news","data":"hello","id":3}
 //! {"op":"publish","channel":"news","data_base64":"AAEC"}
+//! {"op":"subscribe","channel":"room-1","presence":true,"id":5}
+//! {"op":"presence","channel":"room-1","id":6}
 //! ```
 //! Server → client:
 //! ```json
@@ -19,7 +21,11 @@
 //! {"type":"message","channel":"news","data":"hello"}
 //! {"type":"message","channel":"news","data_base64":"AAEC"}
 //! {"type":"error","code":"invalid_channel","message":"…","id":4}
+//! {"type":"join","channel":"room-1","user":"ana","info":{"name":"Ana"}}
+//! {"type":"leave","channel":"room-1","user":"ana"}
+//! {"type":"presence","channel":"room-1","members":[{"user":"ana","connections":1}],"count":1,"id":6}
 //! ```
+//! Presence (`--presence-channels`) is described in `crate::presence`.
 //! With `--history-size`, every delivery carries its `offset`, and a
 //! subscribe answers with the channel's `epoch` and latest `offset`; one
 //! with `since` also says whether it was `recovered` and, if so, is
@@ -44,6 +50,13 @@ pub enum Request {
         channel: String,
         /// The last position the client has seen, to get what it missed.
         since: Option<Since>,
+        /// `"presence":true`: also receive the channel's join/leave events.
+        presence: bool,
+    },
+    /// The members of a presence channel (`{"op":"presence"}`).
+    Presence {
+        /// Channel name.
+        channel: String,
     },
     /// Stop receiving a channel.
     Unsubscribe {
@@ -104,6 +117,10 @@ pub enum ErrorCode {
     Forbidden,
     /// A refresh token that is invalid, or grants something else.
     InvalidToken,
+    /// Presence asked of a channel `--presence-channels` does not cover.
+    PresenceOff,
+    /// The presence channel has `--presence-max-members` users.
+    PresenceFull,
 }
 
 impl ErrorCode {
@@ -118,6 +135,8 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::InvalidToken => "invalid_token",
+            ErrorCode::PresenceOff => "presence_off",
+            ErrorCode::PresenceFull => "presence_full",
         }
     }
 }
@@ -142,6 +161,7 @@ struct Wire<'a> {
     data_base64: Option<&'a str>,
     token: Option<String>,
     since: Option<Since>,
+    presence: Option<bool>,
     id: Option<Box<RawValue>>,
 }
 
@@ -174,7 +194,9 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
         Some("subscribe") => Request::Subscribe {
             channel,
             since: wire.since,
+            presence: wire.presence.unwrap_or(false),
         },
+        Some("presence") => Request::Presence { channel },
         Some("unsubscribe") => Request::Unsubscribe { channel },
         Some("publish") => match (wire.data, wire.data_base64) {
             (Some(d), None) => Request::Publish {
@@ -363,7 +385,8 @@ mod tests {
             e.request,
             Request::Subscribe {
                 channel: "a".into(),
-                since: None
+                since: None,
+                presence: false,
             }
         );
         assert_eq!(e.id.unwrap().get(), "7");
@@ -449,7 +472,20 @@ mod tests {
             e.request,
             Request::Subscribe {
                 channel: "a".into(),
-                since
+                since,
+                presence: false,
+            }
+        );
+        let e = parse(br#"{"op":"subscribe","channel":"a","presence":true}"#).unwrap();
+        assert!(matches!(
+            e.request,
+            Request::Subscribe { presence: true, .. }
+        ));
+        let e = parse(br#"{"op":"presence","channel":"a","id":1}"#).unwrap();
+        assert_eq!(
+            e.request,
+            Request::Presence {
+                channel: "a".into()
             }
         );
         assert!(parse(br#"{"op":"subscribe","channel":"a","since":{"offset":-1}}"#).is_err());

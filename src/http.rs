@@ -206,6 +206,8 @@ pub enum Route<'a> {
     Publish(&'a str),
     /// `GET /history/{c}`.
     History(&'a str),
+    /// `GET /presence/{c}`.
+    Presence(&'a str),
     /// `GET /healthz`.
     Healthz,
     /// `GET /stats`.
@@ -255,6 +257,8 @@ pub fn route<'a>(
                 (Route::Publish(channel(c)?), method == Method::Post)
             } else if let Some(c) = path.strip_prefix("/history/") {
                 (Route::History(channel(c)?), get)
+            } else if let Some(c) = path.strip_prefix("/presence/") {
+                (Route::Presence(channel(c)?), get)
             } else if let Some(key) = path.strip_prefix("/app/") {
                 (Route::PusherWs(key), method == Method::Get)
             } else if let Some(rest) = path.strip_prefix("/apps/") {

@@ -51,7 +51,7 @@
 //!   for deadlines and keepalive, graceful shutdown; the Redis edge
 //!   (`server::redis`) and the cache edge (`server::cache_edge`). Its own
 //!   Layout section orders its files.
-//! - [`config`] → `auth`, `cache`, `http`, `hub`, `pusher`, `redis`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `http`, `hub`, `presence`, `pusher`, `redis`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
@@ -62,10 +62,18 @@
 //!   the LRU memory store, chunked decoding, origin response heads.
 //! - `pusher` → `auth`, `cache` (origin URLs), `secret`, `stats`: the
 //!   Pusher Channels protocol (v7), sans-I/O — apps, client/server frames,
-//!   channel and HTTP API signatures, presence members, the events API's
-//!   bodies, webhook events, queues and signed requests; its channels
+//!   channel and HTTP API signatures, presence texts (members:
+//!   `presence`), the events API's bodies, webhook events, queues and
+//!   signed requests; its channels
 //!   live in the hub as `pusher/{app id}/{name}` (outside the native
 //!   charset) and its frames are the `server::formats::PUSHER` format.
+//! - `presence` → `auth`, `channel`, `stats`: who is in a presence
+//!   channel (`--presence-channels`), counted per user — a user's second
+//!   connection does not join again, its last one leaving is the one
+//!   leave — with its bounds, and the JSON texts of `join`, `leave` and
+//!   the `presence` answer (sans-I/O). Its edge is
+//!   `server::presence_edge` (embedded) and `server::presence_redis` (the
+//!   refresh/prune loop around `redis::presence`'s scripts).
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -92,9 +100,10 @@
 //!   one for embedded mode and as Redis mode's cache of recent messages.
 //! - `metrics` → `stats` → `histogram`: counters per layer in one
 //!   snapshot, the Prometheus exposition, latency histograms.
-//! - `control`, `redis` → `history`, [`ws`]: the JSON control protocol of `GET /ws`;
-//!   RESP (redis-protocol), commands, URLs, the envelope of messages on
-//!   Redis channels (sans-I/O).
+//! - `control`, `redis` → `history`, `presence`, [`ws`]: the JSON control
+//!   protocol of `GET /ws`; RESP (redis-protocol), commands, URLs, the
+//!   envelope of messages on Redis channels, the history and presence
+//!   scripts (sans-I/O).
 //! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
 //!   with incremental UTF-8 checks, close codes, the upgrade handshake;
 //!   RFC 7692 permessage-deflate — negotiation, shared compressed frames,
@@ -131,6 +140,8 @@ pub mod log;
 pub(crate) mod metrics;
 #[doc(hidden)]
 pub mod peers;
+#[doc(hidden)]
+pub mod presence;
 #[doc(hidden)]
 pub mod pusher;
 #[doc(hidden)]

@@ -311,6 +311,22 @@ pub struct PusherAppStats {
     pub api_events: u64,
 }
 
+/// Counters of the presence layer (`/stats`, `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PresenceStats {
+    /// Members (users) present, summed over channels (this instance's view
+    /// in embedded mode; its local users in Redis mode).
+    pub presence_members: u64,
+    /// Joins announced (user transitions 0 → 1).
+    pub presence_joins: u64,
+    /// Leaves announced (user transitions 1 → 0), expiries included.
+    pub presence_leaves: u64,
+    /// Members removed because their instance stopped refreshing them.
+    pub presence_expired: u64,
+    /// Presence subscriptions refused (channel full).
+    pub presence_refused: u64,
+}
+
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Snapshot {
@@ -326,6 +342,9 @@ pub struct Snapshot {
     /// permessage-deflate's counters.
     #[serde(flatten)]
     pub compression: CompressionStats,
+    /// Presence's counters (`presence_*`).
+    #[serde(flatten)]
+    pub presence: PresenceStats,
     /// Connections in the table (gauge).
     pub connections: u64,
     /// Channels with subscribers (gauge).

@@ -5,6 +5,7 @@
 //! must be installed; the npm packages are installed here when missing.
 
 mod common;
+mod redis_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,6 +76,10 @@ async fn scenario(srv: &TestServer, mode: &str) -> Vec<Value> {
 async fn scenario_with(srv: &TestServer, mode: &str, env: &[(&str, String)]) -> Vec<Value> {
     let mut cmd = node(srv.addr, mode);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    run(cmd, mode).await
+}
+
+async fn run(mut cmd: Command, mode: &str) -> Vec<Value> {
     // The script's own 15 s timer bounds it; this bounds the rest (Node
     // starting on a loaded machine).
     let limit = std::time::Duration::from_secs(30);
@@ -176,6 +181,36 @@ async fn pusher_js_presence_members_come_and_go_per_user() {
     assert_eq!(added[0]["info"], json!({"name": "bob"}));
     let removed = of_kind(&lines, "a", "member_removed");
     assert_eq!(removed.len(), 1, "{lines:?}");
+    assert_eq!(of_kind(&lines, "a", "members")[0]["count"], 1);
+}
+
+/// The same presence scenario across two instances in Redis mode: alice
+/// on the first, bob's two connections on the second — pusher-js sees
+/// bob added once and removed once, and the member counts span both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_js_presence_across_two_instances() {
+    let redis = redis_support::RedisServer::start(&[]).await;
+    let tweak = |c: &mut corecast::Config| {
+        let app = format!("{}:{}:{}:client-events", APP.0, APP.1, APP.2);
+        c.pusher.add_apps(&app).unwrap();
+    };
+    let one = redis_support::instance(redis.url("", ""), tweak);
+    let two = redis_support::instance(redis.url("", ""), tweak);
+    redis_support::wait_readyz(one.addr, 200).await;
+    redis_support::wait_readyz(two.addr, 200).await;
+    let mut cmd = node(one.addr, "presence");
+    cmd.env("CORECAST_ADDR2", two.addr.to_string());
+    let lines = run(cmd, "presence").await;
+    let counts: Vec<_> = ["a", "b", "b2"]
+        .iter()
+        .map(|c| of_kind(&lines, c, "subscribed")[0]["members"].clone())
+        .collect();
+    assert_eq!(counts, [json!(1), json!(2), json!(2)], "{lines:?}");
+    let added = of_kind(&lines, "a", "member_added");
+    assert_eq!(added.len(), 1, "{lines:?}");
+    assert_eq!(added[0]["user"], "bob");
+    assert_eq!(added[0]["info"], json!({"name": "bob"}));
+    assert_eq!(of_kind(&lines, "a", "member_removed").len(), 1, "{lines:?}");
     assert_eq!(of_kind(&lines, "a", "members")[0]["count"], 1);
 }
 

@@ -80,4 +80,6 @@ pub struct Config {
     pub history: crate::history::HistoryLimits,
     /// The Pusher protocol's apps and limits.
     pub pusher: crate::pusher::PusherConfig,
+    /// Presence (`--presence-*`).
+    pub presence: crate::presence::PresenceConfig,
 }

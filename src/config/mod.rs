@@ -60,6 +60,7 @@ impl Default for Config {
             cache: Default::default(),
             history: Default::default(),
             pusher: Default::default(),
+            presence: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -237,6 +238,13 @@ impl Config {
             return Err(ConfigError(format!(
                 "pusher-webhook for app `{id}`, which no --pusher-app names"
             )));
+        }
+        // An entry must outlive the gap between two refreshes, or live
+        // members would expire (a leave, then a join) every refresh.
+        if self.presence.refresh_ms >= self.presence.ttl_ms {
+            return Err(ConfigError(
+                "presence-refresh must be below presence-ttl".into(),
+            ));
         }
         self.validate_cache()
     }

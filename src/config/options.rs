@@ -410,7 +410,38 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
         "webhook events waiting per app; beyond it the oldest are dropped (counted)"
         => |c, v| set_num(&mut c.pusher.webhook_queue, v);
+    "presence-channels", CORECAST_PRESENCE_CHANNELS, "PATTERNS", -,
+        "channels with presence (who is subscribed, per user; join/leave events): a comma list of names and prefixes ending in * (`room-*,lobby`; `*` = all); unset = presence off"
+        => |c, v| c.presence.set_patterns(v);
+    "presence-ttl", CORECAST_PRESENCE_TTL, "DURATION", "30s",
+        "Redis mode: how long an instance's presence entries live without a refresh; a killed instance's members leave within this plus --presence-refresh"
+        => |c, v| set_presence_ms(&mut c.presence.ttl_ms, v);
+    "presence-refresh", CORECAST_PRESENCE_REFRESH, "DURATION", "10s",
+        "Redis mode: how often an instance refreshes its presence entries and prunes expired ones (below --presence-ttl, ideally a third of it or less)"
+        => |c, v| set_presence_ms(&mut c.presence.refresh_ms, v);
+    "presence-max-members", CORECAST_PRESENCE_MAX_MEMBERS, "N", "1000",
+        "distinct users in one presence channel (at most 10000); a subscribe that would add one more is refused with the error presence_full"
+        => |c, v| {
+            set_num(&mut c.presence.max_members, v)?;
+            if c.presence.max_members > crate::presence::MAX_MEMBERS {
+                return Err(format!("at most {}", crate::presence::MAX_MEMBERS));
+            }
+            Ok(())
+        };
+    "presence-max-events", CORECAST_PRESENCE_MAX_EVENTS, "N", "100",
+        "join/leave events are sent only while a presence channel has at most this many members (above, query the members or the count instead)"
+        => |c, v| set_num(&mut c.presence.max_events, v);
 };
+
+/// Sets a presence duration (more than 0) in milliseconds.
+fn set_presence_ms(slot: &mut u64, v: &str) -> Result<(), String> {
+    let d = parse_duration(v)?;
+    if d.is_zero() {
+        return Err("must be more than 0".into());
+    }
+    *slot = d.as_millis() as u64;
+    Ok(())
+}
 
 /// The README's configuration table, generated from [`OPTIONS`] (a test
 /// checks the README carries exactly these rows).

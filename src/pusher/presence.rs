@@ -1,13 +1,8 @@
-//! Presence channel members of one worker: per channel, each user with
-//! how many of its connections are subscribed, so a user's second
-//! connection does not announce it again and only its last one leaving
-//! removes it. Sans-I/O; the edge sends `member_added`/`member_removed`
-//! when [`Presence::join`]/[`Presence::leave`] say so.
-//!
-//! Embedded (one instance): across Redis-connected instances each one
-//! knows only its own members (a later issue moves this to Redis).
-
-use std::collections::HashMap;
+//! Pusher presence channels' texts: a member from `channel_data`, the
+//! `member_added`/`member_removed` data and the `subscription_succeeded`
+//! snapshot. The members themselves are counted by the shared presence
+//! core (`crate::presence`, per user, with Redis mode across instances);
+//! the edge is `server::pusher_ws`.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -54,91 +49,25 @@ pub fn parse_member(channel_data: &str) -> Option<Member> {
     })
 }
 
-struct Entry {
-    conns: usize,
-    info: Option<String>,
+/// `subscription_succeeded`'s data for `members` (user id, raw info):
+/// `{"presence":{"ids":[...],"hash":{id:info},"count":n}}`.
+pub fn snapshot<'a>(members: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> String {
+    let mut hash = Map::new();
+    let mut ids = Vec::new();
+    for (id, info) in members {
+        let info = info.and_then(|i| serde_json::from_str(i).ok());
+        hash.insert(id.to_string(), info.unwrap_or(Value::Null));
+        ids.push(id.to_string());
+    }
+    ids.sort();
+    json!({ "presence": { "count": ids.len(), "ids": ids, "hash": hash } }).to_string()
 }
 
-/// Why a join was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChannelFull;
-
-/// Members of every presence channel with local subscribers.
-#[derive(Default)]
-pub struct Presence {
-    channels: HashMap<String, HashMap<String, Entry>>,
-}
-
-impl Presence {
-    /// A connection of `m` joins `channel`: `Ok(true)` when the user is
-    /// new there (announce `member_added`); refused when the channel has
-    /// `max` users and this one is not among them.
-    pub fn join(&mut self, channel: &str, m: &Member, max: usize) -> Result<bool, ChannelFull> {
-        let users = self.channels.entry(channel.to_string()).or_default();
-        if let Some(e) = users.get_mut(&m.user_id) {
-            e.conns += 1;
-            return Ok(false);
-        }
-        if users.len() >= max {
-            if users.is_empty() {
-                self.channels.remove(channel);
-            }
-            return Err(ChannelFull);
-        }
-        let info = m.user_info.clone();
-        users.insert(m.user_id.clone(), Entry { conns: 1, info });
-        Ok(true)
-    }
-
-    /// A connection of `user_id` leaves `channel`: `true` when it was the
-    /// user's last one there (announce `member_removed`).
-    pub fn leave(&mut self, channel: &str, user_id: &str) -> bool {
-        let Some(users) = self.channels.get_mut(channel) else {
-            return false;
-        };
-        let Some(e) = users.get_mut(user_id) else {
-            return false;
-        };
-        e.conns -= 1;
-        if e.conns > 0 {
-            return false;
-        }
-        users.remove(user_id);
-        if users.is_empty() {
-            self.channels.remove(channel);
-        }
-        true
-    }
-
-    /// Distinct users in `channel`.
-    pub fn user_count(&self, channel: &str) -> usize {
-        self.channels.get(channel).map_or(0, HashMap::len)
-    }
-
-    /// The user ids in `channel`.
-    pub fn user_ids(&self, channel: &str) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .channels
-            .get(channel)
-            .map(|u| u.keys().cloned().collect())
-            .unwrap_or_default();
-        ids.sort();
-        ids
-    }
-
-    /// `subscription_succeeded`'s data:
-    /// `{"presence":{"ids":[...],"hash":{id:info},"count":n}}`.
-    pub fn snapshot(&self, channel: &str) -> String {
-        let mut hash = Map::new();
-        if let Some(users) = self.channels.get(channel) {
-            for (id, e) in users {
-                let info = e.info.as_deref().and_then(|i| serde_json::from_str(i).ok());
-                hash.insert(id.clone(), info.unwrap_or(Value::Null));
-            }
-        }
-        let ids = self.user_ids(channel);
-        json!({ "presence": { "count": ids.len(), "ids": ids, "hash": hash } }).to_string()
-    }
+/// `{"event":"pusher_internal:member_removed","channel":channel,"data":`:
+/// Redis's prune script completes it with the data string and `}`.
+pub fn member_removed_head(channel: &str) -> String {
+    let channel = Value::from(channel).to_string();
+    format!(r#"{{"event":"pusher_internal:member_removed","channel":{channel},"data":"#)
 }
 
 /// `member_added`'s data.
@@ -160,39 +89,26 @@ pub fn member_removed(user_id: &str) -> String {
 mod tests {
     use super::*;
 
-    fn m(id: &str) -> Member {
-        parse_member(&format!(
-            r#"{{"user_id":"{id}","user_info":{{"name":"{id}"}}}}"#
-        ))
-        .unwrap()
-    }
-
     #[test]
-    fn a_user_is_added_once_and_removed_with_its_last_connection() {
-        let mut p = Presence::default();
-        assert_eq!(p.join("presence-a", &m("1"), 10), Ok(true));
-        assert_eq!(p.join("presence-a", &m("1"), 10), Ok(false));
-        assert_eq!(p.join("presence-a", &m("2"), 10), Ok(true));
-        assert_eq!(p.user_count("presence-a"), 2);
-        assert!(!p.leave("presence-a", "1"));
-        assert!(p.leave("presence-a", "1"));
-        assert!(!p.leave("presence-a", "1"), "already gone");
-        let snap: Value = serde_json::from_str(&p.snapshot("presence-a")).unwrap();
-        assert_eq!(snap["presence"]["ids"], json!(["2"]));
+    fn snapshots_list_ids_and_infos() {
+        let snap: Value =
+            serde_json::from_str(&snapshot([("2", Some(r#"{"name":"2"}"#)), ("1", None)])).unwrap();
+        assert_eq!(snap["presence"]["ids"], json!(["1", "2"]));
         assert_eq!(snap["presence"]["hash"]["2"]["name"], "2");
-        assert_eq!(snap["presence"]["count"], 1);
-        assert!(p.leave("presence-a", "2"));
-        assert!(p.channels.is_empty());
+        assert_eq!(snap["presence"]["hash"]["1"], Value::Null);
+        assert_eq!(snap["presence"]["count"], 2);
     }
 
     #[test]
-    fn a_full_channel_refuses_new_users_but_not_known_ones() {
-        let mut p = Presence::default();
-        p.join("c", &m("1"), 1).unwrap();
-        assert_eq!(p.join("c", &m("2"), 1), Err(ChannelFull));
-        assert_eq!(p.join("c", &m("1"), 1), Ok(false));
-        assert_eq!(p.join("d", &m("1"), 0), Err(ChannelFull));
-        assert!(!p.channels.contains_key("d"));
+    fn the_removed_head_completes_to_member_removed() {
+        // What the prune script appends: the data string, then `}`.
+        let data = Value::from(member_removed("u")).to_string();
+        let full: Value =
+            serde_json::from_str(&format!("{}{data}}}", member_removed_head("presence-a")))
+                .unwrap();
+        assert_eq!(full["event"], "pusher_internal:member_removed");
+        assert_eq!(full["channel"], "presence-a");
+        assert_eq!(full["data"], member_removed("u"));
     }
 
     #[test]

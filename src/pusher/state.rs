@@ -1,11 +1,11 @@
-//! What one worker's Pusher connections share: the `socket_id` tag,
-//! presence members and per-app connection counts.
+//! What one worker's Pusher connections share: the `socket_id` tag and
+//! per-app connection counts (presence members are the worker's shared
+//! presence, `crate::presence`).
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
-use super::presence::Presence;
 use crate::auth::TokenBucket;
 use crate::stats::PusherAppStats;
 
@@ -13,8 +13,6 @@ use crate::stats::PusherAppStats;
 pub struct PusherState {
     /// This worker's part of every `socket_id` it hands out.
     pub tag: u32,
-    /// Presence channel members.
-    pub presence: Presence,
     /// Counters per app (index as in the configuration).
     apps: Vec<PusherAppStats>,
     /// Upgrades not yet started, by connection id: the app's index, or
@@ -45,7 +43,6 @@ impl PusherState {
         let tag = RandomState::new().build_hasher().finish() as u32 % 1_000_000_000;
         PusherState {
             tag,
-            presence: Presence::default(),
             apps: vec![PusherAppStats::default(); apps],
             pending: HashMap::new(),
         }

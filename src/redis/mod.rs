@@ -18,6 +18,9 @@
 //!   slot map from `CLUSTER SLOTS`, `MOVED`/`ASK` redirections.
 //! - [`stream`]: history in Redis — the publish and read scripts (one
 //!   atomic step each), hash-tagged keys, `EVALSHA` commands, read replies.
+//! - [`presence`]: presence in Redis — per channel an entry per (instance,
+//!   user) with an expiry, the add/remove/prune scripts that decide joins
+//!   and leaves atomically and publish them.
 //! - [`config`]: [`RedisConfig`], Redis mode's settings.
 //! - [`error`]: [`RedisError`], why a connection failed.
 
@@ -27,6 +30,7 @@ pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod inbound;
+pub mod presence;
 pub mod resp;
 pub mod scan;
 pub mod stream;

@@ -76,6 +76,9 @@ pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders
             encode_server_frame(d.opcode, d.payload)
         })
         .with(JSON, |d: &Delivery<'_>| {
+            if is_presence_event(d) {
+                return encode_server_frame(OpCode::Text, d.payload);
+            }
             control::encode_delivery(d.channel, d.opcode, d.payload, d.offset)
         })
         .with(PUSHER, |d: &Delivery<'_>| {
@@ -101,12 +104,21 @@ pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders
                 c.frame(d.opcode, &[d.payload])
             })
             .with(json, move |d: &Delivery<'_>| {
+                if is_presence_event(d) {
+                    return c2.frame(OpCode::Text, &[d.payload]);
+                }
                 let (head, body) =
                     control::delivery_parts(d.channel, d.opcode, d.payload, d.offset);
                 c2.frame(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
             });
     }
     encoders
+}
+
+/// A join/leave event (`crate::presence`): already the JSON text the
+/// client reads, on the internal channel `presence/{channel}`.
+fn is_presence_event(d: &Delivery<'_>) -> bool {
+    d.channel.starts_with(crate::presence::EVENTS_PREFIX)
 }
 
 /// One window size's compressor, shared by its path and JSON formats

@@ -18,7 +18,7 @@ use crate::server::cache_edge::{self, Incoming};
 use crate::server::sock::{linger_close, write_all_vectored, Sock};
 use crate::server::upgrade::{self, Upgrade};
 use crate::server::worker::Worker;
-use crate::server::{endpoints, publish, pusher_api, recall, resume, ws_conn};
+use crate::server::{endpoints, presence_edge, publish, pusher_api, recall, resume, ws_conn};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -210,13 +210,15 @@ async fn serve(
             None => return Ok(Next::Close),
         },
         // Boxed: a Redis read inline would enlarge every connection's future.
-        Route::History(channel) => match Box::pin(history(w, req, channel, keep_alive)).await {
-            Ok(resp) => resp.into(),
-            Err(refusal) => {
-                reply_error(sock, &refusal, keep_alive).await?;
-                return Ok(after_answer(sock, keep_alive, plan).await);
+        Route::History(_) | Route::Presence(_) => {
+            match Box::pin(channel_read(w, req, &route, keep_alive)).await {
+                Ok(resp) => resp.into(),
+                Err(refusal) => {
+                    reply_error(sock, &refusal, keep_alive).await?;
+                    return Ok(after_answer(sock, keep_alive, plan).await);
+                }
             }
-        },
+        }
         Route::PusherApi(rest) => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);
@@ -266,22 +268,28 @@ async fn publish_route(
     Ok(Some(answer.into()))
 }
 
-/// `GET /history/{channel}`, under the same rules as subscribing to it;
-/// `Err`: the refusal to answer.
-async fn history(
+/// `GET /history/{channel}` and `GET /presence/{channel}`, under the same
+/// rules as subscribing to the channel; `Err`: the refusal to answer.
+async fn channel_read(
     w: &Worker,
     req: &http::Request,
-    channel: &str,
+    route: &Route<'_>,
     keep_alive: bool,
 ) -> Result<Vec<u8>, HttpError> {
+    let (Route::History(channel) | Route::Presence(channel)) = *route else {
+        unreachable!("only history and presence routes are reads of a channel");
+    };
     if let Err((status, message)) = auth::authorize_upgrade(&w.cfg.auth, req, Some(channel)) {
         w.hub.borrow_mut().stats.auth_failures += 1;
-        log::refused(log::Refusal::Upgrade, "history refused", message);
+        log::refused(log::Refusal::Upgrade, "channel read refused", message);
         return Err(HttpError { status, message });
     }
     let query = req.query.as_deref();
-    Ok(match &w.redis {
-        Some(l) if l.keeps_history() => resume::history_http(w, channel, query, keep_alive).await,
+    Ok(match (route, &w.redis) {
+        (Route::Presence(_), _) => presence_edge::http_answer(w, channel, query, keep_alive).await,
+        (_, Some(l)) if l.keeps_history() => {
+            resume::history_http(w, channel, query, keep_alive).await
+        }
         _ => recall::history_http(&w.hub.borrow(), channel, query, keep_alive),
     })
 }

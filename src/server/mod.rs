@@ -32,6 +32,11 @@
 //!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
 //!   (`/apps/{id}/...`), publishing through `publish`; `pusher_webhook`:
 //!   each app's webhook queue and sender (the cache's origin client).
+//! - `presence_edge`: presence for the JSON protocol (members on
+//!   subscribe, `"presence":true` events, `{"op":"presence"}`,
+//!   `GET /presence/{channel}`); `pusher_presence`: Pusher `presence-*`
+//!   channels on the same core; both go through `presence_redis` in Redis
+//!   mode (the scripts' commands, the refresh/prune loop).
 //! - `redis`: Redis mode's connections around a shard; it sees the worker
 //!   only through the narrow `redis::Local` handle.
 //! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
@@ -42,7 +47,9 @@
 //!
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
 //! `endpoints`, `pusher_api`, `publish`, `ws_conn` → `pusher_ws`, `resume`
-//! → `recall`, `publish` → `worker` → `relay_edge` → `formats`; `worker` →
+//! → `recall`, `publish` → `worker` → `relay_edge` → `formats`;
+//! `ws_conn`, `http_conn` → `presence_edge`; `pusher_ws`, `pusher_api` →
+//! `pusher_presence`; both → `presence_redis` → `worker`; `worker` →
 //! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
 //! that imports it back.
 
@@ -51,8 +58,11 @@ mod endpoints;
 pub mod formats;
 mod http_conn;
 mod iovec;
+mod presence_edge;
+mod presence_redis;
 mod publish;
 mod pusher_api;
+mod pusher_presence;
 mod pusher_webhook;
 mod pusher_ws;
 mod recall;
@@ -212,6 +222,9 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     }
     if let Some(link) = &w.redis {
         redis::spawn(link, w.clone());
+        if w.cfg.presence.enabled() || !w.cfg.pusher.apps.is_empty() {
+            monoio::spawn(presence_redis::refresh_loop(w.clone(), link.clone()));
+        }
     }
     for app in w.webhooks.apps() {
         let w = w.clone();
@@ -362,6 +375,14 @@ async fn graceful_shutdown(w: &Rc<Worker>, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     while w.hub.borrow().connection_count() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // What the closed connections queued for Redis (presence removals,
+    // last publishes) is written before the worker exits, within the same
+    // deadline: their members leave now, not at `--presence-ttl`.
+    if let Some(link) = &w.redis {
+        while link.is_up() && link.buffered() > 0 && Instant::now() < deadline {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     let left = w.hub.borrow().connection_count();
     if left > 0 {

@@ -14,6 +14,7 @@ use crate::pusher::api::{self, Event};
 use crate::pusher::sign::{self, ApiRequest};
 use crate::pusher::{internal_channel, local_serial, App, ChannelKind};
 use crate::server::publish::{route_publish, wait_for_backlog, Published};
+use crate::server::pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -82,11 +83,11 @@ async fn call_api(
             Ok(events) => publish(w, (index, app), events, keep_alive).await,
             Err(e) => error(e.answer().0, e.answer().1, keep_alive),
         },
-        (Method::Get, "channels") => channels(w, app, query, keep_alive),
+        (Method::Get, "channels") => channels(w, app, query, keep_alive).await,
         (Method::Get, c) => match c.strip_prefix("channels/") {
             Some(name) => match name.strip_suffix("/users") {
-                Some(name) => users(w, app, name, keep_alive),
-                None => channel(w, app, name, query, keep_alive),
+                Some(name) => users(w, app, name, keep_alive).await,
+                None => channel(w, app, name, query, keep_alive).await,
             },
             None => error(404, "not found", keep_alive),
         },
@@ -154,7 +155,7 @@ fn wants(query: &str, attribute: &str) -> bool {
 
 /// `GET /apps/{id}/channels[?filter_by_prefix=&info=user_count]`: occupied
 /// channels on this instance.
-fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
+async fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
     let prefix = internal_channel(&app.id, "");
     let filter = query_value(query, "filter_by_prefix").unwrap_or("");
     let user_count = wants(query, "user_count");
@@ -166,7 +167,6 @@ fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
         );
     }
     let listed = w.hub.borrow().channels_with_prefix(&prefix);
-    let shared = w.pusher.borrow();
     let mut out = Map::new();
     for (internal, _) in listed {
         let name = &internal[prefix.len()..];
@@ -176,10 +176,10 @@ fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
         }
         let mut info = Map::new();
         if user_count {
-            info.insert(
-                "user_count".into(),
-                shared.presence.user_count(&internal).into(),
-            );
+            let Some(n) = pusher_presence::user_count(w, &internal).await else {
+                return unavailable(keep_alive);
+            };
+            info.insert("user_count".into(), n.into());
         }
         out.insert(name.to_string(), Value::Object(info));
     }
@@ -188,7 +188,7 @@ fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
 
 /// `GET /apps/{id}/channels/{name}`: `occupied`, and on request
 /// `subscription_count` and (presence) `user_count`.
-fn channel(w: &Worker, app: &App, name: &str, query: &str, keep_alive: bool) -> Vec<u8> {
+async fn channel(w: &Worker, app: &App, name: &str, query: &str, keep_alive: bool) -> Vec<u8> {
     let internal = internal_channel(&app.id, name);
     let count = w.hub.borrow().subscriber_count(&internal);
     let mut out = json!({ "occupied": count > 0 });
@@ -199,13 +199,21 @@ fn channel(w: &Worker, app: &App, name: &str, query: &str, keep_alive: bool) -> 
         if ChannelKind::of(name) != ChannelKind::Presence {
             return error(400, "user_count is only for presence channels", keep_alive);
         }
-        out["user_count"] = w.pusher.borrow().presence.user_count(&internal).into();
+        let Some(n) = pusher_presence::user_count(w, &internal).await else {
+            return unavailable(keep_alive);
+        };
+        out["user_count"] = n.into();
     }
     answer(200, &out, keep_alive)
 }
 
+/// Redis did not answer a presence read in time.
+fn unavailable(keep_alive: bool) -> Vec<u8> {
+    error(503, "presence unavailable (redis)", keep_alive)
+}
+
 /// `GET /apps/{id}/channels/{name}/users`: a presence channel's users.
-fn users(w: &Worker, app: &App, name: &str, keep_alive: bool) -> Vec<u8> {
+async fn users(w: &Worker, app: &App, name: &str, keep_alive: bool) -> Vec<u8> {
     if ChannelKind::of(name) != ChannelKind::Presence {
         return error(
             400,
@@ -214,7 +222,9 @@ fn users(w: &Worker, app: &App, name: &str, keep_alive: bool) -> Vec<u8> {
         );
     }
     let internal = internal_channel(&app.id, name);
-    let ids = w.pusher.borrow().presence.user_ids(&internal);
+    let Some(ids) = pusher_presence::user_ids(w, &internal).await else {
+        return unavailable(keep_alive);
+    };
     let users: Vec<Value> = ids.into_iter().map(|id| json!({ "id": id })).collect();
     answer(200, &json!({ "users": users }), keep_alive)
 }

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::log;
 use crate::pusher::webhook::{self, backoff, Event, Queue, MAX_ATTEMPTS};
-use crate::pusher::App;
+use crate::pusher::{App, PusherConfig};
 use crate::server::cache_edge::origin::OriginClient;
 use crate::stats::Stats;
 
@@ -69,6 +69,34 @@ impl Webhooks {
         if let Some(w) = hook.waker.take() {
             w.wake();
         }
+    }
+
+    /// `member_added` (`added`) or `member_removed` of `user_id` on hub
+    /// channel `internal` (`pusher/{app id}/{name}`; other channels have
+    /// no webhooks).
+    pub fn member(
+        &self,
+        cfg: &PusherConfig,
+        internal: &str,
+        user_id: &str,
+        added: bool,
+        stats: &mut Stats,
+    ) {
+        let Some((id, channel)) = internal
+            .strip_prefix("pusher/")
+            .and_then(|rest| rest.split_once('/'))
+        else {
+            return;
+        };
+        let Some((app, _)) = cfg.by_id(id) else {
+            return;
+        };
+        let ev = if added {
+            Event::MemberAdded { channel, user_id }
+        } else {
+            Event::MemberRemoved { channel, user_id }
+        };
+        self.emit(app, ev, stats);
     }
 
     /// Indexes of the apps with a webhook (one sender task each).

@@ -3,6 +3,8 @@
 //! each client frame, and the end (presence members leave). The protocol
 //! itself is `crate::pusher` (sans-I/O); this file applies it to the hub.
 
+use std::rc::Rc;
+
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
@@ -13,8 +15,9 @@ use crate::pusher::presence;
 use crate::pusher::protocol::{self, code, ClientMsg};
 use crate::pusher::state::Session;
 use crate::pusher::webhook::Event;
-use crate::pusher::{internal_channel, sign, App, ChannelKind};
+use crate::pusher::{internal_channel, sign, ChannelKind};
 use crate::server::publish::{route_publish, Published};
+use crate::server::pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
 use crate::ws::OpCode;
@@ -96,7 +99,7 @@ fn start(w: &Worker, id: ConnId, serial: u64) -> Option<Session> {
 
 /// The connection `id` ended: its presence memberships end (the last
 /// connection of a user announces `member_removed`), its app's count drops.
-pub fn close(w: &Worker, id: ConnId) {
+pub fn close(w: &Rc<Worker>, id: ConnId) {
     let Some(s) = w.pusher_sessions.borrow_mut().remove(&id) else {
         return;
     };
@@ -104,8 +107,9 @@ pub fn close(w: &Worker, id: ConnId) {
     hub.stats.pusher_connections -= 1;
     let app = &w.cfg.pusher.apps[s.app];
     for (channel, user) in &s.channels {
-        if let Some(user) = user {
-            leave_presence(w, &mut hub, (s.app, app), channel, user, s.serial);
+        if user.is_some() {
+            let internal = internal_channel(&app.id, channel);
+            pusher_presence::leave(w, &mut hub, id, (channel, &internal), s.serial);
         }
         // Now rather than when the connection leaves the table, so the
         // last of several closing together sees the channel empty.
@@ -117,7 +121,7 @@ pub fn close(w: &Worker, id: ConnId) {
 }
 
 /// One data frame from the client `id` (ignored once its session ended).
-pub fn on_frame(w: &Worker, hub: &mut Hub, id: ConnId, op: OpCode, p: &[u8]) {
+pub fn on_frame(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, op: OpCode, p: &[u8]) {
     let mut sessions = w.pusher_sessions.borrow_mut();
     if let Some(s) = sessions.get_mut(&id) {
         on_session_frame(w, hub, s, id, (op, p));
@@ -125,7 +129,7 @@ pub fn on_frame(w: &Worker, hub: &mut Hub, id: ConnId, op: OpCode, p: &[u8]) {
 }
 
 fn on_session_frame(
-    w: &Worker,
+    w: &Rc<Worker>,
     hub: &mut Hub,
     s: &mut Session,
     id: ConnId,
@@ -173,7 +177,7 @@ fn refuse_subscription(hub: &mut Hub, id: ConnId, channel: &str, status: u16, me
 /// `pusher:subscribe`: public channels at once; `private-` and
 /// `presence-` with a valid signature; presence members join.
 fn subscribe(
-    w: &Worker,
+    w: &Rc<Worker>,
     hub: &mut Hub,
     (s, id): (&mut Session, ConnId),
     channel: String,
@@ -210,54 +214,35 @@ fn subscribe(
         },
         _ => None,
     };
-    let mut shared = w.pusher.borrow_mut();
-    let max_members = w.cfg.pusher.max_presence_members;
-    let new_member = match &member {
-        Some(m) => match shared.presence.join(&internal, m, max_members) {
-            Ok(new) => new,
-            Err(_) => return refuse_subscription(hub, id, &channel, 403, "presence channel full"),
-        },
-        None => false,
-    };
-    let data = match member {
-        Some(_) => shared.presence.snapshot(&internal),
-        None => "{}".to_string(),
-    };
-    let ack = text_frame(&protocol::subscription_succeeded(&channel, &data));
-    if hub.subscribe_internal_acked(id, &internal, ack).is_err() {
-        if let Some(m) = &member {
-            shared.presence.leave(&internal, &m.user_id);
+    if let Some(m) = member {
+        // channel_occupied before the member_added it brings; balanced by
+        // channel_vacated if the subscription was refused.
+        let app = s.app;
+        let first = hub.subscriber_count(&internal) == 0;
+        if first {
+            hook(w, hub, app, Event::ChannelOccupied { channel: &channel });
         }
+        pusher_presence::subscribe(w, hub, (s, id), (channel.clone(), &internal), m);
+        if first {
+            vacated(w, hub, app, &channel, &internal);
+        }
+        return;
+    }
+    let ack = text_frame(&protocol::subscription_succeeded(&channel, "{}"));
+    if hub.subscribe_internal_acked(id, &internal, ack).is_err() {
         return refuse_subscription(hub, id, &channel, 400, "subscription limit reached");
     }
-    drop(shared);
-    let joined = member.as_ref().filter(|_| new_member);
-    announce(w, hub, s, (&channel, &internal), joined);
-    s.channels.insert(channel, member.map(|m| m.user_id));
+    s.channels.insert(channel.clone(), None);
+    occupied(w, hub, s.app, &channel, &internal);
 }
 
-/// After a subscription to `channel`: `channel_occupied` if it is the
-/// first here, and for a user's first connection to a presence channel
-/// `member_added` to the other members (and as a webhook).
-fn announce(
-    w: &Worker,
-    hub: &mut Hub,
-    s: &Session,
-    (channel, internal): (&str, &str),
-    joined: Option<&presence::Member>,
-) {
+/// After a subscription to `channel` (hub name `internal`):
+/// `channel_occupied` if it is the first subscriber here (none if the
+/// subscription was refused).
+fn occupied(w: &Worker, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
     if hub.subscriber_count(internal) == 1 {
-        hook(w, hub, s.app, Event::ChannelOccupied { channel });
+        hook(w, hub, app, Event::ChannelOccupied { channel });
     }
-    let Some(m) = joined else {
-        return;
-    };
-    let user_id = &m.user_id;
-    hook(w, hub, s.app, Event::MemberAdded { channel, user_id });
-    let added = presence::member_added(m);
-    let json = protocol::event("pusher_internal:member_added", Some(channel), &added);
-    let exclude = Some(s.serial | EXCLUDE_ALWAYS);
-    hub.publish(internal, OpCode::Text, json.as_bytes(), exclude);
 }
 
 /// `#server-to-user-{id}`: only for the connection signed in as `id`.
@@ -297,48 +282,23 @@ fn signin(w: &Worker, hub: &mut Hub, (s, id): (&mut Session, ConnId), auth: &str
 
 fn succeeded_data(w: &Worker, channel: &str, internal: &str) -> String {
     match ChannelKind::of(channel) {
-        ChannelKind::Presence => w.pusher.borrow().presence.snapshot(internal),
+        ChannelKind::Presence => pusher_presence::snapshot(w, internal),
         _ => "{}".to_string(),
     }
 }
 
 /// `pusher:unsubscribe`.
-fn unsubscribe(w: &Worker, hub: &mut Hub, s: &mut Session, id: ConnId, channel: &str) {
+fn unsubscribe(w: &Rc<Worker>, hub: &mut Hub, s: &mut Session, id: ConnId, channel: &str) {
     let Some(user) = s.channels.remove(channel) else {
         return;
     };
     let app = &w.cfg.pusher.apps[s.app];
     let internal = internal_channel(&app.id, channel);
     hub.unsubscribe(id, &internal);
-    if let Some(user) = user {
-        leave_presence(w, hub, (s.app, app), channel, &user, s.serial);
+    if user.is_some() {
+        pusher_presence::leave(w, hub, id, (channel, &internal), s.serial);
     }
     vacated(w, hub, s.app, channel, &internal);
-}
-
-/// A connection of `user` left presence `channel`: `member_removed` when
-/// it was the user's last. Local only (presence is per instance).
-fn leave_presence(
-    w: &Worker,
-    hub: &mut Hub,
-    (idx, app): (usize, &App),
-    channel: &str,
-    user: &str,
-    serial: u64,
-) {
-    let internal = internal_channel(&app.id, channel);
-    if w.pusher.borrow_mut().presence.leave(&internal, user) {
-        let user_id = user;
-        hook(w, hub, idx, Event::MemberRemoved { channel, user_id });
-        let data = presence::member_removed(user);
-        let json = protocol::event("pusher_internal:member_removed", Some(channel), &data);
-        hub.publish(
-            &internal,
-            OpCode::Text,
-            json.as_bytes(),
-            Some(serial | EXCLUDE_ALWAYS),
-        );
-    }
 }
 
 /// A `client-*` event: only on private and presence channels the

@@ -85,6 +85,8 @@ pub struct Worker {
     pub relay: Option<RefCell<Relay>>,
     /// What the Pusher connections share (presence, per-app counts).
     pub pusher: RefCell<PusherState>,
+    /// Presence members of this instance (`--presence-channels`).
+    pub presence: RefCell<crate::presence::Presence>,
     /// Open Pusher connections' sessions, by connection id.
     pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
     /// Pusher webhooks' queues (`--pusher-webhook`).
@@ -114,6 +116,7 @@ impl Worker {
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             pusher_sessions: RefCell::default(),
             webhooks: Webhooks::new(&cfg),
+            presence: RefCell::default(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -179,6 +182,7 @@ impl Worker {
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             compression: self.compression.borrow().clone(),
+            presence: self.presence.borrow().stats,
             connections: hub.connection_count() as u64,
             channels: hub.channel_count() as u64,
             messages_out: hub.stats.deliveries,

@@ -15,6 +15,7 @@ use crate::auth::{AuthConfig, Grants, TokenBucket};
 use crate::control::{self, ErrorCode};
 use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, WriterWork};
 use crate::log;
+use crate::server::presence_edge::{self, Identity};
 use crate::server::publish::{route_publish, Published};
 use crate::server::recall;
 use crate::server::redis::RedisLink;
@@ -82,6 +83,8 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     let outcome = reader.run(&mut rd, fd, buf).await;
     // A no-op unless this was a Pusher connection (its session ends).
     pusher_ws::close(w, id);
+    // A no-op unless it was present in a presence channel.
+    presence_edge::close(w, id);
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
         // The peer is gone or silent: unblock a writer stuck on a full socket.
         sys::shutdown(fd);
@@ -331,7 +334,7 @@ impl WsReader<'_> {
         let redis = self.w.redis.as_deref();
         let Some(c) = self.channel else {
             let who = (self.id, self.serial, &self.grants);
-            self.deferred = on_control(hub, redis, &self.w.cfg.auth, who, opcode, &payload);
+            self.deferred = on_control(self.w, hub, who, opcode, &payload);
             return;
         };
         if !self.grants.may_publish(c) {
@@ -368,13 +371,13 @@ impl WsReader<'_> {
 /// queue. A subscribe that must first read history from Redis is
 /// returned instead.
 fn on_control(
+    w: &Rc<Worker>,
     hub: &mut Hub,
-    redis: Option<&RedisLink>,
-    auth: &AuthConfig,
     (id, serial, grants): (ConnId, u64, &Grants),
     opcode: OpCode,
     payload: &[u8],
 ) -> Option<Box<Deferred>> {
+    let (redis, auth) = (w.redis.as_deref(), &w.cfg.auth);
     if opcode == OpCode::Binary {
         let msg = "binary frames are not part of the control protocol; use data_base64";
         hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
@@ -387,31 +390,42 @@ fn on_control(
             return None;
         }
     };
-    let redis_history = redis.is_some_and(RedisLink::keeps_history);
-    if let control::Request::Subscribe { channel, since } = &env.request {
-        let defer = redis_history
-            && grants.may_subscribe(channel)
-            && crate::channel::valid_channel_name(channel);
-        if defer {
-            let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
-            return Some(Box::new(Deferred { channel, since, id }));
-        }
-    }
     let idv = env.id.as_deref();
+    if let Some(early) = before_subscribe(w, hub, (id, serial, grants), &env) {
+        return early;
+    }
     let reply = match env.request {
         control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
-        control::Request::Subscribe { channel, .. } if !grants.may_subscribe(&channel) => {
+        control::Request::Subscribe { channel, .. } | control::Request::Presence { channel }
+            if !grants.may_subscribe(&channel) =>
+        {
             Some(forbidden(idv))
         }
         control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
             hub.stats.publish_forbidden += 1;
             Some(forbidden(idv))
         }
-        control::Request::Subscribe { channel, since } => {
+        control::Request::Subscribe {
+            channel,
+            since,
+            presence,
+        } => {
             recall::subscribe(hub, id, &channel, since.as_ref(), idv);
+            if hub.is_subscribed(id, &channel) {
+                let who = Identity::of(w, grants, serial);
+                presence_edge::join(w, hub, id, &who, &channel, presence);
+            } else if presence {
+                // Refused (subscription limit): no events either.
+                hub.unsubscribe(id, &crate::presence::events_channel(&channel));
+            }
+            None
+        }
+        control::Request::Presence { channel } => {
+            presence_edge::query(w, hub, id, &channel, idv);
             None
         }
         control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
+            presence_edge::unsubscribe(w, hub, id, &channel);
             control::ack("unsubscribed", &channel, None, idv)
         } else {
             control::error(ErrorCode::NotSubscribed, "not subscribed", idv)
@@ -420,31 +434,79 @@ fn on_control(
             channel,
             opcode,
             payload,
-        } => {
-            if !crate::channel::valid_channel_name(&channel) {
-                Some(invalid_channel(idv))
-            } else {
-                match route_publish(hub, redis, &channel, opcode, &payload, serial, false) {
-                    Published::Rejected => Some(control::error(
-                        ErrorCode::Unavailable,
-                        "redis unavailable and the publish buffer is full; not published",
-                        idv,
-                    )),
-                    outcome => {
-                        let n = match outcome {
-                            Published::Local(n) => n,
-                            _ => hub.subscriber_count(&channel),
-                        };
-                        idv.map(|i| control::ack("published", &channel, Some(n), Some(i)))
-                    }
-                }
-            }
-        }
+        } => publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv),
     };
     if let Some(frame) = reply {
         hub.send_to(id, frame);
     }
     None
+}
+
+/// `{"op":"publish"}` (the grant already checked): the reply, if any.
+fn publish_reply(
+    hub: &mut Hub,
+    redis: Option<&RedisLink>,
+    (channel, opcode, payload): (&str, OpCode, &[u8]),
+    serial: u64,
+    idv: Option<&serde_json::value::RawValue>,
+) -> Option<Bytes> {
+    if !crate::channel::valid_channel_name(channel) {
+        return Some(invalid_channel(idv));
+    }
+    match route_publish(hub, redis, channel, opcode, payload, serial, false) {
+        Published::Rejected => Some(control::error(
+            ErrorCode::Unavailable,
+            "redis unavailable and the publish buffer is full; not published",
+            idv,
+        )),
+        outcome => {
+            let n = match outcome {
+                Published::Local(n) => n,
+                _ => hub.subscriber_count(channel),
+            };
+            idv.map(|i| control::ack("published", channel, Some(n), Some(i)))
+        }
+    }
+}
+
+/// The part of a JSON subscribe that comes before the hub's: presence's
+/// admission (a refusal is answered here), and in Redis mode with history
+/// the read from Redis that the subscribe waits for. `Some`: the request
+/// is done here (`Some(None)`) or deferred.
+fn before_subscribe(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (id, serial, grants): (ConnId, u64, &Grants),
+    env: &control::Envelope,
+) -> Option<Option<Box<Deferred>>> {
+    let control::Request::Subscribe {
+        channel,
+        since,
+        presence,
+    } = &env.request
+    else {
+        return None;
+    };
+    if !grants.may_subscribe(channel) {
+        return None;
+    }
+    let who = Identity::of(w, grants, serial);
+    if let Err(code) = presence_edge::admit(w, &who, channel, *presence) {
+        hub.send_to(id, presence_edge::refusal(code, env.id.as_deref()));
+        return Some(None);
+    }
+    if *presence {
+        presence_edge::watch(hub, id, channel);
+    }
+    let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history)
+        && crate::channel::valid_channel_name(channel);
+    if !defer {
+        return None;
+    }
+    // Presence does not wait for the history read.
+    presence_edge::join(w, hub, id, &who, channel, *presence);
+    let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
+    Some(Some(Box::new(Deferred { channel, since, id })))
 }
 
 /// `{"op":"refresh"}`: a valid token for the same channels moves the

@@ -1,6 +1,7 @@
 // Real Pusher clients against a running corecast, for tests/pusher_js.rs.
 // Usage: node scenario.mjs MODE   (env: CORECAST_ADDR=host:port, APP_ID,
-// APP_KEY, APP_SECRET). Prints one JSON object per line for what the
+// APP_KEY, APP_SECRET; CORECAST_ADDR2: a second instance, Redis mode, that
+// some clients of the presence scenario use). Prints one JSON object per line for what the
 // clients saw; the Rust test asserts on them. Exits 0 when the scenario
 // finished, 1 on a timeout (the test's deadline covers the rest).
 import PusherJs from 'pusher-js';
@@ -8,6 +9,8 @@ import Pusher from 'pusher';
 import Echo from 'laravel-echo';
 
 const [host, port] = process.env.CORECAST_ADDR.split(':');
+const first = [host, port];
+const second = process.env.CORECAST_ADDR2 ? process.env.CORECAST_ADDR2.split(':') : first;
 const appId = process.env.APP_ID;
 const key = process.env.APP_KEY;
 const secret = process.env.APP_SECRET;
@@ -20,11 +23,11 @@ const sdk = (s = secret) =>
 // A client whose channel authorization is signed by the server SDK's
 // authorizeChannel (what an app's auth endpoint does); `signer` can be an
 // SDK with a wrong secret.
-function client(name, { signer = sdk(), user, me } = {}) {
+function client(name, { signer = sdk(), user, me, at = first } = {}) {
   const c = new PusherJs(key, {
     cluster: 'corecast',
-    wsHost: host,
-    wsPort: Number(port),
+    wsHost: at[0],
+    wsPort: Number(at[1]),
     forceTLS: false,
     enabledTransports: ['ws'],
     disableStats: true,
@@ -87,13 +90,19 @@ const scenarios = {
   },
 };
 
-async function stat(name) {
-  const r = await fetch(`http://${host}:${port}/stats`);
+async function stat(name, [h, p] = first) {
+  const r = await fetch(`http://${h}:${p}/stats`);
   return (await r.json())[name];
 }
 
+// A counter summed over the instances in use.
+async function total(name) {
+  const one = await stat(name, first);
+  return second === first ? one : one + (await stat(name, second));
+}
+
 async function until(name, value) {
-  while ((await stat(name)) !== value) {
+  while ((await total(name)) !== value) {
     await new Promise((r) => setTimeout(r, 10));
   }
 }
@@ -126,10 +135,10 @@ Object.assign(scenarios, {
     cha.bind('pusher:member_removed', (m) =>
       say({ client: 'a', kind: 'member_removed', user: m.id }));
     const added = next(cha, 'pusher:member_added');
-    const b = client('b', { user: 'bob' });
+    const b = client('b', { user: 'bob', at: second });
     await subscribe(b, 'b', 'presence-room');
     await added;
-    const b2 = client('b2', { user: 'bob' });
+    const b2 = client('b2', { user: 'bob', at: second });
     await subscribe(b2, 'b2', 'presence-room');
     b2.disconnect();
     await until('pusher_connections', 2);

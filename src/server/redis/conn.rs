@@ -117,6 +117,9 @@ async fn open(link: &RedisLink, role: Role) -> Result<(TcpStream, BytesMut), Red
         cmds.push(stream::script_load(stream::PUBLISH_SCRIPT));
         cmds.push(stream::script_load(stream::READ_SCRIPT));
     }
+    if role == Role::Command && link.presence {
+        cmds.extend(crate::redis::presence::SCRIPTS.map(stream::script_load));
+    }
     for cmd in cmds {
         let (res, _) = stream.write_all(cmd).await;
         res?;

@@ -91,6 +91,8 @@ pub struct RedisLink {
     pub(super) max_message: usize,
     /// Epochs minted for channels Redis has no history for.
     minted: Cell<u64>,
+    /// Whether presence is on (its scripts are loaded on connect).
+    pub(super) presence: bool,
 }
 
 impl RedisLink {
@@ -131,6 +133,8 @@ impl RedisLink {
             }),
             max_message: cfg.ws.max_message_size,
             minted: Cell::new(0),
+            // Pusher presence channels use the same scripts.
+            presence: cfg.presence.enabled() || !cfg.pusher.apps.is_empty(),
         }))
     }
 
@@ -212,6 +216,30 @@ impl RedisLink {
         let waiter = Rc::new(ReplyWaiter::default());
         self.shard
             .push(resp::command(args), CmdKind::Command(waiter.clone()))?;
+        Ok(waiter)
+    }
+
+    /// Where `channel`'s presence lives in Redis, as this instance.
+    /// (`events`: the hub channel its events go to).
+    pub fn presence_place<'a>(
+        &'a self,
+        channel: &'a str,
+        events: &'a str,
+    ) -> crate::redis::presence::Place<'a> {
+        crate::redis::presence::Place {
+            prefix: &self.prefix,
+            channel,
+            instance: self.instance,
+            events,
+            sender: 0,
+        }
+    }
+
+    /// Queues a command already encoded (a presence script's `EVALSHA`);
+    /// as [`RedisLink::command`].
+    pub fn command_encoded(&self, cmd: bytes::Bytes) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let waiter = Rc::new(ReplyWaiter::default());
+        self.shard.push(cmd, CmdKind::Command(waiter.clone()))?;
         Ok(waiter)
     }
 

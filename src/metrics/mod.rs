@@ -4,7 +4,12 @@
 
 use std::fmt::Write as _;
 
-use crate::stats::{CompressionStats, PusherAppStats, RedisStats, Snapshot, Stats};
+use crate::stats::{CompressionStats, RedisStats, Snapshot, Stats};
+
+mod pusher;
+mod series;
+use pusher::{pusher, pusher_apps, pusher_webhooks};
+use series::{counter, gauge, labelled};
 
 /// Gauges sampled when `/metrics` is served.
 #[derive(Debug, Clone, Default)]
@@ -21,34 +26,6 @@ pub struct Gauges {
     pub ready: bool,
 }
 
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-    );
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-    );
-}
-
-fn labelled(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    kind: &str,
-    label: &str,
-    rows: &[(&str, u64)],
-) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    for (value, n) in rows {
-        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
-    }
-}
-
 /// Renders every metric. Names follow Prometheus conventions: a
 /// `corecast_` prefix, `_total` on counters, base units (bytes, seconds).
 pub fn render(snap: &Snapshot, g: &Gauges) -> String {
@@ -59,6 +36,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     pressure(&mut o, s, g);
     refusals(&mut o, snap);
     compression(&mut o, &snap.compression);
+    presence(&mut o, &snap.presence);
     history(&mut o, s);
     pusher(&mut o, s);
     pusher_webhooks(&mut o, s);
@@ -77,155 +55,6 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
         "How late the 100 ms housekeeping timer fired: time the event loop was busy.",
     );
     o
-}
-
-/// Pusher webhooks (`--pusher-webhook`).
-fn pusher_webhooks(o: &mut String, s: &Stats) {
-    labelled(
-        o,
-        "corecast_pusher_webhook_events_total",
-        "Pusher webhook events, by outcome.",
-        "counter",
-        "outcome",
-        &[
-            ("delivered", s.pusher_webhook_events),
-            ("dropped", s.pusher_webhook_dropped),
-        ],
-    );
-    counter(
-        o,
-        "corecast_pusher_webhook_requests_total",
-        "Pusher webhook requests answered with 2xx.",
-        s.pusher_webhook_requests,
-    );
-    counter(
-        o,
-        "corecast_pusher_webhook_failures_total",
-        "Pusher webhook attempts that failed (retried with backoff).",
-        s.pusher_webhook_failures,
-    );
-}
-
-/// The Pusher protocol (`--pusher-app`).
-fn pusher(o: &mut String, s: &Stats) {
-    gauge(
-        o,
-        "corecast_pusher_connections",
-        "Open Pusher protocol connections.",
-        s.pusher_connections,
-    );
-    counter(
-        o,
-        "corecast_pusher_connections_refused_total",
-        "Pusher connections closed at once: unknown app (4001), protocol (4007), over capacity (4100).",
-        s.pusher_connections_refused,
-    );
-    labelled(
-        o,
-        "corecast_pusher_subscriptions_refused_total",
-        "Pusher subscriptions refused, by reason.",
-        "counter",
-        "reason",
-        &[
-            ("signature", s.pusher_auth_failures),
-            (
-                "other",
-                s.pusher_subscriptions_refused
-                    .saturating_sub(s.pusher_auth_failures),
-            ),
-        ],
-    );
-    counter(
-        o,
-        "corecast_pusher_signin_failures_total",
-        "Pusher signins refused (close 4009).",
-        s.pusher_signin_failures,
-    );
-    counter(
-        o,
-        "corecast_pusher_errors_total",
-        "Pusher frames answered with pusher:error.",
-        s.pusher_errors,
-    );
-    labelled(
-        o,
-        "corecast_pusher_client_events_total",
-        "Pusher client events, by outcome.",
-        "counter",
-        "outcome",
-        &[
-            ("relayed", s.pusher_client_events),
-            ("rate_limited", s.pusher_client_events_limited),
-        ],
-    );
-    counter(
-        o,
-        "corecast_pusher_api_requests_total",
-        "Pusher HTTP API requests.",
-        s.pusher_api_requests,
-    );
-    counter(
-        o,
-        "corecast_pusher_api_unauthorized_total",
-        "Pusher HTTP API requests refused for their signature (401).",
-        s.pusher_api_unauthorized,
-    );
-    counter(
-        o,
-        "corecast_pusher_api_bad_requests_total",
-        "Signed Pusher HTTP API requests refused for their body or path (400, 404, 413).",
-        s.pusher_api_bad_requests,
-    );
-    counter(
-        o,
-        "corecast_pusher_api_events_total",
-        "Events published through the Pusher HTTP API (one per channel).",
-        s.pusher_api_events,
-    );
-}
-
-/// A per-app family: name, type, help, and its value of an app.
-type AppFamily = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&PusherAppStats) -> u64,
-);
-
-/// Per Pusher app (label `app` = the app id; ids are `A-Z a-z 0-9 - _ .`,
-/// safe in a label without escaping).
-fn pusher_apps(o: &mut String, snap: &Snapshot) {
-    let apps = &snap.pusher_apps;
-    let families: [AppFamily; 4] = [
-        (
-            "corecast_pusher_app_connections",
-            "gauge",
-            "Open Pusher connections per app.",
-            |a| a.connections,
-        ),
-        (
-            "corecast_pusher_app_client_events_total",
-            "counter",
-            "Client events relayed per app.",
-            |a| a.client_events,
-        ),
-        (
-            "corecast_pusher_app_api_requests_total",
-            "counter",
-            "Signed Pusher HTTP API requests per app.",
-            |a| a.api_requests,
-        ),
-        (
-            "corecast_pusher_app_api_events_total",
-            "counter",
-            "Events published through the Pusher HTTP API per app.",
-            |a| a.api_events,
-        ),
-    ];
-    for (name, kind, help, value) in families {
-        let rows: Vec<(&str, u64)> = apps.iter().map(|(id, a)| (id.as_str(), value(a))).collect();
-        labelled(o, name, help, kind, "app", &rows);
-    }
 }
 
 /// Connections, upgrades, channels and subscriptions.
@@ -642,6 +471,41 @@ fn compression(o: &mut String, c: &CompressionStats) {
         "Compressed messages received from clients.",
         c.inflated_messages,
     );
+}
+
+/// Presence: members, announced joins and leaves, expiries, refusals.
+fn presence(o: &mut String, p: &crate::stats::PresenceStats) {
+    gauge(
+        o,
+        "corecast_presence_members",
+        "Users present in presence channels, summed over channels (this instance's own).",
+        p.presence_members,
+    );
+    let rows = [
+        (
+            "presence_joins",
+            "Joins announced (a user's first connection to a channel).",
+            p.presence_joins,
+        ),
+        (
+            "presence_leaves",
+            "Leaves announced (a user's last connection gone, or expired).",
+            p.presence_leaves,
+        ),
+        (
+            "presence_expired",
+            "Members removed because their instance stopped refreshing them (Redis mode).",
+            p.presence_expired,
+        ),
+        (
+            "presence_refused",
+            "Subscribes refused because the presence channel was full.",
+            p.presence_refused,
+        ),
+    ];
+    for (name, help, n) in rows {
+        counter(o, &format!("corecast_{name}_total"), help, n);
+    }
 }
 
 #[cfg(test)]
