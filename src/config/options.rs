@@ -264,6 +264,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.redis.url = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
+    "redis-cluster", REDIS_CLUSTER, "SEEDS", -,
+        "[redis://][user:password@]host:port[,host:port...]: fan out through a Redis Cluster (sharded pub/sub, SPUBLISH/SSUBSCRIBE; Redis 7+); exclusive with --redis-url"
+        => |c, v| {
+            c.redis.cluster = Some(v.parse().map_err(|e| format!("{e}"))?);
+            Ok(())
+        };
     "redis-prefix", CORECAST_REDIS_PREFIX, "PREFIX", "corecast:",
         "prefix of corecast's Redis channel names"
         => |c, v| {

@@ -52,6 +52,41 @@ pub fn slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key)) % SLOTS
 }
 
+/// The slot of a corecast channel's sharded name `prefix{channel}`
+/// (`prefix` has no braces), without building the name: the hash tag is
+/// the channel up to its first `}`, or the whole name when that is empty.
+pub fn channel_slot(prefix: &str, channel: &str) -> u16 {
+    match channel.split('}').next() {
+        Some(tag) if !tag.is_empty() => crc16(tag.as_bytes()) % SLOTS,
+        _ => slot(format!("{prefix}{{{channel}}}").as_bytes()),
+    }
+}
+
+/// The slot of a queued command's key (`EVALSHA sha n key ...`: the
+/// first key; any other command: its first argument), to send it on
+/// when the master that held it lost its slots.
+pub fn command_slot(cmd: &[u8]) -> Option<u16> {
+    let mut buf = bytes::BytesMut::from(cmd);
+    let limits = super::resp::Limits {
+        max_len: cmd.len(),
+        ..Default::default()
+    };
+    let Ok(Some(BytesFrame::Array(args))) = super::resp::decode(&mut buf, &limits) else {
+        return None;
+    };
+    let arg = |i: usize| match args.get(i) {
+        Some(BytesFrame::BulkString(b)) => Some(b.clone()),
+        _ => None,
+    };
+    let verb = arg(0)?;
+    let key = if verb.eq_ignore_ascii_case(b"EVALSHA") || verb.eq_ignore_ascii_case(b"EVAL") {
+        arg(3)?
+    } else {
+        arg(1)?
+    };
+    Some(slot(&key))
+}
+
 /// A node's address as the cluster announces it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Node {
@@ -320,6 +355,19 @@ mod tests {
             host: "10.0.0.9".into(),
             port: 7000,
         }
+    }
+
+    #[test]
+    fn channel_slots_match_the_sharded_names() {
+        for ch in ["news", "a}b", "}x", "", "a{b}c", "chan-17"] {
+            let name = format!("cc:{{{ch}}}");
+            assert_eq!(channel_slot("cc:", ch), slot(name.as_bytes()), "{ch:?}");
+        }
+        let cmd = crate::redis::resp::command(&[b"SPUBLISH", b"cc:{news}", b"x"]);
+        assert_eq!(command_slot(&cmd), Some(slot(b"news")));
+        let eval = crate::redis::resp::command(&[b"EVALSHA", b"f00", b"2", b"k{news}", b"m"]);
+        assert_eq!(command_slot(&eval), Some(slot(b"news")));
+        assert_eq!(command_slot(b"garbage"), None);
     }
 
     #[test]

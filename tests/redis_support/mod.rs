@@ -443,6 +443,28 @@ impl RespConn {
         }
     }
 
+    /// `PUBSUB SHARDNUMSUB corecast:{channel}` (sharded pub/sub: asked of
+    /// the master that owns the channel's slot).
+    pub async fn shardnumsub(&mut self, channel: &str) -> i64 {
+        let key = format!("corecast:{{{channel}}}");
+        match self.cmd(&["PUBSUB", "SHARDNUMSUB", &key]).await {
+            Resp::Array(Some(items)) if items.len() == 2 => items[1].int(),
+            other => panic!("PUBSUB SHARDNUMSUB: {other:?}"),
+        }
+    }
+
+    /// `PUBSUB SHARDCHANNELS`: the sharded channels this node serves.
+    pub async fn shardchannels(&mut self) -> Vec<String> {
+        match self.cmd(&["PUBSUB", "SHARDCHANNELS"]).await {
+            Resp::Array(Some(items)) => {
+                let mut v: Vec<String> = items.iter().map(Resp::text).collect();
+                v.sort();
+                v
+            }
+            other => panic!("PUBSUB SHARDCHANNELS: {other:?}"),
+        }
+    }
+
     /// One numeric field of `INFO section`.
     pub async fn info_u64(&mut self, section: &str, field: &str) -> u64 {
         let text = self.cmd(&["INFO", section]).await.text();
@@ -462,6 +484,18 @@ impl RespConn {
 pub fn instance(url: corecast::redis::RedisUrl, tweak: impl FnOnce(&mut Config)) -> TestServer {
     TestServer::start(|cfg| {
         cfg.redis.url = Some(url);
+        cfg.redis.canary_interval = Duration::from_millis(100);
+        cfg.redis.resume_delay = Duration::from_millis(100);
+        tweak(cfg);
+    })
+}
+
+/// A corecast instance on the cluster `c` (seeds: every node), with
+/// short canary and resume intervals, changed further by `tweak`.
+pub fn cluster_instance(c: &RedisCluster, tweak: impl FnOnce(&mut Config)) -> TestServer {
+    let seeds = c.seeds().parse().expect("valid seeds");
+    TestServer::start(|cfg| {
+        cfg.redis.cluster = Some(seeds);
         cfg.redis.canary_interval = Duration::from_millis(100);
         cfg.redis.resume_delay = Duration::from_millis(100);
         tweak(cfg);
