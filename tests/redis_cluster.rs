@@ -193,3 +193,183 @@ async fn sixty_channels_over_three_masters_arrive_once_in_order() {
         .sum();
     assert_eq!(subscribed, 20, "A serves 20..40 now: {s}");
 }
+
+// ------------------------------------------------------- slot migration --
+
+/// `CLUSTER MYID` of the node on `port`.
+async fn node_id(port: u16) -> String {
+    RespConn::open(port, None)
+        .await
+        .cmd(&["CLUSTER", "MYID"])
+        .await
+        .text()
+}
+
+/// Moves `slot` from `src` to `dst` the way `redis-cli --cluster reshard`
+/// does: IMPORTING on the target, MIGRATING on the source, the keys
+/// MIGRATEd, then SETSLOT NODE on the target, the source and the others.
+async fn migrate_slot(c: &RedisCluster, slot: u16, src: u16, dst: u16) {
+    let (src_id, dst_id) = (node_id(src).await, node_id(dst).await);
+    let slot = slot.to_string();
+    let mut s = RespConn::open(src, None).await;
+    let mut d = RespConn::open(dst, None).await;
+    let ok = Resp::Simple("OK".into());
+    let r = d
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id])
+        .await;
+    assert_eq!(r, ok);
+    let r = s
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])
+        .await;
+    assert_eq!(r, ok);
+    loop {
+        let keys = match s.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]).await {
+            Resp::Array(Some(k)) => k.iter().map(Resp::text).collect::<Vec<_>>(),
+            other => panic!("GETKEYSINSLOT: {other:?}"),
+        };
+        if keys.is_empty() {
+            break;
+        }
+        let port = dst.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        let r = s.cmd(&args).await;
+        assert_eq!(r, ok, "MIGRATE");
+    }
+    let r = d.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]).await;
+    assert_eq!(r, ok);
+    let r = s.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]).await;
+    assert_eq!(r, ok);
+    for n in &c.nodes {
+        if n.port != src && n.port != dst {
+            let mut o = RespConn::open(n.port, None).await;
+            let r = o.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]).await;
+            assert_eq!(r, ok);
+        }
+    }
+}
+
+/// What a slot move cost a subscriber: messages `0..sent` numbered, the
+/// numbers received (in order of arrival) and the longest run missing.
+struct Received {
+    got: Vec<u64>,
+    missing: u64,
+    longest_gap: u64,
+}
+
+/// Publishes `busy` at ~1,000 messages/s from B while A's subscriber
+/// reads; moves the channel's slot to another master one second in; the
+/// publisher stops two seconds later and sends a fence.
+async fn busy_channel_across_a_slot_move(history: bool) -> (Received, serde_json::Value) {
+    let c = RedisCluster::start(3, 0).await;
+    let tweak = |cfg: &mut corecast::config::Config| {
+        if history {
+            cfg.history.size = 10_000;
+        }
+    };
+    let a = cluster_instance(&c, tweak);
+    let b = cluster_instance(&c, tweak);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let owner = owners(&c, &["busy".to_string()]).await[0];
+    let dst = c
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|&p| p != owner)
+        .unwrap();
+    let slot = cluster::slot(b"corecast:{busy}");
+
+    let mut sub = ws_connect(a.addr, "/ws/busy").await;
+    wait_shardnumsub(owner, "busy", 1).await;
+    let mut http = HttpConn::connect(b.addr).await;
+    let publisher = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(1));
+        let start = std::time::Instant::now();
+        let mut n = 0u64;
+        while start.elapsed() < std::time::Duration::from_secs(3) {
+            tick.tick().await;
+            let req = post_request("/publish/busy", n.to_string().as_bytes(), true);
+            let r = http.request(&req).await;
+            assert_eq!(r.status, 200, "publish {n}: {r:?}");
+            n += 1;
+        }
+        let r = http
+            .request(&post_request("/publish/busy", b"fence", true))
+            .await;
+        assert_eq!(r.status, 200, "fence: {r:?}");
+        n
+    });
+    // One second of traffic on the old owner, then the move.
+    let mut got = Vec::new();
+    while got.len() < 1000 {
+        got.push(next_text(&mut sub).await.parse::<u64>().expect("a number"));
+    }
+    migrate_slot(&c, slot, owner, dst).await;
+    loop {
+        let t = next_text(&mut sub).await;
+        if t == "fence" {
+            break;
+        }
+        got.push(t.parse().expect("a number"));
+    }
+    let sent = publisher.await.expect("publisher");
+    wait_shardnumsub(dst, "busy", 1).await;
+    wait_shardnumsub(owner, "busy", 0).await;
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "in order, once");
+    let missing = sent - got.len() as u64;
+    let longest_gap = got
+        .windows(2)
+        .map(|w| w[1] - w[0] - 1)
+        .max()
+        .unwrap_or(0)
+        .max(sent - 1 - got.last().copied().unwrap_or(0));
+    (
+        Received {
+            got,
+            missing,
+            longest_gap,
+        },
+        stats(a.addr).await,
+    )
+}
+
+/// A busy channel's slot moves to another master while ~1,000 messages/s
+/// flow: the subscriber keeps receiving (Redis pushes `sunsubscribe`, the
+/// instance subscribes on the new owner at once), in order, and the loss
+/// window without history is short and measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_channel_survives_a_slot_move() {
+    let (r, s) = busy_channel_across_a_slot_move(false).await;
+    eprintln!(
+        "slot move without history: {} received, {} lost, longest gap {} messages (~1 ms each)",
+        r.got.len(),
+        r.missing,
+        r.longest_gap
+    );
+    assert!(r.got.len() > 2000, "kept receiving: {}", r.got.len());
+    assert!(
+        r.longest_gap < 500,
+        "loss window {} messages",
+        r.longest_gap
+    );
+    let shards = s["redis_shards"].as_array().expect("per-shard stats");
+    let resub: u64 = shards
+        .iter()
+        .map(|x| x["resubscribes"].as_u64().unwrap())
+        .sum();
+    assert!(resub >= 1, "the move was seen: {s}");
+}
+
+/// The same move with history on: the gap is read back from the stream
+/// (the history keys moved with the slot), so nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_history_a_slot_move_loses_nothing() {
+    let (r, _) = busy_channel_across_a_slot_move(true).await;
+    eprintln!(
+        "slot move with history: {} received, {} lost",
+        r.got.len(),
+        r.missing
+    );
+    assert_eq!(r.missing, 0, "longest gap {}", r.longest_gap);
+}
