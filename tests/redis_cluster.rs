@@ -10,7 +10,9 @@ use bytes::BytesMut;
 use common::*;
 use corecast::redis::cluster::{self, Node, Redirect, SlotMap};
 use corecast::redis::resp::{self, Limits};
+use futures_util::SinkExt;
 use redis_support::*;
+use tokio_tungstenite::tungstenite::Message;
 
 fn keys() -> Vec<String> {
     let mut v: Vec<String> = (0..300).map(|i| format!("corecast:chan-{i}")).collect();
@@ -372,4 +374,89 @@ async fn with_history_a_slot_move_loses_nothing() {
         r.missing
     );
     assert_eq!(r.missing, 0, "longest gap {}", r.longest_gap);
+}
+
+// ------------------------------------------------------------ failover --
+
+/// A master with a replica is killed (3+3 cluster): `/readyz` goes 503
+/// naming the node, the replica is promoted, the instances re-point the
+/// shard to it, resubscribe and send what was published meanwhile; the
+/// subscriber receives everything, in order, and `/readyz` is 200 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_failover_loses_no_subscriber_and_no_buffered_publish() {
+    let mut c = RedisCluster::start(3, 1).await;
+    let tweak = |cfg: &mut corecast::config::Config| {
+        cfg.redis.resume_delay = std::time::Duration::from_millis(500);
+    };
+    let a = cluster_instance(&c, tweak);
+    let b = cluster_instance(&c, tweak);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let owner = owners(&c, &["fo".to_string()]).await[0];
+    let mut sub = ws_connect(a.addr, "/ws/fo").await;
+    wait_shardnumsub(owner, "fo", 1).await;
+    let mut publisher = ws_connect(b.addr, "/ws/fo").await;
+    wait_shardnumsub(owner, "fo", 2).await;
+    publisher.send(Message::text("before")).await.expect("send");
+    assert_eq!(next_text(&mut sub).await, "before");
+
+    let killed = std::time::Instant::now();
+    c.nodes
+        .iter_mut()
+        .find(|n| n.port == owner)
+        .expect("owner")
+        .kill();
+    let body = wait_readyz(a.addr, 503).await;
+    let reason = body["reason"].as_str().unwrap_or_default().to_string();
+    assert!(
+        reason.contains(&owner.to_string()),
+        "names the node: {reason}"
+    );
+    // Published while the master is down: held by B's shard.
+    for i in 0..10 {
+        publisher
+            .send(Message::text(format!("during-{i}")))
+            .await
+            .expect("send");
+    }
+    let deadline = killed + std::time::Duration::from_secs(30);
+    loop {
+        let (ra, rb) = (readyz(a.addr).await, readyz(b.addr).await);
+        if matches!(ra, Some((200, _))) && matches!(rb, Some((200, _))) {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            let live = c.nodes.iter().find(|n| n.port != owner).unwrap().port;
+            let nodes = RespConn::open(live, None)
+                .await
+                .cmd(&["CLUSTER", "NODES"])
+                .await;
+            panic!(
+                "not ready 30 s after the kill: {ra:?} {rb:?}\n{}",
+                nodes.text()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let failover = killed.elapsed();
+    for i in 0..10 {
+        let t = within_for(
+            std::time::Duration::from_secs(30),
+            "buffered",
+            next_text(&mut sub),
+        )
+        .await;
+        assert_eq!(t, format!("during-{i}"));
+    }
+    publisher.send(Message::text("after")).await.expect("send");
+    assert_eq!(next_text(&mut sub).await, "after");
+    eprintln!("failover: kill to /readyz 200 on both instances in {failover:?}");
+    let s = stats(a.addr).await;
+    let shards = s["redis_shards"].as_array().expect("per-shard stats");
+    assert!(
+        shards
+            .iter()
+            .all(|x| x["addr"] != format!("127.0.0.1:{owner}")),
+        "the shard follows the promoted replica: {s}"
+    );
 }

@@ -206,6 +206,10 @@ impl RedisCluster {
                 conf.to_str().unwrap(),
                 "--cluster-node-timeout",
                 "1000",
+                // Replicas sync at once (a replica that never synced
+                // refuses to take over: its data is too old).
+                "--repl-diskless-sync-delay",
+                "0",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -231,7 +235,24 @@ impl RedisCluster {
         );
         let c = RedisCluster { nodes, dir };
         c.wait_ok().await;
+        c.wait_replicas_synced().await;
         c
+    }
+
+    /// Waits until every replica's link to its master is up.
+    pub async fn wait_replicas_synced(&self) {
+        let deadline = Instant::now() + DEADLINE;
+        for n in &self.nodes {
+            let mut c = RespConn::open(n.port, None).await;
+            loop {
+                let info = c.cmd(&["INFO", "replication"]).await.text();
+                if info.contains("role:master") || info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "replica not synced: {info}");
+                tokio::time::sleep(POLL).await;
+            }
+        }
     }
 
     /// Waits until every node reports `cluster_state:ok` and knows every
