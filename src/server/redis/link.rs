@@ -252,6 +252,28 @@ impl RedisLink {
         Ok(waiter)
     }
 
+    /// How many servers a keyspace walk visits (`SCAN` sees one node's
+    /// keys): 1 with `--redis-url`, the masters of a cluster.
+    pub fn nodes(&self) -> usize {
+        self.live_shards().len()
+    }
+
+    /// Whether keys of different slots must go in separate commands
+    /// (`--redis-cluster`: a multi-key command across slots is CROSSSLOT).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Queues a command on server `node` of [`RedisLink::nodes`] (a walk
+    /// whose topology changed midway goes on against another master: the
+    /// caller bounds its walk).
+    pub fn command_on(&self, node: usize, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let shard = self.live_shards().get(node).cloned().ok_or(PipelineFull)?;
+        let waiter = Rc::new(ReplyWaiter::default());
+        shard.push(resp::command(args), CmdKind::Command(waiter.clone()))?;
+        Ok(waiter)
+    }
+
     /// Masters (not retired shards).
     pub(super) fn live_shards(&self) -> Vec<Rc<Shard>> {
         let shards = self.shards.borrow();
