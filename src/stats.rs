@@ -205,6 +205,10 @@ pub struct RedisStats {
     /// Redis Cluster: topology reads (`CLUSTER SLOTS`) that succeeded.
     #[serde(rename = "redis_topology_refreshes")]
     pub topology_refreshes: u64,
+    /// Redis Cluster: topology reads that found no usable node (retried
+    /// with backoff, 100 ms doubling to 5 s).
+    #[serde(rename = "redis_topology_errors")]
+    pub topology_errors: u64,
     /// Redis Cluster: one entry per shard (master), empty with one Redis.
     #[serde(rename = "redis_shards", skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardStats>,

@@ -460,3 +460,79 @@ async fn a_master_failover_loses_no_subscriber_and_no_buffered_publish() {
         "the shard follows the promoted replica: {s}"
     );
 }
+
+// --------------------------------------------------------- bad configs --
+
+/// Waits for `/readyz` 503 with a reason containing `want`; returns it.
+async fn wait_reason(addr: std::net::SocketAddr, want: &str) -> String {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let last = readyz(addr).await;
+        if let Some((503, body)) = &last {
+            let reason = body["reason"].as_str().unwrap_or_default();
+            if reason.contains(want) {
+                return reason.to_string();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 503 saying {want:?}; last: {last:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+fn seeds_config(seeds: &str) -> impl FnOnce(&mut corecast::config::Config) {
+    let seeds = seeds.parse().expect("valid seeds");
+    move |cfg| {
+        cfg.redis.cluster = Some(seeds);
+        cfg.redis.canary_interval = std::time::Duration::from_millis(100);
+    }
+}
+
+/// Seeds nobody listens on: `/readyz` says the topology is unknown and
+/// why, and the reads back off (100 ms doubling) instead of storming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_seeds_are_reported_and_retried_with_backoff() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = std::time::Instant::now();
+    let srv = TestServer::start(seeds_config(&format!("127.0.0.1:{port}")));
+    let reason = wait_reason(srv.addr, "topology unknown").await;
+    assert!(reason.contains(&format!("127.0.0.1:{port}")), "{reason}");
+    assert!(reason.contains("refused"), "{reason}");
+    // Five failed reads take at least 100+200+400+800 ms of backoff.
+    wait_stat(srv.addr, "redis_topology_errors", |n| n >= 5).await;
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(1500),
+        "five reads in {:?}: a retry storm",
+        started.elapsed()
+    );
+    let s = stats(srv.addr).await;
+    assert!(counter(&s, "redis_topology_errors") < 10, "{s}");
+    // Publishes have nowhere to go: refused, not queued without bound.
+    let r = post(srv.addr, "/publish/x", b"m").await;
+    assert_eq!(r.status, 503, "{r:?}");
+}
+
+/// A seed that is a plain Redis (cluster mode off), and one that refuses
+/// our password: each is named in `/readyz` with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_not_in_cluster_mode_and_refused_credentials_are_clear() {
+    let plain = RedisServer::start(&[]).await;
+    let srv = TestServer::start(seeds_config(&format!("127.0.0.1:{}", plain.port)));
+    let reason = wait_reason(srv.addr, "not in cluster mode").await;
+    assert!(reason.contains(&plain.port.to_string()), "{reason}");
+
+    let locked = RedisServer::start(&["--requirepass", "right"]).await;
+    let seeds = format!("redis://:wrong@127.0.0.1:{}", locked.port);
+    let srv = TestServer::start(seeds_config(&seeds));
+    let reason = wait_reason(srv.addr, "refused our credentials").await;
+    assert!(
+        !reason.contains("wrong"),
+        "no password in /readyz: {reason}"
+    );
+}

@@ -70,6 +70,7 @@ pub(super) async fn run(link: Rc<RedisLink>, local: Rc<dyn Local>) {
                 monoio::time::sleep(MIN_REFRESH_GAP).await;
             }
             Err(e) => {
+                link.stats.borrow_mut().topology_errors += 1;
                 if logged.as_deref() != Some(e.as_str()) {
                     log!(Warn, "redis cluster topology unavailable", error = e);
                     logged = Some(e.clone());
