@@ -194,6 +194,14 @@ async fn sixty_channels_over_three_masters_arrive_once_in_order() {
         .map(|x| x["subscriptions"].as_u64().unwrap())
         .sum();
     assert_eq!(subscribed, 20, "A serves 20..40 now: {s}");
+    let m = get(a.addr, "/metrics").await;
+    let text = String::from_utf8(m.body).expect("UTF-8 metrics");
+    let slots: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("corecast_redis_shard_slots{node="))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(slots, 16384, "{text}");
 }
 
 // ------------------------------------------------------- slot migration --
