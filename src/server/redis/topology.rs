@@ -85,7 +85,7 @@ pub(super) async fn run(link: Rc<RedisLink>, local: Rc<dyn Local>) {
     }
 }
 
-/// Asks the known masters, then the seeds, for `CLUSTER SLOTS`; the
+/// Asks the known masters, then the seeds, for the topology; the
 /// first complete map wins. The error names every node's failure.
 async fn read_topology(link: &RedisLink) -> Result<SlotMap, String> {
     let c = link.cluster.as_ref().expect("cluster mode");
@@ -121,7 +121,7 @@ async fn read_topology(link: &RedisLink) -> Result<SlotMap, String> {
     Err(errors.join("; "))
 }
 
-/// One node's `CLUSTER SLOTS`, parsed.
+/// One node's topology (`CLUSTER SHARDS`, else `CLUSTER SLOTS`), parsed.
 async fn ask(link: &RedisLink, node: &Node) -> Result<SlotMap, String> {
     let url = link.cluster.as_ref().expect("cluster").seeds.url_of(node);
     let addrs = match cluster::literal(node) {
@@ -141,28 +141,40 @@ async fn ask(link: &RedisLink, node: &Node) -> Result<SlotMap, String> {
     }
     let mut stream = stream.ok_or("connection refused")?;
     let mut buf = BytesMut::new();
-    let mut cmds = commands::handshake(&url, false);
-    cmds.push(resp::command(&[b"CLUSTER", b"SLOTS"]));
-    let last = cmds.len() - 1;
-    for (i, cmd) in cmds.into_iter().enumerate() {
-        let (res, _) = stream.write_all(cmd).await;
-        res.map_err(|e| e.to_string())?;
-        let reply = read_reply(link, &stream, &mut buf)
-            .await
-            .map_err(|e| e.to_string())?;
-        match reply {
-            Reply::Error(e) if e.contains("cluster support disabled") => {
-                return Err("not in cluster mode (cluster-enabled no): use --redis-url".into())
-            }
-            Reply::Error(e) if i < last => return Err(format!("refused our credentials: {e}")),
-            Reply::Error(e) => return Err(format!("CLUSTER SLOTS: {e}")),
-            r if i == last => {
-                return SlotMap::from_cluster_slots(&r, node).map_err(|e| e.to_string())
-            }
-            _ => {}
+    for cmd in commands::handshake(&url, false) {
+        if let Reply::Error(e) = exchange(link, &mut stream, &mut buf, cmd).await? {
+            return Err(format!("refused our credentials: {e}"));
         }
     }
-    Err("no reply".into())
+    // `CLUSTER SHARDS` (Redis 7), else `CLUSTER SLOTS` (deprecated, older).
+    let shards = resp::command(&[b"CLUSTER", b"SHARDS"]);
+    match exchange(link, &mut stream, &mut buf, shards).await? {
+        Reply::Error(e) if e.contains("cluster support disabled") => {
+            Err("not in cluster mode (cluster-enabled no): use --redis-url".into())
+        }
+        Reply::Error(_) => {
+            let slots = resp::command(&[b"CLUSTER", b"SLOTS"]);
+            match exchange(link, &mut stream, &mut buf, slots).await? {
+                Reply::Error(e) => Err(format!("CLUSTER SLOTS: {e}")),
+                r => SlotMap::from_cluster_slots(&r, node).map_err(|e| e.to_string()),
+            }
+        }
+        r => SlotMap::from_cluster_shards(&r, node).map_err(|e| e.to_string()),
+    }
+}
+
+/// Writes one command and reads its reply.
+async fn exchange(
+    link: &RedisLink,
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    cmd: bytes::Bytes,
+) -> Result<Reply, String> {
+    let (res, _) = stream.write_all(cmd).await;
+    res.map_err(|e| e.to_string())?;
+    read_reply(link, stream, buf)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn read_reply(
