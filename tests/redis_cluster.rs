@@ -431,6 +431,28 @@ async fn a_master_failover_loses_no_subscriber_and_no_buffered_publish() {
         reason.contains(&owner.to_string()),
         "names the node: {reason}"
     );
+    // A first subscriber of another channel of the dead master is
+    // acknowledged at once (as with one Redis that is down), not when
+    // the failover is over; it receives once the channel is restored.
+    let names: Vec<String> = (0..100).map(|i| format!("fo-{i}")).collect();
+    let on_dead = owners(&c, &names).await;
+    let late = &names[on_dead.iter().position(|&p| p == owner).expect("a channel")];
+    let mut late_sub = ws_connect(a.addr, "/ws").await;
+    let req = format!(r#"{{"op":"subscribe","channel":"{late}","id":7}}"#);
+    late_sub.send(Message::text(req)).await.expect("send");
+    // Failover takes seconds (node timeout 1 s + election): an ack that
+    // waited for it would miss this bound.
+    let ack = within_for(
+        std::time::Duration::from_millis(1000),
+        "ack while the shard is down",
+        next_text(&mut late_sub),
+    )
+    .await;
+    assert!(ack.contains("subscribed"), "{ack}");
+    assert!(
+        matches!(readyz(a.addr).await, Some((503, _))),
+        "acknowledged while the shard is down"
+    );
     // Published while the master is down: held by B's shard.
     for i in 0..10 {
         publisher
@@ -469,6 +491,10 @@ async fn a_master_failover_loses_no_subscriber_and_no_buffered_publish() {
     }
     publisher.send(Message::text("after")).await.expect("send");
     assert_eq!(next_text(&mut sub).await, "after");
+    let r = post(b.addr, &format!("/publish/{late}"), b"late").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let got = next_text(&mut late_sub).await;
+    assert!(got.contains("late"), "{got}");
     eprintln!("failover: kill to /readyz 200 on both instances in {failover:?}");
     let s = stats(a.addr).await;
     let shards = s["redis_shards"].as_array().expect("per-shard stats");

@@ -210,6 +210,10 @@ impl RedisCluster {
                 // refuses to take over: its data is too old).
                 "--repl-diskless-sync-delay",
                 "0",
+                // A replica's sync writes an RDB file: in the test's
+                // directory, not the working tree.
+                "--dir",
+                dir.to_str().unwrap(),
             ]
             .iter()
             .map(|s| s.to_string())

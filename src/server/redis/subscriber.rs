@@ -47,9 +47,16 @@ pub(super) async fn router(link: Rc<RedisLink>, local: Rc<dyn Local>) {
         poll_fn(|cx| local.poll_interest(cx, &mut changes)).await;
         for (channel, gained) in changes.drain(..) {
             // Topology unknown: the first restore subscribes it.
-            if let Some(shard) = link.route_channel(&channel) {
-                shard.want(channel, gained);
+            let Some(shard) = link.route_channel(&channel) else {
+                continue;
+            };
+            if link.cluster.is_some() && gained && !shard.health.borrow().sub_connected {
+                // As with one Redis while it is down: the subscribe is
+                // acknowledged now (the shard holds our publishes until its
+                // restore has subscribed the channel).
+                local.interest_reset(std::slice::from_ref(&channel));
             }
+            shard.want(channel, gained);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Redis Cluster at the edge: the slot map a link routes by, kept up to
-//! date by one task (at start, every [`REFRESH_INTERVAL`], after every
-//! connection error, redirect or pushed `sunsubscribe`), and the shards
+//! date by one task (at start, every [`REFRESH_INTERVAL`] — every
+//! 250 ms while a master is unreachable — after every connection error,
+//! redirect or pushed `sunsubscribe`), and the shards
 //! it creates, re-points (a replica promoted in place of a dead master) or
 //! retires (a node that lost all its slots). The placement itself is
 //! sans-I/O in `crate::redis::cluster`.
@@ -27,6 +28,8 @@ use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
 
 /// Topology read at least this often, changes or not.
 pub(super) const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+/// Topology read at least this often while a master is unreachable.
+const DEGRADED_INTERVAL: Duration = Duration::from_millis(250);
 /// Least time between two reads (a burst of redirects asks for many).
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(50);
 /// Longest pause between reads while no node answers usefully.
@@ -49,8 +52,17 @@ pub(super) async fn run(link: Rc<RedisLink>, local: Rc<dyn Local>) {
     let mut retry = Duration::from_millis(100);
     let mut logged: Option<String> = None;
     loop {
+        // While a master is unreachable, read often: the replica taking
+        // over is found within this, so instances re-point at about the
+        // same time (well inside `--redis-resume-delay`).
+        let degraded = link.live_shards().iter().any(|s| !s.is_up());
+        let wait = if degraded {
+            DEGRADED_INTERVAL
+        } else {
+            REFRESH_INTERVAL
+        };
         let due = monoio::time::timeout(
-            REFRESH_INTERVAL,
+            wait,
             poll_fn(|cx| {
                 if c.take_due() {
                     return Poll::Ready(());
