@@ -243,8 +243,8 @@ impl RedisLink {
     /// its reply; refused while the pipeline is full. Callers bound their
     /// wait with a timeout: while Redis is down the command waits in the
     /// pipeline like a publish.
-    /// In a cluster the command goes to the master of its first key
-    /// (`args[1]`).
+    /// In a cluster the command goes to the master of its first key (see
+    /// `route_args`); a script's keys must share a hash tag.
     pub fn command(&self, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
         let waiter = Rc::new(ReplyWaiter::default());
         self.route_args(args)?
@@ -306,9 +306,13 @@ impl RedisLink {
         }
     }
 
+    /// The shard of a command's first key: `args[1]`, or for `EVAL` /
+    /// `EVALSHA` (`sha numkeys key...`) `args[3]`.
     fn route_args(&self, args: &[&[u8]]) -> Result<Rc<Shard>, PipelineFull> {
-        self.route(args.get(1).copied().unwrap_or_default())
-            .ok_or(PipelineFull)
+        let verb = args.first().copied().unwrap_or_default();
+        let script = verb.eq_ignore_ascii_case(b"EVALSHA") || verb.eq_ignore_ascii_case(b"EVAL");
+        let key = args.get(if script { 3 } else { 1 }).copied();
+        self.route(key.unwrap_or_default()).ok_or(PipelineFull)
     }
 
     /// Queues a cache store write; refused once cache writes hold
