@@ -581,3 +581,83 @@ async fn a_node_not_in_cluster_mode_and_refused_credentials_are_clear() {
         "no password in /readyz: {reason}"
     );
 }
+
+// ------------------------------------------------------ master emptied --
+
+/// Every slot of one master is given to another (`SETSLOT NODE` on all
+/// masters; the cluster holds no keys, so nothing to MIGRATE): the shard
+/// is retired, its channel is subscribed on the new owner, delivery goes
+/// on and `/readyz` stays 200 without that master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_emptied_of_slots_is_retired_and_its_channels_move() {
+    let c = RedisCluster::start(3, 0).await;
+    let a = cluster_instance(&c, |_| {});
+    wait_readyz(a.addr, 200).await;
+    let old = owners(&c, &["gone".to_string()]).await[0];
+    let new = c.nodes.iter().map(|n| n.port).find(|&p| p != old).unwrap();
+    let mut sub = ws_connect(a.addr, "/ws/gone").await;
+    wait_shardnumsub(old, "gone", 1).await;
+    let r = post(a.addr, "/publish/gone", b"one").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(next_text(&mut sub).await, "one");
+
+    let names: Vec<String> = (0..100).map(|i| format!("other-{i}")).collect();
+    let on_old = owners(&c, &names).await;
+    let other = &names[on_old.iter().position(|&p| p == old).expect("a channel")];
+    // Every slot handed over as `redis-cli --cluster reshard` does (no
+    // keys to MIGRATE): IMPORTING then NODE on the target (which bumps its
+    // epoch, so the others accept the claim), then NODE on the rest.
+    let (old_id, new_id) = (node_id(old).await, node_id(new).await);
+    let mut raw = BytesMut::from(&raw_reply(old, &["CLUSTER", "SLOTS"]).await[..]);
+    let reply = resp::decode(&mut raw, &Limits::default()).unwrap().unwrap();
+    let seed = Node {
+        host: "127.0.0.1".into(),
+        port: old,
+    };
+    let map = SlotMap::from_cluster_slots(&reply, &seed).unwrap();
+    let ranges = map.ranges_of(map.masters.iter().position(|m| m.port == old).unwrap());
+    let mut dst = RespConn::open(new, None).await;
+    let mut rest = Vec::new();
+    for n in c.nodes.iter().filter(|n| n.port != new) {
+        rest.push(RespConn::open(n.port, None).await);
+    }
+    let ok = Resp::Simple("OK".into());
+    for &(start, end) in &ranges {
+        for slot in start..=end {
+            let s = slot.to_string();
+            let r = dst
+                .cmd(&["CLUSTER", "SETSLOT", &s, "IMPORTING", &old_id])
+                .await;
+            assert_eq!(r, ok, "IMPORTING {s}");
+            let r = dst.cmd(&["CLUSTER", "SETSLOT", &s, "NODE", &new_id]).await;
+            assert_eq!(r, ok, "NODE {s} on the target");
+            for conn in &mut rest {
+                let r = conn.cmd(&["CLUSTER", "SETSLOT", &s, "NODE", &new_id]).await;
+                // A master that lost its last slot turns into a replica
+                // of the node that took it (cluster-allow-replica-migration).
+                let replica = matches!(&r, Resp::Error(e) if e.contains("only with masters"));
+                assert!(r == ok || replica, "NODE {s}: {r:?}");
+            }
+        }
+    }
+    wait_shardnumsub(new, "gone", 1).await;
+    wait_shardnumsub(old, "gone", 0).await;
+    // A publish to another of the old master's channels is redirected
+    // (MOVED), which has the map read again: the old master is retired.
+    let r = post(a.addr, &format!("/publish/{other}"), b"x").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let s = wait_until_stat(a.addr, |s| {
+        s["redis_shards"].as_array().is_some_and(|v| {
+            v.iter()
+                .any(|x| x["addr"] == format!("127.0.0.1:{old}") && x["slots"] == 0)
+        })
+    })
+    .await;
+    let shards = s["redis_shards"].as_array().unwrap();
+    let slots: u64 = shards.iter().map(|x| x["slots"].as_u64().unwrap()).sum();
+    assert_eq!(slots, 16384, "{s}");
+    wait_readyz(a.addr, 200).await;
+    let r = post(a.addr, "/publish/gone", b"two").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(next_text(&mut sub).await, "two");
+}

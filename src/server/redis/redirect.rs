@@ -15,6 +15,8 @@ use crate::redis::resp;
 
 /// Most redirects one command follows before it fails.
 pub(super) const MAX_REDIRECTS: u8 = 5;
+/// Redirects a channel follows at once between two topology reads.
+const MAX_BOUNCES: u8 = 2;
 
 /// A retired shard's queued commands and subscribed channels go to the
 /// masters that serve their slots now.
@@ -139,6 +141,13 @@ pub(super) fn channels_moved(link: &RedisLink, from: &Shard, r: &Redirect) {
         m
     };
     c.refresh();
+    // Nodes that disagree (a slot handed over without an epoch bump)
+    // would bounce a channel between them: after MAX_BOUNCES it waits
+    // for the next topology read instead (at most one per 50 ms).
+    let (go, wait): (Vec<Rc<str>>, Vec<Rc<str>>) = moved
+        .into_iter()
+        .partition(|ch| c.bounced(ch) <= MAX_BOUNCES);
+    c.parked_channels.borrow_mut().extend(wait);
     let target = node.addr();
     let found = link
         .shards
@@ -149,10 +158,10 @@ pub(super) fn channels_moved(link: &RedisLink, from: &Shard, r: &Redirect) {
         Some(i) => {
             c.set_owner(*slot, i);
             let to = link.shards.borrow()[i].clone();
-            for ch in moved {
+            for ch in go {
                 to.want(ch, true);
             }
         }
-        None => c.parked_channels.borrow_mut().extend(moved),
+        None => c.parked_channels.borrow_mut().extend(go),
     }
 }

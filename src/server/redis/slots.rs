@@ -4,8 +4,10 @@
 //! `redirect`.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::task::{Context, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -24,12 +26,19 @@ pub(super) struct Cluster {
     /// Why the topology is unknown or stale, for `/readyz`.
     pub(super) error: RefCell<Option<String>>,
     refresh_due: Cell<bool>,
+    /// When a read was last asked for (a redirect, a moved channel, a
+    /// connection error): reads stay frequent for a while after, as a
+    /// reshard moves slots one by one.
+    last_request: Cell<Option<Instant>>,
     waker: RefCell<Option<Waker>>,
     /// Commands waiting for the refresh (bounded by the pipelines they
     /// came from: each was accepted within a shard's byte budget).
     pub(super) parked: RefCell<Vec<Parked>>,
     /// Channels waiting for the refresh to be subscribed on their owner.
     pub(super) parked_channels: RefCell<Vec<Rc<str>>>,
+    /// Redirects per channel since the last topology read (entries only
+    /// for channels of ours that moved; cleared by every read).
+    bounces: RefCell<HashMap<Rc<str>, u8>>,
 }
 
 impl Cluster {
@@ -39,9 +48,11 @@ impl Cluster {
             slot_shard: RefCell::new(Vec::new()),
             error: RefCell::new(None),
             refresh_due: Cell::new(true),
+            last_request: Cell::new(None),
             waker: RefCell::new(None),
             parked: RefCell::new(Vec::new()),
             parked_channels: RefCell::new(Vec::new()),
+            bounces: RefCell::new(HashMap::new()),
         }
     }
 
@@ -56,6 +67,7 @@ impl Cluster {
     /// Asks the topology task for a read now.
     pub(super) fn refresh(&self) {
         self.refresh_due.set(true);
+        self.last_request.set(Some(Instant::now()));
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
         }
@@ -78,6 +90,14 @@ impl Cluster {
         *self.slot_shard.borrow_mut() = table;
     }
 
+    /// Whether the topology changed lately (a read was asked for within
+    /// `window`).
+    pub(super) fn unsettled(&self, window: Duration) -> bool {
+        self.last_request
+            .get()
+            .is_some_and(|t| t.elapsed() < window)
+    }
+
     /// Whether a read is due (and clears the request).
     pub(super) fn take_due(&self) -> bool {
         self.refresh_due.replace(false)
@@ -88,8 +108,18 @@ impl Cluster {
         *self.waker.borrow_mut() = Some(cx.waker().clone());
     }
 
-    /// What waited for the refresh.
+    /// Counts a redirect of `channel`; returns how many since the last
+    /// topology read.
+    pub(super) fn bounced(&self, channel: &Rc<str>) -> u8 {
+        let mut b = self.bounces.borrow_mut();
+        let n = b.entry(channel.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// What waited for the refresh (the redirect counts start over).
     pub(super) fn take_parked(&self) -> (Vec<Parked>, Vec<Rc<str>>) {
+        self.bounces.borrow_mut().clear();
         (
             std::mem::take(&mut *self.parked.borrow_mut()),
             std::mem::take(&mut *self.parked_channels.borrow_mut()),

@@ -1,7 +1,8 @@
 //! Redis Cluster at the edge: the slot map a link routes by, kept up to
 //! date by one task (at start, every [`REFRESH_INTERVAL`] — every
-//! 250 ms while a master is unreachable — after every connection error,
-//! redirect or pushed `sunsubscribe`), and the shards
+//! 250 ms while a master is unreachable, every second for 30 s after a
+//! topology event — and after every connection error, redirect or pushed
+//! `sunsubscribe`), and the shards
 //! it creates, re-points (a replica promoted in place of a dead master) or
 //! retires (a node that lost all its slots). The placement itself is
 //! sans-I/O in `crate::redis::cluster`.
@@ -30,6 +31,10 @@ use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
 pub(super) const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
 /// Topology read at least this often while a master is unreachable.
 const DEGRADED_INTERVAL: Duration = Duration::from_millis(250);
+/// Topology read at least this often within [`UNSETTLED_WINDOW`] of a
+/// redirect, a moved channel or a connection error.
+const UNSETTLED_INTERVAL: Duration = Duration::from_secs(1);
+const UNSETTLED_WINDOW: Duration = Duration::from_secs(30);
 /// Least time between two reads (a burst of redirects asks for many).
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(50);
 /// Longest pause between reads while no node answers usefully.
@@ -58,6 +63,11 @@ pub(super) async fn run(link: Rc<RedisLink>, local: Rc<dyn Local>) {
         let degraded = link.live_shards().iter().any(|s| !s.is_up());
         let wait = if degraded {
             DEGRADED_INTERVAL
+        } else if c.unsettled(UNSETTLED_WINDOW) {
+            // A reshard in progress: its last slots move without telling
+            // us (a node that lost them may even accept our commands as a
+            // replica now).
+            UNSETTLED_INTERVAL
         } else {
             REFRESH_INTERVAL
         };
