@@ -326,14 +326,22 @@ async fn busy_channel_across_a_slot_move(history: bool) -> (Received, serde_json
     while got.len() < 1000 {
         got.push(next_text(&mut sub).await.parse::<u64>().expect("a number"));
     }
+    let moving = std::time::Instant::now();
     migrate_slot(&c, slot, owner, dst).await;
+    let moved = moving.elapsed();
+    // The longest silence on the subscriber once the move started.
+    let mut last = std::time::Instant::now();
+    let mut pause = std::time::Duration::ZERO;
     loop {
         let t = next_text(&mut sub).await;
+        pause = pause.max(last.elapsed());
+        last = std::time::Instant::now();
         if t == "fence" {
             break;
         }
         got.push(t.parse().expect("a number"));
     }
+    eprintln!("slot move: commands took {moved:?}; longest silence at the subscriber {pause:?}");
     let sent = publisher.await.expect("publisher");
     wait_shardnumsub(dst, "busy", 1).await;
     wait_shardnumsub(owner, "busy", 0).await;
