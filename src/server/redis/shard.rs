@@ -61,9 +61,9 @@ pub struct Shard {
     /// The command connection's socket while it is up (cut when the
     /// shard is re-pointed).
     pub(super) cmd_fd: Cell<Option<i32>>,
-    /// Interest changes routed here, not yet written (cluster: the link's
-    /// router fills it; bounded by the number of local channels, as a
-    /// channel's later change replaces nothing but is rare).
+    /// Interest changes routed here, not yet written: at most one per
+    /// channel (a later change replaces an earlier one), none while the
+    /// subscriber connection is down (its restore subscribes afresh).
     pub(super) interest: RefCell<Vec<(Rc<str>, bool)>>,
     /// The subscriber connection's writer, asleep until there is work.
     pub(super) sub_waker: RefCell<Option<Waker>>,
@@ -139,10 +139,24 @@ impl Shard {
         }
     }
 
-    /// Queues an interest change for the subscriber connection.
-    pub(super) fn want(&self, channel: Rc<str>, gained: bool) {
-        self.interest.borrow_mut().push((channel, gained));
+    /// Queues an interest change for the subscriber connection; `true`
+    /// when it will not be sent as such (it replaced a change still
+    /// queued, or the connection is down and its restore will subscribe
+    /// what is wanted then): a change that no command answers.
+    pub(super) fn want(&self, channel: Rc<str>, gained: bool) -> bool {
+        if !self.health.borrow().sub_connected {
+            return true;
+        }
+        let mut q = self.interest.borrow_mut();
+        // Linear: the queue is drained on every write, so it is short.
+        if let Some(e) = q.iter_mut().find(|(c, _)| *c == channel) {
+            e.1 = gained;
+            return true;
+        }
+        q.push((channel, gained));
+        drop(q);
         self.wake_subscriber();
+        false
     }
 
     pub(super) fn wake_subscriber(&self) {
@@ -182,5 +196,31 @@ impl Shard {
     pub(super) fn is_up(&self) -> bool {
         let h = self.health.borrow();
         h.cmd_connected && h.restored
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard() -> Shard {
+        let url: RedisUrl = "redis://127.0.0.1:7000".parse().unwrap();
+        Shard::new(url, 1 << 20, 1 << 20)
+    }
+
+    #[test]
+    fn the_interest_queue_holds_one_change_per_channel_and_none_while_down() {
+        let s = shard();
+        let (a, b): (Rc<str>, Rc<str>) = ("a".into(), "b".into());
+        assert!(s.want(a.clone(), true), "down: left to the restore");
+        assert!(s.interest.borrow().is_empty());
+        s.health.borrow_mut().sub_connected = true;
+        assert!(!s.want(a.clone(), true));
+        assert!(!s.want(b.clone(), true));
+        // A subscriber churning on `a` while the writer is busy: one entry.
+        for i in 0..1000 {
+            assert!(s.want(a.clone(), i % 2 == 1), "replaces, never grows");
+        }
+        assert_eq!(*s.interest.borrow(), [(a, true), (b, true)]);
     }
 }

@@ -56,7 +56,10 @@ pub(super) async fn router(link: Rc<RedisLink>, local: Rc<dyn Local>) {
                 // restore has subscribed the channel).
                 local.interest_reset(std::slice::from_ref(&channel));
             }
-            shard.want(channel, gained);
+            if shard.want(channel.clone(), gained) {
+                // The hub counts one answer per change it handed out.
+                local.interest_answered(&channel);
+            }
         }
     }
 }
@@ -273,10 +276,9 @@ fn slot_moved(link: &RedisLink, shard: &Shard, name: &str) -> bool {
         from = shard.addr()
     );
     c.refresh();
-    match link.route_channel(name) {
-        Some(to) => to.want(channel, true),
-        None => shard.want(channel, true),
-    }
+    // Not an interest change the hub counted: nothing to answer if dropped.
+    let to = link.route_channel(name);
+    to.as_deref().unwrap_or(shard).want(channel, true);
     true
 }
 
