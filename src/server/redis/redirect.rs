@@ -108,10 +108,21 @@ pub(super) fn redirected(
         c.refresh();
     }
     let Some(i) = found else {
+        c.refresh();
+        // Parked bytes leave their pipeline's budget: bounded here by one
+        // publish buffer (`--redis-publish-buffer`).
+        let held: usize = c.parked.borrow().iter().map(|p| p.1.len()).sum();
+        if held + cmd.len() > link.buffers.0 {
+            fail(
+                link,
+                kind,
+                "redis cluster: too much waiting for the topology".into(),
+            );
+            return;
+        }
         c.parked
             .borrow_mut()
             .push((slot, cmd, (kind, tries + 1), cache));
-        c.refresh();
         return;
     };
     if !ask {
