@@ -281,8 +281,11 @@ struct Received {
 /// Publishes `busy` at ~1,000 messages/s from B while A's subscriber
 /// reads; moves the channel's slot to another master one second in; the
 /// publisher stops two seconds later and sends a fence.
-async fn busy_channel_across_a_slot_move(history: bool) -> (Received, serde_json::Value) {
-    let c = RedisCluster::start(3, 0).await;
+async fn busy_channel_across_a_slot_move(
+    history: bool,
+    to_new_master: bool,
+) -> (Received, serde_json::Value) {
+    let mut c = RedisCluster::start(3, 0).await;
     let tweak = |cfg: &mut corecast::config::Config| {
         if history {
             cfg.history.size = 10_000;
@@ -293,12 +296,16 @@ async fn busy_channel_across_a_slot_move(history: bool) -> (Received, serde_json
     wait_readyz(a.addr, 200).await;
     wait_readyz(b.addr, 200).await;
     let owner = owners(&c, &["busy".to_string()]).await[0];
-    let dst = c
-        .nodes
-        .iter()
-        .map(|n| n.port)
-        .find(|&p| p != owner)
-        .unwrap();
+    let dst = match to_new_master {
+        // Scale-out: a master the instances have not heard of yet.
+        true => c.add_master().await,
+        false => c
+            .nodes
+            .iter()
+            .map(|n| n.port)
+            .find(|&p| p != owner)
+            .unwrap(),
+    };
     let slot = cluster::slot(b"corecast:{busy}");
 
     let mut sub = ws_connect(a.addr, "/ws/busy").await;
@@ -369,7 +376,7 @@ async fn busy_channel_across_a_slot_move(history: bool) -> (Received, serde_json
 /// window without history is short and measured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_channel_survives_a_slot_move() {
-    let (r, s) = busy_channel_across_a_slot_move(false).await;
+    let (r, s) = busy_channel_across_a_slot_move(false, false).await;
     eprintln!(
         "slot move without history: {} received, {} lost, longest gap {} messages (~1 ms each)",
         r.got.len(),
@@ -394,13 +401,35 @@ async fn a_busy_channel_survives_a_slot_move() {
 /// (the history keys moved with the slot), so nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_history_a_slot_move_loses_nothing() {
-    let (r, _) = busy_channel_across_a_slot_move(true).await;
+    let (r, _) = busy_channel_across_a_slot_move(true, false).await;
     eprintln!(
         "slot move with history: {} received, {} lost",
         r.got.len(),
         r.missing
     );
     assert_eq!(r.missing, 0, "longest gap {}", r.longest_gap);
+}
+
+/// Scale-out: a fourth master joins and the busy channel's slot moves to
+/// it. The instances learn of it from the redirects (the command waits
+/// for the topology read that brings the new shard); the subscriber
+/// keeps receiving, and the new master shows in the per-shard stats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_to_a_new_master_is_followed() {
+    let (r, s) = busy_channel_across_a_slot_move(false, true).await;
+    eprintln!(
+        "slot move to a new master: {} received, {} lost, longest gap {}",
+        r.got.len(),
+        r.missing,
+        r.longest_gap
+    );
+    assert!(
+        r.longest_gap < 500,
+        "loss window {} messages",
+        r.longest_gap
+    );
+    let shards = s["redis_shards"].as_array().expect("per-shard stats");
+    assert_eq!(shards.len(), 4, "{s}");
 }
 
 // ------------------------------------------------------------ failover --
