@@ -200,6 +200,7 @@ async fn sixty_channels_over_three_masters_arrive_once_in_order() {
     let slots: u64 = shards.iter().map(|x| x["slots"].as_u64().unwrap()).sum();
     assert_eq!(slots, 16384, "{s}");
     assert!(shards.iter().all(|x| x["connected"] == 1), "{s}");
+    assert_eq!(counter(&s, "redis_connected"), 1, "{s}");
     let subscribed: u64 = shards
         .iter()
         .map(|x| x["subscriptions"].as_u64().unwrap())

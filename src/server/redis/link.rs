@@ -390,6 +390,10 @@ impl RedisLink {
         if self.cluster.is_some() {
             let shards = self.shards.borrow();
             s.shards = shards.iter().map(|sh| sh.snapshot()).collect();
+            // Every master's command connection, not the last one to move.
+            let live = shards.iter().filter(|sh| !sh.retired.get());
+            let up = live.clone().all(|sh| sh.health.borrow().cmd_connected);
+            s.connected = u64::from(up && live.count() > 0);
         }
         s
     }
