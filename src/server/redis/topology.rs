@@ -233,16 +233,22 @@ fn apply(link: &Rc<RedisLink>, local: &Rc<dyn Local>, map: &SlotMap) {
             continue;
         }
         // A shard whose master vanished and whose first slot this master
-        // now serves: the replica promoted in its place.
-        let heir = shards.iter().enumerate().position(|(si, s)| {
-            !addrs.contains(&s.addr())
-                && !assign.contains(&Some(si))
-                && old
-                    .iter()
-                    .position(|&o| o as usize == si)
-                    .map(|slot| map.owner(slot as u16))
-                    == Some(mi)
-        });
+        // now serves: the replica promoted in its place. Else a retired
+        // shard is reused, so shards never outnumber the masters ever
+        // seen at once.
+        let free = |si: usize, s: &Shard| !addrs.contains(&s.addr()) && !assign.contains(&Some(si));
+        let first_slot_now = |si: usize| {
+            let first = old.iter().position(|&o| o as usize == si)?;
+            Some(map.owner(first as u16))
+        };
+        let heir = shards
+            .iter()
+            .enumerate()
+            .position(|(si, s)| free(si, s) && first_slot_now(si) == Some(mi))
+            .or_else(|| {
+                let spare = |(si, s): (usize, &Rc<Shard>)| free(si, s) && s.retired.get();
+                shards.iter().enumerate().position(spare)
+            });
         if let Some(si) = heir {
             log!(
                 Info,
