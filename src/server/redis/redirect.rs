@@ -13,8 +13,11 @@ use super::shard::{Queued, Shard};
 use crate::redis::cluster::{self, Redirect};
 use crate::redis::resp;
 
-/// Most redirects one command follows before it fails.
-pub(super) const MAX_REDIRECTS: u8 = 5;
+/// Most redirects one command follows before it fails. Between live
+/// nodes one or two suffice; the rest covers a node that joined and is
+/// not yet in the map the others gossip (the command waits for a topology
+/// read each time, at least 50 ms apart: 16 allow ~1 s of lag).
+pub(super) const MAX_REDIRECTS: u8 = 16;
 /// Redirects a channel follows at once between two topology reads.
 const MAX_BOUNCES: u8 = 2;
 
