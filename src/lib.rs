@@ -49,7 +49,9 @@
 //! - `server` → everything below: the network edge — accept loop,
 //!   per-connection reader and writer tasks, vectored writes, the sweeper
 //!   for deadlines and keepalive, graceful shutdown; the Redis edge
-//!   (`server::redis`) and the cache edge (`server::cache_edge`). Its own
+//!   (`server::redis`: one shard per Redis server, one per master of a
+//!   Redis Cluster behind a slot map) and the cache edge
+//!   (`server::cache_edge`). Its own
 //!   Layout section orders its files.
 //! - [`config`] → `auth`, `cache`, `http`, `hub`, `presence`, `pusher`, `redis`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
@@ -103,7 +105,8 @@
 //! - `control`, `redis` → `history`, `presence`, [`ws`]: the JSON control
 //!   protocol of `GET /ws`; RESP (redis-protocol), commands, URLs, the
 //!   envelope of messages on Redis channels, the history and presence
-//!   scripts (sans-I/O).
+//!   scripts, Redis Cluster placement (slots, slot maps, redirects)
+//!   (sans-I/O).
 //! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
 //!   with incremental UTF-8 checks, close codes, the upgrade handshake;
 //!   RFC 7692 permessage-deflate — negotiation, shared compressed frames,

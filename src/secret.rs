@@ -32,7 +32,11 @@ impl Secret {
 /// password errs towards masking more, never less.
 pub fn mask_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        // `user:password@host:port,...` (`--redis-cluster` without a scheme).
+        return match url.rfind('@') {
+            Some(at) => format!("***@{}", &url[at + 1..]),
+            None => url.to_string(),
+        };
     };
     let Some(at) = rest.rfind('@') else {
         return url.to_string();
@@ -56,6 +60,7 @@ mod tests {
         assert_eq!(mask_url("redis://pw@h"), "redis://***@h");
         assert_eq!(mask_url("redis://u:p/w@x@h:1"), "redis://u:***@h:1");
         assert_eq!(mask_url("redis://h:1"), "redis://h:1");
+        assert_eq!(mask_url("u:pw@h:1,h:2"), "***@h:1,h:2");
         assert_eq!(mask_url("not a url"), "not a url");
         assert_eq!(format!("{:?}", Secret::new("k")), "***");
     }

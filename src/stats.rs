@@ -209,6 +209,41 @@ pub struct RedisStats {
     /// Round trip of the last canary, in microseconds.
     #[serde(rename = "redis_canary_rtt_us")]
     pub canary_rtt_us: u64,
+    /// Redis Cluster: commands a node redirected (`MOVED`/`ASK`).
+    #[serde(rename = "redis_redirects")]
+    pub redirects: u64,
+    /// Redis Cluster: topology reads (`CLUSTER SLOTS`) that succeeded.
+    #[serde(rename = "redis_topology_refreshes")]
+    pub topology_refreshes: u64,
+    /// Redis Cluster: topology reads that found no usable node (retried
+    /// with backoff, 100 ms doubling to 5 s).
+    #[serde(rename = "redis_topology_errors")]
+    pub topology_errors: u64,
+    /// Redis Cluster: one entry per shard (master), empty with one Redis.
+    #[serde(rename = "redis_shards", skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardStats>,
+}
+
+/// Counters of one Redis Cluster shard (a master and the connections to it).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ShardStats {
+    /// `host:port` of the master.
+    pub addr: String,
+    /// 1 while both connections are up and subscriptions restored (gauge).
+    pub connected: u64,
+    /// Slots the master owns in our slot map (gauge).
+    pub slots: u64,
+    /// Channels subscribed on it (gauge).
+    pub subscriptions: u64,
+    /// Publishes queued for it.
+    pub publishes: u64,
+    /// Commands it answered with `MOVED` or `ASK`.
+    pub moved: u64,
+    /// Channels it dropped (`sunsubscribe` pushed: their slot moved) and
+    /// that were subscribed again on the new owner.
+    pub resubscribes: u64,
+    /// Connections to it lost and re-established.
+    pub reconnects: u64,
 }
 
 /// Counters of a worker's HTTP cache (owned by it). `/stats` names them

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use corecast::config::{Config, Secret};
-use redis_support::{instance, wait_readyz, RedisServer};
+use redis_support::{cluster_instance, instance, wait_readyz, RedisCluster, RedisServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -252,6 +252,8 @@ fn origin_response(
 enum Backend {
     Memory,
     Redis,
+    /// A 3-master Redis Cluster (`--redis-cluster`).
+    Cluster,
 }
 
 /// An origin, a corecast instance caching it, and (for Redis) its Redis.
@@ -259,6 +261,8 @@ struct Setup {
     srv: TestServer,
     origin: Origin,
     redis: Option<RedisServer>,
+    /// Kept for its drop: the nodes die with the test.
+    _cluster: Option<RedisCluster>,
 }
 
 impl Setup {
@@ -275,7 +279,19 @@ impl Setup {
                 srv: TestServer::start(cache),
                 origin,
                 redis: None,
+                _cluster: None,
             },
+            Backend::Cluster => {
+                let cluster = RedisCluster::start(3, 0).await;
+                let srv = cluster_instance(&cluster, cache);
+                wait_readyz(srv.addr, 200).await;
+                Setup {
+                    srv,
+                    origin,
+                    redis: None,
+                    _cluster: Some(cluster),
+                }
+            }
             Backend::Redis => {
                 let redis = RedisServer::start(&[]).await;
                 let srv = instance(redis.url("", ""), cache);
@@ -284,6 +300,7 @@ impl Setup {
                     srv,
                     origin,
                     redis: Some(redis),
+                    _cluster: None,
                 }
             }
         }
@@ -1026,6 +1043,25 @@ on_both_stores!(
     expires_pragma_and_the_heuristic,
     reflected_cors_origin_needs_vary,
 );
+
+/// The store on a Redis Cluster: keys land on every master; a prefix
+/// purge walks each master's keys.
+mod cluster {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn miss_then_hit() {
+        super::miss_then_hit(super::Backend::Cluster).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn purge_needs_the_token() {
+        super::purge_needs_the_token(super::Backend::Cluster).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ttl_expiry() {
+        super::ttl_expiry(super::Backend::Cluster).await
+    }
+}
 
 // ------------------------------------------------ store-independent --
 

@@ -1,5 +1,5 @@
 //! Redis Cluster topology and redirections from a hostile node: a
-//! `CLUSTER SLOTS` reply (through the bounded RESP decoder) either becomes
+//! `CLUSTER SLOTS` or `CLUSTER SHARDS` reply (through the bounded RESP decoder) either becomes
 //! a complete slot map whose every slot has a master, or is refused; a
 //! `MOVED`/`ASK` error text parses or is ignored — never a panic.
 #![no_main]
@@ -22,7 +22,11 @@ fuzz_target!(|data: &[u8]| {
         port: 7000,
     };
     while let Ok(Some(reply)) = resp::decode(&mut buf, &Limits::default()) {
-        if let Ok(map) = SlotMap::from_cluster_slots(&reply, &seed) {
+        let maps = [
+            SlotMap::from_cluster_slots(&reply, &seed),
+            SlotMap::from_cluster_shards(&reply, &seed),
+        ];
+        for map in maps.into_iter().flatten() {
             assert!(!map.masters.is_empty() && map.masters.len() <= cluster::MAX_MASTERS);
             for s in [0, 5000, SLOTS - 1] {
                 assert!(map.owner(s) < map.masters.len());

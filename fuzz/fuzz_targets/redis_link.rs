@@ -7,6 +7,7 @@
 #![no_main]
 use bytes::{BufMut, BytesMut};
 use corecast::redis::inbound::{Event, Inbound};
+use corecast::redis::commands::Pubsub;
 use corecast::redis::resp::{command, decode, Limits, Pipeline};
 use corecast::ws::OpCode;
 use libfuzzer_sys::fuzz_target;
@@ -34,6 +35,12 @@ fn subscriber(data: &[u8], chunk: usize) {
         canary_key: "cc:!canary:1".into(),
         limits: LIMITS,
         max_message: 64,
+        // Both namings: `cc:chan` and the cluster's `cc:{chan}`.
+        mode: if chunk % 2 == 0 {
+            Pubsub::Plain
+        } else {
+            Pubsub::Sharded
+        },
     };
     let mut buf = BytesMut::new();
     for piece in data.chunks(chunk) {

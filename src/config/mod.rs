@@ -160,7 +160,7 @@ impl Config {
             handshake_timeout_ms: self.handshake_timeout.as_millis() as u64,
             close_timeout_ms: self.close_timeout.as_millis() as u64,
             // In Redis mode history lives in Redis; the hub keeps none.
-            history: if self.redis.url.is_some() {
+            history: if self.redis.enabled() {
                 Default::default()
             } else {
                 self.history
@@ -228,6 +228,16 @@ impl Config {
         if self.redis.canary_interval.is_zero() || self.redis.command_timeout.is_zero() {
             return Err(ConfigError(
                 "redis intervals and timeouts must be > 0".into(),
+            ));
+        }
+        if self.redis.url.is_some() && self.redis.cluster.is_some() {
+            return Err(ConfigError(
+                "--redis-url and --redis-cluster are exclusive: one Redis or one cluster".into(),
+            ));
+        }
+        if self.redis.cluster.is_some() && self.redis.prefix.contains(['{', '}']) {
+            return Err(ConfigError(
+                "--redis-prefix must not contain { or } with --redis-cluster (hash tags)".into(),
             ));
         }
         if self.http.max_handshake_bytes < 256 {
@@ -523,9 +533,29 @@ mod tests {
     }
 
     #[test]
+    fn redis_cluster_is_exclusive_with_redis_url() {
+        let c = serve(&["--redis-cluster", "redis://:pw@a:7000,b:7001"], no_env);
+        assert!(c.redis.enabled() && c.redis.url.is_none());
+        let seeds = c.redis.cluster.expect("cluster mode");
+        assert_eq!(seeds.seeds.len(), 2);
+        assert_eq!(seeds.url.password.as_deref(), Some("pw"));
+        let env = |k: &str| (k == "REDIS_URL").then(|| "redis://h:1".to_string());
+        let err = Config::from_args(["--redis-cluster", "a:7000"], env).unwrap_err();
+        assert!(err.0.contains("exclusive"), "{err}");
+        let err = Config::from_args(
+            ["--redis-cluster", "a:7000", "--redis-prefix", "cc{x}:"],
+            no_env,
+        )
+        .unwrap_err();
+        assert!(err.0.contains("hash tags"), "{err}");
+    }
+
+    #[test]
     fn config_errors_never_echo_secrets() {
-        let cases: [(&[&str], &str, &str, &str); 6] = [
+        let cases: [(&[&str], &str, &str, &str); 8] = [
             (&[], "REDIS_URL", "redis://u:hunter2@h:99999", "hunter2"),
+            (&[], "REDIS_CLUSTER", "redis://u:hunter2@h:99999", "hunter2"),
+            (&[], "REDIS_CLUSTER", "u:hunter2@h:1/2", "hunter2"),
             (&[], "REDIS_URL", "redis://:hunter2@", "hunter2"),
             (
                 &[],

@@ -264,6 +264,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.redis.url = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
+    "redis-cluster", REDIS_CLUSTER, "SEEDS", -,
+        "[redis://][user:password@]host:port[,host:port...]: fan out through a Redis Cluster (sharded pub/sub, SPUBLISH/SSUBSCRIBE; Redis 7+); exclusive with --redis-url"
+        => |c, v| {
+            c.redis.cluster = Some(v.parse().map_err(|e| format!("{e}"))?);
+            Ok(())
+        };
     "redis-prefix", CORECAST_REDIS_PREFIX, "PREFIX", "corecast:",
         "prefix of corecast's Redis channel names"
         => |c, v| {
@@ -292,7 +298,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "after (re)subscribing, wait this long before sending buffered publishes, so other instances can re-subscribe first"
         => |c, v| set_duration(&mut c.redis.resume_delay, v);
     "redis-max-reply-size", CORECAST_REDIS_MAX_REPLY_SIZE, "BYTES", "64MiB",
-        "largest reply accepted from Redis; a larger one (or nesting deeper than 3 arrays) drops the connection"
+        "largest reply accepted from Redis; a larger one (or nesting deeper than 4 arrays) drops the connection"
         => |c, v| set_size(&mut c.redis.max_reply_size, v);
     "origin", CORECAST_ORIGIN, "URL", -,
         "http://host:port[/base-path]: cache GET/HEAD under --cache-prefix in front of this origin (default: no cache, 404)"

@@ -297,6 +297,53 @@ impl Registry {
         names
     }
 
+    /// See `Hub::interest_resend`.
+    pub(super) fn interest_resend(&mut self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>> {
+        let names: Vec<Rc<str>> = self
+            .channels
+            .iter()
+            .map(|(_, c)| c.name.clone())
+            .filter(|n| keep(n))
+            .collect();
+        if let Some(i) = &mut self.interest {
+            i.connected = true;
+            for name in &names {
+                // One answer owed: the resubscribe about to be sent.
+                i.upstream.insert(
+                    name.clone(),
+                    Upstream {
+                        wanted: true,
+                        unanswered: 1,
+                    },
+                );
+            }
+        }
+        names
+    }
+
+    /// See `Hub::interest_reset`.
+    pub(super) fn interest_reset(&mut self, names: &[Rc<str>]) -> Vec<(ConnId, Bytes)> {
+        let Some(i) = &mut self.interest else {
+            return Vec::new();
+        };
+        // Unsubscribes owed by a lost connection are never answered.
+        i.upstream.retain(|_, u| u.wanted);
+        let mut due = Vec::new();
+        for name in names {
+            i.upstream.insert(
+                name.clone(),
+                Upstream {
+                    wanted: true,
+                    unanswered: 0,
+                },
+            );
+            if let Some(&cid) = self.by_name.get(name) {
+                due.append(&mut self.channels[cid].waiting);
+            }
+        }
+        due
+    }
+
     /// Whether the upstream confirmed it delivers `name` (always, without
     /// one).
     pub(super) fn confirmed(&self, name: &str) -> bool {

@@ -110,6 +110,23 @@ impl Hub {
         self.registry.interest_snapshot()
     }
 
+    /// The channels with local subscribers that `keep` selects (one
+    /// Redis Cluster shard's), each now owing one answer from the
+    /// upstream: unlike [`Hub::interest_snapshot`] the change log is kept,
+    /// as it holds other shards' changes.
+    pub fn interest_resend(&mut self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>> {
+        self.registry.interest_resend(keep)
+    }
+
+    /// One Redis Cluster shard's subscriber connection is gone: its
+    /// channels count as confirmed (the shard holds our publishes until
+    /// they are resubscribed) and their waiting acknowledgements are sent.
+    pub fn interest_reset(&mut self, names: &[Rc<str>]) {
+        for (id, ack) in self.registry.interest_reset(names) {
+            self.send_to(id, ack);
+        }
+    }
+
     /// Interest changes not yet taken by the upstream.
     #[cfg(test)]
     pub(crate) fn interest_backlog(&self) -> usize {

@@ -2,6 +2,8 @@
 //! the fixed-bucket histograms behind it. Sans-I/O: rendering is a pure
 //! function of a [`Snapshot`] and gauges, testable with a real parser.
 
+mod cluster;
+
 use std::fmt::Write as _;
 
 use crate::stats::{CompressionStats, RedisStats, Snapshot, Stats};
@@ -429,6 +431,7 @@ fn redis(o: &mut String, r: &RedisStats) {
          # TYPE corecast_redis_canary_rtt_seconds gauge\ncorecast_redis_canary_rtt_seconds {}",
         r.canary_rtt_us as f64 / 1e6
     );
+    cluster::render(o, r);
 }
 
 /// permessage-deflate: connections, compression work and its yield.

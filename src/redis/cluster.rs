@@ -52,6 +52,41 @@ pub fn slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key)) % SLOTS
 }
 
+/// The slot of a corecast channel's sharded name `prefix{channel}`
+/// (`prefix` has no braces), without building the name: the hash tag is
+/// the channel up to its first `}`, or the whole name when that is empty.
+pub fn channel_slot(prefix: &str, channel: &str) -> u16 {
+    match channel.split('}').next() {
+        Some(tag) if !tag.is_empty() => crc16(tag.as_bytes()) % SLOTS,
+        _ => slot(format!("{prefix}{{{channel}}}").as_bytes()),
+    }
+}
+
+/// The slot of a queued command's key (`EVALSHA sha n key ...`: the
+/// first key; any other command: its first argument), to send it on
+/// when the master that held it lost its slots.
+pub fn command_slot(cmd: &[u8]) -> Option<u16> {
+    let mut buf = bytes::BytesMut::from(cmd);
+    let limits = super::resp::Limits {
+        max_len: cmd.len(),
+        ..Default::default()
+    };
+    let Ok(Some(BytesFrame::Array(args))) = super::resp::decode(&mut buf, &limits) else {
+        return None;
+    };
+    let arg = |i: usize| match args.get(i) {
+        Some(BytesFrame::BulkString(b)) => Some(b.clone()),
+        _ => None,
+    };
+    let verb = arg(0)?;
+    let key = if verb.eq_ignore_ascii_case(b"EVALSHA") || verb.eq_ignore_ascii_case(b"EVAL") {
+        arg(3)?
+    } else {
+        arg(1)?
+    };
+    Some(slot(&key))
+}
+
 /// A node's address as the cluster announces it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Node {
@@ -89,7 +124,7 @@ pub enum TopologyError {
 impl std::fmt::Display for TopologyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TopologyError::Malformed(why) => write!(f, "malformed CLUSTER SLOTS reply: {why}"),
+            TopologyError::Malformed(why) => write!(f, "malformed topology reply: {why}"),
             TopologyError::Uncovered(n) => write!(f, "{n} slots have no master"),
         }
     }
@@ -107,10 +142,7 @@ impl SlotMap {
         let BytesFrame::Array(ranges) = reply else {
             return Err(TopologyError::Malformed("not an array"));
         };
-        let mut map = SlotMap {
-            masters: Vec::new(),
-            owner: vec![u16::MAX; SLOTS as usize],
-        };
+        let mut map = SlotMap::empty();
         for range in ranges {
             let BytesFrame::Array(parts) = range else {
                 return Err(TopologyError::Malformed("a range is not an array"));
@@ -119,27 +151,89 @@ impl SlotMap {
                 (Some(BytesFrame::Integer(s)), Some(BytesFrame::Integer(e))) => (*s, *e),
                 _ => return Err(TopologyError::Malformed("a range has no bounds")),
             };
-            if !(0 <= start && start <= end && end < SLOTS as i64) {
-                return Err(TopologyError::Malformed("slot bounds out of range"));
-            }
-            let master = node(parts.get(2), seed)?;
-            let idx = match map.masters.iter().position(|m| *m == master) {
-                Some(i) => i,
-                None if map.masters.len() < MAX_MASTERS => {
-                    map.masters.push(master);
-                    map.masters.len() - 1
-                }
-                None => return Err(TopologyError::Malformed("too many masters")),
+            map.assign(start, end, node(parts.get(2), seed)?)?;
+        }
+        map.complete()
+    }
+
+    /// Parses a `CLUSTER SHARDS` reply (Redis 7): per shard a map with
+    /// `slots` (a flat list of start, end pairs) and `nodes` (maps with
+    /// `role`, `endpoint` or `ip`, `port`); the `master` serves the slots.
+    pub fn from_cluster_shards(reply: &Reply, seed: &Node) -> Result<SlotMap, TopologyError> {
+        let BytesFrame::Array(shards) = reply else {
+            return Err(TopologyError::Malformed("not an array"));
+        };
+        let mut map = SlotMap::empty();
+        for shard in shards {
+            let (Some(BytesFrame::Array(slots)), Some(BytesFrame::Array(nodes))) =
+                (field(shard, "slots"), field(shard, "nodes"))
+            else {
+                return Err(TopologyError::Malformed("a shard without slots or nodes"));
             };
-            for s in start..=end {
-                map.owner[s as usize] = idx as u16;
+            if slots.is_empty() {
+                continue; // A shard that serves nothing (being emptied).
+            }
+            let master = nodes
+                .iter()
+                .find(|n| matches!(field(n, "role"), Some(BytesFrame::BulkString(r)) if &r[..] == b"master"))
+                .ok_or(TopologyError::Malformed("a shard without a master"))?;
+            let host = ["endpoint", "ip"]
+                .iter()
+                .find_map(|k| match field(master, k) {
+                    Some(BytesFrame::BulkString(h)) => Some(h.clone()),
+                    _ => None,
+                });
+            let port = field(master, "port").or_else(|| field(master, "tls-port"));
+            let as_slots = BytesFrame::Array(vec![
+                BytesFrame::BulkString(host.unwrap_or_default()),
+                port.cloned().unwrap_or(BytesFrame::Null),
+            ]);
+            let master = node(Some(&as_slots), seed)?;
+            for pair in slots.chunks(2) {
+                match pair {
+                    [BytesFrame::Integer(s), BytesFrame::Integer(e)] => {
+                        map.assign(*s, *e, master.clone())?
+                    }
+                    _ => return Err(TopologyError::Malformed("slots are not start, end pairs")),
+                }
             }
         }
-        let uncovered = map.owner.iter().filter(|&&o| o == u16::MAX).count();
+        map.complete()
+    }
+
+    fn empty() -> SlotMap {
+        SlotMap {
+            masters: Vec::new(),
+            owner: vec![u16::MAX; SLOTS as usize],
+        }
+    }
+
+    /// Slots `start..=end` are served by `master`.
+    fn assign(&mut self, start: i64, end: i64, master: Node) -> Result<(), TopologyError> {
+        if !(0 <= start && start <= end && end < SLOTS as i64) {
+            return Err(TopologyError::Malformed("slot bounds out of range"));
+        }
+        let idx = match self.masters.iter().position(|m| *m == master) {
+            Some(i) => i,
+            None if self.masters.len() < MAX_MASTERS => {
+                self.masters.push(master);
+                self.masters.len() - 1
+            }
+            None => return Err(TopologyError::Malformed("too many masters")),
+        };
+        for s in start..=end {
+            self.owner[s as usize] = idx as u16;
+        }
+        Ok(())
+    }
+
+    /// The map, if every slot has a master.
+    fn complete(self) -> Result<SlotMap, TopologyError> {
+        let uncovered = self.owner.iter().filter(|&&o| o == u16::MAX).count();
         if uncovered > 0 {
             return Err(TopologyError::Uncovered(uncovered as u16));
         }
-        Ok(map)
+        Ok(self)
     }
 
     /// Index (into `masters`) of the master serving `slot`.
@@ -166,6 +260,17 @@ impl SlotMap {
         }
         out
     }
+}
+
+/// The value after `name` in a flat `[name, value, ...]` array.
+fn field<'a>(map: &'a BytesFrame, name: &str) -> Option<&'a BytesFrame> {
+    let BytesFrame::Array(items) = map else {
+        return None;
+    };
+    items.chunks(2).find_map(|kv| match kv {
+        [BytesFrame::BulkString(k), v] if &k[..] == name.as_bytes() => Some(v),
+        _ => None,
+    })
 }
 
 fn node(part: Option<&BytesFrame>, seed: &Node) -> Result<Node, TopologyError> {
@@ -320,6 +425,70 @@ mod tests {
             host: "10.0.0.9".into(),
             port: 7000,
         }
+    }
+
+    #[test]
+    fn cluster_shards_replies_become_the_same_map() {
+        let shard = |slots: Vec<i64>, host: &str, port: i64| {
+            let mut nodes = vec![BytesFrame::Array(vec![
+                bulk_s("id"),
+                bulk_s("r1"),
+                bulk_s("port"),
+                int(port + 3),
+                bulk_s("endpoint"),
+                bulk_s(host),
+                bulk_s("role"),
+                bulk_s("replica"),
+            ])];
+            nodes.push(BytesFrame::Array(vec![
+                bulk_s("port"),
+                int(port),
+                bulk_s("ip"),
+                bulk_s("10.9.9.9"),
+                bulk_s("endpoint"),
+                bulk_s(host),
+                bulk_s("role"),
+                bulk_s("master"),
+            ]));
+            BytesFrame::Array(vec![
+                bulk_s("slots"),
+                BytesFrame::Array(slots.into_iter().map(int).collect()),
+                bulk_s("nodes"),
+                BytesFrame::Array(nodes),
+            ])
+        };
+        let reply = BytesFrame::Array(vec![
+            shard(vec![0, 100, 200, 16383], "a", 7000),
+            shard(vec![101, 199], "?", 7001),
+            shard(vec![], "idle", 7002),
+        ]);
+        let map = SlotMap::from_cluster_shards(&reply, &seed()).unwrap();
+        let slots = BytesFrame::Array(vec![
+            range(0, 100, "a", 7000),
+            range(101, 199, "10.0.0.9", 7001),
+            range(200, 16383, "a", 7000),
+        ]);
+        assert_eq!(map, SlotMap::from_cluster_slots(&slots, &seed()).unwrap());
+        let gap = BytesFrame::Array(vec![shard(vec![0, 100], "a", 7000)]);
+        assert_eq!(
+            SlotMap::from_cluster_shards(&gap, &seed()),
+            Err(TopologyError::Uncovered(SLOTS - 101))
+        );
+        let odd = BytesFrame::Array(vec![shard(vec![0], "a", 7000)]);
+        assert!(SlotMap::from_cluster_shards(&odd, &seed()).is_err());
+    }
+
+    #[test]
+    fn channel_slots_match_the_sharded_names() {
+        for ch in ["news", "a}b", "}x", "", "a{b}c", "chan-17"] {
+            let name = format!("cc:{{{ch}}}");
+            assert_eq!(channel_slot("cc:", ch), slot(name.as_bytes()), "{ch:?}");
+        }
+        let cmd = crate::redis::resp::command(&[b"SPUBLISH", b"cc:{news}", b"x"]);
+        assert_eq!(command_slot(&cmd), Some(slot(b"news")));
+        let eval = crate::redis::resp::command(&[b"EVALSHA", b"f00", b"2", b"k{news}", b"m"]);
+        assert_eq!(command_slot(&eval), Some(slot(b"news")));
+        assert_eq!(command_slot(b"garbage"), None);
     }
 
     #[test]

@@ -16,6 +16,18 @@ use crate::ws::OpCode;
 /// a bounded command keeps one restore from building a huge buffer.
 pub const SUBSCRIBE_CHUNK: usize = 1000;
 
+/// Plain pub/sub (one Redis: `PUBLISH`, `SUBSCRIBE`) or sharded pub/sub
+/// (Redis Cluster: `SPUBLISH`, `SSUBSCRIBE`, the channel routed like a key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pubsub {
+    /// `PUBLISH`/`SUBSCRIBE`/`UNSUBSCRIBE` on `prefix + channel`.
+    Plain,
+    /// `SPUBLISH`/`SSUBSCRIBE`/`SUNSUBSCRIBE` on `prefix{channel}`: the
+    /// channel name is the hash tag, as in the history keys, so a
+    /// channel's keys and its sharded channel live in one slot.
+    Sharded,
+}
+
 /// `PUBLISH prefix+channel envelope`, encoded into one buffer of exact
 /// size: the payload is copied once, not once per RESP layer.
 pub fn publish(
@@ -25,13 +37,27 @@ pub fn publish(
     origin: Origin,
     payload: &[u8],
 ) -> Bytes {
-    let key_len = prefix.len() + channel.len();
+    publish_as(Pubsub::Plain, prefix, channel, (opcode, origin, payload))
+}
+
+/// [`publish`] in either mode (`SPUBLISH prefix{channel} envelope`).
+pub fn publish_as(
+    mode: Pubsub,
+    prefix: &str,
+    channel: &str,
+    (opcode, origin, payload): (OpCode, Origin, &[u8]),
+) -> Bytes {
+    let key = channel_key_as(mode, prefix, channel);
+    let key_len = key.len();
     let val_len = envelope::HEADER_LEN + payload.len();
     let mut out = BytesMut::with_capacity(64 + key_len + val_len);
     // `write!` into the buffer itself: no intermediate String.
-    let _ = write!(out, "*3\r\n$7\r\nPUBLISH\r\n${key_len}\r\n");
-    out.put_slice(prefix.as_bytes());
-    out.put_slice(channel.as_bytes());
+    match mode {
+        Pubsub::Plain => out.put_slice(b"*3\r\n$7\r\nPUBLISH\r\n"),
+        Pubsub::Sharded => out.put_slice(b"*3\r\n$8\r\nSPUBLISH\r\n"),
+    }
+    let _ = write!(out, "${key_len}\r\n");
+    out.put_slice(&key);
     let _ = write!(out, "\r\n${val_len}\r\n");
     envelope::put_header(&mut out, opcode, origin);
     out.put_slice(payload);
@@ -51,9 +77,22 @@ pub enum Interest {
 /// Appends `SUBSCRIBE`/`UNSUBSCRIBE` commands for `keys` to `out`, at most
 /// [`SUBSCRIBE_CHUNK`] keys per command; returns the number of commands.
 pub fn subscribe<K: AsRef<[u8]>>(interest: Interest, keys: &[K], out: &mut BytesMut) -> usize {
-    let verb: &[u8] = match interest {
-        Interest::Gained => b"SUBSCRIBE",
-        Interest::Lost => b"UNSUBSCRIBE",
+    subscribe_as(Pubsub::Plain, interest, keys, out)
+}
+
+/// [`subscribe`] in either mode. Sharded: the caller groups `keys` by
+/// slot (Redis refuses a command whose channels span slots: CROSSSLOT).
+pub fn subscribe_as<K: AsRef<[u8]>>(
+    mode: Pubsub,
+    interest: Interest,
+    keys: &[K],
+    out: &mut BytesMut,
+) -> usize {
+    let verb: &[u8] = match (mode, interest) {
+        (Pubsub::Plain, Interest::Gained) => b"SUBSCRIBE",
+        (Pubsub::Plain, Interest::Lost) => b"UNSUBSCRIBE",
+        (Pubsub::Sharded, Interest::Gained) => b"SSUBSCRIBE",
+        (Pubsub::Sharded, Interest::Lost) => b"SUNSUBSCRIBE",
     };
     let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len().min(SUBSCRIBE_CHUNK) + 1);
     let mut commands = 0;
@@ -73,6 +112,15 @@ pub fn channel_key(prefix: &str, channel: &str) -> Vec<u8> {
     k.extend_from_slice(prefix.as_bytes());
     k.extend_from_slice(channel.as_bytes());
     k
+}
+
+/// The Redis channel of a corecast channel in either mode:
+/// `prefix + channel` or `prefix{channel}`.
+pub fn channel_key_as(mode: Pubsub, prefix: &str, channel: &str) -> Vec<u8> {
+    match mode {
+        Pubsub::Plain => channel_key(prefix, channel),
+        Pubsub::Sharded => format!("{prefix}{{{channel}}}").into_bytes(),
+    }
 }
 
 /// The commands that open a connection: `AUTH` when the URL has a
@@ -125,6 +173,30 @@ mod tests {
         assert_eq!(env.opcode, OpCode::Binary);
         assert_eq!(env.origin, Some(origin));
         assert_eq!(&env.payload[..], b"\x00\x01");
+    }
+
+    #[test]
+    fn sharded_publish_shares_the_slot_of_the_history_keys() {
+        let origin = Origin {
+            instance: 1,
+            sender: 2,
+        };
+        let cmd = publish_as(Pubsub::Sharded, "cc:", "a}b", (OpCode::Text, origin, b"x"));
+        let mut buf = BytesMut::from(&cmd[..]);
+        let args = args_of(&mut buf);
+        assert_eq!(args[0], b"SPUBLISH");
+        assert_eq!(args[1], b"cc:{a}b}");
+        use crate::redis::cluster::slot;
+        for ch in ["news", "a}b", "{x}", "a{b}c"] {
+            let key = channel_key_as(Pubsub::Sharded, "cc:", ch);
+            assert_eq!(
+                slot(&key),
+                slot(&crate::redis::stream::stream_key("cc:", ch))
+            );
+        }
+        let mut out = BytesMut::new();
+        subscribe_as(Pubsub::Sharded, Interest::Lost, &[b"k"], &mut out);
+        assert_eq!(args_of(&mut out)[0], b"SUNSUBSCRIBE");
     }
 
     #[test]

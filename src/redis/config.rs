@@ -3,13 +3,16 @@
 
 use std::time::Duration;
 
-use super::url::RedisUrl;
+use super::url::{ClusterSeeds, RedisUrl};
 
-/// Redis mode's settings. Redis mode is off while `url` is unset.
+/// Redis mode's settings. Redis mode is off while `url` and `cluster`
+/// are unset.
 #[derive(Debug, Clone, Default)]
 pub struct RedisConfig {
     /// Publishes go through Redis pub/sub (None = in-process).
     pub url: Option<RedisUrl>,
+    /// `--redis-cluster`: Redis Cluster mode (exclusive with `url`).
+    pub cluster: Option<ClusterSeeds>,
     /// Prefix of the Redis channels (and keys) corecast uses.
     pub prefix: String,
     /// Bytes of publishes held while Redis is unreachable.
@@ -26,4 +29,19 @@ pub struct RedisConfig {
     pub resume_delay: Duration,
     /// Largest reply accepted from Redis (also bounds the read buffer).
     pub max_reply_size: usize,
+}
+
+impl RedisConfig {
+    /// Whether Redis mode is on (one Redis or a cluster).
+    pub fn enabled(&self) -> bool {
+        self.url.is_some() || self.cluster.is_some()
+    }
+
+    /// The URL the first connection is opened with: `--redis-url`, or the
+    /// first cluster seed with the cluster's credentials.
+    pub fn first_url(&self) -> Option<RedisUrl> {
+        self.url
+            .clone()
+            .or_else(|| self.cluster.as_ref().map(|c| c.url.clone()))
+    }
 }

@@ -6,6 +6,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::commands::Pubsub;
 use super::envelope::{self, Envelope, Rejected};
 use super::resp::{self, Limits, PubSubEvent, RespError};
 
@@ -20,6 +21,8 @@ pub struct Inbound {
     pub limits: Limits,
     /// Largest payload delivered (`--max-message-size`).
     pub max_message: usize,
+    /// Plain or sharded channel names (`prefix{channel}` in a cluster).
+    pub mode: Pubsub,
 }
 
 /// One event of a subscriber connection.
@@ -33,7 +36,9 @@ pub enum Event {
         /// The message.
         envelope: Envelope,
     },
-    /// Our readiness canary came back with this payload.
+    /// Our readiness canary came back with this payload (a message on
+    /// the canary channel, or in a cluster the answer to a `PING` with an
+    /// argument on the subscriber connection).
     Canary(Bytes),
     /// A message that must not be delivered, and why.
     Dropped(Rejected),
@@ -69,7 +74,8 @@ impl Inbound {
                 channel: self.ours(c),
                 subscribed: false,
             },
-            PubSubEvent::Pong => Event::Other,
+            PubSubEvent::Pong(p) if !p.is_empty() => Event::Canary(p),
+            PubSubEvent::Pong(_) => Event::Other,
             PubSubEvent::Error(e) => Event::Refused(e),
         }))
     }
@@ -94,7 +100,15 @@ impl Inbound {
         let ours = redis_channel != self.canary_key.as_bytes()
             && redis_channel.starts_with(self.prefix.as_bytes())
             && std::str::from_utf8(&redis_channel[self.prefix.len()..]).is_ok();
-        ours.then(|| redis_channel.slice(self.prefix.len()..))
+        if !ours {
+            return None;
+        }
+        let rest = redis_channel.slice(self.prefix.len()..);
+        match self.mode {
+            Pubsub::Plain => Some(rest),
+            Pubsub::Sharded => (rest.len() >= 2 && rest.starts_with(b"{") && rest.ends_with(b"}"))
+                .then(|| rest.slice(1..rest.len() - 1)),
+        }
     }
 }
 
@@ -110,6 +124,7 @@ mod tests {
             canary_key: "cc:!canary:1".into(),
             limits: Limits::default(),
             max_message: 8,
+            mode: Pubsub::Plain,
         }
     }
 
@@ -193,6 +208,46 @@ mod tests {
             }
         );
         assert_eq!(got[8], Event::Refused("NOAUTH".into()));
+    }
+
+    #[test]
+    fn sharded_events_lose_their_braces_and_pongs_carry_the_canary() {
+        let inb = Inbound {
+            mode: Pubsub::Sharded,
+            ..inbound()
+        };
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(b"*3\r\n$10\r\nssubscribe\r\n$6\r\ncc:{a}\r\n:1\r\n");
+        buf.extend_from_slice(b"*3\r\n$12\r\nsunsubscribe\r\n$4\r\ncc:b\r\n:0\r\n");
+        buf.extend_from_slice(b"*2\r\n$4\r\npong\r\n$3\r\n123\r\n");
+        buf.extend_from_slice(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+        let mut msg = b"*3\r\n$8\r\nsmessage\r\n$6\r\ncc:{a}\r\n".to_vec();
+        let env = text_envelope(b"hi");
+        msg.extend_from_slice(format!("${}\r\n", env.len()).as_bytes());
+        msg.extend_from_slice(&env);
+        msg.extend_from_slice(b"\r\n");
+        buf.extend_from_slice(&msg);
+        let mut got = Vec::new();
+        while let Some(e) = inb.next(&mut buf).unwrap() {
+            got.push(e);
+        }
+        let a = Some(Bytes::from_static(b"a"));
+        assert_eq!(
+            got[..4],
+            [
+                Event::Replied {
+                    channel: a.clone(),
+                    subscribed: true
+                },
+                Event::Replied {
+                    channel: None,
+                    subscribed: false
+                },
+                Event::Canary(Bytes::from_static(b"123")),
+                Event::Other,
+            ]
+        );
+        assert!(matches!(&got[4], Event::Deliver { channel, .. } if &channel[..] == b"a"));
     }
 
     #[test]

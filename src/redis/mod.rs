@@ -38,4 +38,4 @@ pub mod url;
 
 pub use config::RedisConfig;
 pub use error::RedisError;
-pub use url::RedisUrl;
+pub use url::{ClusterSeeds, RedisUrl};

@@ -1,17 +1,20 @@
 //! Presence in Redis, sans-I/O: the scripts that keep a channel's members
 //! across instances, and the commands and replies around them.
 //!
-//! Per channel (hash-tagged on it, so one Cluster slot; `!` keeps the
-//! keys apart from any channel's):
-//! - `prefix!p{channel}:e` — a hash: entry → `"{connections} {info}"`,
+//! Per channel (hash-tagged on its events channel — `presence/{channel}`
+//! for the JSON protocol, a Pusher channel itself — so that on a Redis
+//! Cluster the keys and the sharded channel the scripts `SPUBLISH` to are
+//! one slot; `!` keeps the keys apart from any channel's):
+//! - `prefix!p{events}:e` — a hash: entry → `"{connections} {info}"`,
 //!   one entry per (instance, user): `{instance:016x}:{user}`;
-//! - `prefix!p{channel}:x` — a sorted set: entry → expiry (Redis time, ms);
-//! - `prefix!p{channel}:u` — a hash: user → how many entries it has.
+//! - `prefix!p{events}:x` — a sorted set: entry → expiry (Redis time, ms);
+//! - `prefix!p{events}:u` — a hash: user → how many entries it has.
 //!
 //! Every change is one script, so it is atomic, and a user's join or
 //! leave is decided by its entry counter going 0 → 1 or 1 → 0 inside it:
 //! however many instances add, remove or prune at once, exactly one of
-//! them sees each transition, and that one script `PUBLISH`es the event on
+//! them sees each transition, and that one script `PUBLISH`es (on a
+//! cluster `SPUBLISH`es) the event on
 //! the channel's events channel — in Redis's order with the channel's
 //! other publishes. Expiry uses Redis's clock (`TIME`), so instances' clocks
 //! do not matter. The events are not kept in history.
@@ -20,14 +23,15 @@ use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
 
+use super::commands::Pubsub;
 use super::envelope::{self, Origin};
 use super::resp::{self, Reply};
 use crate::ws::OpCode;
 
 /// Adds or refreshes an entry. KEYS: e, x, u. ARGV: entry, user,
 /// `"{connections} {info}"`, ttl ms, max users (0: no bound: a refresh),
-/// most users for events, events channel, join message (envelope).
-/// Returns 2 (the user joined), 1 (added or refreshed), -1 (full: nothing
+/// most users for events, events channel, join message (envelope), and
+/// `SPUBLISH` on a Redis Cluster. Returns 2 (the user joined), 1 (added or refreshed), -1 (full: nothing
 /// changed).
 pub const ADD_SCRIPT: &str = r#"
 local t = redis.call('TIME')
@@ -46,7 +50,7 @@ if new == 1 then
       return -1
     end
     if users <= tonumber(ARGV[6]) then
-      redis.call('PUBLISH', ARGV[7], ARGV[8])
+      redis.call(ARGV[9] or 'PUBLISH', ARGV[7], ARGV[8])
     end
     joined = 2
   end
@@ -62,7 +66,8 @@ return joined
 
 /// Removes an entry (a user's last connection on this instance left).
 /// KEYS: e, x, u. ARGV: entry, user, most users for events, events
-/// channel, leave message (envelope). Returns 2 (the user left), 1
+/// channel, leave message (envelope), `SPUBLISH` on a Redis Cluster.
+/// Returns 2 (the user left), 1
 /// (removed), 0 (not there: pruned already, whose script announced it).
 pub const REMOVE_SCRIPT: &str = r#"
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
@@ -75,7 +80,7 @@ if n > 0 then
 end
 redis.call('HDEL', KEYS[3], ARGV[2])
 if redis.call('HLEN', KEYS[3]) + 1 <= tonumber(ARGV[3]) then
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
+  redis.call(ARGV[6] or 'PUBLISH', ARGV[4], ARGV[5])
 end
 return 2
 "#;
@@ -85,7 +90,7 @@ return 2
 /// events channel, the leave message's head (envelope and JSON up to the
 /// user: the script appends the user as a JSON string — with ARGV[7] = 1
 /// the JSON string of `{"user_id":user}` — and `}`), 1 to read, most
-/// entries read, the leave's style. Returns `{expired entries, users that left, users,
+/// entries read, the leave's style, `SPUBLISH` on a Redis Cluster. Returns `{expired entries, users that left, users,
 /// entry, value, entry, value...}`.
 pub const PRUNE_SCRIPT: &str = r#"
 local t = redis.call('TIME')
@@ -104,7 +109,7 @@ for _, m in ipairs(gone) do
         if ARGV[7] == '1' then
           u = cjson.encode('{"user_id":' .. u .. '}')
         end
-        redis.call('PUBLISH', ARGV[3], ARGV[4] .. u .. '}')
+        redis.call(ARGV[8] or 'PUBLISH', ARGV[3], ARGV[4] .. u .. '}')
       end
     end
   end
@@ -151,6 +156,8 @@ pub struct Place<'a> {
     /// The envelope's sender (a Pusher member's own `member_added` is not
     /// sent to it: its serial with `EXCLUDE_ALWAYS`), 0 for none.
     pub sender: u64,
+    /// Plain or sharded pub/sub (Redis Cluster: the scripts `SPUBLISH`).
+    pub mode: Pubsub,
 }
 
 /// How the prune script writes a leave's user after the head: as a JSON
@@ -165,12 +172,26 @@ pub enum LeaveUser {
 }
 
 impl Place<'_> {
+    /// The key a script call is routed by (its first key; every key of the
+    /// channel has the same slot).
+    pub fn route_key(&self) -> Vec<u8> {
+        self.key("e")
+    }
+
+    /// Tagged with the events channel, so that on a Redis Cluster the
+    /// keys and the sharded channel the scripts `SPUBLISH` to are in one
+    /// slot (for Pusher the events channel is the channel itself).
     fn key(&self, suffix: &str) -> Vec<u8> {
-        format!("{}!p{{{}}}:{suffix}", self.prefix, self.channel).into_bytes()
+        format!("{}!p{{{}}}:{suffix}", self.prefix, self.events).into_bytes()
     }
 
     fn events(&self) -> Vec<u8> {
-        super::commands::channel_key(self.prefix, self.events)
+        super::commands::channel_key_as(self.mode, self.prefix, self.events)
+    }
+
+    /// The publish verb the scripts get (none: their `PUBLISH`).
+    fn verb(&self) -> Option<&'static [u8]> {
+        (self.mode == Pubsub::Sharded).then_some(b"SPUBLISH")
     }
 
     /// This instance's entry for `user`.
@@ -206,40 +227,50 @@ pub fn add(
     join: &str,
 ) -> Bytes {
     let (ttl, max, max_events) = (ttl_ms.to_string(), max.to_string(), max_events.to_string());
-    resp::command(&[
+    let (e, x, u, entry) = (at.key("e"), at.key("x"), at.key("u"), at.entry(user));
+    let value = entry_value(connections, info);
+    let (events, message) = (at.events(), at.message(join));
+    let mut args: Vec<&[u8]> = vec![
         b"EVALSHA",
         ADD_SHA.as_bytes(),
         b"3",
-        &at.key("e"),
-        &at.key("x"),
-        &at.key("u"),
-        at.entry(user).as_bytes(),
+        &e,
+        &x,
+        &u,
+        entry.as_bytes(),
         user.as_bytes(),
-        entry_value(connections, info).as_bytes(),
+        value.as_bytes(),
         ttl.as_bytes(),
         max.as_bytes(),
         max_events.as_bytes(),
-        &at.events(),
-        &at.message(join),
-    ])
+        &events,
+        &message,
+    ];
+    args.extend(at.verb());
+    resp::command(&args)
 }
 
 /// Removes this instance's entry for `user`, publishing `leave` if it was
 /// the user's last.
 pub fn remove(at: &Place<'_>, user: &str, max_events: usize, leave: &str) -> Bytes {
-    resp::command(&[
+    let (e, x, u, entry) = (at.key("e"), at.key("x"), at.key("u"), at.entry(user));
+    let max_events = max_events.to_string();
+    let (events, message) = (at.events(), at.message(leave));
+    let mut args: Vec<&[u8]> = vec![
         b"EVALSHA",
         REMOVE_SHA.as_bytes(),
         b"3",
-        &at.key("e"),
-        &at.key("x"),
-        &at.key("u"),
-        at.entry(user).as_bytes(),
+        &e,
+        &x,
+        &u,
+        entry.as_bytes(),
         user.as_bytes(),
-        max_events.to_string().as_bytes(),
-        &at.events(),
-        &at.message(leave),
-    ])
+        max_events.as_bytes(),
+        &events,
+        &message,
+    ];
+    args.extend(at.verb());
+    resp::command(&args)
 }
 
 /// Prunes expired entries (announcing the leaves: `leave_head`, the user
@@ -250,25 +281,32 @@ pub fn prune(
     (leave_head, how): (&str, LeaveUser),
     read: bool,
 ) -> Bytes {
-    resp::command(&[
+    let (e, x, u) = (at.key("e"), at.key("x"), at.key("u"));
+    let (batch, max_events) = (PRUNE_BATCH.to_string(), max_events.to_string());
+    let (events, message) = (at.events(), at.message(leave_head));
+    let entries = READ_ENTRIES.to_string();
+    let style: &[u8] = if how == LeaveUser::PusherData {
+        b"1"
+    } else {
+        b"0"
+    };
+    let mut args: Vec<&[u8]> = vec![
         b"EVALSHA",
         PRUNE_SHA.as_bytes(),
         b"3",
-        &at.key("e"),
-        &at.key("x"),
-        &at.key("u"),
-        PRUNE_BATCH.to_string().as_bytes(),
-        max_events.to_string().as_bytes(),
-        &at.events(),
-        &at.message(leave_head),
+        &e,
+        &x,
+        &u,
+        batch.as_bytes(),
+        max_events.as_bytes(),
+        &events,
+        &message,
         if read { b"1" } else { b"0" },
-        READ_ENTRIES.to_string().as_bytes(),
-        if how == LeaveUser::PusherData {
-            b"1"
-        } else {
-            b"0"
-        },
-    ])
+        entries.as_bytes(),
+        style,
+    ];
+    args.extend(at.verb());
+    resp::command(&args)
 }
 
 /// A member as read from Redis: connections summed over instances.
@@ -351,16 +389,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_hash_tagged_on_the_channel() {
-        let at = Place {
+    fn keys_are_hash_tagged_on_the_events_channel() {
+        let mut at = Place {
             prefix: "cc:",
             channel: "room-1",
             instance: 0xab,
             events: "presence/room-1",
             sender: 0,
+            mode: Pubsub::Plain,
         };
-        assert_eq!(at.key("e"), b"cc:!p{room-1}:e");
+        assert_eq!(at.key("e"), b"cc:!p{presence/room-1}:e");
         assert_eq!(at.events(), b"cc:presence/room-1");
+        let plain = add(&at, ("ana", 1, None), (1000, 0, 100), "{}");
+        assert!(!plain.windows(8).any(|w| w == b"SPUBLISH"));
+        // A cluster: the sharded events channel is in the keys' slot, and
+        // every script is told to SPUBLISH.
+        at.mode = Pubsub::Sharded;
+        assert_eq!(at.events(), b"cc:{presence/room-1}");
+        let slot = |k: &[u8]| super::super::cluster::slot(k);
+        assert_eq!(slot(&at.key("e")), slot(&at.events()));
+        for cmd in [
+            add(&at, ("ana", 1, None), (1000, 0, 100), "{}"),
+            remove(&at, "ana", 100, "{}"),
+            prune(&at, 100, ("{", LeaveUser::Plain), false),
+        ] {
+            assert!(cmd.ends_with(b"$8\r\nSPUBLISH\r\n"), "{cmd:?}");
+        }
         assert_eq!(at.entry("ana"), "00000000000000ab:ana");
         let m = at.message("{}");
         assert_eq!(m.len(), envelope::HEADER_LEN + 2);

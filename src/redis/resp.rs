@@ -97,8 +97,9 @@ pub enum PubSubEvent {
     Subscribed(Bytes),
     /// UNSUBSCRIBE confirmed for one channel.
     Unsubscribed(Bytes),
-    /// Reply to PING in subscribe mode.
-    Pong,
+    /// Reply to PING in subscribe mode, with the PING's argument (empty
+    /// without one).
+    Pong(Bytes),
     /// An error reply (e.g. NOAUTH).
     Error(String),
 }
@@ -109,8 +110,10 @@ pub fn pubsub_event(reply: Reply) -> Result<PubSubEvent, RespError> {
         BytesFrame::Array(parts) => parts,
         BytesFrame::Error(e) => return Ok(PubSubEvent::Error(e.to_string())),
         BytesFrame::SimpleString(s) if s.eq_ignore_ascii_case(b"PONG") => {
-            return Ok(PubSubEvent::Pong)
+            return Ok(PubSubEvent::Pong(Bytes::new()))
         }
+        // `PING arg` on a connection not (yet) subscribed to anything.
+        BytesFrame::BulkString(arg) => return Ok(PubSubEvent::Pong(arg)),
         _ => return Err(RespError::NotPubSub),
     };
     let mut it = parts.into_iter();
@@ -123,13 +126,14 @@ pub fn pubsub_event(reply: Reply) -> Result<PubSubEvent, RespError> {
         _ => return Err(RespError::NotPubSub),
     };
     match &kind[..] {
-        b"message" => match it.next() {
+        // Sharded pub/sub (Redis Cluster) answers with its own kinds.
+        b"message" | b"smessage" => match it.next() {
             Some(BytesFrame::BulkString(payload)) => Ok(PubSubEvent::Message { channel, payload }),
             _ => Err(RespError::NotPubSub),
         },
-        b"subscribe" => Ok(PubSubEvent::Subscribed(channel)),
-        b"unsubscribe" => Ok(PubSubEvent::Unsubscribed(channel)),
-        b"pong" => Ok(PubSubEvent::Pong),
+        b"subscribe" | b"ssubscribe" => Ok(PubSubEvent::Subscribed(channel)),
+        b"unsubscribe" | b"sunsubscribe" => Ok(PubSubEvent::Unsubscribed(channel)),
+        b"pong" => Ok(PubSubEvent::Pong(channel)),
         _ => Err(RespError::NotPubSub),
     }
 }
@@ -229,6 +233,13 @@ impl<K> Pipeline<K> {
 
     /// The oldest in-flight command's reply arrived: returns its kind.
     pub fn on_reply(&mut self) -> Result<K, RespError> {
+        self.on_reply_cmd().map(|(_, kind, _)| kind)
+    }
+
+    /// [`Pipeline::on_reply`] that also gives the command back, and
+    /// whether it was a cache write (to send it elsewhere: a Redis
+    /// Cluster redirect).
+    pub fn on_reply_cmd(&mut self) -> Result<(Bytes, K, bool), RespError> {
         let (cmd, kind, cache) = self
             .inflight
             .pop_front()
@@ -238,7 +249,16 @@ impl<K> Pipeline<K> {
         } else {
             self.bytes -= cmd.len();
         }
-        Ok(kind)
+        Ok((cmd, kind, cache))
+    }
+
+    /// Takes every command, in flight first then unsent, in order (a
+    /// Redis Cluster shard that lost its slots hands them on).
+    pub fn drain(&mut self) -> Vec<(Bytes, K, bool)> {
+        self.requeue_inflight();
+        self.bytes = 0;
+        self.cache_bytes = 0;
+        self.unsent.drain(..).collect()
     }
 
     /// The connection was lost: everything in flight goes back in front of

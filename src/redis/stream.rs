@@ -15,6 +15,7 @@ use std::sync::LazyLock;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::commands::Pubsub;
 use super::envelope::{self, Origin};
 use super::resp::{self, Reply};
 use crate::history::relay::Snapshot;
@@ -22,8 +23,9 @@ use crate::history::Entry;
 use crate::ws::OpCode;
 
 /// KEYS: stream, meta. ARGV: pub/sub channel, MAXLEN, TTL seconds, the
-/// plain envelope, an epoch for a channel without one. Returns what
-/// PUBLISH returns (instances that received it).
+/// plain envelope, an epoch for a channel without one, and in a cluster
+/// `SPUBLISH` (the sharded channel shares the keys' hash tag, so it is in
+/// their slot). Returns what PUBLISH returns (instances that received it).
 pub const PUBLISH_SCRIPT: &str = r#"
 local e = redis.call('HGET', KEYS[2], 'e')
 if not e then
@@ -35,7 +37,7 @@ local t = redis.call('HINCRBY', KEYS[2], 't', 1)
 redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[2], t .. '-0', 'd', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
-return redis.call('PUBLISH', ARGV[1], '\204\2' .. t .. ' ' .. e .. ' ' .. ARGV[4])
+return redis.call(ARGV[6] or 'PUBLISH', ARGV[1], '\204\2' .. t .. ' ' .. e .. ' ' .. ARGV[4])
 "#;
 
 /// KEYS: stream, meta. ARGV: an epoch for a channel without one (empty:
@@ -123,8 +125,7 @@ pub struct Keeping {
 /// A publish that also records the message (`EVALSHA` of
 /// [`PUBLISH_SCRIPT`]); `epoch` is used if the channel has none yet.
 pub fn publish(
-    prefix: &str,
-    channel: &str,
+    (mode, prefix, channel): (Pubsub, &str, &str),
     (opcode, origin, payload): (OpCode, Origin, &[u8]),
     keeping: &Keeping,
     epoch: &str,
@@ -134,18 +135,14 @@ pub fn publish(
     env.put_slice(payload);
     let (size, ttl) = (keeping.size.to_string(), keeping.ttl_s.to_string());
     let sha = &*PUBLISH_SHA;
-    resp::command(&[
-        b"EVALSHA",
-        sha.as_bytes(),
-        b"2",
-        &stream_key(prefix, channel),
-        &meta_key(prefix, channel),
-        &super::commands::channel_key(prefix, channel),
-        size.as_bytes(),
-        ttl.as_bytes(),
-        &env,
-        epoch.as_bytes(),
-    ])
+    let (stream, meta) = (stream_key(prefix, channel), meta_key(prefix, channel));
+    let chan = super::commands::channel_key_as(mode, prefix, channel);
+    let mut args: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), b"2", &stream, &meta, &chan];
+    args.extend([size.as_bytes(), ttl.as_bytes(), &env, epoch.as_bytes()]);
+    if mode == Pubsub::Sharded {
+        args.push(b"SPUBLISH");
+    }
+    resp::command(&args)
 }
 
 /// A read of a channel's position and at most `count` entries from
@@ -283,7 +280,12 @@ mod tests {
             instance: 1,
             sender: 2,
         };
-        let cmd = publish("cc:", "news", (OpCode::Text, origin, b"hi"), &keeping, "E1");
+        let cmd = publish(
+            (Pubsub::Plain, "cc:", "news"),
+            (OpCode::Text, origin, b"hi"),
+            &keeping,
+            "E1",
+        );
         let args = args_of(&cmd);
         assert_eq!(args[0], b"EVALSHA");
         assert_eq!(args[1], sha(PUBLISH_SCRIPT).as_bytes());

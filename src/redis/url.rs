@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::cluster::Node;
+
 /// Where and how to reach Redis.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisUrl {
@@ -85,6 +87,53 @@ impl std::str::FromStr for RedisUrl {
     }
 }
 
+/// `--redis-cluster`: seed nodes of a Redis Cluster, with the credentials
+/// every node is opened with: `[redis://][user:password@]host:port[,host:port...]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSeeds {
+    /// The first seed, carrying the credentials (database always 0: a
+    /// cluster has only one).
+    pub url: RedisUrl,
+    /// Every seed, tried in order until one answers the topology.
+    pub seeds: Vec<Node>,
+}
+
+impl std::str::FromStr for ClusterSeeds {
+    type Err = UrlError;
+
+    fn from_str(s: &str) -> Result<Self, UrlError> {
+        let rest = s.strip_prefix("redis://").unwrap_or(s);
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, rest),
+        };
+        if hosts.contains('/') {
+            return Err(UrlError("a cluster has no databases: no /db"));
+        }
+        let seeds = super::cluster::seeds(hosts)
+            .map_err(|_| UrlError("expected host:port[,host:port...]"))?;
+        let first = match userinfo {
+            Some(u) => format!("redis://{u}@{}", seeds[0].addr()),
+            None => format!("redis://{}", seeds[0].addr()),
+        };
+        Ok(ClusterSeeds {
+            url: first.parse()?,
+            seeds,
+        })
+    }
+}
+
+impl ClusterSeeds {
+    /// The credentials of `url` with the address of `node`.
+    pub fn url_of(&self, node: &Node) -> RedisUrl {
+        RedisUrl {
+            host: node.host.clone(),
+            port: node.port,
+            ..self.url.clone()
+        }
+    }
+}
+
 fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
@@ -158,6 +207,22 @@ mod tests {
             "redis://[::1:6379",
         ] {
             assert!(bad.parse::<RedisUrl>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cluster_seeds_take_the_url_credentials() {
+        let c: ClusterSeeds = "redis://app:p%40w@10.0.0.1:7000,h2:7001".parse().unwrap();
+        assert_eq!(c.seeds.len(), 2);
+        assert_eq!((c.url.host.as_str(), c.url.port), ("10.0.0.1", 7000));
+        assert_eq!(c.url.password.as_deref(), Some("p@w"));
+        let other = c.url_of(&c.seeds[1]);
+        assert_eq!((other.host.as_str(), other.port), ("h2", 7001));
+        assert_eq!(other.username.as_deref(), Some("app"));
+        let bare: ClusterSeeds = "h:1".parse().unwrap();
+        assert!(bare.url.password.is_none());
+        for bad in ["", "h", "h:0", "redis://h:1/2", "h:1,:2"] {
+            assert!(bad.parse::<ClusterSeeds>().is_err(), "{bad}");
         }
     }
 

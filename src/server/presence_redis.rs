@@ -157,7 +157,7 @@ fn push_add(
     let join = style.join_text(channel, user, info);
     let limits = (w.cfg.presence.ttl_ms, max, style.max_events);
     let cmd = rp::add(&at, (user, n, info), limits, &join);
-    let waiter = link.command_encoded(cmd).ok();
+    let waiter = link.command_encoded(&at.route_key(), cmd).ok();
     if waiter.is_none() {
         log!(
             Warn,
@@ -211,7 +211,7 @@ pub fn left(w: &Rc<Worker>, link: &RedisLink, l: &presence::Left) {
     let at = style.place(link, &l.channel, 0);
     let leave = style.leave_text(&l.channel, &l.user);
     let cmd = rp::remove(&at, &l.user, style.max_events, &leave);
-    let Ok(waiter) = link.command_encoded(cmd) else {
+    let Ok(waiter) = link.command_encoded(&at.route_key(), cmd) else {
         log!(
             Warn,
             "presence remove not sent: redis pipeline full",
@@ -244,7 +244,7 @@ fn push_prune(w: &Worker, link: &RedisLink, channel: &str, read: bool) -> Option
     let at = style.place(link, channel, 0);
     let (head, how) = style.leave_head(channel);
     let cmd = rp::prune(&at, style.max_events, (&head, how), read);
-    link.command_encoded(cmd).ok()
+    link.command_encoded(&at.route_key(), cmd).ok()
 }
 
 fn count_pruned(w: &Worker, p: &Pruned) {
@@ -297,7 +297,7 @@ fn refresh(w: &Worker, link: &RedisLink) {
         let cmd = rp::add(&at, (user, m.connections, m.info.as_deref()), limits, &join);
         // A refresh announces a join only when Redis had lost the entry
         // (see the README).
-        if link.command_encoded(cmd).is_err() {
+        if link.command_encoded(&at.route_key(), cmd).is_err() {
             return;
         }
     }

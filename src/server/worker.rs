@@ -215,12 +215,16 @@ impl Local for Worker {
         self.hub.borrow_mut().interest_snapshot()
     }
 
-    fn poll_interest(&self, cx: &mut Context<'_>, out: &mut Vec<(Rc<str>, bool)>) -> Poll<()> {
-        self.hub.borrow_mut().poll_interest(cx, out)
+    fn interest_resend(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>> {
+        self.hub.borrow_mut().interest_resend(keep)
     }
 
-    fn wake_interest(&self) {
-        self.hub.borrow_mut().wake_interest();
+    fn interest_reset(&self, channels: &[Rc<str>]) {
+        self.hub.borrow_mut().interest_reset(channels);
+    }
+
+    fn poll_interest(&self, cx: &mut Context<'_>, out: &mut Vec<(Rc<str>, bool)>) -> Poll<()> {
+        self.hub.borrow_mut().poll_interest(cx, out)
     }
 
     fn interest_answered(&self, channel: &str) {

@@ -197,20 +197,7 @@ impl RedisCluster {
         std::fs::create_dir_all(&dir).expect("cluster dir");
         let mut nodes = Vec::new();
         while nodes.len() < masters * (1 + replicas) {
-            let port = cluster_port();
-            let conf = dir.join(format!("nodes-{port}.conf"));
-            let extra: Vec<String> = [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                conf.to_str().unwrap(),
-                "--cluster-node-timeout",
-                "1000",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            if let Ok(n) = RedisServer::start_at(port, &extra).await {
+            if let Some(n) = Self::spawn_node(&dir).await {
                 nodes.push(n);
             }
         }
@@ -231,7 +218,85 @@ impl RedisCluster {
         );
         let c = RedisCluster { nodes, dir };
         c.wait_ok().await;
+        c.wait_replicas_synced().await;
         c
+    }
+
+    /// A cluster-enabled `redis-server` on a free port pair (`None`: the
+    /// port was taken meanwhile).
+    async fn spawn_node(dir: &std::path::Path) -> Option<RedisServer> {
+        let port = cluster_port();
+        let conf = dir.join(format!("nodes-{port}.conf"));
+        let extra: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            conf.to_str().unwrap(),
+            "--cluster-node-timeout",
+            "1000",
+            // Replicas sync at once (a replica that never synced
+            // refuses to take over: its data is too old).
+            "--repl-diskless-sync-delay",
+            "0",
+            // A replica's sync writes an RDB file: in the test's
+            // directory, not the working tree.
+            "--dir",
+            dir.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        RedisServer::start_at(port, &extra).await.ok()
+    }
+
+    /// Adds an empty master (no slots) to the cluster: `CLUSTER MEET`,
+    /// then waits until every node knows it. Returns its port.
+    pub async fn add_master(&mut self) -> u16 {
+        let node = loop {
+            if let Some(n) = Self::spawn_node(&self.dir).await {
+                break n;
+            }
+        };
+        let port = node.port;
+        let mut first = RespConn::open(self.nodes[0].port, None).await;
+        let r = first
+            .cmd(&["CLUSTER", "MEET", "127.0.0.1", &port.to_string()])
+            .await;
+        assert_eq!(r, Resp::Simple("OK".into()), "CLUSTER MEET");
+        self.nodes.push(node);
+        let deadline = Instant::now() + DEADLINE;
+        let needle = format!("127.0.0.1:{port}@");
+        for n in &self.nodes {
+            let mut c = RespConn::open(n.port, None).await;
+            loop {
+                let nodes = c.cmd(&["CLUSTER", "NODES"]).await.text();
+                let known = nodes.lines().any(|l| {
+                    l.contains(&needle) && l.contains("master") && l.contains("connected")
+                });
+                if known && nodes.lines().count() == self.nodes.len() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "node {port} not met: {nodes}");
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        port
+    }
+
+    /// Waits until every replica's link to its master is up.
+    pub async fn wait_replicas_synced(&self) {
+        let deadline = Instant::now() + DEADLINE;
+        for n in &self.nodes {
+            let mut c = RespConn::open(n.port, None).await;
+            loop {
+                let info = c.cmd(&["INFO", "replication"]).await.text();
+                if info.contains("role:master") || info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "replica not synced: {info}");
+                tokio::time::sleep(POLL).await;
+            }
+        }
     }
 
     /// Waits until every node reports `cluster_state:ok` and knows every
@@ -443,6 +508,28 @@ impl RespConn {
         }
     }
 
+    /// `PUBSUB SHARDNUMSUB corecast:{channel}` (sharded pub/sub: asked of
+    /// the master that owns the channel's slot).
+    pub async fn shardnumsub(&mut self, channel: &str) -> i64 {
+        let key = format!("corecast:{{{channel}}}");
+        match self.cmd(&["PUBSUB", "SHARDNUMSUB", &key]).await {
+            Resp::Array(Some(items)) if items.len() == 2 => items[1].int(),
+            other => panic!("PUBSUB SHARDNUMSUB: {other:?}"),
+        }
+    }
+
+    /// `PUBSUB SHARDCHANNELS`: the sharded channels this node serves.
+    pub async fn shardchannels(&mut self) -> Vec<String> {
+        match self.cmd(&["PUBSUB", "SHARDCHANNELS"]).await {
+            Resp::Array(Some(items)) => {
+                let mut v: Vec<String> = items.iter().map(Resp::text).collect();
+                v.sort();
+                v
+            }
+            other => panic!("PUBSUB SHARDCHANNELS: {other:?}"),
+        }
+    }
+
     /// One numeric field of `INFO section`.
     pub async fn info_u64(&mut self, section: &str, field: &str) -> u64 {
         let text = self.cmd(&["INFO", section]).await.text();
@@ -462,6 +549,18 @@ impl RespConn {
 pub fn instance(url: corecast::redis::RedisUrl, tweak: impl FnOnce(&mut Config)) -> TestServer {
     TestServer::start(|cfg| {
         cfg.redis.url = Some(url);
+        cfg.redis.canary_interval = Duration::from_millis(100);
+        cfg.redis.resume_delay = Duration::from_millis(100);
+        tweak(cfg);
+    })
+}
+
+/// A corecast instance on the cluster `c` (seeds: every node), with
+/// short canary and resume intervals, changed further by `tweak`.
+pub fn cluster_instance(c: &RedisCluster, tweak: impl FnOnce(&mut Config)) -> TestServer {
+    let seeds = c.seeds().parse().expect("valid seeds");
+    TestServer::start(|cfg| {
+        cfg.redis.cluster = Some(seeds);
         cfg.redis.canary_interval = Duration::from_millis(100);
         cfg.redis.resume_delay = Duration::from_millis(100);
         tweak(cfg);

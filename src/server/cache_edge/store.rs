@@ -182,10 +182,25 @@ impl RedisStore {
     /// One command and its reply within `timeout`; nothing is queued while
     /// the link is down (it would wait in the pipeline and be replayed).
     async fn call(&self, args: &[&[u8]], timeout: Duration) -> Result<Reply, StoreError> {
+        self.call_on(None, args, timeout).await
+    }
+
+    /// [`RedisStore::call`] on server `node` of `RedisLink::nodes` (`None`:
+    /// where the key `args[1]` lives).
+    async fn call_on(
+        &self,
+        node: Option<usize>,
+        args: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<Reply, StoreError> {
         if !self.link.is_up() {
             return Err(StoreError::Unavailable);
         }
-        let waiter = self.link.command(args).map_err(|_| StoreError::Full)?;
+        let waiter = match node {
+            Some(n) => self.link.command_on(n, args),
+            None => self.link.command(args),
+        };
+        let waiter = waiter.map_err(|_| StoreError::Full)?;
         match monoio::time::timeout(timeout, waiter.wait()).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => Err(StoreError::Redis(e)),
@@ -218,24 +233,38 @@ impl RedisStore {
             .unwrap_or(Err(StoreError::Timeout))
     }
 
-    /// `SCAN … MATCH {namespace}{prefix}*` + `DEL`, bounded in keys
-    /// deleted and in `SCAN` calls.
+    /// `SCAN … MATCH {namespace}{prefix}*` + `DEL` on every server (each
+    /// master of a cluster holds its slots' keys), bounded in keys deleted
+    /// and in `SCAN` calls per server.
     async fn delete_prefix(&self, prefix: &[u8], max: usize) -> Result<(usize, bool), StoreError> {
+        let mut deleted = 0;
+        for node in 0..self.link.nodes() {
+            let (n, complete) = self.delete_prefix_on(node, prefix, max - deleted).await?;
+            deleted += n;
+            if !complete {
+                return Ok((deleted, false));
+            }
+        }
+        Ok((deleted, true))
+    }
+
+    async fn delete_prefix_on(
+        &self,
+        node: usize,
+        prefix: &[u8],
+        max: usize,
+    ) -> Result<(usize, bool), StoreError> {
         let mut pattern = glob_escape(&self.key(prefix));
         pattern.push(b'*');
         let mut cursor = b"0".to_vec();
         let mut deleted = 0;
         for _ in 0..MAX_SCANS {
             let cmd: [&[u8]; 6] = [b"SCAN", &cursor, b"MATCH", &pattern, b"COUNT", SCAN_COUNT];
-            let (next, keys) = scan_reply(self.call(&cmd, self.purge_timeout).await?)?;
+            let reply = self.call_on(Some(node), &cmd, self.purge_timeout).await?;
+            let (next, keys) = scan_reply(reply)?;
             let take = keys.len().min(max - deleted);
             if take > 0 {
-                let mut del: Vec<&[u8]> = vec![b"DEL"];
-                del.extend(keys[..take].iter().map(|k| &k[..]));
-                match self.call(&del, self.purge_timeout).await? {
-                    Reply::Integer(n) => deleted += n.max(0) as usize,
-                    other => return Err(unexpected(&other)),
-                }
+                deleted += self.delete(&keys[..take]).await?;
             }
             if next == b"0" && take == keys.len() {
                 return Ok((deleted, true));
@@ -246,6 +275,43 @@ impl RedisStore {
             cursor = next;
         }
         Ok((deleted, false))
+    }
+}
+
+impl RedisStore {
+    /// `DEL` of `keys`: one command with one Redis; in a cluster one per
+    /// key (keys of different slots, each to its master), pipelined.
+    async fn delete(&self, keys: &[Bytes]) -> Result<usize, StoreError> {
+        if !self.link.is_cluster() {
+            let mut del: Vec<&[u8]> = vec![b"DEL"];
+            del.extend(keys.iter().map(|k| &k[..]));
+            return match self.call(&del, self.purge_timeout).await? {
+                Reply::Integer(n) => Ok(n.max(0) as usize),
+                other => Err(unexpected(&other)),
+            };
+        }
+        if !self.link.is_up() {
+            return Err(StoreError::Unavailable);
+        }
+        let waiters = keys
+            .iter()
+            .map(|k| self.link.command(&[b"DEL", k]))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| StoreError::Full)?;
+        let all = async {
+            let mut deleted = 0;
+            for w in &waiters {
+                match w.wait().await {
+                    Ok(Reply::Integer(n)) => deleted += n.max(0) as usize,
+                    Ok(other) => return Err(unexpected(&other)),
+                    Err(e) => return Err(StoreError::Redis(e)),
+                }
+            }
+            Ok(deleted)
+        };
+        monoio::time::timeout(self.purge_timeout, all)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
     }
 }
 

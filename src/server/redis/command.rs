@@ -18,8 +18,11 @@ use monoio::net::TcpStream;
 
 use super::conn::{self, read_some, Role};
 use super::link::RedisLink;
+use super::redirect;
 use super::reply::CmdKind;
+use super::shard::Shard;
 use crate::log;
+use crate::redis::cluster;
 use crate::redis::resp::{self, Reply};
 use crate::redis::{stream, RedisError};
 use crate::server::iovec::IoVecs;
@@ -29,22 +32,33 @@ use crate::server::sys;
 const MAX_BATCH: usize = 1024;
 
 /// Keeps the command connection up for as long as the worker runs.
-pub(super) async fn keep_up(link: Rc<RedisLink>) {
-    conn::keep_up(&link, Role::Command, |stream, buf| {
-        session(&link, stream, buf)
+pub(super) async fn keep_up(link: Rc<RedisLink>, shard: Rc<Shard>) {
+    conn::keep_up(&link, &shard, Role::Command, |stream, buf| {
+        session(&link, &shard, stream, buf)
     })
     .await
 }
 
 /// One connected session: marks the shard up, runs it until it fails,
 /// then marks it down and requeues the commands whose replies were lost.
-async fn session(link: &Rc<RedisLink>, stream: TcpStream, buf: BytesMut) -> RedisError {
-    link.shard.health.borrow_mut().cmd_connected = true;
+async fn session(
+    link: &Rc<RedisLink>,
+    shard: &Rc<Shard>,
+    stream: TcpStream,
+    buf: BytesMut,
+) -> RedisError {
+    shard.health.borrow_mut().cmd_connected = true;
+    shard.cmd_fd.set(Some(stream.as_raw_fd()));
     link.stats.borrow_mut().connected = 1;
-    log!(Info, "redis command connection up", url = link.shard.url);
-    let err = run(link, stream, buf).await;
+    log!(
+        Info,
+        "redis command connection up",
+        url = shard.url.borrow()
+    );
+    let err = run(link, shard, stream, buf).await;
+    shard.cmd_fd.set(None);
     {
-        let mut h = link.shard.health.borrow_mut();
+        let mut h = shard.health.borrow_mut();
         h.cmd_connected = false;
         // A canary from before the loss says nothing about the next
         // connection (see `canary`).
@@ -53,12 +67,18 @@ async fn session(link: &Rc<RedisLink>, stream: TcpStream, buf: BytesMut) -> Redi
     let mut stats = link.stats.borrow_mut();
     stats.connected = 0;
     stats.reconnects += 1;
-    link.shard.pipeline.borrow_mut().requeue_inflight();
+    shard.stats.borrow_mut().reconnects += 1;
+    shard.pipeline.borrow_mut().requeue_inflight();
     err
 }
 
 /// Reads replies until the connection fails; a writer task sends.
-async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> RedisError {
+async fn run(
+    link: &Rc<RedisLink>,
+    shard: &Rc<Shard>,
+    stream: TcpStream,
+    mut buf: BytesMut,
+) -> RedisError {
     let fd = stream.as_raw_fd();
     // Two streams over the socket: the writer task owns its own, so the
     // reader's `&stream` (held across `readable`) aliases nothing.
@@ -68,11 +88,11 @@ async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> Redi
     };
     let stop = Rc::new(Cell::new(false));
     let writer = monoio::spawn({
-        let (link, stop) = (link.clone(), stop.clone());
-        async move { writer(&link, &mut wr, &stop).await }
+        let (link, shard, stop) = (link.clone(), shard.clone(), stop.clone());
+        async move { writer(&link, &shard, &mut wr, &stop).await }
     });
     let err = loop {
-        if let Err(e) = drain_replies(link, &mut buf) {
+        if let Err(e) = drain_replies(link, shard, &mut buf) {
             break e;
         }
         match monoio::time::timeout(link.command_timeout, read_some(&stream, &mut buf)).await {
@@ -80,20 +100,20 @@ async fn run(link: &Rc<RedisLink>, stream: TcpStream, mut buf: BytesMut) -> Redi
             Ok(Ok(_)) => {}
             Ok(Err(e)) => break RedisError::Io(e),
             // Quiet is fine; quiet while replies are owed is a dead peer.
-            Err(_) if link.shard.pipeline.borrow().has_inflight() => break RedisError::Timeout,
+            Err(_) if shard.pipeline.borrow().has_inflight() => break RedisError::Timeout,
             Err(_) => {}
         }
     };
     stop.set(true);
     sys::shutdown(fd);
-    link.shard.wake_writer();
+    shard.wake_writer();
     let _ = writer.await;
     drop(stream);
     err
 }
 
 /// Hands every complete reply in `buf` to the command it answers.
-fn drain_replies(link: &RedisLink, buf: &mut BytesMut) -> Result<(), RedisError> {
+fn drain_replies(link: &RedisLink, shard: &Shard, buf: &mut BytesMut) -> Result<(), RedisError> {
     while let Some(reply) = resp::decode(buf, &link.limits)? {
         if stream::is_noscript(&reply) {
             // Left unanswered: the session ends, the pipeline requeues
@@ -102,7 +122,15 @@ fn drain_replies(link: &RedisLink, buf: &mut BytesMut) -> Result<(), RedisError>
             log!(Warn, "redis lost our scripts, reloading");
             return Err(RedisError::NoScript);
         }
-        let kind = link.shard.pipeline.borrow_mut().on_reply()?;
+        let (cmd, (kind, tries), cache) = shard.pipeline.borrow_mut().on_reply_cmd()?;
+        let redirect = match (&link.cluster, &reply) {
+            (Some(_), Reply::Error(e)) => cluster::redirect(e),
+            _ => None,
+        };
+        if let Some(r) = redirect {
+            redirect::redirected(link, shard, r, (cmd, (kind, tries), cache));
+            continue;
+        }
         let result = match reply {
             Reply::Error(e) => Err(e.to_string()),
             other => Ok(other),
@@ -127,21 +155,21 @@ fn drain_replies(link: &RedisLink, buf: &mut BytesMut) -> Result<(), RedisError>
 /// Writes queued commands, all of one pass in one vectored write — but only
 /// once our subscriptions are restored, so this instance never publishes
 /// what it could not itself receive.
-async fn writer(link: &RedisLink, wr: &mut TcpStream, stop: &Cell<bool>) {
+async fn writer(link: &RedisLink, shard: &Shard, wr: &mut TcpStream, stop: &Cell<bool>) {
     let mut batch = Vec::new();
     loop {
-        let go = poll_fn(|cx| poll_work(link, stop, cx)).await;
+        let go = poll_fn(|cx| poll_work(shard, stop, cx)).await;
         if !go {
             return;
         }
         // After a (re)connect, give the other instances' subscriber
         // connections time to come back before sending what was buffered.
-        let settle = link.shard.health.borrow().restored_at.map(|t| t.elapsed());
+        let settle = shard.health.borrow().restored_at.map(|t| t.elapsed());
         if let Some(left) = settle.and_then(|e| link.resume_delay.checked_sub(e)) {
             monoio::time::sleep(left).await;
             continue;
         }
-        link.shard
+        shard
             .pipeline
             .borrow_mut()
             .take_unsent(&mut batch, MAX_BATCH);
@@ -160,11 +188,10 @@ async fn writer(link: &RedisLink, wr: &mut TcpStream, stop: &Cell<bool>) {
     }
 }
 
-fn poll_work(link: &RedisLink, stop: &Cell<bool>, cx: &mut Context<'_>) -> Poll<bool> {
+fn poll_work(shard: &Shard, stop: &Cell<bool>, cx: &mut Context<'_>) -> Poll<bool> {
     if stop.get() {
         return Poll::Ready(false);
     }
-    let shard = &link.shard;
     if shard.health.borrow().restored && shard.pipeline.borrow().has_unsent() {
         return Poll::Ready(true);
     }

@@ -13,6 +13,7 @@ use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
 use super::link::RedisLink;
+use super::shard::Shard;
 use crate::log;
 use crate::redis::resp::{self, Reply};
 use crate::redis::{commands, stream, RedisError};
@@ -48,7 +49,7 @@ impl Role {
 /// Keeps one connection of `role` up for as long as the worker runs:
 /// connects, runs `session` on it until it fails, and tries again after
 /// a pause.
-pub(super) async fn keep_up<F, Fut>(link: &RedisLink, role: Role, mut session: F)
+pub(super) async fn keep_up<F, Fut>(link: &RedisLink, shard: &Shard, role: Role, mut session: F)
 where
     F: FnMut(TcpStream, BytesMut) -> Fut,
     Fut: Future<Output = RedisError>,
@@ -60,24 +61,37 @@ where
     let mut backoff = Backoff::new(seed);
     let mut logged = None;
     loop {
-        match open(link, role).await {
+        if shard.retired.get() {
+            // Not a master any more: idle until a refresh revives it.
+            monoio::time::sleep(MAX_BACKOFF).await;
+            continue;
+        }
+        match open(link, shard, role).await {
             Ok((stream, buf)) => {
                 backoff.reset();
                 logged = None;
                 let err = session(stream, buf).await;
                 count_protocol_error(link, &err);
                 let what = role.name();
-                link.shard.health.borrow_mut().last_error = Some(format!("{what}: {err}"));
+                shard.health.borrow_mut().last_error = Some(format!("{what}: {err}"));
                 log!(
                     Warn,
                     "redis connection lost",
                     connection = what,
+                    url = shard.url.borrow(),
                     error = err
                 );
+                if let Some(c) = &link.cluster {
+                    // A failover or a node gone: the map may have changed.
+                    c.refresh();
+                }
             }
             Err(e) => {
                 count_protocol_error(link, &e);
-                note_failure(link, role.name(), &e, &mut logged);
+                note_failure(shard, role.name(), &e, &mut logged);
+                if let Some(c) = &link.cluster {
+                    c.refresh();
+                }
                 if matches!(e, RedisError::Refused(_)) {
                     monoio::time::sleep(AUTH_BACKOFF).await;
                     continue;
@@ -90,8 +104,9 @@ where
 
 /// Connects to the first of the host's addresses (resolved off the
 /// worker) that accepts.
-async fn connect(link: &RedisLink) -> Result<TcpStream, RedisError> {
-    let addrs = link.resolver.addrs().await.map_err(RedisError::Resolve)?;
+async fn connect(shard: &Shard) -> Result<TcpStream, RedisError> {
+    let resolver = shard.resolver.borrow().clone();
+    let addrs = resolver.addrs().await.map_err(RedisError::Resolve)?;
     let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
     for addr in addrs {
         match TcpStream::connect(addr).await {
@@ -103,9 +118,13 @@ async fn connect(link: &RedisLink) -> Result<TcpStream, RedisError> {
 }
 
 /// Connects, authenticates and (for commands) selects the database.
-async fn open(link: &RedisLink, role: Role) -> Result<(TcpStream, BytesMut), RedisError> {
-    let url = &link.shard.url;
-    let mut stream = monoio::time::timeout(link.connect_timeout, connect(link))
+async fn open(
+    link: &RedisLink,
+    shard: &Shard,
+    role: Role,
+) -> Result<(TcpStream, BytesMut), RedisError> {
+    let url = &shard.url.borrow().clone();
+    let mut stream = monoio::time::timeout(link.connect_timeout, connect(shard))
         .await
         .map_err(|_| RedisError::Timeout)??;
     let _ = stream.set_nodelay(true);
@@ -177,10 +196,10 @@ fn count_protocol_error(link: &RedisLink, e: &RedisError) {
 /// from the last failure this connection logged (`logged`), not on every
 /// retry. Kept per connection because both share `last_error`: compared
 /// against that, their messages alternate and every attempt is logged.
-fn note_failure(link: &RedisLink, what: &str, e: &RedisError, logged: &mut Option<String>) {
+fn note_failure(shard: &Shard, what: &str, e: &RedisError, logged: &mut Option<String>) {
     let msg = format!("{what}: {e}");
     if logged.as_deref() != Some(msg.as_str()) {
-        let url = &link.shard.url;
+        let url = &*shard.url.borrow();
         match e {
             RedisError::Refused(_) => {
                 log!(
@@ -194,7 +213,7 @@ fn note_failure(link: &RedisLink, what: &str, e: &RedisError, logged: &mut Optio
         }
         *logged = Some(msg.clone());
     }
-    link.shard.health.borrow_mut().last_error = Some(msg);
+    shard.health.borrow_mut().last_error = Some(msg);
 }
 
 /// Exponential backoff with jitter: 100 ms doubling to [`MAX_BACKOFF`],

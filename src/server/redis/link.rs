@@ -11,15 +11,16 @@ use std::time::{Duration, Instant};
 
 use super::reply::{CmdKind, ReplyWaiter};
 use super::shard::Shard;
+use super::slots::Cluster;
 use crate::config::Config;
 use crate::history::relay::{Fetch, Snapshot};
 use crate::log;
-use crate::redis::commands;
+use crate::redis::cluster;
+use crate::redis::commands::{self, Pubsub};
 use crate::redis::envelope::{Envelope, Origin, Rejected};
 use crate::redis::inbound::Inbound;
 use crate::redis::resp::{self, Limits, PipelineFull};
 use crate::redis::stream::{self, Keeping};
-use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
 use crate::stats::RedisStats;
 use crate::ws::OpCode;
 
@@ -34,10 +35,14 @@ pub trait Local {
     fn track_interest(&self);
     /// Every channel with local subscribers now; clears the change log.
     fn interest_snapshot(&self) -> Vec<Rc<str>>;
+    /// The channels with local subscribers `keep` selects (one cluster
+    /// shard's), each owing one answer; the change log is kept.
+    fn interest_resend(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>>;
+    /// A cluster shard's subscriber connection is gone: its `channels`
+    /// count as confirmed and their waiting acknowledgements are sent.
+    fn interest_reset(&self, channels: &[Rc<str>]);
     /// Waits for interest changes and moves them into `out`.
     fn poll_interest(&self, cx: &mut Context<'_>, out: &mut Vec<(Rc<str>, bool)>) -> Poll<()>;
-    /// Wakes a task waiting in `poll_interest` (to see its stop flag).
-    fn wake_interest(&self);
     /// Redis answered a subscribe or unsubscribe for `channel` (the
     /// subscriptions it confirms may now be acknowledged).
     fn interest_answered(&self, channel: &str);
@@ -79,10 +84,16 @@ pub struct RedisLink {
     pub(super) inbound: Inbound,
     /// When a dropped message was last logged, and how many since.
     drop_log: Cell<(Option<Instant>, u64)>,
-    /// The one Redis this link talks to (a cluster will hold several).
-    pub(super) shard: Shard,
-    /// Its host name's addresses, looked up off the worker.
-    pub(super) resolver: Rc<Resolver>,
+    /// The Redis servers this link talks to: one with `--redis-url`, one
+    /// per master with `--redis-cluster` (only appended to; a shard that
+    /// lost its slots is retired, not removed).
+    pub(super) shards: RefCell<Vec<Rc<Shard>>>,
+    /// The slot map and its upkeep (`--redis-cluster`).
+    pub(super) cluster: Option<Cluster>,
+    /// Plain or sharded pub/sub.
+    pub(super) mode: Pubsub,
+    /// Byte bounds of a shard's pipeline (publishes, cache writes).
+    pub(super) buffers: (usize, usize),
     /// Counters, read by `/stats` and `/metrics`.
     pub stats: RefCell<RedisStats>,
     /// How channel history is kept in Redis (`None`: history off).
@@ -98,7 +109,18 @@ pub struct RedisLink {
 impl RedisLink {
     /// The link for `cfg`, if Redis mode is on.
     pub fn new(cfg: &Config) -> Option<Rc<RedisLink>> {
-        let url = cfg.redis.url.clone()?;
+        let url = cfg.redis.first_url()?;
+        let cluster = cfg.redis.cluster.clone().map(Cluster::new);
+        let mode = match cluster {
+            Some(_) => Pubsub::Sharded,
+            None => Pubsub::Plain,
+        };
+        let buffers = (cfg.redis.publish_buffer, cfg.redis.cache_write_buffer);
+        let shards = match cluster {
+            // Known once the topology is read.
+            Some(_) => Vec::new(),
+            None => vec![Rc::new(Shard::new(url, buffers.0, buffers.1))],
+        };
         let instance = RandomState::new().build_hasher().finish() | 1;
         // `!` is not allowed in channel names: no client can collide.
         let canary_key = format!("{}!canary:{instance:016x}", cfg.redis.prefix);
@@ -113,6 +135,7 @@ impl RedisLink {
                 canary_key: canary_key.clone(),
                 limits,
                 max_message: cfg.ws.max_message_size,
+                mode,
             },
             canary_key,
             limits,
@@ -123,8 +146,10 @@ impl RedisLink {
             canary_interval: cfg.redis.canary_interval,
             resume_delay: cfg.redis.resume_delay,
             started: Instant::now(),
-            resolver: Resolver::new("redis", &url.host, url.port, REDIS_DNS_TTL),
-            shard: Shard::new(url, cfg.redis.publish_buffer, cfg.redis.cache_write_buffer),
+            shards: RefCell::new(shards),
+            cluster,
+            mode,
+            buffers,
             stats: RefCell::new(RedisStats::default()),
             keeping: cfg.history.enabled().then(|| Keeping {
                 size: cfg.history.size,
@@ -152,18 +177,27 @@ impl RedisLink {
             instance: self.instance,
             sender,
         };
+        let Some(shard) = self.route_channel(channel) else {
+            // Cluster topology not known yet: nowhere to hold it.
+            self.stats.borrow_mut().publishes_rejected += 1;
+            return Err(PipelineFull);
+        };
+        let msg = (opcode, origin, payload);
         let cmd = match &self.keeping {
             Some(k) => {
                 let epoch = self.mint_epoch();
-                stream::publish(&self.prefix, channel, (opcode, origin, payload), k, &epoch)
+                stream::publish((self.mode, &self.prefix, channel), msg, k, &epoch)
             }
-            None => commands::publish(&self.prefix, channel, opcode, origin, payload),
+            None => commands::publish_as(self.mode, &self.prefix, channel, msg),
         };
         let waiter = want_reply.then(|| Rc::new(ReplyWaiter::default()));
-        let pushed = self.shard.push(cmd, CmdKind::Publish(waiter.clone()));
+        let pushed = shard.push(cmd, CmdKind::Publish(waiter.clone()));
         let mut stats = self.stats.borrow_mut();
         match pushed {
-            Ok(()) => stats.publishes += 1,
+            Ok(()) => {
+                stats.publishes += 1;
+                shard.stats.borrow_mut().publishes += 1;
+            }
             Err(_) => stats.publishes_rejected += 1,
         }
         pushed.map(|()| waiter)
@@ -204,7 +238,8 @@ impl RedisLink {
         };
         let cmd = stream::read(&self.prefix, channel, k, &epoch, from.max(1), count);
         let waiter = Rc::new(ReplyWaiter::default());
-        self.shard.push(cmd, CmdKind::Command(waiter.clone()))?;
+        let shard = self.route_channel(channel).ok_or(PipelineFull)?;
+        shard.push(cmd, CmdKind::Command(waiter.clone()))?;
         Ok(waiter)
     }
 
@@ -212,9 +247,11 @@ impl RedisLink {
     /// its reply; refused while the pipeline is full. Callers bound their
     /// wait with a timeout: while Redis is down the command waits in the
     /// pipeline like a publish.
+    /// In a cluster the command goes to the master of its first key (see
+    /// `route_args`); a script's keys must share a hash tag.
     pub fn command(&self, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
         let waiter = Rc::new(ReplyWaiter::default());
-        self.shard
+        self.route_args(args)?
             .push(resp::command(args), CmdKind::Command(waiter.clone()))?;
         Ok(waiter)
     }
@@ -232,36 +269,107 @@ impl RedisLink {
             instance: self.instance,
             events,
             sender: 0,
+            mode: self.mode,
         }
     }
 
-    /// Queues a command already encoded (a presence script's `EVALSHA`);
-    /// as [`RedisLink::command`].
-    pub fn command_encoded(&self, cmd: bytes::Bytes) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+    /// Queues a command already encoded (a presence script's `EVALSHA`)
+    /// on the server of `key` (its first key); as [`RedisLink::command`].
+    pub fn command_encoded(
+        &self,
+        key: &[u8],
+        cmd: bytes::Bytes,
+    ) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let shard = self.route(key).ok_or(PipelineFull)?;
         let waiter = Rc::new(ReplyWaiter::default());
-        self.shard.push(cmd, CmdKind::Command(waiter.clone()))?;
+        shard.push(cmd, CmdKind::Command(waiter.clone()))?;
         Ok(waiter)
+    }
+
+    /// How many servers a keyspace walk visits (`SCAN` sees one node's
+    /// keys): 1 with `--redis-url`, the masters of a cluster.
+    pub fn nodes(&self) -> usize {
+        self.live_shards().len()
+    }
+
+    /// Whether keys of different slots must go in separate commands
+    /// (`--redis-cluster`: a multi-key command across slots is CROSSSLOT).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Queues a command on server `node` of [`RedisLink::nodes`] (a walk
+    /// whose topology changed midway goes on against another master: the
+    /// caller bounds its walk).
+    pub fn command_on(&self, node: usize, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
+        let shard = self.live_shards().get(node).cloned().ok_or(PipelineFull)?;
+        let waiter = Rc::new(ReplyWaiter::default());
+        shard.push(resp::command(args), CmdKind::Command(waiter.clone()))?;
+        Ok(waiter)
+    }
+
+    /// Masters (not retired shards).
+    pub(super) fn live_shards(&self) -> Vec<Rc<Shard>> {
+        let shards = self.shards.borrow();
+        shards
+            .iter()
+            .filter(|s| !s.retired.get())
+            .cloned()
+            .collect()
+    }
+
+    /// The shard serving `key` (`None`: cluster topology not known yet).
+    pub(super) fn route(&self, key: &[u8]) -> Option<Rc<Shard>> {
+        self.route_slot(cluster::slot(key))
+    }
+
+    /// The shard serving `slot` (any slot with one Redis).
+    pub(super) fn route_slot(&self, slot: u16) -> Option<Rc<Shard>> {
+        let i = match &self.cluster {
+            None => 0,
+            Some(c) => c.shard_of(slot)?,
+        };
+        self.shards.borrow().get(i).cloned()
+    }
+
+    /// The shard serving a channel: its sharded name's slot.
+    pub(super) fn route_channel(&self, channel: &str) -> Option<Rc<Shard>> {
+        match self.mode {
+            Pubsub::Plain => self.route_slot(0),
+            Pubsub::Sharded => self.route_slot(cluster::channel_slot(&self.prefix, channel)),
+        }
+    }
+
+    /// The shard of a command's first key: `args[1]`, or for `EVAL` /
+    /// `EVALSHA` (`sha numkeys key...`) `args[3]`.
+    fn route_args(&self, args: &[&[u8]]) -> Result<Rc<Shard>, PipelineFull> {
+        let verb = args.first().copied().unwrap_or_default();
+        let script = verb.eq_ignore_ascii_case(b"EVALSHA") || verb.eq_ignore_ascii_case(b"EVAL");
+        let key = args.get(if script { 3 } else { 1 }).copied();
+        self.route(key.unwrap_or_default()).ok_or(PipelineFull)
     }
 
     /// Queues a cache store write; refused once cache writes hold
     /// `--cache-redis-write-buffer` bytes (publishes are unaffected).
     pub fn cache_write(&self, args: &[&[u8]]) -> Result<Rc<ReplyWaiter>, PipelineFull> {
         let waiter = Rc::new(ReplyWaiter::default());
-        self.shard
+        self.route_args(args)?
             .push_cache(resp::command(args), CmdKind::Command(waiter.clone()))?;
         Ok(waiter)
     }
 
     /// Whether commands are being written to Redis right now (connected,
     /// subscriptions restored).
+    /// In a cluster: every master.
     pub fn is_up(&self) -> bool {
-        let h = self.shard.health.borrow();
-        h.cmd_connected && h.restored
+        let shards = self.live_shards();
+        !shards.is_empty() && shards.iter().all(|s| s.is_up())
     }
 
     /// Commands waiting (unsent or unconfirmed).
     pub fn buffered(&self) -> usize {
-        self.shard.pipeline.borrow().len()
+        let shards = self.shards.borrow();
+        shards.iter().map(|s| s.pipeline.borrow().len()).sum()
     }
 
     /// The command timeout (`--redis-command-timeout`).
@@ -270,8 +378,29 @@ impl RedisLink {
     }
 
     /// `Ok` when this instance can deliver through Redis now, else why not.
+    /// In a cluster: every master, each named in the answer.
     pub fn readiness(&self) -> Result<(), String> {
-        let h = self.shard.health.borrow();
+        let shards = self.live_shards();
+        if let Some(c) = &self.cluster {
+            if shards.is_empty() {
+                let e = c.error.borrow();
+                let e = e.as_deref().unwrap_or("reading the topology");
+                return Err(format!("redis cluster topology unknown: {e}"));
+            }
+        }
+        for shard in &shards {
+            if let Err(why) = self.shard_readiness(shard) {
+                return Err(match &self.cluster {
+                    Some(_) => format!("redis cluster node {}: {why}", shard.addr()),
+                    None => why,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn shard_readiness(&self, shard: &Shard) -> Result<(), String> {
+        let h = shard.health.borrow();
         let why = if !h.cmd_connected || !h.sub_connected {
             let e = h.last_error.as_deref().unwrap_or("connecting");
             format!("redis not connected: {e}")
@@ -292,6 +421,14 @@ impl RedisLink {
     pub fn stats(&self) -> RedisStats {
         let mut s = self.stats.borrow().clone();
         s.publishes_buffered = self.buffered() as u64;
+        if self.cluster.is_some() {
+            let shards = self.shards.borrow();
+            s.shards = shards.iter().map(|sh| sh.snapshot()).collect();
+            // Every master's command connection, not the last one to move.
+            let live = shards.iter().filter(|sh| !sh.retired.get());
+            let up = live.clone().all(|sh| sh.health.borrow().cmd_connected);
+            s.connected = u64::from(up && live.count() > 0);
+        }
         s
     }
 

@@ -7,26 +7,38 @@
 //! - `link`: [`RedisLink`], what the worker sees (publish, commands,
 //!   readiness, counters) and [`Local`], what the link needs from the
 //!   worker (delivery and the interest log) — a narrow handle.
-//! - `shard`: one Redis server's queue and connection state.
+//! - `shard`: one Redis server's queue, interest queue and connection
+//!   state.
+//! - `slots`: Redis Cluster routing state — the shard per slot, refresh
+//!   requests, what waits for a refresh.
+//! - `topology`: the task that reads the cluster's topology and makes the
+//!   shards follow it (created, re-pointed on failover, retired).
+//! - `redirect`: `MOVED`/`ASK` followed, moved channels and a retired
+//!   shard's queue sent on.
 //! - `reply`: what a queued command's reply is for; [`ReplyWaiter`].
 //! - `conn`: connect + handshake, reads, the reconnect loop shared by
 //!   both connections.
 //! - `command`: the pipelined command connection.
-//! - `subscriber`: the subscriber connection and the interest follower.
+//! - `subscriber`: the subscriber connection, and the router that sends
+//!   the worker's interest changes to the shard serving each channel.
 //! - `canary`: the readiness canary.
 //! - `backfill`: reads of a channel's history stream (resume, gaps).
 //!
-//! Imports go one way: `command`, `subscriber`, `canary` → `backfill`, `link`,
-//! `shard`, `reply`, `conn`; nothing here imports the worker.
+//! Imports go one way: `topology` → `command`, `subscriber`, `canary` →
+//! `redirect`, `backfill` → `link` → `slots`, `shard`, `reply`; `conn` is
+//! shared by the connection tasks; nothing here imports the worker.
 
 mod backfill;
 mod canary;
 mod command;
 mod conn;
 mod link;
+mod redirect;
 mod reply;
 mod shard;
+mod slots;
 mod subscriber;
+mod topology;
 
 use std::rc::Rc;
 
@@ -37,7 +49,12 @@ pub use reply::ReplyWaiter;
 /// Starts the link's connection tasks on the current worker.
 pub fn spawn(link: &Rc<RedisLink>, local: Rc<dyn Local>) {
     local.track_interest();
-    monoio::spawn(command::keep_up(link.clone()));
-    monoio::spawn(subscriber::keep_up(link.clone(), local));
-    monoio::spawn(canary::run(link.clone()));
+    monoio::spawn(subscriber::router(link.clone(), local.clone()));
+    if link.cluster.is_some() {
+        // Shards come with the topology.
+        monoio::spawn(topology::run(link.clone(), local));
+        return;
+    }
+    let shard = link.shards.borrow()[0].clone();
+    topology::spawn_shard(link, &shard, &local);
 }
