@@ -434,7 +434,8 @@ fn publishers(
                         .to_string();
                     match &opts.pusher {
                         Some(app) => PubConn::Pusher {
-                            stream,
+                            stream: Some(stream),
+                            addr: t.addr,
                             authority,
                             channel,
                             app: app.clone(),

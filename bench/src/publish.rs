@@ -78,8 +78,11 @@ pub enum PubConn {
     /// Signed `POST /apps/{id}/events` on a keep-alive connection of its
     /// own (the Pusher HTTP API).
     Pusher {
-        /// The connection (blocking).
-        stream: TcpStream,
+        /// The connection (blocking); `None` after the server closed it
+        /// (sockudo answers every API request with `Connection: close`).
+        stream: Option<TcpStream>,
+        /// The server, to reconnect to.
+        addr: std::net::SocketAddr,
         /// `Host` header.
         authority: String,
         /// Channel to publish to.
@@ -189,6 +192,7 @@ impl State {
         out.clear();
         let mut frames = BytesMut::new();
         let now_s = sys::realtime_ns() / 1_000_000_000;
+        let mut accepted = 0;
         for seq in self.next..self.next + due {
             payload.clear();
             let stamp = Stamp {
@@ -207,21 +211,58 @@ impl State {
                 PubConn::Http {
                     authority, channel, ..
                 } => publish_request(authority, channel, payload, out),
-                PubConn::Pusher {
-                    authority,
-                    channel,
-                    app,
-                    ..
-                } => pusher_event_request(authority, app, channel, payload, now_s, out),
+                PubConn::Pusher { .. } if self.res.error.is_none() => {
+                    // One request at a time: the server may close after each.
+                    let r = self.pusher_one(payload, now_s, out);
+                    accepted += self.count(r, 1);
+                }
+                PubConn::Pusher { .. } => {}
             }
         }
         self.next += due;
         let result = match &mut self.p.conn {
             PubConn::Ws(fd) => send_all_blocking(*fd, &frames).map(|()| due),
-            PubConn::Http { stream, .. } | PubConn::Pusher { stream, .. } => stream
+            PubConn::Http { stream, .. } => stream
                 .write_all(out)
                 .and_then(|()| read_responses(stream, due, &mut self.inbuf)),
+            PubConn::Pusher { .. } => return accepted,
         };
+        self.count(result, due)
+    }
+
+    /// One signed event request and its response; reconnects first if the
+    /// server closed the previous connection. `Ok(1)` if accepted (200).
+    fn pusher_one(&mut self, payload: &[u8], now_s: u64, out: &mut Vec<u8>) -> io::Result<u64> {
+        let PubConn::Pusher {
+            stream,
+            addr,
+            authority,
+            channel,
+            app,
+        } = &mut self.p.conn
+        else {
+            return Ok(0);
+        };
+        out.clear();
+        pusher_event_request(authority, app, channel, payload, now_s, out);
+        if stream.is_none() {
+            let s = TcpStream::connect(*addr)?;
+            s.set_nodelay(true)?;
+            self.inbuf.clear();
+            *stream = Some(s);
+        }
+        let s = stream.as_mut().expect("connected above");
+        s.write_all(out)?;
+        let (ok, close) = read_response_closing(s, &mut self.inbuf)?;
+        if close {
+            *stream = None;
+        }
+        Ok(u64::from(ok))
+    }
+
+    /// Adds one write's outcome (`due` messages) to the result; returns
+    /// how many were accepted.
+    fn count(&mut self, result: io::Result<u64>, due: u64) -> u64 {
         match result {
             Ok(ok) => {
                 self.res.sent += ok;
@@ -255,6 +296,26 @@ fn send_all_blocking(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Reads one HTTP response: whether it was 200, and whether the server
+/// closes the connection after it (`Connection: close`).
+fn read_response_closing(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<(bool, bool)> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match parse_http_response(buf).map_err(|e| io::Error::other(e.to_string()))? {
+            Some((status, len)) => {
+                let head = String::from_utf8_lossy(&buf[..len]).to_ascii_lowercase();
+                let close = head.contains("\r\nconnection: close");
+                buf.drain(..len);
+                return Ok((status == 200, close));
+            }
+            None => match stream.read(&mut chunk)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => buf.extend_from_slice(&chunk[..n]),
+            },
+        }
+    }
 }
 
 /// Reads `count` HTTP responses; returns how many were 200.
