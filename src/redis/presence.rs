@@ -217,6 +217,17 @@ pub fn entry_value(connections: u32, info: Option<&str>) -> String {
     format!("{connections} {}", info.unwrap_or(""))
 }
 
+/// `EVALSHA sha 3 e x u ARGV...` for `at`'s channel, with the publish
+/// verb last on a cluster (each script reads it as its optional last
+/// argument).
+fn script(at: &Place<'_>, sha: &str, argv: &[&[u8]]) -> Bytes {
+    let (e, x, u) = (at.key("e"), at.key("x"), at.key("u"));
+    let mut args: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), b"3", &e, &x, &u];
+    args.extend_from_slice(argv);
+    args.extend(at.verb());
+    resp::command(&args)
+}
+
 /// Adds (or refreshes) this instance's entry for `user`, publishing
 /// `join` if the user is new to the channel; `max` = 0 for a refresh (an
 /// entry already admitted is never refused).
@@ -227,50 +238,37 @@ pub fn add(
     join: &str,
 ) -> Bytes {
     let (ttl, max, max_events) = (ttl_ms.to_string(), max.to_string(), max_events.to_string());
-    let (e, x, u, entry) = (at.key("e"), at.key("x"), at.key("u"), at.entry(user));
-    let value = entry_value(connections, info);
+    let (entry, value) = (at.entry(user), entry_value(connections, info));
     let (events, message) = (at.events(), at.message(join));
-    let mut args: Vec<&[u8]> = vec![
-        b"EVALSHA",
-        ADD_SHA.as_bytes(),
-        b"3",
-        &e,
-        &x,
-        &u,
-        entry.as_bytes(),
-        user.as_bytes(),
-        value.as_bytes(),
-        ttl.as_bytes(),
-        max.as_bytes(),
-        max_events.as_bytes(),
-        &events,
-        &message,
-    ];
-    args.extend(at.verb());
-    resp::command(&args)
+    script(
+        at,
+        &ADD_SHA,
+        &[
+            entry.as_bytes(),
+            user.as_bytes(),
+            value.as_bytes(),
+            ttl.as_bytes(),
+            max.as_bytes(),
+            max_events.as_bytes(),
+            &events,
+            &message,
+        ],
+    )
 }
 
 /// Removes this instance's entry for `user`, publishing `leave` if it was
 /// the user's last.
 pub fn remove(at: &Place<'_>, user: &str, max_events: usize, leave: &str) -> Bytes {
-    let (e, x, u, entry) = (at.key("e"), at.key("x"), at.key("u"), at.entry(user));
-    let max_events = max_events.to_string();
+    let (entry, max_events) = (at.entry(user), max_events.to_string());
     let (events, message) = (at.events(), at.message(leave));
-    let mut args: Vec<&[u8]> = vec![
-        b"EVALSHA",
-        REMOVE_SHA.as_bytes(),
-        b"3",
-        &e,
-        &x,
-        &u,
+    let argv: [&[u8]; 5] = [
         entry.as_bytes(),
         user.as_bytes(),
         max_events.as_bytes(),
         &events,
         &message,
     ];
-    args.extend(at.verb());
-    resp::command(&args)
+    script(at, &REMOVE_SHA, &argv)
 }
 
 /// Prunes expired entries (announcing the leaves: `leave_head`, the user
@@ -281,7 +279,6 @@ pub fn prune(
     (leave_head, how): (&str, LeaveUser),
     read: bool,
 ) -> Bytes {
-    let (e, x, u) = (at.key("e"), at.key("x"), at.key("u"));
     let (batch, max_events) = (PRUNE_BATCH.to_string(), max_events.to_string());
     let (events, message) = (at.events(), at.message(leave_head));
     let entries = READ_ENTRIES.to_string();
@@ -290,13 +287,7 @@ pub fn prune(
     } else {
         b"0"
     };
-    let mut args: Vec<&[u8]> = vec![
-        b"EVALSHA",
-        PRUNE_SHA.as_bytes(),
-        b"3",
-        &e,
-        &x,
-        &u,
+    let argv: [&[u8]; 7] = [
         batch.as_bytes(),
         max_events.as_bytes(),
         &events,
@@ -305,8 +296,7 @@ pub fn prune(
         entries.as_bytes(),
         style,
     ];
-    args.extend(at.verb());
-    resp::command(&args)
+    script(at, &PRUNE_SHA, &argv)
 }
 
 /// A member as read from Redis: connections summed over instances.

@@ -153,7 +153,8 @@ async fn open(
     Ok((stream, buf))
 }
 
-async fn read_reply(
+/// Reads one reply on a connection being set up (or a topology read).
+pub(super) async fn read_reply(
     link: &RedisLink,
     stream: &TcpStream,
     buf: &mut BytesMut,

@@ -8,7 +8,6 @@
 //! sans-I/O in `crate::redis::cluster`.
 
 use std::future::poll_fn;
-use std::io;
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
@@ -17,14 +16,14 @@ use bytes::BytesMut;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
-use super::conn::read_some;
+use super::conn::read_reply;
 use super::link::{Local, RedisLink};
 use super::redirect::{forward, hand_on};
 use super::shard::Shard;
 use crate::log;
 use crate::redis::cluster::{self, Node, SlotMap, SLOTS};
+use crate::redis::commands;
 use crate::redis::resp::{self, Reply};
-use crate::redis::{commands, RedisError};
 use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
 
 /// Topology read at least this often, changes or not.
@@ -197,21 +196,6 @@ async fn exchange(
     read_reply(link, stream, buf)
         .await
         .map_err(|e| e.to_string())
-}
-
-async fn read_reply(
-    link: &RedisLink,
-    stream: &TcpStream,
-    buf: &mut BytesMut,
-) -> Result<Reply, RedisError> {
-    loop {
-        if let Some(r) = resp::decode(buf, &link.limits)? {
-            return Ok(r);
-        }
-        if read_some(stream, buf).await? == 0 {
-            return Err(RedisError::Io(io::ErrorKind::UnexpectedEof.into()));
-        }
-    }
 }
 
 /// Makes the shards follow `map`: a master keeps its shard (by address);
