@@ -3,8 +3,8 @@
 # against a release build (server on CPU 0, load generator on CPU 1) and
 # fails when deliveries are lost, p99 latency (kernel receive time) is over
 # its threshold, or throughput is under its floor; then the idle-memory
-# scenario (a fresh server, N idle WebSockets) fails when a connection costs
-# more RSS than its bound. Reports: target/perf/broadcast.json, idle.json.
+# scenario (a fresh server, N idle WebSockets held past --park-after) fails
+# when a connection costs more RSS than its bound. Reports: target/perf/broadcast.json, idle.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=perf/thresholds.json
@@ -24,7 +24,7 @@ pid=$CORECAST_PID
 kill "$pid"; wait "$pid" 2>/dev/null || true
 start_corecast ./target/release/corecast target/perf/idle-server.log --cpu "$server_cpu"
 ./target/release/corecast-bench connect --url "ws://$CORECAST_ADDR/ws/idle" \
-    -n "$(get idle_connections)" --hold 1 --cpu "$load_cpu" --server-pid "$CORECAST_PID" \
+    -n "$(get idle_connections)" --hold "$(get idle_hold_seconds)" --cpu "$load_cpu" --server-pid "$CORECAST_PID" \
     --json --quiet > target/perf/idle.json
 python3 - "$cfg" target/perf/broadcast.json target/perf/idle.json <<'PY'
 import json, sys

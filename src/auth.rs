@@ -390,6 +390,12 @@ impl TokenBucket {
         }
     }
 
+    /// Whether the bucket is full at `now_ms` (a fresh one is the same).
+    pub fn is_full(&self, now_ms: u64) -> bool {
+        let elapsed = now_ms.saturating_sub(self.last_ms) as f64 / 1000.0;
+        self.rate == 0.0 || self.tokens + elapsed * self.rate >= self.burst
+    }
+
     /// Takes one token; otherwise returns how many milliseconds until one
     /// is available.
     pub fn take(&mut self, now_ms: u64) -> Result<(), u64> {

@@ -67,6 +67,13 @@ pub struct Stats {
     /// Times a publisher was paused because the worker's write backlog was
     /// Over `--publish-backpressure` (the server falling behind).
     pub publish_backpressure: u64,
+    /// WebSockets parked after `--park-after` of quiet (their tasks freed;
+    /// the socket waits in the worker's poller).
+    pub parks: u64,
+    /// Parked WebSockets run again (input, something to write, a deadline).
+    pub unparks: u64,
+    /// WebSockets parked now.
+    pub parked_connections: u64,
     /// Upgrades refused for a missing/invalid token (401), a channel the
     /// Token does not grant or a disallowed Origin (403).
     pub auth_failures: u64,

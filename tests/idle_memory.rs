@@ -41,6 +41,9 @@ static A: Counting = Counting;
 
 const N: usize = 400;
 
+/// The counters are process-wide: one measurement at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// An upgraded WebSocket on a blocking std socket: the client side
 /// allocates nothing per connection, so every counted byte is the
 /// server's.
@@ -64,7 +67,12 @@ Sec-WebSocket-Version: 13\r\n\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_websocket_costs_a_bounded_heap() {
-    let srv = TestServer::start(|c| c.max_connections = 1000);
+    let _one = SERIAL.lock().await;
+    let srv = TestServer::start(|c| {
+        c.max_connections = 1000;
+        // Measured before parking (the next test measures after).
+        c.park_after = std::time::Duration::ZERO;
+    });
     // Warm up everything that is allocated once (channel, tables).
     let addr = srv.addr;
     let warm: Vec<_> = (0..10).map(|_| idle_ws(addr)).collect();
@@ -87,11 +95,51 @@ async fn an_idle_websocket_costs_a_bounded_heap() {
         }
     }
     eprintln!("live heap per idle WebSocket: {per:.0} B\n{breakdown}");
-    // 2026-12-02: 1,540 B — the connection task 1,048 B (its future holds
-    // the reader's state and the pending one-byte read), the writer task
-    // 152 B, the socket's shared halves and the read op 56 + 64 + 96 B,
-    // the channel name, the read byte, and growth of the subscriber list.
-    assert!(per < 1700.0, "{per:.0} B per idle connection\n{breakdown}");
+    // 2026-12-02, before parking: 1,753 B — the WebSocket's task 1,288 B
+    // (its future holds the reader's state, the pending one-byte read and
+    // the park wait's), the writer task 152 B, the socket's shared halves
+    // and the read op 56 + 64 + 96 B, the channel name, the read byte.
+    // After `--park-after`, see the next test.
+    assert!(per < 1900.0, "{per:.0} B per idle connection\n{breakdown}");
+    drop(conns);
+    drop(warm);
+}
+
+/// Live heap per idle connection in `warm + conns` once all are parked.
+fn heap_report(before: i64, sizes0: &[i64]) -> (f64, String) {
+    let after = LIVE.load(Ordering::Relaxed);
+    let per = (after - before) as f64 / N as f64;
+    let mut breakdown = String::new();
+    for (i, a) in BY_SIZE.iter().enumerate() {
+        let d = a.load(Ordering::Relaxed) - sizes0[i];
+        if d.unsigned_abs() as usize >= N / 2 {
+            breakdown += &format!("  {i} B: {:+.2} per connection\n", d as f64 / N as f64);
+        }
+    }
+    (per, breakdown)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_websocket_costs_about_its_table_entry() {
+    let _one = SERIAL.lock().await;
+    let srv = TestServer::start(|c| {
+        c.max_connections = 1000;
+        c.park_after = std::time::Duration::from_millis(100);
+    });
+    let addr = srv.addr;
+    let warm: Vec<_> = (0..10).map(|_| idle_ws(addr)).collect();
+    wait_stat(addr, "parked_connections", |n| n == 10).await;
+    let before = LIVE.load(Ordering::Relaxed);
+    let sizes0: Vec<i64> = BY_SIZE.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    let conns: Vec<_> = (0..N).map(|_| idle_ws(addr)).collect();
+    wait_stat(addr, "parked_connections", |n| n == (N + 10) as u64).await;
+    let (per, breakdown) = heap_report(before, &sizes0);
+    eprintln!("live heap per parked WebSocket: {per:.0} B\n{breakdown}");
+    // The hub's entry is allocated up front (the table is reserved at
+    // start), so this is what parking keeps besides it: the parked slot
+    // (a growing table), the channel name, the subscription and its place
+    // in the channel's subscriber list. 2026-12-02: 217 B.
+    assert!(per < 300.0, "{per:.0} B per parked connection\n{breakdown}");
     drop(conns);
     drop(warm);
 }

@@ -32,7 +32,9 @@ COMMON OPTIONS:
 CONNECT:
   -n N                   connections to open
   --rate R               open at most R connections per second [unlimited]
-  --hold SECS            keep them open this long once all are up [0]
+  --hold SECS            keep them open this long once all are up [0]; the
+                         server's RSS per connection is taken at its end
+                         (hold past a server's --park-after to see parked cost)
 
 BROADCAST:
   -n SUBS                subscriber connections (round-robin over the URLs)

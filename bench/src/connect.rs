@@ -98,7 +98,7 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
 }
 
 /// The server's memory before the connects, with them open and after the
-/// hold, and what one connection cost.
+/// hold, and what one connection cost at the end of the hold.
 fn server_sample(pid: u32, rss: [Option<u64>; 3], connected: usize) -> ServerSample {
     let [rss_before, rss_connected, rss_held] = rss;
     ServerSample {
@@ -106,7 +106,10 @@ fn server_sample(pid: u32, rss: [Option<u64>; 3], connected: usize) -> ServerSam
         rss_before_kib: rss_before,
         rss_connected_kib: rss_connected,
         rss_held_kib: rss_held,
-        rss_bytes_per_connection: match (rss_before, rss_connected) {
+        // After the hold: what connections cost once idle (a server may
+        // shed per-connection state after a quiet period, as corecast's
+        // `--park-after` does; hold longer than that).
+        rss_bytes_per_connection: match (rss_before, rss_held) {
             (Some(b), Some(a)) if connected > 0 => {
                 Some((a as f64 - b as f64) * 1024.0 / connected as f64)
             }

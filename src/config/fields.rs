@@ -47,6 +47,10 @@ pub struct Config {
     pub ping_interval: Duration,
     /// A connection that sent nothing for this long is closed (0 = off).
     pub idle_timeout: Duration,
+    /// A WebSocket quiet this long (nothing received or written, nothing
+    /// queued) is parked: its tasks are freed and its socket waits in the
+    /// worker's poller (0 = never).
+    pub park_after: Duration,
     /// Time a peer has to answer our close frame before the socket is cut.
     pub close_timeout: Duration,
     /// Deadline for graceful shutdown after SIGTERM/SIGINT.

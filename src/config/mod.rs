@@ -44,6 +44,7 @@ impl Default for Config {
             max_subscriptions: 0,
             ping_interval: Duration::ZERO,
             idle_timeout: Duration::ZERO,
+            park_after: Duration::ZERO,
             close_timeout: Duration::ZERO,
             shutdown_timeout: Duration::ZERO,
             exclude_sender: false,

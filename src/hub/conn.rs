@@ -76,6 +76,9 @@ pub struct Conn {
     pub(super) writer: Option<Waker>,
     /// Coarse time (ms) of the last byte received, for ping/idle checks.
     pub(super) last_recv_ms: u64,
+    /// Coarse time (ms, wrapping: only recent differences matter) of the
+    /// last completed write, for parking; u32 fits the entry's padding.
+    pub(super) last_sent_ms: u32,
     /// Coarse time (ms) the current deadline started (request head, close).
     pub(super) since_ms: u64,
     pub(super) ping_outstanding: bool,
@@ -102,6 +105,9 @@ pub struct Conn {
     pub(super) stalled_ms: u32,
     /// Counted in `Totals::pressing` (open and over its bound).
     pub(super) pressing: bool,
+    /// Parked (or being parked): its tasks are gone or going, and
+    /// `writer` holds the edge's park waker (`Hub::park`).
+    pub(super) parked: bool,
 }
 
 impl Conn {
@@ -120,6 +126,7 @@ impl Conn {
             pending_bytes: 0,
             writer: None,
             last_recv_ms: now_ms,
+            last_sent_ms: now_ms as u32,
             since_ms: now_ms,
             ping_outstanding: false,
             token_expires_s: 0,
@@ -130,6 +137,7 @@ impl Conn {
             pace: Pace::Idle,
             stalled_ms: 0,
             pressing: false,
+            parked: false,
         }
     }
 

@@ -42,6 +42,7 @@ mod format;
 mod limits;
 mod outbox;
 mod pacer;
+mod parking;
 mod recall;
 mod registry;
 mod timers;
@@ -64,6 +65,7 @@ pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{
     WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
 };
+pub use parking::Parking;
 pub use recall::Resumed;
 pub use registry::SubscribeError;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
@@ -500,11 +502,21 @@ impl Hub {
         if !work && conn.finished {
             return Poll::Ready(WriterWork::Finish);
         }
+        if !work && conn.parked {
+            return Poll::Ready(WriterWork::Park);
+        }
         match &mut conn.writer {
             Some(w) if w.will_wake(cx.waker()) => {}
             slot => *slot = Some(cx.waker().clone()),
         }
         Poll::Pending
+    }
+
+    /// Connection `id`'s parking (`server::park`), if it exists.
+    pub fn parking(&mut self, id: ConnId) -> Option<Parking<'_>> {
+        let now_ms = self.now_ms;
+        let conn = self.conns.get_mut(id)?;
+        Some(Parking { conn, now_ms })
     }
 
     /// The pacer watchdog's wait: ready once the fan-out window is full
@@ -552,6 +564,7 @@ impl Hub {
             if n > 0 {
                 conn.stalled_ms = 0;
             }
+            conn.last_sent_ms = self.now_ms as u32;
             let n = n.min(conn.pending_bytes);
             self.totals.sub(conn, n);
             if timed && conn.batch_since_ns != 0 {

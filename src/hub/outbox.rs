@@ -32,6 +32,9 @@ pub enum WriterWork {
     Write,
     /// Nothing more will ever be written: stop.
     Finish,
+    /// The connection is being parked (`Hub::park`): stop and hand the
+    /// socket back; a park waker stands in for the writer.
+    Park,
 }
 
 /// A connection's queue may grow to this many times

@@ -177,7 +177,13 @@ impl Registry {
         let ch = &mut self.channels[cid];
         let pos = ch.subscribers.len() as u32;
         ch.subscribers.push(id);
-        conns[id].subs.push((cid, pos));
+        let subs = &mut conns[id].subs;
+        if subs.capacity() == 0 {
+            // Most connections hold one subscription: 16 bytes, not the
+            // 64 a first push reserves.
+            subs.reserve_exact(1);
+        }
+        subs.push((cid, pos));
         stats.subscriptions += 1;
     }
 

@@ -36,6 +36,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     connections(&mut o, s, g);
     deliveries(&mut o, s, g);
     pressure(&mut o, s, g);
+    parking(&mut o, s);
     refusals(&mut o, snap);
     compression(&mut o, &snap.compression);
     presence(&mut o, &snap.presence);
@@ -195,6 +196,28 @@ fn deliveries(o: &mut String, s: &Stats, g: &Gauges) {
         "corecast_inbound_bytes",
         "Input held by readers: partial WebSocket frames, messages being assembled, HTTP bodies being read (bounded by --max-total-inbound).",
         s.inbound_bytes,
+    );
+}
+
+/// Parked WebSockets (`--park-after`).
+fn parking(o: &mut String, s: &Stats) {
+    counter(
+        o,
+        "corecast_parks_total",
+        "WebSockets parked after --park-after of quiet (tasks freed).",
+        s.parks,
+    );
+    counter(
+        o,
+        "corecast_unparks_total",
+        "Parked WebSockets run again.",
+        s.unparks,
+    );
+    gauge(
+        o,
+        "corecast_parked_connections",
+        "WebSockets parked now.",
+        s.parked_connections,
     );
 }
 

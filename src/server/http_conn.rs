@@ -56,17 +56,19 @@ pub async fn handle(w: Rc<Worker>, mut sock: Sock, ctx: ConnCtx) {
         return;
     };
     let mut buf = BytesMut::new();
+    let release_ip = (per_ip == Ok(true)).then_some(ctx.ip);
     // Boxed: the HTTP phase (with the cache and publish paths) is large and
     // short-lived; inline it would size every WebSocket's task for it.
     match Box::pin(http_phase(&w, &mut sock, (id, ctx), &mut buf)).await {
-        Ok(Some(up)) => ws_conn::websocket(&w, sock, id, up, buf).await,
+        Ok(Some(up)) => {
+            // Its own task ends (or parks) it in the worker's books.
+            ws_conn::websocket(&w, sock, id, (up, release_ip), buf);
+            return;
+        }
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }
-    w.hub.borrow_mut().remove(id);
-    if per_ip == Ok(true) {
-        w.peers.borrow_mut().release(ctx.ip, w.now_ms());
-    }
+    w.forget(id, release_ip);
 }
 
 /// Which listener accepted a connection: with `--admin-listen`, the admin

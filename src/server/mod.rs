@@ -25,7 +25,10 @@
 //!   replay, `GET /history/{channel}`.
 //! - `resume`: a JSON subscribe in Redis mode with history (read from
 //!   Redis, then subscribe + replay in one step); `/history` from Redis.
-//! - `ws_conn`: an upgraded connection's reader and writer.
+//! - `ws_control`: the JSON control protocol's requests on a WebSocket.
+//! - `ws_conn`: an upgraded connection's reader and writer, and parking
+//!   them after `--park-after` of quiet; `park`: the parked connections
+//!   (their fds in the worker's epoll set, the wakers that resume them).
 //! - `relay_edge`: Redis mode's history actions (deliveries in offset
 //!   order, gap notices) applied to the hub.
 //! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
@@ -48,6 +51,8 @@
 //! Imports go down this list's dependency order: `http_conn` → `upgrade`,
 //! `endpoints`, `pusher_api`, `publish`, `ws_conn` → `pusher_ws`, `resume`
 //! → `recall`, `publish` → `worker` → `relay_edge` → `formats`;
+//! `ws_conn`, `worker` → `park`; `ws_conn` → `ws_control` →
+//! `presence_edge`, `recall`, `publish`;
 //! `ws_conn`, `http_conn` → `presence_edge`; `pusher_ws`, `pusher_api` →
 //! `pusher_presence`; both → `presence_redis` → `worker`; `worker` →
 //! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
@@ -58,6 +63,7 @@ mod endpoints;
 pub mod formats;
 mod http_conn;
 mod iovec;
+mod park;
 mod presence_edge;
 mod presence_redis;
 mod publish;
@@ -75,6 +81,7 @@ mod sys;
 mod upgrade;
 mod worker;
 mod ws_conn;
+mod ws_control;
 
 use std::future::Future;
 use std::io;
@@ -217,6 +224,9 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     let admin = admin.map(monoio::net::TcpListener::from_std).transpose()?;
     let started = Instant::now();
     monoio::spawn(sweeper(w.clone(), started));
+    if w.parking.after_ms().is_some() {
+        monoio::spawn(ws_conn::unparker(w.clone()));
+    }
     if w.hub.borrow().limits().fanout_window > 0 {
         monoio::spawn(pacer_watchdog(w.clone()));
     }
@@ -307,6 +317,7 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
         monoio::time::sleep(TICK).await;
         if tick % 10 == 0 {
             endpoints::publish_status(&w, &mut status_prev);
+            w.parking.trim();
             let now = w.now_ms();
             w.peers.borrow_mut().evict_idle(now, crate::peers::IDLE_MS);
         }
@@ -384,6 +395,11 @@ async fn graceful_shutdown(w: &Rc<Worker>, timeout: Duration) {
             monoio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    w.parking.stop();
+    // One more turn of the ring: the poller's cancelled poll and the
+    // closes it and the listener submitted are processed before the
+    // worker (and its ring) ends.
+    monoio::time::sleep(Duration::from_millis(1)).await;
     let left = w.hub.borrow().connection_count();
     if left > 0 {
         log!(

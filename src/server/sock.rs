@@ -53,6 +53,13 @@ impl Sock {
         let (rd, wr) = stream.into_split();
         Sock { rd, wr, fd }
     }
+
+    /// Splits a parked connection's stream (its options are already set).
+    pub fn resumed(stream: TcpStream) -> Sock {
+        let fd = stream.as_raw_fd();
+        let (rd, wr) = stream.into_split();
+        Sock { rd, wr, fd }
+    }
 }
 
 /// Waits for input on `rd` by reading one byte: `None` at end of stream.
@@ -70,6 +77,25 @@ pub(crate) async fn recv_into(
     scratch: &std::cell::RefCell<Box<[u8]>>,
     buf: &mut BytesMut,
 ) -> io::Result<usize> {
+    let got = recv_or_quiet(rd, fd, scratch, buf, None).await?;
+    Ok(got.unwrap_or(0))
+}
+
+/// When a wait for input may end quietly: after `after` without input,
+/// if `quiet()` then says so (`None`); `Some(d)`: check again after `d`.
+pub(crate) type QuietWait<'a> = (Duration, &'a dyn Fn() -> Option<Duration>);
+
+/// As [`recv_into`], but with `quiet` a wait that sees no input for its
+/// duration ends with `Ok(None)`: the pending read is cancelled and waited
+/// for (a byte it took is kept), so nothing was taken from the socket and
+/// it can be handed to another waiter (parking).
+pub(crate) async fn recv_or_quiet(
+    rd: &mut TcpOwnedReadHalf,
+    fd: RawFd,
+    scratch: &std::cell::RefCell<Box<[u8]>>,
+    buf: &mut BytesMut,
+    quiet: Option<QuietWait<'_>>,
+) -> io::Result<Option<usize>> {
     // The byte the wait took, already in `buf`.
     let mut got = 0;
     loop {
@@ -81,20 +107,75 @@ pub(crate) async fn recv_into(
             }
             res
         };
-        match res {
-            Ok(n) => return Ok(got + n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        let waited = match res {
+            Ok(n) => return Ok(Some(got + n)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             // End of stream or an error after the byte: the next call sees it.
-            Err(_) if got > 0 => return Ok(got),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match read_one(rd).await? {
-                None => return Ok(0),
-                Some(byte) => {
-                    buf.extend_from_slice(&[byte]);
-                    got = 1;
-                }
+            Err(_) if got > 0 => return Ok(Some(got)),
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+            Err(_) => match quiet {
+                None => read_one(rd).await?.map_or(Waited::End, Waited::Byte),
+                // Boxed: its timer and canceller would otherwise enlarge
+                // every reader's task.
+                Some(q) => Box::pin(read_one_or_quiet(rd, q)).await?,
             },
-            Err(e) => return Err(e),
+        };
+        match waited {
+            Waited::End => return Ok(Some(0)),
+            Waited::Quiet => return Ok(None),
+            Waited::Byte(byte) => {
+                buf.extend_from_slice(&[byte]);
+                got = 1;
+            }
         }
+    }
+}
+
+/// What a wait for input came to.
+enum Waited {
+    Byte(u8),
+    End,
+    Quiet,
+}
+
+/// [`read_one`] that gives up once it saw no input for `after` and
+/// `quiet()` agrees: the read is then cancelled and its completion awaited,
+/// so a byte that raced the cancel is returned, not lost.
+async fn read_one_or_quiet(
+    rd: &mut TcpOwnedReadHalf,
+    (after, quiet): QuietWait<'_>,
+) -> io::Result<Waited> {
+    use monoio::io::{CancelableAsyncReadRent, Canceller};
+    use std::future::{poll_fn, Future};
+    use std::task::Poll;
+    let canceller = Canceller::new();
+    let mut read = std::pin::pin!(rd.cancelable_read(Box::new([0u8; 1]), canceller.handle()));
+    let mut timer = std::pin::pin!(monoio::time::sleep(after));
+    let first = poll_fn(|cx| {
+        if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        while timer.as_mut().poll(cx).is_ready() {
+            let Some(again) = quiet() else {
+                return Poll::Ready(None);
+            };
+            timer.as_mut().reset(monoio::time::Instant::now() + again);
+        }
+        Poll::Pending
+    })
+    .await;
+    let (res, byte) = match first {
+        Some(done) => done,
+        None => {
+            let _ = canceller.cancel();
+            read.await
+        }
+    };
+    match res {
+        Ok(0) => Ok(Waited::End),
+        Ok(_) => Ok(Waited::Byte(byte[0])),
+        Err(e) if e.raw_os_error() == Some(libc::ECANCELED) => Ok(Waited::Quiet),
+        Err(e) => Err(e),
     }
 }
 

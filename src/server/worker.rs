@@ -23,6 +23,7 @@ use crate::pusher::PusherState;
 use crate::redis::envelope::Envelope;
 use crate::server::cache_edge::CacheEdge;
 use crate::server::formats;
+use crate::server::park::Parking;
 use crate::server::pusher_webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::relay_edge;
@@ -91,6 +92,8 @@ pub struct Worker {
     pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
     /// Pusher webhooks' queues (`--pusher-webhook`).
     pub webhooks: Webhooks,
+    /// Parked WebSockets (`--park-after`).
+    pub parking: Parking,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -117,10 +120,20 @@ impl Worker {
             pusher_sessions: RefCell::default(),
             webhooks: Webhooks::new(&cfg),
             presence: RefCell::default(),
+            parking: parking(&cfg),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
         })
+    }
+
+    /// Ends connection `id` in the worker's books: out of the hub (its
+    /// channels), and its client address's count released if it held one.
+    pub fn forget(&self, id: crate::hub::ConnId, release_ip: Option<std::net::IpAddr>) {
+        self.hub.borrow_mut().remove(id);
+        if let Some(ip) = release_ip {
+            self.peers.borrow_mut().release(ip, self.now_ms());
+        }
     }
 
     /// Milliseconds since the worker started (a precise clock, unlike the
@@ -139,6 +152,20 @@ impl Worker {
     ) -> io::Result<usize> {
         let n = sock::recv_into(rd, fd, &self.scratch, buf).await?;
         self.hub.borrow_mut().stats.bytes_in += n as u64;
+        Ok(n)
+    }
+
+    /// [`Worker::read_more`] whose wait may end quietly (`Ok(None)`, see
+    /// [`sock::recv_or_quiet`]).
+    pub async fn read_more_or_quiet(
+        &self,
+        rd: &mut TcpOwnedReadHalf,
+        fd: RawFd,
+        buf: &mut BytesMut,
+        quiet: sock::QuietWait<'_>,
+    ) -> io::Result<Option<usize>> {
+        let n = sock::recv_or_quiet(rd, fd, &self.scratch, buf, Some(quiet)).await?;
+        self.hub.borrow_mut().stats.bytes_in += n.unwrap_or(0) as u64;
         Ok(n)
     }
 
@@ -167,6 +194,8 @@ impl Worker {
         worker.refusal_logs_suppressed = crate::log::refusals_suppressed();
         worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
         worker.outbound_bytes = hub.total_pending() as u64;
+        worker.parked_connections = self.parking.count() as u64;
+        (worker.parks, worker.unparks) = self.parking.totals();
         worker.outbound_memory_bytes = hub.outbound_memory() as u64;
         worker.inbound_bytes = self.inbound.get() as u64;
         let (mut messages, mut bytes) = hub.history_usage();
@@ -294,4 +323,14 @@ impl Local for Worker {
 /// Epochs minted by the relay's rings must differ between processes.
 fn relay_seed() -> u64 {
     std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 1u8)
+}
+
+/// The worker's parking, or none if the epoll set cannot be made (logged:
+/// connections then keep their tasks, as with `--park-after 0`).
+fn parking(cfg: &Config) -> Parking {
+    let after = cfg.park_after.as_millis() as u64;
+    Parking::new(after).unwrap_or_else(|e| {
+        crate::log!(Error, "parking disabled", error = e);
+        Parking::new(0).expect("parking off needs no syscall")
+    })
 }

@@ -4,21 +4,19 @@
 //! borrow across an `.await`.
 
 use std::future::poll_fn;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 
-use crate::auth::{AuthConfig, Grants, TokenBucket};
-use crate::control::{self, ErrorCode};
+use crate::auth::TokenBucket;
 use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, WriterWork};
 use crate::log;
-use crate::server::presence_edge::{self, Identity};
+use crate::server::park::{self, Session};
+use crate::server::presence_edge;
 use crate::server::publish::{route_publish, Published};
-use crate::server::recall;
-use crate::server::redis::RedisLink;
 use crate::server::resume::{self, Deferred};
 use crate::server::sock::{
     drain_close, write_all_vectored, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
@@ -26,12 +24,19 @@ use crate::server::sock::{
 use crate::server::sys;
 use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
-use crate::server::{formats, pusher_ws};
+use crate::server::{formats, pusher_ws, ws_control};
 use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 
-/// Runs an upgraded connection: subscribes, spawns the writer, reads until
-/// the close handshake or the socket ends, then waits for the writer.
-pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrade, buf: BytesMut) {
+/// Starts an upgraded connection: subscribes, then runs it ([`run`]) in a
+/// task of its own until it ends or parks. `release_ip`: the client
+/// address whose per-IP count it holds, released when it ends.
+pub(super) fn websocket(
+    w: &Rc<Worker>,
+    sock: Sock,
+    id: ConnId,
+    (up, release_ip): (Upgrade, Option<std::net::IpAddr>),
+    buf: BytesMut,
+) {
     let Upgrade {
         kind,
         channel,
@@ -47,7 +52,7 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
         // The status feed's grants are read-only; its token's expiry was
         // recorded at the upgrade.
         if let Some(exp) = grants.expires() {
-            let at = token_deadline(hub.now_ms(), exp);
+            let at = ws_control::token_deadline(hub.now_ms(), exp);
             hub.set_token_expiry(id, at);
         }
         if let Some(c) = channel.as_deref().filter(|c| c.starts_with('!')) {
@@ -59,38 +64,124 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
             }
         }
     }
-    let Sock { mut rd, wr, fd } = sock;
-    let writer = monoio::spawn(writer(w.clone(), wr, id));
-    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
     if kind == ConnKind::Ws(formats::PUSHER) {
+        let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
         pusher_ws::open(w, id, serial);
     }
+    let rx = if deflate {
+        Receiver::new(Role::Server, w.cfg.ws).with_compression()
+    } else {
+        Receiver::new(Role::Server, w.cfg.ws)
+    };
+    let session = Session {
+        channel: channel.map(String::into_boxed_str),
+        grants,
+        release_ip,
+        deflate,
+    };
+    // A task of its own: the accepted connection's task (with room for
+    // the HTTP phase) ends here rather than live on at its larger size.
+    monoio::spawn(session_task(w.clone(), sock, id, (session, rx), buf));
+}
+
+/// A WebSocket's task from the upgrade, or from resuming it, to its end
+/// (or until it parks).
+async fn session_task(
+    w: Rc<Worker>,
+    sock: Sock,
+    id: ConnId,
+    state: (Session, Receiver),
+    buf: BytesMut,
+) {
+    run(&w, sock, id, state, buf).await;
+}
+
+/// Runs a WebSocket: spawns the writer, reads until the close handshake
+/// or the socket ends — or, quiet for `--park-after`, parks it and
+/// returns — then waits for the writer and takes the connection out of
+/// the books.
+async fn run(
+    w: &Rc<Worker>,
+    sock: Sock,
+    id: ConnId,
+    (session, rx): (Session, Receiver),
+    mut buf: BytesMut,
+) {
+    let deflate = session.deflate;
+    let Sock { mut rd, wr, fd } = sock;
+    let mut writer = Some(monoio::spawn(writer(w.clone(), wr, id)));
+    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
     let mut reader = WsReader {
         w,
         id,
         serial,
-        channel: channel.as_deref(),
-        grants,
+        session,
         bucket: TokenBucket::new(w.cfg.auth.publish_rate, w.cfg.auth.publish_rate, w.now_ms()),
         held: None,
         deferred: None,
-        rx: if deflate {
-            Receiver::new(Role::Server, w.cfg.ws).with_compression()
-        } else {
-            Receiver::new(Role::Server, w.cfg.ws)
-        },
+        rx,
     };
-    let outcome = reader.run(&mut rd, fd, buf).await;
-    // A no-op unless this was a Pusher connection (its session ends).
-    pusher_ws::close(w, id);
-    // A no-op unless it was present in a presence channel.
-    presence_edge::close(w, id);
+    let park_after = w.parking.after_ms();
+    let outcome = loop {
+        let end = reader.run(&mut rd, fd, &mut buf, park_after).await;
+        let (ReadEnd::Quiet, Some(after)) = (&end, park_after) else {
+            break end;
+        };
+        if !w
+            .hub
+            .borrow_mut()
+            .parking(id)
+            .is_some_and(|p| p.park(after))
+        {
+            continue;
+        }
+        // Parking: the writer stops and hands its half back.
+        let Some(wr) = writer.take().expect("a writer while parkable").await else {
+            // It wrote its last frame instead (or failed): read on.
+            unpark(w, id);
+            continue;
+        };
+        let parked = w
+            .hub
+            .borrow_mut()
+            .parking(id)
+            .is_some_and(|p| p.parked(park::waker(id)));
+        if !parked || w.parking.watch(id, fd).is_err() {
+            // Something came in meanwhile (or the epoll set is full).
+            unpark(w, id);
+            writer = Some(monoio::spawn(self::writer(w.clone(), wr, id)));
+            continue;
+        }
+        // Nothing awaits from here on: the poller cannot see the fd before
+        // it is stored.
+        let Ok(stream) = rd.reunite(wr) else {
+            unreachable!("the halves of one socket");
+        };
+        w.parking.store(id, stream.into_raw_fd(), reader.session);
+        return;
+    };
+    close(w, id, (outcome, fd, deflate), rd, writer).await;
+    w.forget(id, reader.session.release_ip);
+}
+
+/// A WebSocket's reader ended with `outcome`: ends its session, lets
+/// the writer finish (or stops it), drains after a protocol error.
+async fn close(
+    w: &Rc<Worker>,
+    id: ConnId,
+    (outcome, fd, deflate): (ReadEnd, RawFd, bool),
+    mut rd: TcpOwnedReadHalf,
+    writer: Option<monoio::task::JoinHandle<Option<TcpOwnedWriteHalf>>>,
+) {
+    end_session(w, id);
     if !matches!(outcome, ReadEnd::CloseReceived | ReadEnd::Failed) {
         // The peer is gone or silent: unblock a writer stuck on a full socket.
         sys::shutdown(fd);
         w.hub.borrow_mut().abort(id);
     }
-    let _ = writer.await;
+    if let Some(writer) = writer {
+        let _ = writer.await;
+    }
     if matches!(outcome, ReadEnd::Failed) {
         // Our close frame is queued in the kernel; closing now with the
         // peer's unread bytes would send an RST and lose it.
@@ -104,6 +195,77 @@ pub(super) async fn websocket(w: &Rc<Worker>, sock: Sock, id: ConnId, up: Upgrad
     }
 }
 
+/// Takes `id` out of parking in the hub (no-op if it is gone).
+fn unpark(w: &Worker, id: ConnId) {
+    if let Some(p) = w.hub.borrow_mut().parking(id) {
+        p.unpark();
+    }
+}
+
+/// What ends with a WebSocket besides its socket: a Pusher session, its
+/// presence memberships (no-ops if it had none).
+fn end_session(w: &Rc<Worker>, id: ConnId) {
+    pusher_ws::close(w, id);
+    presence_edge::close(w, id);
+}
+
+/// The worker's poller task for parked connections: runs each one that is
+/// woken (input, something to write, a deadline's `shutdown`) again.
+pub(super) async fn unparker(w: Rc<Worker>) {
+    let mut ids = Vec::new();
+    while !w.parking.is_stopped() {
+        w.parking.woken(&mut ids).await;
+        for id in ids.drain(..) {
+            resume(&w, id);
+        }
+    }
+}
+
+/// Runs parked connection `id` again: a new monoio socket over its fd,
+/// and its tasks. A no-op if it is not parked (woken twice).
+fn resume(w: &Rc<Worker>, id: ConnId) {
+    let Some((fd, session)) = w.parking.take(id) else {
+        return;
+    };
+    unpark(w, id);
+    // SAFETY: `fd` came out of the parked set, which owned it since
+    // `into_raw_fd`: it is open and nobody else owns or closes it.
+    let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    match monoio::net::TcpStream::from_std(std) {
+        Ok(stream) => {
+            let rx = Receiver::new(Role::Server, w.cfg.ws);
+            let rx = if session.deflate {
+                rx.with_compression()
+            } else {
+                rx
+            };
+            let sock = Sock::resumed(stream);
+            monoio::spawn(session_task(
+                w.clone(),
+                sock,
+                id,
+                (session, rx),
+                BytesMut::new(),
+            ));
+        }
+        Err(e) => {
+            // The socket was closed with `std`.
+            log!(
+                Info,
+                "cannot resume a parked connection",
+                conn = id,
+                error = e
+            );
+            end_session(w, id);
+            w.hub.borrow_mut().abort(id);
+            if session.deflate {
+                count_compressed(w, false);
+            }
+            w.forget(id, session.release_ip);
+        }
+    }
+}
+
 /// Counts open compressed connections (`compression_connections`).
 fn count_compressed(w: &Worker, open: bool) {
     let mut stats = w.compression.borrow_mut();
@@ -112,12 +274,6 @@ fn count_compressed(w: &Worker, open: bool) {
     } else {
         stats.connections.saturating_sub(1)
     };
-}
-
-/// The hub's coarse time at which a token with `exp` (seconds since the
-/// epoch) expires; the sweep closes the connection then.
-pub(super) fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
-    crate::auth::token_deadline_ms(hub_now_ms, exp, crate::auth::unix_now_ms())
 }
 
 /// What draining the read buffer came to.
@@ -143,15 +299,17 @@ enum ReadEnd {
     Failed,
     /// End of stream or a socket error.
     Gone,
+    /// Quiet for `--park-after` and parkable: the caller parks it.
+    Quiet,
 }
 
 struct WsReader<'a> {
     w: &'a Rc<Worker>,
     id: ConnId,
     serial: u64,
-    channel: Option<&'a str>,
+    /// Its channel (path mode), grants and per-IP count.
+    session: Session,
     rx: Receiver,
-    grants: Grants,
     /// `--publish-rate`: over it, the connection is simply read later.
     bucket: TokenBucket,
     /// A data message waiting for a publish token.
@@ -161,10 +319,18 @@ struct WsReader<'a> {
 }
 
 impl WsReader<'_> {
-    async fn run(&mut self, rd: &mut TcpOwnedReadHalf, fd: RawFd, mut buf: BytesMut) -> ReadEnd {
+    /// Reads and handles input until the connection ends — or, with
+    /// `park_after`, until it was quiet that long and could be parked.
+    async fn run(
+        &mut self,
+        rd: &mut TcpOwnedReadHalf,
+        fd: RawFd,
+        buf: &mut BytesMut,
+        park_after: Option<u64>,
+    ) -> ReadEnd {
         let mut charge = self.w.inbound_charge();
         loop {
-            match self.drain(&mut buf) {
+            match self.drain(buf) {
                 Drained::End(end) => return end,
                 Drained::Throttled(ms) => {
                     // Backpressure instead of loss: stop reading until the
@@ -200,11 +366,36 @@ impl WsReader<'_> {
             }
             if buf.is_empty() {
                 // Idle connections keep no read buffer.
-                buf = BytesMut::new();
+                *buf = BytesMut::new();
             }
-            match self.w.read_more(rd, fd, &mut buf).await {
-                Ok(0) | Err(_) => return ReadEnd::Gone,
-                Ok(_) => self.w.hub.borrow_mut().received(self.id),
+            let quiet = park_after.filter(|_| self.held.is_none() && self.rx.is_idle());
+            let got = match quiet {
+                None => self.w.read_more(rd, fd, buf).await.map(Some),
+                Some(after) => {
+                    let (w, id, bucket) = (self.w, self.id, &self.bucket);
+                    // Checked when the wait has been quiet that long, then
+                    // again when the connection's own quiet time could be.
+                    let check = || {
+                        let mut hub = w.hub.borrow_mut();
+                        let Some(p) = hub.parking(id) else {
+                            return Some(Duration::from_millis(after));
+                        };
+                        if bucket.is_full(w.now_ms()) && p.parkable(after) {
+                            return None;
+                        }
+                        // + one sweep tick: the hub's clock is coarse.
+                        let left = after.saturating_sub(p.quiet_ms()) + 100;
+                        Some(Duration::from_millis(left))
+                    };
+                    let after = Duration::from_millis(after);
+                    let wait = (after, &check as &dyn Fn() -> Option<Duration>);
+                    self.w.read_more_or_quiet(rd, fd, buf, wait).await
+                }
+            };
+            match got {
+                Ok(None) => return ReadEnd::Quiet,
+                Ok(Some(0)) | Err(_) => return ReadEnd::Gone,
+                Ok(Some(_)) => self.w.hub.borrow_mut().received(self.id),
             }
         }
     }
@@ -332,12 +523,12 @@ impl WsReader<'_> {
             return pusher_ws::on_frame(self.w, hub, self.id, opcode, &payload);
         }
         let redis = self.w.redis.as_deref();
-        let Some(c) = self.channel else {
-            let who = (self.id, self.serial, &self.grants);
-            self.deferred = on_control(self.w, hub, who, opcode, &payload);
+        let Some(c) = self.session.channel.as_deref() else {
+            let who = (self.id, self.serial, &self.session.grants);
+            self.deferred = ws_control::on_control(self.w, hub, who, opcode, &payload);
             return;
         };
-        if !self.grants.may_publish(c) {
+        if !self.session.grants.may_publish(c) {
             hub.stats.publish_forbidden += 1;
             hub.close(
                 self.id,
@@ -367,200 +558,15 @@ impl WsReader<'_> {
     }
 }
 
-/// One request of the JSON control protocol; replies go through the
-/// queue. A subscribe that must first read history from Redis is
-/// returned instead.
-fn on_control(
-    w: &Rc<Worker>,
-    hub: &mut Hub,
-    (id, serial, grants): (ConnId, u64, &Grants),
-    opcode: OpCode,
-    payload: &[u8],
-) -> Option<Box<Deferred>> {
-    let (redis, auth) = (w.redis.as_deref(), &w.cfg.auth);
-    if opcode == OpCode::Binary {
-        let msg = "binary frames are not part of the control protocol; use data_base64";
-        hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
-        return None;
-    }
-    let env = match control::parse(payload) {
-        Ok(env) => env,
-        Err(e) => {
-            hub.send_to(id, control::error(e.code, &e.message, e.id.as_deref()));
-            return None;
-        }
-    };
-    let idv = env.id.as_deref();
-    if let Some(early) = before_subscribe(w, hub, (id, serial, grants), &env) {
-        return early;
-    }
-    let reply = match env.request {
-        control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
-        control::Request::Subscribe { channel, .. } | control::Request::Presence { channel }
-            if !grants.may_subscribe(&channel) =>
-        {
-            Some(forbidden(idv))
-        }
-        control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
-            hub.stats.publish_forbidden += 1;
-            Some(forbidden(idv))
-        }
-        control::Request::Subscribe {
-            channel,
-            since,
-            presence,
-        } => {
-            recall::subscribe(hub, id, &channel, since.as_ref(), idv);
-            if hub.is_subscribed(id, &channel) {
-                let who = Identity::of(w, grants, serial);
-                presence_edge::join(w, hub, id, &who, &channel, presence);
-            } else if presence {
-                // Refused (subscription limit): no events either.
-                hub.unsubscribe(id, &crate::presence::events_channel(&channel));
-            }
-            None
-        }
-        control::Request::Presence { channel } => {
-            presence_edge::query(w, hub, id, &channel, idv);
-            None
-        }
-        control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
-            presence_edge::unsubscribe(w, hub, id, &channel);
-            control::ack("unsubscribed", &channel, None, idv)
-        } else {
-            control::error(ErrorCode::NotSubscribed, "not subscribed", idv)
-        }),
-        control::Request::Publish {
-            channel,
-            opcode,
-            payload,
-        } => publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv),
-    };
-    if let Some(frame) = reply {
-        hub.send_to(id, frame);
-    }
-    None
-}
-
-/// `{"op":"publish"}` (the grant already checked): the reply, if any.
-fn publish_reply(
-    hub: &mut Hub,
-    redis: Option<&RedisLink>,
-    (channel, opcode, payload): (&str, OpCode, &[u8]),
-    serial: u64,
-    idv: Option<&serde_json::value::RawValue>,
-) -> Option<Bytes> {
-    if !crate::channel::valid_channel_name(channel) {
-        return Some(invalid_channel(idv));
-    }
-    match route_publish(hub, redis, channel, opcode, payload, serial, false) {
-        Published::Rejected => Some(control::error(
-            ErrorCode::Unavailable,
-            "redis unavailable and the publish buffer is full; not published",
-            idv,
-        )),
-        outcome => {
-            let n = match outcome {
-                Published::Local(n) => n,
-                _ => hub.subscriber_count(channel),
-            };
-            idv.map(|i| control::ack("published", channel, Some(n), Some(i)))
-        }
-    }
-}
-
-/// The part of a JSON subscribe that comes before the hub's: presence's
-/// admission (a refusal is answered here), and in Redis mode with history
-/// the read from Redis that the subscribe waits for. `Some`: the request
-/// is done here (`Some(None)`) or deferred.
-fn before_subscribe(
-    w: &Rc<Worker>,
-    hub: &mut Hub,
-    (id, serial, grants): (ConnId, u64, &Grants),
-    env: &control::Envelope,
-) -> Option<Option<Box<Deferred>>> {
-    let control::Request::Subscribe {
-        channel,
-        since,
-        presence,
-    } = &env.request
-    else {
-        return None;
-    };
-    if !grants.may_subscribe(channel) {
-        return None;
-    }
-    let who = Identity::of(w, grants, serial);
-    if let Err(code) = presence_edge::admit(w, &who, channel, *presence) {
-        hub.send_to(id, presence_edge::refusal(code, env.id.as_deref()));
-        return Some(None);
-    }
-    if *presence {
-        presence_edge::watch(hub, id, channel);
-    }
-    let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history)
-        && crate::channel::valid_channel_name(channel);
-    if !defer {
-        return None;
-    }
-    // Presence does not wait for the history read.
-    presence_edge::join(w, hub, id, &who, channel, *presence);
-    let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
-    Some(Some(Box::new(Deferred { channel, since, id })))
-}
-
-/// `{"op":"refresh"}`: a valid token for the same channels moves the
-/// connection's expiry; anything else is refused and the old expiry stands.
-fn refresh(
-    hub: &mut Hub,
-    auth: &AuthConfig,
-    id: ConnId,
-    grants: &Grants,
-    token: &str,
-    idv: Option<&serde_json::value::RawValue>,
-) -> Bytes {
-    let (Some(secret), Grants::Token(current)) = (&auth.token_secret, grants) else {
-        let msg = "this connection holds no token to refresh";
-        return control::error(ErrorCode::BadRequest, msg, idv);
-    };
-    match auth.verify(token.as_bytes(), secret) {
-        Ok(Grants::Token(new)) if new.same_channels(current) => {
-            let at = token_deadline(hub.now_ms(), new.exp);
-            hub.set_token_expiry(id, at);
-            hub.stats.token_refreshes += 1;
-            control::refreshed(new.exp, idv)
-        }
-        Ok(_) => {
-            hub.stats.auth_failures += 1;
-            let msg = "a refresh token must grant the same channels";
-            control::error(ErrorCode::InvalidToken, msg, idv)
-        }
-        Err(e) => {
-            hub.stats.auth_failures += 1;
-            control::error(ErrorCode::InvalidToken, e.message(), idv)
-        }
-    }
-}
-
-fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
-    control::error(
-        ErrorCode::Forbidden,
-        "this connection is not granted this channel (token or publish key)",
-        id,
-    )
-}
-
-fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {
-    control::error(ErrorCode::InvalidChannel, "invalid channel name", id)
-}
-
 /// The writer task: sleeps until frames are queued, writes each batch with
 /// one vectored write, and stops after the close frame or on teardown.
-async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
+/// Returns its half when it stops for parking.
+async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) -> Option<TcpOwnedWriteHalf> {
     loop {
-        let work = poll_fn(|cx| w.hub.borrow_mut().poll_writer(id, cx)).await;
-        if work == WriterWork::Finish {
-            return;
+        match poll_fn(|cx| w.hub.borrow_mut().poll_writer(id, cx)).await {
+            WriterWork::Finish => return None,
+            WriterWork::Park => return Some(wr),
+            WriterWork::Write => {}
         }
         // A fresh Vec per batch: it moves into the write and is dropped
         // after it, so no buffer is held (or stored in this task) while idle.
@@ -579,10 +585,10 @@ async fn writer(w: Rc<Worker>, mut wr: TcpOwnedWriteHalf, id: ConnId) {
         if let Err(e) = res {
             log!(Debug, "write failed", conn = id, error = e);
             hub.abort(id);
-            return;
+            return None;
         }
         if last {
-            return;
+            return None;
         }
     }
 }

@@ -143,6 +143,15 @@ impl Receiver {
         self.read(buf).inspect_err(|err| self.poison(err.clone()))
     }
 
+    /// Between messages with nothing kept: no fragment, no error, no
+    /// inflater state; a fresh receiver would be the same.
+    pub fn is_idle(&self) -> bool {
+        self.assembly.is_empty()
+            && self.fragmented.is_none()
+            && self.poisoned.is_none()
+            && self.inflate.is_none()
+    }
+
     /// Bytes held for the message being assembled (fragments, or what a
     /// compressed message inflated to so far), plus the inflater's state
     /// while one exists (its window, kept across messages under client

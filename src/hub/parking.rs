@@ -1,0 +1,75 @@
+//! Parking as the hub sees it: whether a connection is quiet enough, and
+//! the hand-over between its writer and the edge's park waker (the edge
+//! keeps the socket; see `server::park`).
+
+use std::task::Waker;
+
+use super::conn::{self, Conn, ConnKind, ConnState, Pace};
+
+/// One connection's parking state ([`super::Hub::parking`]).
+pub struct Parking<'a> {
+    pub(super) conn: &'a mut Conn,
+    pub(super) now_ms: u64,
+}
+
+impl Parking<'_> {
+    /// Milliseconds since it last received or wrote anything.
+    pub fn quiet_ms(&self) -> u64 {
+        let (c, now) = (&*self.conn, self.now_ms);
+        let sent_ago = u64::from((now as u32).wrapping_sub(c.last_sent_ms));
+        now.saturating_sub(c.last_recv_ms).min(sent_ago)
+    }
+
+    /// Whether it could be parked now: an open WebSocket with nothing
+    /// queued or being written, its writer asleep, and nothing received
+    /// or written for `quiet_ms`.
+    pub fn parkable(&self, quiet_ms: u64) -> bool {
+        let c = &*self.conn;
+        let quiet = self.quiet_ms() >= quiet_ms;
+        matches!(c.kind, ConnKind::Ws(_))
+            && c.state == ConnState::Open
+            && !c.finished
+            && !c.expired
+            && !c.parked
+            && c.writer.is_some()
+            && c.queue.is_empty()
+            && c.ctrl.is_empty()
+            && c.pending_bytes == 0
+            && c.pace == Pace::Idle
+            && quiet
+    }
+
+    /// Starts parking it (see [`Parking::parkable`]): its writer is woken
+    /// to stop with `WriterWork::Park` (unless something is queued first,
+    /// which it writes before). Returns false if it is not parkable.
+    pub fn park(self, quiet_ms: u64) -> bool {
+        if !self.parkable(quiet_ms) {
+            return false;
+        }
+        self.conn.parked = true;
+        conn::wake(self.conn);
+        true
+    }
+
+    /// Completes parking once its writer stopped: `waker` stands in for
+    /// the writer (woken by whatever would have woken it). False — and it
+    /// is not parked — if it has something to write or is ending; the
+    /// edge then runs it on.
+    pub fn parked(self, waker: Waker) -> bool {
+        let c = self.conn;
+        let idle = c.queue.is_empty() && c.ctrl.is_empty() && c.state == ConnState::Open;
+        let parkable = c.parked && idle && !c.finished && !c.expired;
+        if !parkable {
+            c.parked = false;
+            return false;
+        }
+        c.writer = Some(waker);
+        true
+    }
+
+    /// It runs again (its tasks are being spawned): the park waker goes.
+    pub fn unpark(self) {
+        self.conn.parked = false;
+        self.conn.writer = None;
+    }
+}

@@ -1,0 +1,212 @@
+//! The JSON control protocol on a WebSocket (`GET /ws`): one request at
+//! a time — subscribe (with history, presence), unsubscribe, publish,
+//! presence queries, token refresh — answered through the connection's
+//! queue. Run by `ws_conn`'s reader.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use crate::auth::{AuthConfig, Grants};
+use crate::control::{self, ErrorCode};
+use crate::hub::{ConnId, Hub};
+use crate::server::presence_edge::{self, Identity};
+use crate::server::publish::{route_publish, Published};
+use crate::server::recall;
+use crate::server::redis::RedisLink;
+use crate::server::resume::Deferred;
+use crate::server::worker::Worker;
+use crate::ws::OpCode;
+
+/// The hub's coarse time at which a token with `exp` (seconds since the
+/// epoch) expires; the sweep closes the connection then.
+pub(super) fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
+    crate::auth::token_deadline_ms(hub_now_ms, exp, crate::auth::unix_now_ms())
+}
+
+/// One request of the JSON control protocol; replies go through the
+/// queue. A subscribe that must first read history from Redis is
+/// returned instead.
+pub(super) fn on_control(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (id, serial, grants): (ConnId, u64, &Grants),
+    opcode: OpCode,
+    payload: &[u8],
+) -> Option<Box<Deferred>> {
+    let (redis, auth) = (w.redis.as_deref(), &w.cfg.auth);
+    if opcode == OpCode::Binary {
+        let msg = "binary frames are not part of the control protocol; use data_base64";
+        hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
+        return None;
+    }
+    let env = match control::parse(payload) {
+        Ok(env) => env,
+        Err(e) => {
+            hub.send_to(id, control::error(e.code, &e.message, e.id.as_deref()));
+            return None;
+        }
+    };
+    let idv = env.id.as_deref();
+    if let Some(early) = before_subscribe(w, hub, (id, serial, grants), &env) {
+        return early;
+    }
+    let reply = match env.request {
+        control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
+        control::Request::Subscribe { channel, .. } | control::Request::Presence { channel }
+            if !grants.may_subscribe(&channel) =>
+        {
+            Some(forbidden(idv))
+        }
+        control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
+            hub.stats.publish_forbidden += 1;
+            Some(forbidden(idv))
+        }
+        control::Request::Subscribe {
+            channel,
+            since,
+            presence,
+        } => {
+            recall::subscribe(hub, id, &channel, since.as_ref(), idv);
+            if hub.is_subscribed(id, &channel) {
+                let who = Identity::of(w, grants, serial);
+                presence_edge::join(w, hub, id, &who, &channel, presence);
+            } else if presence {
+                // Refused (subscription limit): no events either.
+                hub.unsubscribe(id, &crate::presence::events_channel(&channel));
+            }
+            None
+        }
+        control::Request::Presence { channel } => {
+            presence_edge::query(w, hub, id, &channel, idv);
+            None
+        }
+        control::Request::Unsubscribe { channel } => Some(if hub.unsubscribe(id, &channel) {
+            presence_edge::unsubscribe(w, hub, id, &channel);
+            control::ack("unsubscribed", &channel, None, idv)
+        } else {
+            control::error(ErrorCode::NotSubscribed, "not subscribed", idv)
+        }),
+        control::Request::Publish {
+            channel,
+            opcode,
+            payload,
+        } => publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv),
+    };
+    if let Some(frame) = reply {
+        hub.send_to(id, frame);
+    }
+    None
+}
+
+/// `{"op":"publish"}` (the grant already checked): the reply, if any.
+fn publish_reply(
+    hub: &mut Hub,
+    redis: Option<&RedisLink>,
+    (channel, opcode, payload): (&str, OpCode, &[u8]),
+    serial: u64,
+    idv: Option<&serde_json::value::RawValue>,
+) -> Option<Bytes> {
+    if !crate::channel::valid_channel_name(channel) {
+        return Some(invalid_channel(idv));
+    }
+    match route_publish(hub, redis, channel, opcode, payload, serial, false) {
+        Published::Rejected => Some(control::error(
+            ErrorCode::Unavailable,
+            "redis unavailable and the publish buffer is full; not published",
+            idv,
+        )),
+        outcome => {
+            let n = match outcome {
+                Published::Local(n) => n,
+                _ => hub.subscriber_count(channel),
+            };
+            idv.map(|i| control::ack("published", channel, Some(n), Some(i)))
+        }
+    }
+}
+
+/// The part of a JSON subscribe that comes before the hub's: presence's
+/// admission (a refusal is answered here), and in Redis mode with history
+/// the read from Redis that the subscribe waits for. `Some`: the request
+/// is done here (`Some(None)`) or deferred.
+fn before_subscribe(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (id, serial, grants): (ConnId, u64, &Grants),
+    env: &control::Envelope,
+) -> Option<Option<Box<Deferred>>> {
+    let control::Request::Subscribe {
+        channel,
+        since,
+        presence,
+    } = &env.request
+    else {
+        return None;
+    };
+    if !grants.may_subscribe(channel) {
+        return None;
+    }
+    let who = Identity::of(w, grants, serial);
+    if let Err(code) = presence_edge::admit(w, &who, channel, *presence) {
+        hub.send_to(id, presence_edge::refusal(code, env.id.as_deref()));
+        return Some(None);
+    }
+    if *presence {
+        presence_edge::watch(hub, id, channel);
+    }
+    let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history)
+        && crate::channel::valid_channel_name(channel);
+    if !defer {
+        return None;
+    }
+    // Presence does not wait for the history read.
+    presence_edge::join(w, hub, id, &who, channel, *presence);
+    let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
+    Some(Some(Box::new(Deferred { channel, since, id })))
+}
+
+/// `{"op":"refresh"}`: a valid token for the same channels moves the
+/// connection's expiry; anything else is refused and the old expiry stands.
+fn refresh(
+    hub: &mut Hub,
+    auth: &AuthConfig,
+    id: ConnId,
+    grants: &Grants,
+    token: &str,
+    idv: Option<&serde_json::value::RawValue>,
+) -> Bytes {
+    let (Some(secret), Grants::Token(current)) = (&auth.token_secret, grants) else {
+        let msg = "this connection holds no token to refresh";
+        return control::error(ErrorCode::BadRequest, msg, idv);
+    };
+    match auth.verify(token.as_bytes(), secret) {
+        Ok(Grants::Token(new)) if new.same_channels(current) => {
+            let at = token_deadline(hub.now_ms(), new.exp);
+            hub.set_token_expiry(id, at);
+            hub.stats.token_refreshes += 1;
+            control::refreshed(new.exp, idv)
+        }
+        Ok(_) => {
+            hub.stats.auth_failures += 1;
+            let msg = "a refresh token must grant the same channels";
+            control::error(ErrorCode::InvalidToken, msg, idv)
+        }
+        Err(e) => {
+            hub.stats.auth_failures += 1;
+            control::error(ErrorCode::InvalidToken, e.message(), idv)
+        }
+    }
+}
+
+fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
+    control::error(
+        ErrorCode::Forbidden,
+        "this connection is not granted this channel (token or publish key)",
+        id,
+    )
+}
+
+fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {
+    control::error(ErrorCode::InvalidChannel, "invalid channel name", id)
+}
