@@ -85,15 +85,7 @@ async fn an_idle_websocket_costs_a_bounded_heap() {
         conns.push(idle_ws(addr));
     }
     wait_stat(srv.addr, "connections", |n| n == (N + 11) as u64).await;
-    let after = LIVE.load(Ordering::Relaxed);
-    let per = (after - before) as f64 / N as f64;
-    let mut breakdown = String::new();
-    for (i, a) in BY_SIZE.iter().enumerate() {
-        let d = a.load(Ordering::Relaxed) - sizes0[i];
-        if d.unsigned_abs() as usize >= N / 2 {
-            breakdown += &format!("  {i} B: {:+.2} per connection\n", d as f64 / N as f64);
-        }
-    }
+    let (per, breakdown) = heap_report(before, &sizes0);
     eprintln!("live heap per idle WebSocket: {per:.0} B\n{breakdown}");
     // 2026-12-02, before parking: 1,753 B — the WebSocket's task 1,288 B
     // (its future holds the reader's state, the pending one-byte read and
@@ -105,7 +97,8 @@ async fn an_idle_websocket_costs_a_bounded_heap() {
     drop(warm);
 }
 
-/// Live heap per idle connection in `warm + conns` once all are parked.
+/// Live heap per connection since `before` (N connections), and the
+/// allocations by size that changed by at least one per two connections.
 fn heap_report(before: i64, sizes0: &[i64]) -> (f64, String) {
     let after = LIVE.load(Ordering::Relaxed);
     let per = (after - before) as f64 / N as f64;
