@@ -133,3 +133,48 @@ async fn a_compressed_connection_parks_until_it_sends_compressed() {
     let st = wait_stat(srv.addr, "connections", |n| n == 1).await;
     assert_eq!(counter(&st, "compression_connections"), 0, "{st}");
 }
+
+/// A WebSocket with nothing to do at its upgrade parks at once, not after
+/// `--park-after` (here an hour): accepting and holding idle connections
+/// costs no task per connection. Its first message, and a control client's
+/// first request, wake it. A Pusher connection has its greeting queued at
+/// the upgrade, so it runs first. Before the change nothing parked here
+/// until the hour was up.
+#[tokio::test]
+async fn a_websocket_with_nothing_to_do_parks_at_its_upgrade() {
+    for legacy in [false, true] {
+        let srv = TestServer::start_on(legacy, |c| {
+            c.park_after = Duration::from_secs(3600);
+            c.pusher.add_apps("1:key:secret").unwrap();
+        });
+        let mut subs = Vec::new();
+        for _ in 0..50 {
+            subs.push(ws_connect(srv.addr, "/ws/fresh").await);
+        }
+        let mut control = ws_connect(srv.addr, "/ws").await;
+        let st = wait_stat(srv.addr, "parked_connections", |n| n == 51).await;
+        assert_eq!(counter(&st, "parks"), 51, "{st}");
+
+        assert_eq!(publish(srv.addr, "fresh", "first").await, 50);
+        for s in &mut subs {
+            assert_eq!(next_text(s).await, "first");
+        }
+        let req = r#"{"op":"subscribe","channel":"fresh","id":1}"#;
+        control.send(Message::text(req)).await.expect("send");
+        let reply = next_json(&mut control).await;
+        assert_eq!(reply["type"], "subscribed", "{reply}");
+        assert_eq!(publish(srv.addr, "fresh", "second").await, 51);
+        assert_eq!(next_json(&mut control).await["data"], "second");
+
+        // Greeted first: runs, and stays running (an hour's quiet).
+        let (mut p, _) = common::pusher::connect(srv.addr, "key").await;
+        let ok = common::pusher::subscribe(&mut p, "room", None, None).await;
+        assert_eq!(
+            ok["event"], "pusher_internal:subscription_succeeded",
+            "{ok}"
+        );
+        let st = stats(srv.addr).await;
+        assert_eq!(counter(&st, "websockets_opened"), 52, "{st}");
+        assert_eq!(counter(&st, "parked_connections"), 0, "{st}");
+    }
+}

@@ -49,7 +49,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// A WebSocket quiet this long (nothing received or written, nothing
     /// queued) is parked: its tasks are freed and its socket waits in the
-    /// worker's poller (0 = never).
+    /// worker's poller (0 = never). A WebSocket with nothing to do at its
+    /// upgrade parks at once.
     pub park_after: Duration,
     /// Time a peer has to answer our close frame before the socket is cut.
     pub close_timeout: Duration,

@@ -247,7 +247,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "close a WebSocket whose client sent nothing (not even a pong) for this long (0 = never)"
         => |c, v| set_duration(&mut c.idle_timeout, v);
     "park-after", CORECAST_PARK_AFTER, "DURATION", "2s",
-        "free a quiet WebSocket's tasks after this long without input or output; its socket waits in the worker's poller (0 = never)"
+        "free a quiet WebSocket's tasks after this long without input or output; its socket waits in the worker's poller (one with nothing to do at its upgrade parks at once; 0 = never park)"
         => |c, v| set_duration(&mut c.park_after, v);
     "close-timeout", CORECAST_CLOSE_TIMEOUT, "DURATION", "5s",
         "time a client has to answer our close frame"

@@ -67,6 +67,29 @@ impl Parking<'_> {
         true
     }
 
+    /// Parks a WebSocket that has just been upgraded and has nothing to
+    /// do (no writer task yet, nothing queued): `waker` stands in for its
+    /// writer from the start. False if something is queued already (a
+    /// Pusher greeting, a close): it then runs.
+    pub fn park_fresh(self, waker: Waker) -> bool {
+        let c = self.conn;
+        let idle = matches!(c.kind, ConnKind::Ws(_))
+            && c.state == ConnState::Open
+            && !c.finished
+            && !c.expired
+            && !c.parked
+            && c.writer.is_none()
+            && c.queue.is_empty()
+            && c.ctrl.is_empty()
+            && c.pending_bytes == 0
+            && c.pace == Pace::Idle;
+        if idle {
+            c.parked = true;
+            c.writer = Some(waker);
+        }
+        idle
+    }
+
     /// It runs again (its tasks are being spawned): the park waker goes.
     pub fn unpark(self) {
         self.conn.parked = false;

@@ -1,5 +1,6 @@
-//! Parked WebSockets: a connection quiet for `--park-after` gives up its
-//! reader and writer tasks and its monoio socket; what is left is its
+//! Parked WebSockets: a connection quiet for `--park-after` (or with
+//! nothing to do at its upgrade) gives up its reader and writer tasks and
+//! its monoio socket; what is left is its
 //! hub entry, its fd in the worker's epoll set and the few fields below
 //! (issue 19: an idle connection should cost about its table entry, as in
 //! servers that keep connections as plain state rather than tasks).

@@ -68,20 +68,57 @@ pub(super) fn websocket(
         let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
         pusher_ws::open(w, id, serial);
     }
-    let rx = if deflate {
-        Receiver::new(Role::Server, w.cfg.ws).with_compression()
-    } else {
-        Receiver::new(Role::Server, w.cfg.ws)
-    };
     let session = Session {
         channel: channel.map(String::into_boxed_str),
         grants,
         release_ip,
         deflate,
     };
+    // Nothing to do yet (no input, nothing queued): it starts parked and
+    // gets its tasks when something concerns it — a connection that only
+    // waits never costs a task (issue 19: accepting and holding idle
+    // connections as cheaply as servers that keep them as plain state).
+    let (sock, session) = match park_fresh(w, sock, id, session, &buf) {
+        Ok(()) => return,
+        Err(back) => back,
+    };
+    let rx = Receiver::new(Role::Server, w.cfg.ws);
+    let rx = if deflate { rx.with_compression() } else { rx };
     // A task of its own: the accepted connection's task (with room for
     // the HTTP phase) ends here rather than live on at its larger size.
     monoio::spawn(session_task(w.clone(), sock, id, (session, rx), buf));
+}
+
+/// Parks a just-upgraded WebSocket at once if parking is on and it has
+/// nothing to do; otherwise hands `sock` and `session` back.
+fn park_fresh(
+    w: &Rc<Worker>,
+    sock: Sock,
+    id: ConnId,
+    session: Session,
+    buf: &BytesMut,
+) -> Result<(), (Sock, Session)> {
+    if !buf.is_empty() || w.parking.after_ms().is_none() {
+        return Err((sock, session));
+    }
+    let idle = w
+        .hub
+        .borrow_mut()
+        .parking(id)
+        .is_some_and(|p| p.park_fresh(park::waker(id)));
+    if !idle {
+        return Err((sock, session));
+    }
+    if w.parking.watch(id, sock.fd).is_err() {
+        unpark(w, id);
+        return Err((sock, session));
+    }
+    let Sock { rd, wr, .. } = sock;
+    let Ok(stream) = rd.reunite(wr) else {
+        unreachable!("the halves of one socket");
+    };
+    w.parking.store(id, stream.into_raw_fd(), session);
+    Ok(())
 }
 
 /// A WebSocket's task from the upgrade, or from resuming it, to its end
