@@ -124,7 +124,13 @@ fn is_presence_event(d: &Delivery<'_>) -> bool {
 /// One window size's compressor, shared by its path and JSON formats
 /// (one publish is encoded by one of them at a time).
 struct Compressor {
-    deflater: RefCell<Deflater>,
+    /// Made at the first message it compresses: a deflate state is about
+    /// 350 KB (window and hash tables, zeroed), two of them most of a
+    /// fresh server's heap, and most servers never see a client that
+    /// negotiates this window size.
+    deflater: RefCell<Option<Deflater>>,
+    level: u32,
+    bits: u8,
     min_size: usize,
     stats: SharedCompressionStats,
 }
@@ -132,7 +138,9 @@ struct Compressor {
 impl Compressor {
     fn new(settings: &Settings, bits: u8, stats: SharedCompressionStats) -> Self {
         Compressor {
-            deflater: RefCell::new(Deflater::new(settings.level, bits)),
+            deflater: RefCell::new(None),
+            level: settings.level,
+            bits,
             min_size: settings.min_size,
             stats,
         }
@@ -144,7 +152,9 @@ impl Compressor {
         let len = parts.iter().map(|p| p.len()).sum::<usize>();
         let compressed = if len >= self.min_size {
             let started = Instant::now();
-            let frame = self.deflater.borrow_mut().frame(opcode, parts);
+            let mut deflater = self.deflater.borrow_mut();
+            let deflater = deflater.get_or_insert_with(|| Deflater::new(self.level, self.bits));
+            let frame = deflater.frame(opcode, parts);
             let mut stats = self.stats.borrow_mut();
             stats.time_us += started.elapsed().as_micros() as u64;
             frame
