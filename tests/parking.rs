@@ -178,3 +178,42 @@ async fn a_websocket_with_nothing_to_do_parks_at_its_upgrade() {
         assert_eq!(counter(&st, "parked_connections"), 0, "{st}");
     }
 }
+
+/// A parked connection's peer leaving is answered where it waits, without
+/// running it again: a lone close frame gets its echo (same code) and the
+/// socket's end; a close with an invalid code, or a close behind other
+/// input, goes to the connection's task (1002 for the first, the data
+/// handled before the echo for the second). All are forgotten.
+#[tokio::test]
+async fn a_parked_connection_closing_is_answered_and_forgotten() {
+    for legacy in [false, true] {
+        let srv = TestServer::start_on(legacy, parking);
+        let mut sub = RawWs::connect(srv.addr, "/ws/bye").await;
+        let mut plain = RawWs::connect(srv.addr, "/ws/bye").await;
+        let mut bad = RawWs::connect(srv.addr, "/ws/bye").await;
+        let mut busy = RawWs::connect(srv.addr, "/ws/bye").await;
+        wait_stat(srv.addr, "parked_connections", |n| n == 4).await;
+
+        plain.send(0x88, &3000u16.to_be_bytes()).await;
+        plain.expect_close(3000).await;
+        plain.expect_eof().await;
+        // 1005 must never be sent on the wire (RFC 6455 7.4.1).
+        bad.send(0x88, &1005u16.to_be_bytes()).await;
+        bad.expect_close(1002).await;
+        // A message, then the close, in one write: the message is
+        // published (to `sub`) before the echo.
+        let mut both = masked(0x81, b"last words");
+        both.extend_from_slice(&masked(0x88, &1000u16.to_be_bytes()));
+        busy.send_raw(&both).await;
+        assert_eq!(sub.next_frame().await.payload, b"last words");
+        let (seen, end) = busy.read_until_close().await;
+        assert_eq!(end, Ending::Close(Some(1000)));
+        assert!(seen.iter().all(|f| f.payload == b"last words"), "{seen:?}");
+        busy.expect_eof().await;
+
+        // `sub` and the stats request are left.
+        let st = wait_stat(srv.addr, "connections", |n| n == 2).await;
+        assert_eq!(counter(&st, "websockets_closed"), 3, "{st}");
+        assert_eq!(counter(&st, "protocol_errors"), 1, "{st}");
+    }
+}

@@ -20,6 +20,19 @@ pub fn recv_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// `send(2)` without blocking (and without SIGPIPE): how many bytes the
+/// socket took.
+pub fn send_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    // SAFETY: `buf` is a valid region of `buf.len()` bytes for the duration
+    // of the call; send only reads it.
+    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// `shutdown(2)` both directions: wakes any pending read or write on the
 /// socket with EOF/EPIPE, which is how deadlines end a connection's tasks.
 /// Errors (already closed, not connected) are of no interest.

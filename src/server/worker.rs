@@ -28,6 +28,7 @@ use crate::server::pusher_webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::relay_edge;
 use crate::server::sock;
+use crate::server::sys;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
 
@@ -166,6 +167,22 @@ impl Worker {
     ) -> io::Result<Option<usize>> {
         let n = sock::recv_or_quiet(rd, fd, &self.scratch, buf, Some(quiet)).await?;
         self.hub.borrow_mut().stats.bytes_in += n.unwrap_or(0) as u64;
+        Ok(n)
+    }
+
+    /// Reads what a parked connection's socket has into `buf`, without
+    /// waiting (`WouldBlock`: nothing; it was woken for something else).
+    /// Counted in `bytes_in`.
+    pub fn read_parked(&self, fd: RawFd, buf: &mut BytesMut) -> io::Result<usize> {
+        let mut scratch = self.scratch.borrow_mut();
+        let n = loop {
+            match sys::recv_nonblocking(fd, &mut scratch) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                res => break res?,
+            }
+        };
+        buf.extend_from_slice(&scratch[..n]);
+        self.hub.borrow_mut().stats.bytes_in += n as u64;
         Ok(n)
     }
 

@@ -265,6 +265,23 @@ fn resume(w: &Rc<Worker>, id: ConnId) {
         return;
     };
     unpark(w, id);
+    // What woke it, read here: its peer leaving (end of stream, or a lone
+    // close frame) is answered without a task — idle connections mostly
+    // end parked — and anything else goes to its task, nothing lost.
+    let mut buf = BytesMut::new();
+    match w.read_parked(fd, &mut buf) {
+        Ok(0) => return end_parked(w, id, fd, session, None),
+        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+            return end_parked(w, id, fd, session, None)
+        }
+        Ok(_) => {
+            w.hub.borrow_mut().received(id);
+            if let Some(code) = lone_close(w, &buf) {
+                return end_parked(w, id, fd, session, Some(code));
+            }
+        }
+        Err(_) => {}
+    }
     // SAFETY: `fd` came out of the parked set, which owned it since
     // `into_raw_fd`: it is open and nobody else owns or closes it.
     let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
@@ -277,13 +294,7 @@ fn resume(w: &Rc<Worker>, id: ConnId) {
                 rx
             };
             let sock = Sock::resumed(stream);
-            monoio::spawn(session_task(
-                w.clone(),
-                sock,
-                id,
-                (session, rx),
-                BytesMut::new(),
-            ));
+            monoio::spawn(session_task(w.clone(), sock, id, (session, rx), buf));
         }
         Err(e) => {
             // The socket was closed with `std`.
@@ -301,6 +312,56 @@ fn resume(w: &Rc<Worker>, id: ConnId) {
             w.forget(id, session.release_ip);
         }
     }
+}
+
+/// Whether `buf` is exactly one valid close frame from the client: its
+/// code (`None`: no code). A close frame is never compressed, so a plain
+/// receiver reads it whatever was negotiated.
+fn lone_close(w: &Worker, buf: &BytesMut) -> Option<Option<u16>> {
+    // FIN + close: anything else is left to the connection's task.
+    if buf.first() != Some(&0x88) {
+        return None;
+    }
+    let mut probe = buf.clone();
+    match Receiver::new(Role::Server, w.cfg.ws).next(&mut probe) {
+        Ok(Some(Message::Close(frame))) if probe.is_empty() => Some(frame.map(|f| f.code)),
+        _ => None,
+    }
+}
+
+/// Ends a parked connection whose peer left, without running it: the
+/// echo of its close frame (`echo`: the peer's code, if it sent one) goes
+/// out with one nonblocking send — it has nothing else queued, and a
+/// socket that cannot take a few bytes belongs to a peer that stopped
+/// reading — then the socket closes (our FIN) and it leaves the books.
+fn end_parked(w: &Rc<Worker>, id: ConnId, fd: RawFd, session: Session, echo: Option<Option<u16>>) {
+    end_session(w, id);
+    {
+        let mut hub = w.hub.borrow_mut();
+        if let Some(code) = echo {
+            hub.peer_closed(id, code);
+            let mut frames = Vec::new();
+            hub.take_batch(id, &mut frames);
+            let total: usize = frames.iter().map(Bytes::len).sum();
+            let sent = match frames.as_slice() {
+                [frame] => sys::send_nonblocking(fd, frame).unwrap_or(0),
+                _ => 0,
+            };
+            hub.release(&mut frames);
+            if sent == total {
+                hub.stats.writes += 1;
+                hub.wrote(id, total);
+            }
+        }
+        hub.abort(id);
+    }
+    // SAFETY: `fd` came out of the parked set, which owned it since
+    // `into_raw_fd`; nobody else owns it, and it is closed once, here.
+    unsafe { libc::close(fd) };
+    if session.deflate {
+        count_compressed(w, false);
+    }
+    w.forget(id, session.release_ip);
 }
 
 /// Counts open compressed connections (`compression_connections`).
