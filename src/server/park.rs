@@ -14,7 +14,9 @@
 //!   no allocation.
 //!
 //! Sans-hub: this module knows connection ids and fds, not what is in
-//! them; `ws_conn` parks and resumes.
+//! them; `ws_conn` parks and resumes (reading first what woke it: a peer
+//! that left — end of stream, a lone close frame — is ended there,
+//! without running the connection's tasks again).
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;

@@ -26,7 +26,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent, Splitable};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use monoio::net::TcpStream;
 
@@ -179,6 +179,31 @@ async fn read_one_or_quiet(
     }
 }
 
+/// Writes a short answer (the `101`): straight to the socket with one
+/// nonblocking `send` — a fresh socket's buffer takes it whole, with no
+/// runtime op or wake-up — and whatever it did not take through the
+/// runtime.
+pub(crate) async fn write_small(sock: &mut Sock, mut bytes: Vec<u8>) -> io::Result<()> {
+    let sent = match sys::send_nonblocking(sock.fd, &bytes) {
+        Ok(n) => n,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            0
+        }
+        Err(e) => return Err(e),
+    };
+    if sent == bytes.len() {
+        return Ok(());
+    }
+    bytes.drain(..sent);
+    let (res, _) = sock.wr.write_all(bytes).await;
+    res.map(|_| ())
+}
+
 /// Closes gracefully after a final response to a request we did not read:
 /// half-close, then drain what the client sent (bounded in bytes and
 /// time), so the kernel sends FIN rather than RST and the client can read
@@ -259,4 +284,42 @@ pub(crate) async fn write_all_vectored(
         }
     }
     (Ok(()), iov.into_all())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A socket whose buffer cannot take the whole answer: the rest goes
+    /// through the runtime, in order, once the peer reads.
+    #[test]
+    fn write_small_finishes_through_the_runtime_when_the_socket_is_full() {
+        let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (server, _) = listener.accept().unwrap();
+            server.set_nonblocking(true).unwrap();
+            let mut sock = Sock::new(TcpStream::from_std(server).unwrap());
+            // Fill the socket (and the peer's receive buffer) until it refuses.
+            let mut filled = 0;
+            while let Ok(n) = sys::send_nonblocking(sock.fd, &[b'x'; 65536]) {
+                filled += n;
+            }
+            let answer: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+            let reader = std::thread::spawn(move || {
+                let mut got = vec![0u8; filled + 200_000];
+                client.read_exact(&mut got).unwrap();
+                got
+            });
+            write_small(&mut sock, answer.clone()).await.unwrap();
+            let got = reader.join().unwrap();
+            assert!(got[..filled].iter().all(|&b| b == b'x'));
+            assert_eq!(&got[filled..], &answer[..]);
+        });
+    }
 }

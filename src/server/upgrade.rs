@@ -14,7 +14,7 @@ use crate::peers::PeerRefusal;
 use crate::pusher;
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
-use crate::server::sock::Sock;
+use crate::server::sock::{write_small, Sock};
 use crate::server::worker::Worker;
 
 /// An accepted upgrade.
@@ -121,8 +121,7 @@ async fn accept(
             let agreed = req.deflate.filter(|_| w.cfg.compression.enabled);
             let extension = agreed.map(|a| a.response_value());
             let head = crate::ws::handshake::response_101_with(accept, extension.as_deref());
-            let (res, _) = sock.wr.write_all(head).await;
-            res?;
+            write_small(sock, head).await?;
             let kind = match up.kind {
                 ConnKind::Ws(base) => ConnKind::Ws(formats::negotiated(base, agreed)),
                 other => other,
