@@ -25,18 +25,7 @@ impl Parking<'_> {
     /// or written for `quiet_ms`.
     pub fn parkable(&self, quiet_ms: u64) -> bool {
         let c = &*self.conn;
-        let quiet = self.quiet_ms() >= quiet_ms;
-        matches!(c.kind, ConnKind::Ws(_))
-            && c.state == ConnState::Open
-            && !c.finished
-            && !c.expired
-            && !c.parked
-            && c.writer.is_some()
-            && c.queue.is_empty()
-            && c.ctrl.is_empty()
-            && c.pending_bytes == 0
-            && c.pace == Pace::Idle
-            && quiet
+        idle(c) && c.writer.is_some() && self.quiet_ms() >= quiet_ms
     }
 
     /// Starts parking it (see [`Parking::parkable`]): its writer is woken
@@ -73,21 +62,18 @@ impl Parking<'_> {
     /// Pusher greeting, a close): it then runs.
     pub fn park_fresh(self, waker: Waker) -> bool {
         let c = self.conn;
-        let idle = matches!(c.kind, ConnKind::Ws(_))
-            && c.state == ConnState::Open
-            && !c.finished
-            && !c.expired
-            && !c.parked
-            && c.writer.is_none()
-            && c.queue.is_empty()
-            && c.ctrl.is_empty()
-            && c.pending_bytes == 0
-            && c.pace == Pace::Idle;
-        if idle {
+        let fresh = idle(c) && c.writer.is_none();
+        if fresh {
             c.parked = true;
             c.writer = Some(waker);
         }
-        idle
+        fresh
+    }
+
+    /// An open WebSocket with nothing queued or being written (what a
+    /// parked one is until something concerns it).
+    pub fn is_idle(&self) -> bool {
+        idle(self.conn)
     }
 
     /// It runs again (its tasks are being spawned): the park waker goes.
@@ -95,4 +81,17 @@ impl Parking<'_> {
         self.conn.parked = false;
         self.conn.writer = None;
     }
+}
+
+/// An open WebSocket, not parked, with nothing queued or being written.
+fn idle(c: &Conn) -> bool {
+    matches!(c.kind, ConnKind::Ws(_))
+        && c.state == ConnState::Open
+        && !c.finished
+        && !c.expired
+        && !c.parked
+        && c.queue.is_empty()
+        && c.ctrl.is_empty()
+        && c.pending_bytes == 0
+        && c.pace == Pace::Idle
 }

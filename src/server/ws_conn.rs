@@ -275,8 +275,13 @@ fn resume(w: &Rc<Worker>, id: ConnId) {
             return end_parked(w, id, fd, session, None)
         }
         Ok(_) => {
-            w.hub.borrow_mut().received(id);
-            if let Some(code) = lone_close(w, &buf) {
+            let mut hub = w.hub.borrow_mut();
+            hub.received(id);
+            // With something queued (or our close sent), its task writes
+            // it before the echo, in order.
+            let idle = hub.parking(id).is_some_and(|p| p.is_idle());
+            drop(hub);
+            if let Some(code) = lone_close(w, &buf).filter(|_| idle) {
                 return end_parked(w, id, fd, session, Some(code));
             }
         }
@@ -331,7 +336,8 @@ fn lone_close(w: &Worker, buf: &BytesMut) -> Option<Option<u16>> {
 
 /// Ends a parked connection whose peer left, without running it: the
 /// echo of its close frame (`echo`: the peer's code, if it sent one) goes
-/// out with one nonblocking send — it has nothing else queued, and a
+/// out with one nonblocking send — it has nothing else queued (checked by
+/// the caller), and a
 /// socket that cannot take a few bytes belongs to a peer that stopped
 /// reading — then the socket closes (our FIN) and it leaves the books.
 fn end_parked(w: &Rc<Worker>, id: ConnId, fd: RawFd, session: Session, echo: Option<Option<u16>>) {
