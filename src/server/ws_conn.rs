@@ -337,9 +337,9 @@ fn lone_close(w: &Worker, buf: &BytesMut) -> Option<Option<u16>> {
 /// Ends a parked connection whose peer left, without running it: the
 /// echo of its close frame (`echo`: the peer's code, if it sent one) goes
 /// out with one nonblocking send — it has nothing else queued (checked by
-/// the caller), and a
-/// socket that cannot take a few bytes belongs to a peer that stopped
-/// reading — then the socket closes (our FIN) and it leaves the books.
+/// the caller), and a socket that cannot take a few bytes belongs to a
+/// peer that stopped reading — then the socket closes (our FIN) and it
+/// leaves the books.
 fn end_parked(w: &Rc<Worker>, id: ConnId, fd: RawFd, session: Session, echo: Option<Option<u16>>) {
     end_session(w, id);
     {
