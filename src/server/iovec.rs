@@ -51,6 +51,15 @@ impl IoVecs {
         self.bufs[self.done..].iter().map(Bytes::len).sum::<usize>() - self.off
     }
 
+    /// The unwritten bytes when they are all in one buffer: a batch of one
+    /// frame (the common case of a fan-out) can go out as a plain send.
+    pub fn single(&self) -> Option<Bytes> {
+        match &self.bufs[self.done..] {
+            [one] => Some(one.slice(self.off..)),
+            _ => None,
+        }
+    }
+
     /// Skips the first `n` unwritten bytes (a short write), keeping the rest.
     pub fn advance(&mut self, mut n: usize) {
         while let Some(b) = self.bufs.get(self.done) {
@@ -111,6 +120,17 @@ mod tests {
             let rest: Vec<u8> = v.into_inner().concat();
             assert_eq!(rest, &all[n..]);
         }
+    }
+
+    #[test]
+    fn single_is_the_one_unwritten_buffer() {
+        let mut v = IoVecs::new(vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cde")]);
+        assert_eq!(v.single(), None);
+        v.advance(3);
+        assert_eq!(v.single().as_deref(), Some(&b"de"[..]));
+        v.advance(2);
+        assert_eq!(v.single(), None);
+        assert_eq!(IoVecs::new(vec![]).single(), None);
     }
 
     #[test]
