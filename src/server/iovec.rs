@@ -51,12 +51,22 @@ impl IoVecs {
         self.bufs[self.done..].iter().map(Bytes::len).sum::<usize>() - self.off
     }
 
-    /// The unwritten bytes when they are all in one buffer: a batch of one
-    /// frame (the common case of a fan-out) can go out as a plain send.
-    pub fn single(&self) -> Option<Bytes> {
+    /// The unwritten bytes as one buffer, for a plain send: the buffer
+    /// itself when one is left (a batch of one frame, the common case of
+    /// a fan-out), a copy when several hold at most `max` bytes together
+    /// (copying a few small frames costs less than the kernel's vectored
+    /// file-write path); `None` otherwise.
+    pub fn contiguous(&self, max: usize) -> Option<Bytes> {
         match &self.bufs[self.done..] {
+            [] => None,
             [one] => Some(one.slice(self.off..)),
-            _ => None,
+            _ if self.remaining() > max => None,
+            [first, rest @ ..] => {
+                let mut out = bytes::BytesMut::with_capacity(self.remaining());
+                out.extend_from_slice(&first[self.off..]);
+                rest.iter().for_each(|b| out.extend_from_slice(b));
+                Some(out.freeze())
+            }
         }
     }
 
@@ -123,14 +133,19 @@ mod tests {
     }
 
     #[test]
-    fn single_is_the_one_unwritten_buffer() {
-        let mut v = IoVecs::new(vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cde")]);
-        assert_eq!(v.single(), None);
-        v.advance(3);
-        assert_eq!(v.single().as_deref(), Some(&b"de"[..]));
+    fn contiguous_is_the_unwritten_bytes_up_to_its_bound() {
+        let parts = || vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cde")];
+        let mut v = IoVecs::new(parts());
+        assert_eq!(v.contiguous(5).as_deref(), Some(&b"abcde"[..]));
+        assert_eq!(v.contiguous(4), None);
+        v.advance(1);
+        assert_eq!(v.contiguous(4).as_deref(), Some(&b"bcde"[..]));
         v.advance(2);
-        assert_eq!(v.single(), None);
-        assert_eq!(IoVecs::new(vec![]).single(), None);
+        // One buffer left: itself, whatever its size.
+        assert_eq!(v.contiguous(0).as_deref(), Some(&b"de"[..]));
+        v.advance(2);
+        assert_eq!(v.contiguous(usize::MAX), None);
+        assert_eq!(IoVecs::new(vec![]).contiguous(usize::MAX), None);
     }
 
     #[test]
