@@ -259,8 +259,11 @@ pub(crate) async fn drain_close(
 }
 
 /// Largest batch of several frames copied into one buffer to go out as
-/// a send rather than a vectored write.
-const SEND_COPY_MAX: usize = 16 * 1024;
+/// a send rather than a vectored write. The copy lives while its write is
+/// in flight — for a reader that stalls, until it reads — outside the
+/// shared frames the outbound budget counts; a connection has one write
+/// in flight at most, so this bounds what the copy adds per connection.
+const SEND_COPY_MAX: usize = 2 * 1024;
 
 /// Writes every byte of `bufs`, resubmitting after short writes, and gives
 /// them back (for the memory budget, `Hub::release`); calls
