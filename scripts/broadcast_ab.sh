@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# Alternated broadcast runs of several corecast builds, one load generator.
-# Usage: broadcast_ab.sh RUNS RATE NAME=BINARY...  (e.g. old=/tmp/old/corecast
-# new=target/release/corecast): per run, each build in turn on CPU 0 with
-# the same load generator ($BENCH, default target/release/corecast-bench)
-# on CPU 1; the JSON reports go to $OUT (default target/ab).
+# Alternated broadcast runs of several servers, one load generator.
+# Usage: broadcast_ab.sh RUNS RATE|fan NAME=BINARY...
+#   RATE: 1,000 subscribers, 2 of them publishing RATE msg/s in total
+#         (RATE x 1,000 deliveries/s), 128 B, 10 s measured after 3 s
+#   fan:  10,000 subscribers, 1 publishing 10 msg/s, 15 s after 3 s
+#   NAME=BINARY: a corecast build (old=/tmp/old/corecast
+#   new=target/release/corecast), or, for a NAME starting with "uws", the
+#   uWebSockets peer (uws=/tmp/uws-peer/uws-peer, from
+#   ../shared/peers/uws/build.sh).
+# Per run, each server in turn on CPU 0 (corecast with --cpu 0, the peer
+# under taskset) with the same load generator ($BENCH, default
+# target/release/corecast-bench) on CPU 1; prints lost, p50 / p99 at kernel
+# receive time and server CPU per run; the JSON reports go to $OUT
+# (default target/ab).
 set -euo pipefail
 runs=$1; rate=$2; shift 2
 . "$(dirname "$0")/lib.sh"
 bench=${BENCH:-target/release/corecast-bench}
 out_dir=${OUT:-target/ab}
 mkdir -p "$out_dir"
+case $rate in
+  fan) load=(-n 10000 -p 1 --rate 10 --duration 15 --warmup 3 --source-ips 127.0.0.2-127.0.0.20) ;;
+  *) load=(-n 1000 -p 2 --rate "$rate" --duration 10 --warmup 3) ;;
+esac
 for r in $(seq 1 "$runs"); do
   for spec in "$@"; do
     name=${spec%%=*}; bin=${spec#*=}
-    start_corecast "$bin" "$out_dir/server_$name.log" --cpu 0
-    out=$("$bench" broadcast --url "ws://$CORECAST_ADDR/ws/b" -n 1000 -p 2 --rate "$rate" --size 128 \
-        --duration 10 --warmup 3 --cpu 1 --server-pid "$CORECAST_PID" --json --quiet)
-    kill "$CORECAST_PID"; wait "$CORECAST_PID" 2>/dev/null || true
+    if [[ $name == uws* ]]; then
+      start_uws "$bin" "$out_dir/server_$name.log"
+      pid=$UWS_PID; addr=$UWS_ADDR
+    else
+      start_corecast "$bin" "$out_dir/server_$name.log" --cpu 0 --max-connections 30000
+      pid=$CORECAST_PID; addr=$CORECAST_ADDR
+    fi
+    out=$("$bench" broadcast --url "ws://$addr/ws/b" "${load[@]}" --size 128 \
+        --cpu 1 --server-pid "$pid" --json --quiet)
+    kill "$pid"; wait "$pid" 2>/dev/null || true
     echo "$out" | python3 -c "
 import json,sys; r=json.load(sys.stdin)
 k=r['latency_kernel']; cpu=r['server']['cpu_percent']

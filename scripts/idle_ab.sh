@@ -14,17 +14,15 @@ CORECAST=${CORECAST:-target/release/corecast}   # another build to measure
 [ -x "$UWS" ] || { echo "no uWS peer at $UWS (build ../shared/peers/uws/build.sh, set UWS)" >&2; exit 1; }
 cargo build --release --quiet -p corecast -p corecast-bench --bins
 B=target/release/corecast-bench
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+. scripts/lib.sh
 cpu_ticks() { awk '{print $14, $15}' /proc/$1/stat; }
 mkdir -p target/idle_ab
 for run in $(seq "$RUNS"); do for n in uws corecast; do
-  P=$(free_port)
-  if [ $n = uws ]; then PORT=$P taskset -c 0 "$UWS" > target/idle_ab/$n.log 2>&1 &
-  else taskset -c 0 "$CORECAST" --listen 127.0.0.1:$P --cpu 0 --max-connections 30000 > target/idle_ab/$n.log 2>&1 & fi
-  SPID=$!
-  for i in $(seq 50); do python3 -c "import socket;socket.create_connection(('127.0.0.1',$P),0.2)" 2>/dev/null && break; sleep 0.1; done
+  if [ $n = uws ]; then start_uws "$UWS" target/idle_ab/$n.log; SPID=$UWS_PID; ADDR=$UWS_ADDR
+  else start_corecast "$CORECAST" target/idle_ab/$n.log --cpu 0 --max-connections 30000
+    SPID=$CORECAST_PID; ADDR=$CORECAST_ADDR; fi
   read -r au as < <(cpu_ticks $SPID)
-  $B connect --url ws://127.0.0.1:$P/ws/idle -n "$N" --hold "$HOLD" --cpu 1 --server-pid $SPID \
+  $B connect --url ws://$ADDR/ws/idle -n "$N" --hold "$HOLD" --cpu 1 --server-pid $SPID \
       --source-ips 127.0.0.2-127.0.0.40 --json --quiet > target/idle_ab/$n.json
   read -r bu bs < <(cpu_ticks $SPID); kill $SPID; wait $SPID 2>/dev/null
   python3 -c "

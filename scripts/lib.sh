@@ -23,3 +23,24 @@ start_corecast() {
     cat "$log" >&2
     return 1
 }
+
+#   start_uws BINARY LOG
+#
+# Starts the uWebSockets peer (../shared/peers/uws, built with its
+# build.sh) on a free port, pinned to CPU 0, its output in LOG; sets
+# UWS_PID and UWS_ADDR. Fails when it does not accept within 10 s.
+start_uws() {
+    local bin=$1 log=$2 port
+    port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    PORT=$port taskset -c 0 "$bin" >"$log" 2>&1 &
+    UWS_PID=$!
+    UWS_ADDR=127.0.0.1:$port
+    for _ in $(seq 1 100); do
+        python3 -c "import socket;socket.create_connection(('127.0.0.1',$port),0.2)" 2>/dev/null && return 0
+        kill -0 "$UWS_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "the uWS peer did not start:" >&2
+    cat "$log" >&2
+    return 1
+}
