@@ -309,6 +309,57 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    fn frame(len: usize, tag: u8) -> Bytes {
+        (0..len).map(|i| tag.wrapping_add(i as u8)).collect()
+    }
+
+    /// Batches on either side of the copy bound — one frame, frames copied
+    /// into one send, frames written vectored, one large frame — to a
+    /// socket that is full at first: every byte arrives, in order, and
+    /// each batch's frames come back untouched (for the outbound budget).
+    #[test]
+    fn batches_on_either_side_of_the_copy_bound_arrive_whole_and_in_order() {
+        let copied = vec![frame(700, 2), frame(700, 3), frame(600, 4)];
+        let vectored = vec![frame(1500, 5), frame(1500, 6)];
+        assert!(copied.iter().map(Bytes::len).sum::<usize>() <= SEND_COPY_MAX);
+        assert!(vectored.iter().map(Bytes::len).sum::<usize>() > SEND_COPY_MAX);
+        let batches = [
+            vec![frame(100, 1)],
+            copied,
+            vectored,
+            vec![frame(200_000, 7)],
+        ];
+        let expected: Vec<u8> = batches.iter().flatten().flat_map(|b| b.to_vec()).collect();
+        let mut rt = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("io_uring (this machine and CI have it)");
+        rt.block_on(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (server, _) = listener.accept().unwrap();
+            let mut sock = Sock::new(TcpStream::from_std(server).unwrap());
+            let mut filled = 0;
+            while let Ok(n) = sys::send_nonblocking(sock.fd, &[b'x'; 65536]) {
+                filled += n;
+            }
+            let total = filled + expected.len();
+            let reader = std::thread::spawn(move || {
+                let mut got = vec![0u8; total];
+                client.read_exact(&mut got).unwrap();
+                got
+            });
+            for batch in &batches {
+                let (res, back) = write_all_vectored(&mut sock.wr, batch.clone(), || {}).await;
+                res.unwrap();
+                assert_eq!(&back, batch);
+            }
+            let got = reader.join().unwrap();
+            assert!(got[..filled].iter().all(|&b| b == b'x'));
+            assert_eq!(&got[filled..], &expected[..]);
+        });
+    }
+
     /// A socket whose buffer cannot take the whole answer: the rest goes
     /// through the runtime, in order, once the peer reads.
     #[test]
