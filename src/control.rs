@@ -39,6 +39,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::channel::valid_channel_name;
 use crate::ws::frame::{encode_server_frame, encode_server_frame_parts, OpCode};
 
 /// A parsed client request.
@@ -190,6 +191,12 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
     let Some(channel) = wire.channel else {
         return Err(fail(ErrorCode::BadRequest, "missing \"channel\"", id));
     };
+    // One check for every op: the names the edge keeps for itself
+    // (`pusher/{app}/…`, `presence/…`, Redis's `!…`) are outside the
+    // charset, so no native request can read or join them.
+    if !valid_channel_name(&channel) {
+        return Err(fail(ErrorCode::InvalidChannel, "invalid channel name", id));
+    }
     let request = match wire.op {
         Some("subscribe") => Request::Subscribe {
             channel,

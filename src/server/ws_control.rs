@@ -107,9 +107,6 @@ fn publish_reply(
     serial: u64,
     idv: Option<&serde_json::value::RawValue>,
 ) -> Option<Bytes> {
-    if !crate::channel::valid_channel_name(channel) {
-        return Some(invalid_channel(idv));
-    }
     match route_publish(hub, redis, channel, opcode, payload, serial, false) {
         Published::Rejected => Some(control::error(
             ErrorCode::Unavailable,
@@ -155,8 +152,8 @@ fn before_subscribe(
     if *presence {
         presence_edge::watch(hub, id, channel);
     }
-    let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history)
-        && crate::channel::valid_channel_name(channel);
+    // (The name is valid: `control::parse` checked it.)
+    let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history);
     if !defer {
         return None;
     }
@@ -207,6 +204,3 @@ fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
     )
 }
 
-fn invalid_channel(id: Option<&serde_json::value::RawValue>) -> Bytes {
-    control::error(ErrorCode::InvalidChannel, "invalid channel name", id)
-}
