@@ -74,7 +74,11 @@ async fn no_json_op_reaches_a_reserved_name() {
     }
     // Nothing joined anywhere, nothing subscribed: the connection still
     // works for a valid channel.
-    let r = ask(&mut native, json!({"op":"subscribe","channel":"room","id":99})).await;
+    let r = ask(
+        &mut native,
+        json!({"op":"subscribe","channel":"room","id":99}),
+    )
+    .await;
     assert_eq!(r["type"], "subscribed", "{r}");
     let s = stats(srv.addr).await;
     assert_eq!(counter(&s, "subscriptions"), 2, "{s}");
@@ -84,7 +88,11 @@ async fn no_json_op_reaches_a_reserved_name() {
 async fn no_http_route_reaches_a_reserved_name() {
     let srv = server();
     let _member = pusher_member(srv.addr).await;
-    for name in ["pusher%2F1%2Fpresence-room", "pusher/1/presence-room", "!p{room}"] {
+    for name in [
+        "pusher%2F1%2Fpresence-room",
+        "pusher/1/presence-room",
+        "!p{room}",
+    ] {
         for path in [
             format!("/presence/{name}"),
             format!("/history/{name}"),

@@ -75,6 +75,15 @@ impl Hub {
         c.subs.iter().any(|&(x, _)| x == cid)
     }
 
+    /// Whether `id` may take `n` more subscriptions within
+    /// `--max-subscriptions` (checked before a subscribe's side effects,
+    /// such as joining presence, so a refusal leaves nothing behind).
+    pub fn has_room(&self, id: ConnId, n: usize) -> bool {
+        self.conns
+            .get(id)
+            .is_some_and(|c| c.subs.len().saturating_add(n) <= self.limits.max_subscriptions)
+    }
+
     /// The upstream (Redis subscriber) connection is gone; sends every
     /// waiting acknowledgement (the upstream holds our publishes until a
     /// new connection restored every subscription).

@@ -113,6 +113,13 @@ pub fn join(
     }
 }
 
+/// The subscriptions a subscribe to `channel` takes: the channel, and
+/// its events channel when `events` asks for them and `id` does not
+/// watch them yet.
+pub fn slots(hub: &Hub, id: ConnId, channel: &str, events: bool) -> usize {
+    1 + usize::from(events && !hub.is_subscribed(id, &presence::events_channel(channel)))
+}
+
 /// Subscribes `id` to `channel`'s join/leave events (once). Done before
 /// the channel's own subscribe in Redis mode, so that Redis subscribes
 /// the events channel first and the `subscribed` ack (sent once Redis

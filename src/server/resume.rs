@@ -4,6 +4,7 @@
 //! the connection is subscribed, and the reply and replay are queued ahead
 //! of anything live. Also `GET /history/{channel}` from Redis.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -12,6 +13,7 @@ use crate::control::{self, At, ErrorCode, Since};
 
 use crate::history::relay::{Resume, Snapshot};
 use crate::hub::{ConnId, Hub, SubscribeError};
+use crate::server::presence_edge;
 use crate::server::recall;
 use crate::server::redis::{read_history, read_history_if_any};
 use crate::server::relay_edge;
@@ -25,17 +27,20 @@ pub struct Deferred {
     pub since: Option<Since>,
     /// The request's id.
     pub id: Option<Box<RawValue>>,
+    /// The connection was not subscribed before: a refusal undoes the
+    /// presence membership and event subscription made for it.
+    pub fresh: bool,
 }
 
 /// Runs a deferred subscribe to the end (reply queued).
-pub async fn subscribe(w: &Worker, id: ConnId, d: Deferred) {
+pub async fn subscribe(w: &Rc<Worker>, id: ConnId, d: Deferred) {
     let read = read_settled(w, &d.channel, d.since.as_ref()).await;
     let mut hub = w.hub.borrow_mut();
     let idv = d.id.as_deref();
     let (Ok(snap), Some(relay)) = (read, &w.relay) else {
         let msg = "history unavailable (redis); not subscribed, retry";
         hub.send_to(id, control::error(ErrorCode::Unavailable, msg, idv));
-        return;
+        return refused(w, &mut hub, id, &d);
     };
     let channel = d.channel.as_str();
     let warm = hub.subscriber_count(channel) > 0;
@@ -59,9 +64,17 @@ pub async fn subscribe(w: &Worker, id: ConnId, d: Deferred) {
             ),
         };
         hub.send_to(id, reply);
-        return;
+        return refused(w, &mut hub, id, &d);
     }
     send(&mut hub, id, channel, r, idv);
+}
+
+/// A deferred subscribe was refused: what `ws_control` did for it before
+/// the read (presence joined, its events watched) is undone.
+fn refused(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, d: &Deferred) {
+    if d.fresh {
+        presence_edge::unsubscribe(w, hub, id, &d.channel);
+    }
 }
 
 /// Most re-reads while this instance is behind the read (see

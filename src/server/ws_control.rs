@@ -149,6 +149,15 @@ fn before_subscribe(
         hub.send_to(id, presence_edge::refusal(code, env.id.as_deref()));
         return Some(None);
     }
+    // The limit before any side effect (presence, its events, Redis): a
+    // refused subscribe must leave nothing behind.
+    let fresh = !hub.is_subscribed(id, channel);
+    if fresh && !hub.has_room(id, presence_edge::slots(hub, id, channel, *presence)) {
+        let msg = "subscription limit reached";
+        let reply = control::error(ErrorCode::TooManySubscriptions, msg, env.id.as_deref());
+        hub.send_to(id, reply);
+        return Some(None);
+    }
     if *presence {
         presence_edge::watch(hub, id, channel);
     }
@@ -160,7 +169,12 @@ fn before_subscribe(
     // Presence does not wait for the history read.
     presence_edge::join(w, hub, id, &who, channel, *presence);
     let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
-    Some(Some(Box::new(Deferred { channel, since, id })))
+    Some(Some(Box::new(Deferred {
+        channel,
+        since,
+        id,
+        fresh,
+    })))
 }
 
 /// `{"op":"refresh"}`: a valid token for the same channels moves the
@@ -203,4 +217,3 @@ fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
         id,
     )
 }
-

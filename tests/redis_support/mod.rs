@@ -96,6 +96,20 @@ impl RedisServer {
         );
     }
 
+    /// SIGCONTs a [`RedisServer::freeze`]d server: it answers again.
+    pub fn thaw(&mut self) {
+        let child = self.child.as_ref().expect("redis-server running");
+        let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+        // SAFETY: kill(2) with a valid signal number touches no memory.
+        let rc = unsafe { libc::kill(pid, libc::SIGCONT) };
+        assert_eq!(
+            rc,
+            0,
+            "SIGCONT redis-server: {}",
+            io::Error::last_os_error()
+        );
+    }
+
     /// Starts a fresh server on the same port with the same arguments.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "restart after kill");
