@@ -122,6 +122,8 @@ pub enum ErrorCode {
     PresenceOff,
     /// The presence channel has `--presence-max-members` users.
     PresenceFull,
+    /// Over a per-connection rate (`--presence-read-rate`).
+    RateLimited,
 }
 
 impl ErrorCode {
@@ -138,6 +140,7 @@ impl ErrorCode {
             ErrorCode::InvalidToken => "invalid_token",
             ErrorCode::PresenceOff => "presence_off",
             ErrorCode::PresenceFull => "presence_full",
+            ErrorCode::RateLimited => "rate_limited",
         }
     }
 }

@@ -381,6 +381,7 @@ pub fn reason(status: u16) -> &'static str {
         411 => "Length Required",
         413 => "Content Too Large",
         426 => "Upgrade Required",
+        429 => "Too Many Requests",
         502 => "Bad Gateway",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",

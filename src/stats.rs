@@ -367,6 +367,8 @@ pub struct PresenceStats {
     pub presence_expired: u64,
     /// Presence subscriptions refused (channel full).
     pub presence_refused: u64,
+    /// Presence reads refused for `--presence-read-rate`.
+    pub presence_reads_limited: u64,
 }
 
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.

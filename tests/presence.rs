@@ -330,3 +330,62 @@ async fn a_thousand_users_join_at_once() {
     }
     assert_eq!(counter(&stats(addr).await, "presence_members"), 1);
 }
+
+/// `--presence-read-rate`: a connection reading members faster is
+/// answered `rate_limited` (JSON) or `429` with `Retry-After` (HTTP) and
+/// counted; another connection is not held back by it (issue 28, item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_reads_are_rate_limited_per_connection() {
+    const RATE: u32 = 2;
+    let srv = TestServer::start(|c| {
+        with_presence(c);
+        c.presence.read_rate = RATE;
+    });
+    let mut ana = user(srv.addr, "ana", None).await;
+    join(&mut ana, "room-1", false).await;
+    let started = std::time::Instant::now();
+    let mut answered = 0u64;
+    let mut limited = 0u64;
+    for _ in 0..20 {
+        let r = query(&mut ana, "room-1").await;
+        match r["type"].as_str() {
+            Some("presence") => answered += 1,
+            _ => {
+                assert_eq!(r["code"], "rate_limited", "{r}");
+                assert_eq!(r["id"], 9, "{r}");
+                limited += 1;
+            }
+        }
+    }
+    let refills = (started.elapsed().as_secs_f64() * f64::from(RATE)).ceil() as u64;
+    assert!(answered <= u64::from(RATE) + refills, "{answered} answered");
+    assert!(
+        limited >= 1 && answered >= 1,
+        "{answered} answered, {limited} limited"
+    );
+    // Another connection reads at once.
+    let mut bob = user(srv.addr, "bob", None).await;
+    assert_eq!(query(&mut bob, "room-1").await["type"], "presence");
+
+    let t = token("reader", None);
+    let req = get_request(&format!("/presence/room-1?token={t}"), true);
+    let mut http = HttpConn::connect(srv.addr).await;
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let r = http.request(req.as_bytes()).await;
+        if r.status == 429 {
+            assert!(r.header("retry-after").is_some(), "no Retry-After");
+        }
+        statuses.push(r.status);
+    }
+    assert!(
+        statuses.contains(&200) && statuses.contains(&429),
+        "{statuses:?}"
+    );
+    let s = stats(srv.addr).await;
+    let n = counter(&s, "presence_reads_limited");
+    assert_eq!(
+        n,
+        limited + statuses.iter().filter(|&&s| s == 429).count() as u64
+    );
+}

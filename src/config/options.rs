@@ -440,6 +440,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "presence-max-events", CORECAST_PRESENCE_MAX_EVENTS, "N", "100",
         "join/leave events are sent only while a presence channel has at most this many members (above, query the members or the count instead)"
         => |c, v| set_num(&mut c.presence.max_events, v);
+    "presence-read-rate", CORECAST_PRESENCE_READ_RATE, "N", "10",
+        "presence reads ({\"op\":\"presence\"}, GET /presence/...) one connection may make per second (burst: one second's worth); more are answered rate_limited / 429 with Retry-After and counted (0 = unlimited)"
+        => |c, v| {
+            c.presence.read_rate = v.trim().parse().map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
 };
 
 /// Sets a presence duration (more than 0) in milliseconds.

@@ -528,6 +528,11 @@ fn presence(o: &mut String, p: &crate::stats::PresenceStats) {
             "Subscribes refused because the presence channel was full.",
             p.presence_refused,
         ),
+        (
+            "presence_reads_limited",
+            "Presence reads refused over --presence-read-rate (per connection).",
+            p.presence_reads_limited,
+        ),
     ];
     for (name, help, n) in rows {
         counter(o, &format!("corecast_{name}_total"), help, n);

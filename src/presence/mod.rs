@@ -13,11 +13,13 @@
 //! answer) are built here too ([`event`]).
 
 pub mod event;
+mod reads;
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::channel::valid_channel_name;
 pub use crate::stats::PresenceStats;
+pub use reads::ReadLimiter;
 
 /// Longest member `info` (a JSON object: the token's `info` claim).
 pub const MAX_INFO: usize = crate::auth::MAX_INFO;
@@ -52,6 +54,10 @@ pub struct PresenceConfig {
     /// Join/leave events are sent only while a channel has at most this
     /// many members (above it, they would grow as N²: query instead).
     pub max_events: usize,
+    /// Presence reads (`{"op":"presence"}`, `GET /presence/…`) one
+    /// connection may make per second, a second's worth at once; 0 = no
+    /// limit.
+    pub read_rate: u32,
 }
 
 impl PresenceConfig {
@@ -154,6 +160,8 @@ type Conn = Vec<(String, String)>;
 pub struct Presence {
     channels: HashMap<String, BTreeMap<String, Member>>,
     conns: HashMap<u64, Conn>,
+    /// Each connection's presence reads (`--presence-read-rate`).
+    pub reads: ReadLimiter,
     /// The counters.
     pub stats: PresenceStats,
 }

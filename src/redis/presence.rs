@@ -19,6 +19,7 @@
 //! other publishes. Expiry uses Redis's clock (`TIME`), so instances' clocks
 //! do not matter. The events are not kept in history.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
@@ -333,7 +334,9 @@ pub fn parse_prune(reply: &Reply) -> Option<Pruned> {
     else {
         return None;
     };
-    let mut members: Vec<ReadMember> = Vec::new();
+    // Keyed by user (an entry per instance a user is on): one lookup per
+    // entry, sorted by user as it is built.
+    let mut members: BTreeMap<&str, ReadMember> = BTreeMap::new();
     for pair in entries.chunks(2) {
         let [Reply::BulkString(entry), Reply::BulkString(value)] = pair else {
             return None;
@@ -346,16 +349,14 @@ pub fn parse_prune(reply: &Reply) -> Option<Pruned> {
         let (n, info) = value.split_once(' ')?;
         let n: u32 = n.parse().ok()?;
         let info = (!info.is_empty()).then(|| info.to_string());
-        match members.iter_mut().find(|m| m.user == user) {
-            Some(m) => m.connections = m.connections.saturating_add(n),
-            None => members.push(ReadMember {
-                user: user.to_string(),
-                info,
-                connections: n,
-            }),
-        }
+        let m = members.entry(user).or_insert_with(|| ReadMember {
+            user: user.to_string(),
+            info,
+            connections: 0,
+        });
+        m.connections = m.connections.saturating_add(n);
     }
-    members.sort_by(|a, b| a.user.cmp(&b.user));
+    let members = members.into_values().collect();
     // Redis is not trusted to be well-behaved: a negative count is not
     // the script's answer.
     Some(Pruned {
@@ -455,5 +456,24 @@ mod tests {
             b("1 "),
         ]);
         assert!(parse_prune(&short_entry).is_none());
+    }
+
+    #[test]
+    fn a_full_read_merges_every_user_s_entries() {
+        // 20,000 entries (the read's bound): 10,000 users on 2 instances,
+        // in Redis's hash order (not sorted). One lookup per entry: this
+        // was a linear search per entry, 10^8 comparisons.
+        let b = |s: &str| Reply::BulkString(Bytes::copy_from_slice(s.as_bytes()));
+        let mut parts = vec![Reply::Integer(0), Reply::Integer(0), Reply::Integer(10_000)];
+        for instance in [0xb_u64, 0xa] {
+            for u in (0..10_000).rev() {
+                parts.push(b(&format!("{instance:016x}:u{u:05}")));
+                parts.push(b("2 "));
+            }
+        }
+        let p = parse_prune(&Reply::Array(parts)).unwrap();
+        assert_eq!(p.members.len(), 10_000);
+        assert!(p.members.windows(2).all(|m| m[0].user < m[1].user));
+        assert!(p.members.iter().all(|m| m.connections == 4));
     }
 }

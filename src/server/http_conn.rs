@@ -213,7 +213,7 @@ async fn serve(
         },
         // Boxed: a Redis read inline would enlarge every connection's future.
         Route::History(_) | Route::Presence(_) => {
-            match Box::pin(channel_read(w, req, &route, keep_alive)).await {
+            match Box::pin(channel_read(w, (id, req), &route, keep_alive)).await {
                 Ok(resp) => resp.into(),
                 Err(refusal) => {
                     reply_error(sock, &refusal, keep_alive).await?;
@@ -274,7 +274,7 @@ async fn publish_route(
 /// rules as subscribing to the channel; `Err`: the refusal to answer.
 async fn channel_read(
     w: &Worker,
-    req: &http::Request,
+    (id, req): (ConnId, &http::Request),
     route: &Route<'_>,
     keep_alive: bool,
 ) -> Result<Vec<u8>, HttpError> {
@@ -288,7 +288,9 @@ async fn channel_read(
     }
     let query = req.query.as_deref();
     Ok(match (route, &w.redis) {
-        (Route::Presence(_), _) => presence_edge::http_answer(w, channel, query, keep_alive).await,
+        (Route::Presence(_), _) => {
+            presence_edge::http_answer(w, (id, channel), query, keep_alive).await
+        }
         (_, Some(l)) if l.keeps_history() => {
             resume::history_http(w, channel, query, keep_alive).await
         }

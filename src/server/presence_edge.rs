@@ -220,11 +220,31 @@ fn local_answer(w: &Worker, channel: &str, count_only: bool, id: Option<&RawValu
     event::answer(channel, Some(&rows), count, id)
 }
 
+/// One presence read by connection `id` (`--presence-read-rate`);
+/// `Err(ms)`: refused (counted), the client may try again in `ms`.
+fn take_read(w: &Worker, hub: &Hub, id: ConnId) -> Result<(), u64> {
+    // The serial, not the slot id: a slot is reused by the next connection.
+    let serial = hub.conn(id).map_or(0, |c| c.serial());
+    let mut p = w.presence.borrow_mut();
+    let taken = p.reads.take(serial, w.cfg.presence.read_rate, w.now_ms());
+    if taken.is_err() {
+        p.stats.presence_reads_limited += 1;
+    }
+    taken
+}
+
+const READ_LIMITED: &str = "presence reads over --presence-read-rate";
+
 /// `{"op":"presence"}` (the subscribe grant already checked): answered
 /// at once embedded, after a read in Redis mode.
 pub fn query(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str, idv: Option<&RawValue>) {
     if !w.cfg.presence.covers(channel) {
         hub.send_to(id, refusal(ErrorCode::PresenceOff, idv));
+        return;
+    }
+    if let Err(ms) = take_read(w, hub, id) {
+        let msg = format!("{READ_LIMITED}; retry in {ms} ms");
+        hub.send_to(id, control::error(ErrorCode::RateLimited, &msg, idv));
         return;
     }
     if w.redis.is_none() {
@@ -248,10 +268,11 @@ pub fn query(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str, idv: Opti
     });
 }
 
-/// `GET /presence/{channel}[?count_only=1]` (auth checked by the caller).
+/// `GET /presence/{channel}[?count_only=1]` on connection `id` (auth
+/// checked by the caller).
 pub async fn http_answer(
     w: &Worker,
-    channel: &str,
+    (id, channel): (ConnId, &str),
     query: Option<&str>,
     keep_alive: bool,
 ) -> Vec<u8> {
@@ -261,6 +282,14 @@ pub async fn http_answer(
             message: "presence is not enabled for this channel",
         };
         return http::error_response(&e, keep_alive);
+    }
+    let taken = take_read(w, &w.hub.borrow(), id);
+    if let Err(ms) = taken {
+        let e = HttpError {
+            status: 429,
+            message: READ_LIMITED,
+        };
+        return http::retry_after_response(&e, keep_alive, ms);
     }
     let count_only = query.is_some_and(|q| {
         q.split('&')

@@ -11,6 +11,7 @@
 //! (hub name `pusher/{app}/{name}`, events on the channel itself as
 //! `pusher_internal:member_added`/`member_removed`).
 
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -306,7 +307,9 @@ fn refresh(w: &Worker, link: &RedisLink) {
 /// The channels to prune: where this instance has members, or JSON
 /// presence subscribers, or Pusher presence subscribers.
 fn watched(w: &Worker) -> Vec<String> {
-    let mut channels: Vec<String> = w.presence.borrow().channels().map(str::to_string).collect();
+    // A set: one lookup per channel (a channel is often in all three).
+    let mut channels: BTreeSet<String> =
+        w.presence.borrow().channels().map(str::to_string).collect();
     let hub = w.hub.borrow();
     let json = hub.channels_with_prefix(presence::EVENTS_PREFIX);
     let json = json
@@ -321,12 +324,8 @@ fn watched(w: &Worker) -> Vec<String> {
                 .is_some_and(|c| c.starts_with("presence-"))
         })
         .map(|(n, _)| n.to_string());
-    for c in json.chain(pusher) {
-        if !channels.contains(&c) {
-            channels.push(c);
-        }
-    }
-    channels
+    channels.extend(json.chain(pusher));
+    channels.into_iter().collect()
 }
 
 /// Prunes every watched channel, waiting for the replies at most one
