@@ -2,9 +2,50 @@
 //! the hand-over between its writer and the edge's park waker (the edge
 //! keeps the socket; see `server::park`).
 
+use std::marker::PhantomData;
 use std::task::Waker;
 
 use super::conn::{self, Conn, ConnKind, ConnState, Pace};
+
+/// The waker that stands in for a parked connection's writer. It names
+/// the connection by id only and wakes through the *calling* thread's
+/// list of woken connections (`server::park`): woken on another thread,
+/// the wake-up would land in that thread's list and be lost. So it is
+/// `!Send` and `!Sync` (the raw-pointer marker): the compiler keeps it on
+/// the worker thread that made it, and the hub that stores it is `!Send`
+/// as well (its channel names are `Rc<str>`).
+///
+/// ```compile_fail
+/// fn to_another_thread<T: Send>(_: T) {}
+/// let w = corecast::hub::LocalWaker::new(std::task::Waker::noop().clone());
+/// to_another_thread(w);
+/// ```
+pub struct LocalWaker {
+    waker: Waker,
+    _this_thread: PhantomData<*const ()>,
+}
+
+impl LocalWaker {
+    /// Wraps a waker that must only be woken on this thread.
+    pub fn new(waker: Waker) -> Self {
+        LocalWaker {
+            waker,
+            _this_thread: PhantomData,
+        }
+    }
+}
+
+/// Compile-time proof that [`LocalWaker`] is not `Send` (the
+/// `static_assertions::assert_not_impl_any` construction): were it
+/// `Send`, both impls would apply and the call below would be ambiguous.
+const _: fn() = || {
+    trait AmbiguousIfSend<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+    impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+    <LocalWaker as AmbiguousIfSend<_>>::check();
+};
 
 /// One connection's parking state ([`super::Hub::parking`]).
 pub struct Parking<'a> {
@@ -44,7 +85,7 @@ impl Parking<'_> {
     /// the writer (woken by whatever would have woken it). False — and it
     /// is not parked — if it has something to write or is ending; the
     /// edge then runs it on.
-    pub fn parked(self, waker: Waker) -> bool {
+    pub fn parked(self, waker: LocalWaker) -> bool {
         let c = self.conn;
         let idle = c.queue.is_empty() && c.ctrl.is_empty() && c.state == ConnState::Open;
         let parkable = c.parked && idle && !c.finished && !c.expired;
@@ -52,7 +93,7 @@ impl Parking<'_> {
             c.parked = false;
             return false;
         }
-        c.writer = Some(waker);
+        c.writer = Some(waker.waker);
         true
     }
 
@@ -60,12 +101,12 @@ impl Parking<'_> {
     /// do (no writer task yet, nothing queued): `waker` stands in for its
     /// writer from the start. False if something is queued already (a
     /// Pusher greeting, a close): it then runs.
-    pub fn park_fresh(self, waker: Waker) -> bool {
+    pub fn park_fresh(self, waker: LocalWaker) -> bool {
         let c = self.conn;
         let fresh = idle(c) && c.writer.is_none();
         if fresh {
             c.parked = true;
-            c.writer = Some(waker);
+            c.writer = Some(waker.waker);
         }
         fresh
     }

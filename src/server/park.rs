@@ -29,7 +29,7 @@ use std::rc::Rc;
 use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 
 use crate::auth::Grants;
-use crate::hub::ConnId;
+use crate::hub::{ConnId, LocalWaker};
 
 /// What a parked WebSocket keeps besides its hub entry. Its input
 /// decoder is idle and its publish bucket full when it parks, so both are
@@ -345,12 +345,15 @@ thread_local! {
 
 /// A waker that, when woken, schedules parked connection `id` to run
 /// again. The id is the waker's data (no allocation); waking pushes it to
-/// this thread's list and wakes the poller.
-pub fn waker(id: ConnId) -> Waker {
+/// the list of the thread that wakes it — which must be this worker's, so
+/// it is handed out as a `!Send` [`LocalWaker`] the compiler keeps here.
+pub fn waker(id: ConnId) -> LocalWaker {
     // SAFETY: the vtable's functions below never dereference the data
     // pointer — it is an integer (the connection id) — so any value is
-    // valid for them, on any thread; clone copies it, drop does nothing.
-    unsafe { Waker::from_raw(raw(id)) }
+    // valid for them; clone copies it, drop does nothing. (Which thread
+    // wakes it matters for correctness, not memory safety: `LocalWaker`
+    // is `!Send`.)
+    LocalWaker::new(unsafe { Waker::from_raw(raw(id)) })
 }
 
 fn raw(id: ConnId) -> RawWaker {
