@@ -218,15 +218,28 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "token-audience", CORECAST_TOKEN_AUDIENCE, "AUD", -,
-        "with --token-secret: tokens must carry this `aud` (a string, or in a list) (default: not checked)"
+        "with tokens required (--token-secret, --token-public-key): tokens must carry this `aud` (a string, or in a list) (default: not checked)"
         => |c, v| {
             c.auth.token_audience = Some(v.to_string()).filter(|a| !a.is_empty());
             Ok(())
         };
     "token-issuer", CORECAST_TOKEN_ISSUER, "ISS", -,
-        "with --token-secret: tokens must carry this `iss` (default: not checked)"
+        "with tokens required: tokens must carry this `iss` (default: not checked)"
         => |c, v| {
             c.auth.token_issuer = Some(v.to_string()).filter(|a| !a.is_empty());
+            Ok(())
+        };
+    "token-public-key", CORECAST_TOKEN_PUBLIC_KEY, "PATHS", -,
+        "require a JWT signed by an identity provider on every WebSocket upgrade (as --token-secret does): comma-separated PEM files of SPKI public keys (-----BEGIN PUBLIC KEY-----), RSA of at least 2048 bits for RS256/RS384/RS512 or EC P-256/P-384 for ES256/ES384, at most 32 keys; each key checks only its own algorithm family, and with several keys of a family a token must name one by `kid` (default: none)"
+        => |c, v| {
+            c.auth.token_public_keys = load_public_keys(v)?;
+            Ok(())
+        };
+    "token-user-claim", CORECAST_TOKEN_USER_CLAIM, "CLAIM", "sub",
+        "the token claim (a string) that names the user — in presence, logs and hooks — e.g. `email` for providers that cannot put the application's user id in `sub`; a token without it is refused"
+        => |c, v| {
+            let v = v.trim();
+            c.auth.token_user_claim = (!v.is_empty() && v != "sub").then(|| v.to_string());
             Ok(())
         };
     "allowed-origins", CORECAST_ALLOWED_ORIGINS, "LIST", -,
@@ -447,6 +460,25 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
 };
+
+/// `--token-public-key`: every key of every listed PEM file (read at
+/// start-up), at most `MAX_PUBLIC_KEYS`; errors name the file.
+fn load_public_keys(list: &str) -> Result<Vec<crate::auth::PublicKey>, String> {
+    let mut keys = Vec::new();
+    for path in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        let more = crate::auth::PublicKey::from_pem(&text).map_err(|e| format!("{path}: {e}"))?;
+        keys.extend(more);
+    }
+    if keys.len() > crate::auth::MAX_PUBLIC_KEYS {
+        return Err(format!(
+            "{} public keys; at most {}",
+            keys.len(),
+            crate::auth::MAX_PUBLIC_KEYS
+        ));
+    }
+    Ok(keys)
+}
 
 /// Sets a presence duration (more than 0) in milliseconds.
 fn set_presence_ms(slot: &mut u64, v: &str) -> Result<(), String> {

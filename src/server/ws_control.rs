@@ -187,11 +187,11 @@ fn refresh(
     token: &str,
     idv: Option<&serde_json::value::RawValue>,
 ) -> Bytes {
-    let (Some(secret), Grants::Token(current)) = (&auth.token_secret, grants) else {
+    let (true, Grants::Token(current)) = (auth.tokens_required(), grants) else {
         let msg = "this connection holds no token to refresh";
         return control::error(ErrorCode::BadRequest, msg, idv);
     };
-    match auth.verify(token.as_bytes(), secret) {
+    match auth.verify(token.as_bytes()) {
         Ok(Grants::Token(new)) if new.same_channels(current) => {
             let at = token_deadline(hub.now_ms(), new.exp);
             hub.set_token_expiry(id, at);
