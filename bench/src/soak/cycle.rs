@@ -97,7 +97,7 @@ impl Churn {
         let idle = self.idle()?;
         t.clients += (subs.len() + idle.len()) as u64;
         self.traffic(c, &mut subs)?;
-        t.clients += 2;
+        t.clients += 1;
         for s in &mut subs {
             s.drain()?;
             t.messages += s.got;
