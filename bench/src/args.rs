@@ -16,6 +16,7 @@ USAGE:
                            -p PUBS --rate MSGS_PER_SEC [options]
   corecast-bench http      --url http://HOST:PORT/PATH -c CONNECTIONS [options]
   corecast-bench paper     [--out DIR] [--configs c1,c2,c3] [--scales 500,5000,max]
+  corecast-bench soak      --minutes N | --seconds S [--out DIR]
 
 COMMON OPTIONS:
   --json                 print the report as JSON on stdout
@@ -102,6 +103,24 @@ origin and fresh corecast servers pinned to --server-cpu, drives them from
                          $ORIGIN for its /api/ cache in c3), e.g. the uWS peer
   --baseline-name NAME   its name in the report [node / baseline]
 
+SOAK (does the server hold for days? Starts redis-server and one corecast in
+Redis mode with history, presence and a Pusher app, pinned to --server-cpu;
+churns it in cycles with every kind of client leaving every way; after each
+cycle, once the server is back at rest, samples RSS, descriptors, its gauges,
+Redis keys and pub/sub channels; writes OUT/soak.md, soak.svg, soak.json and
+exits 1 if anything grows after the warm-up):
+  --minutes N            churn this long (cycles start until it has passed)
+  --seconds S            the same in seconds, for short runs [60]
+  --cycles N             stop after N cycles at the latest
+  --warmup-cycles N      cycles not judged [3]
+  --out DIR              report directory [soak-report]
+  --server-bin PATH      corecast binary [`corecast` next to this binary]
+  --redis-bin PATH       [redis-server]
+  --server-cpu N         CPU of corecast and Redis [0]
+  --load-cpu N           CPU of the clients [1 with two CPUs or more, else 0]
+  --settle-timeout DUR   longest wait for the server to come back to rest
+                         after a cycle [10s]
+
 Durations accept a plain number of seconds or a suffix: 500ms, 20s, 2m.
 ";
 
@@ -118,6 +137,8 @@ pub enum Command {
     Http(HttpOpts),
     /// The reference experiment end to end.
     Paper(super::paper::opts::PaperOpts),
+    /// The long-run stability check.
+    Soak(super::soak::opts::SoakOpts),
 }
 
 /// `http` options.
@@ -352,6 +373,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
         "broadcast" => parse_broadcast(&rest).map(Command::Broadcast),
         "http" => parse_http(&rest).map(Command::Http),
         "paper" => super::paper::opts::parse(&rest).map(Command::Paper),
+        "soak" => super::soak::opts::parse(&rest).map(Command::Soak),
         "help" | "--help" | "-h" => Ok(Command::Help),
         other => Err(format!("unknown subcommand `{other}`")),
     }

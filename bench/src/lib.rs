@@ -27,6 +27,9 @@
 //! - [`paper`]: the reference experiment end to end — an orchestrator
 //!   that starts Redis, an origin and corecast instances and runs the load
 //!   subcommands as child processes; Markdown + SVG report.
+//! - [`soak`]: the long-run stability check — one Redis-mode instance
+//!   churned by every kind of client, sampled after every cycle; fails on
+//!   growth; Markdown + SVG report.
 //! - [`report`]: JSON and text reports.
 
 pub mod args;
@@ -42,6 +45,7 @@ pub mod paper;
 pub mod payload;
 pub mod publish;
 pub mod report;
+pub mod soak;
 pub mod stats;
 pub mod sys;
 pub mod wire;
@@ -61,6 +65,8 @@ pub enum Report {
     Http(Box<http_load::HttpReport>),
     /// From `paper`.
     Paper(Box<paper::results::PaperReport>),
+    /// From `soak`.
+    Soak(Box<soak::report::SoakReport>),
 }
 
 impl Report {
@@ -71,6 +77,7 @@ impl Report {
             Report::Broadcast(r) => serde_json::to_string_pretty(r),
             Report::Http(r) => serde_json::to_string_pretty(r),
             Report::Paper(r) => serde_json::to_string_pretty(r),
+            Report::Soak(r) => serde_json::to_string_pretty(r),
         };
         v.expect("reports serialize")
     }
@@ -82,6 +89,7 @@ impl Report {
             Report::Broadcast(r) => r.text(),
             Report::Http(r) => r.text(),
             Report::Paper(r) => paper::document::text_summary(r),
+            Report::Soak(r) => soak::report::text(r),
         }
     }
 }
@@ -93,6 +101,8 @@ pub fn run(cmd: Command) -> Result<Report, BenchError> {
         Command::Help => Err(BenchError::Setup("help is handled by the caller".into())),
         // An orchestrator of processes: no runtime of its own.
         Command::Paper(o) => paper::run(o).map(|r| Report::Paper(Box::new(r))),
+        // Blocking clients on this thread: no runtime either.
+        Command::Soak(o) => soak::run(o).map(|r| Report::Soak(Box::new(r))),
         Command::Connect(o) => {
             let common = o.common.clone();
             block_on(&common, move || async move {

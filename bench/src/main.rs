@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         args::Command::Http(o) => (o.common.json, o.connections),
         // Its load runs in child processes, each raising its own limit.
         args::Command::Paper(o) => (o.json, 0),
+        args::Command::Soak(o) => (o.json, 64),
         args::Command::Help => (false, 0),
     };
     // Every connection is a descriptor: use all the hard limit allows.
