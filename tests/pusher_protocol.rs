@@ -573,3 +573,43 @@ async fn webhooks_to_a_dead_endpoint_are_bounded() {
         counter(&s, "pusher_webhook_dropped")
     );
 }
+
+/// End-to-end encrypted channels: a client event is refused with
+/// `pusher:error` (Pusher's rule) and reaches nobody; and Pusher messages
+/// (API and client events) are not written into native history, which no
+/// Pusher client can read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_client_events_are_refused_and_pusher_keeps_no_history() {
+    let srv = server(APPS, |c| c.history.size = 100);
+    let (mut a, id_a) = connect(srv.addr, "key1").await;
+    let (mut b, id_b) = connect(srv.addr, "key1").await;
+    for (ws, id) in [(&mut a, &id_a), (&mut b, &id_b)] {
+        for channel in ["private-encrypted-x", "private-c"] {
+            let good = auth("key1", "secret1", &format!("{id}:{channel}"));
+            let r = subscribe(ws, channel, Some(good), None).await;
+            assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+        }
+    }
+    let ev = json!({"event":"client-x","channel":"private-encrypted-x","data":{"n":1}});
+    send(&mut a, ev).await;
+    let err = next_json(&mut a).await;
+    assert_eq!(err["event"], "pusher:error", "{err}");
+    assert!(
+        err["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("encrypted"),
+        "{err}"
+    );
+    // b got nothing from it: its next message is the client event below.
+    let ev = json!({"event":"client-y","channel":"private-c","data":{"n":2}});
+    send(&mut a, ev).await;
+    let got = next_json(&mut b).await;
+    assert_eq!(got["event"], "client-y", "{got}");
+    let body = json!({"name":"e","data":"d","channel":"private-c"});
+    assert_eq!(trigger(srv.addr, APP1, body).await.status, 200);
+    assert_eq!(next_json(&mut b).await["event"], "e");
+    publish(srv.addr, "native", "kept").await;
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "history_messages"), 1, "only the native one: {s}");
+}

@@ -321,3 +321,38 @@ async fn member_webhooks_are_sent_once_across_instances() {
         .count();
     assert_eq!(occupied, 2, "one per instance");
 }
+
+/// Redis mode with history: Pusher messages are published plainly, not
+/// appended to Redis streams (nothing reads them back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_messages_are_not_written_to_redis_history() {
+    let redis = RedisServer::start(&[]).await;
+    let tweak = |c: &mut corecast::Config| {
+        c.pusher.add_apps("7:k7:s7:client-events").unwrap();
+        c.history.size = 100;
+    };
+    let one = instance(redis.url("", ""), tweak);
+    wait_readyz(one.addr, 200).await;
+    let (mut a, id_a) = connect(one.addr, "k7").await;
+    let (mut b, id_b) = connect(one.addr, "k7").await;
+    for (ws, id) in [(&mut a, &id_a), (&mut b, &id_b)] {
+        let signed = auth("k7", "s7", &format!("{id}:private-room"));
+        let r = subscribe(ws, "private-room", Some(signed), None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    }
+    let body = json!({"name":"news","data":"hello","channel":"private-room"}).to_string();
+    let req = api_request(APP, "POST", ("/apps/7/events", ""), body.as_bytes(), now());
+    assert_eq!(http_raw(one.addr, &req).await.status, 200);
+    send(&mut a, json!({"event":"client-t","channel":"private-room","data":{}})).await;
+    assert_eq!(next_json(&mut b).await["event"], "news");
+    assert_eq!(next_json(&mut b).await["event"], "client-t");
+    publish(one.addr, "native", "kept").await;
+    let mut conn = RespConn::open(redis.port, None).await;
+    let native = conn.cmd(&["KEYS", "*!h{native}*"]).await;
+    assert!(
+        matches!(&native, Resp::Array(Some(k)) if !k.is_empty()),
+        "the native channel's history: {native:?}"
+    );
+    let pusher = conn.cmd(&["KEYS", "*!h{pusher/*"]).await;
+    assert_eq!(pusher, Resp::Array(Some(vec![])), "pusher history in redis");
+}

@@ -318,6 +318,10 @@ fn client_event(
         ChannelKind::Private | ChannelKind::Presence
     ) {
         Some("client events are only allowed on private and presence channels")
+    } else if channel.starts_with(protocol::ENCRYPTED_PREFIX) {
+        // Pusher's rule: an end-to-end encrypted channel's events are
+        // encrypted by the server SDK; a client event would be plaintext.
+        Some("client events are not supported on encrypted channels")
     } else if !s.channels.contains_key(channel) {
         Some("client event on a channel this connection is not subscribed to")
     } else if data.get().len() > MAX_DATA {

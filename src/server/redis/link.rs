@@ -183,7 +183,13 @@ impl RedisLink {
             return Err(PipelineFull);
         };
         let msg = (opcode, origin, payload);
-        let cmd = match &self.keeping {
+        // Pusher's channels are published plainly: nothing reads their
+        // history back (see `channel::keeps_history`).
+        let keeping = self
+            .keeping
+            .as_ref()
+            .filter(|_| crate::channel::keeps_history(channel));
+        let cmd = match keeping {
             Some(k) => {
                 let epoch = self.mint_epoch();
                 stream::publish((self.mode, &self.prefix, channel), msg, k, &epoch)
