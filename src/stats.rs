@@ -144,6 +144,8 @@ pub struct Stats {
     /// Of those, private/presence subscriptions with a missing or wrong
     /// signature.
     pub pusher_auth_failures: u64,
+    /// Of those, subscriptions over `--pusher-occupancy-rate` (429).
+    pub pusher_subscriptions_limited: u64,
     /// `pusher:signin`s refused (bad signature or `user_data`; close 4009).
     pub pusher_signin_failures: u64,
     /// Pusher frames answered with `pusher:error` (not understood, client

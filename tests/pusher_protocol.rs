@@ -611,5 +611,69 @@ async fn encrypted_client_events_are_refused_and_pusher_keeps_no_history() {
     assert_eq!(next_json(&mut b).await["event"], "e");
     publish(srv.addr, "native", "kept").await;
     let s = stats(srv.addr).await;
-    assert_eq!(counter(&s, "history_messages"), 1, "only the native one: {s}");
+    assert_eq!(
+        counter(&s, "history_messages"),
+        1,
+        "only the native one: {s}"
+    );
+}
+
+/// A webhook flood: an anonymous socket looping subscribe/unsubscribe on
+/// fresh public channels is refused past `--pusher-occupancy-rate`
+/// (`pusher:subscription_error` 429, counted), and the
+/// `channel_occupied`/`channel_vacated` it caused never evict a member's
+/// webhook from the bounded queue (each kind has its own bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_flood_is_limited_and_never_evicts_member_webhooks() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let hooks = WebhookReceiver::start(false).await;
+    let port = hooks.port;
+    let srv = server(APPS, move |c| {
+        let url = format!("1=http://127.0.0.1:{port}/hooks");
+        c.pusher.add_webhooks(&url).unwrap();
+        c.pusher.webhook_queue = 4;
+        c.pusher.occupancy_rate = 5;
+    });
+    // The first event's request is held by the receiver: what follows
+    // waits in the queue.
+    let (mut warm, _) = connect(srv.addr, "key1").await;
+    subscribe(&mut warm, "warm", None, None).await;
+    wait_until("the first webhook request", || {
+        let n = hooks.requests.load(SeqCst);
+        async move { n >= 1 }
+    })
+    .await;
+    let (mut m, id) = connect(srv.addr, "key1").await;
+    let cd = json!({ "user_id": "ann" }).to_string();
+    let signed = auth("key1", "secret1", &format!("{id}:presence-room:{cd}"));
+    let r = subscribe(&mut m, "presence-room", Some(signed), Some(&cd)).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    let (mut flood, _) = connect(srv.addr, "key1").await;
+    let mut limited = 0;
+    for i in 0..40 {
+        let channel = format!("fresh-{i}");
+        let r = subscribe(&mut flood, &channel, None, None).await;
+        if r["event"] == "pusher:subscription_error" {
+            assert_eq!(r["data"]["status"], 429, "{r}");
+            limited += 1;
+            continue;
+        }
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        let unsub = json!({"event":"pusher:unsubscribe","data":{"channel":channel}});
+        send(&mut flood, unsub).await;
+    }
+    assert!(limited >= 25, "only {limited} of 40 refused");
+    hooks.open();
+    wait_until("ann's member_added webhook", || {
+        let got = hooks.named("member_added");
+        async move { got.iter().any(|e| e["user_id"] == "ann") }
+    })
+    .await;
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "pusher_subscriptions_limited"), limited);
+    assert!(counter(&s, "pusher_webhook_dropped") >= 1, "{s}");
+    let metrics = String::from_utf8(get(srv.addr, "/metrics").await.body).unwrap();
+    let line =
+        format!("corecast_pusher_subscriptions_refused_total{{reason=\"rate_limited\"}} {limited}");
+    assert!(metrics.contains(&line), "{line} missing from /metrics");
 }

@@ -187,64 +187,6 @@ async fn a_killed_instance_s_pusher_member_is_removed_once() {
     assert!(more.is_err(), "unexpected {more:?}");
 }
 
-/// A webhook receiver: answers every request 200 and collects the events
-/// (the requests' `events` arrays, in arrival order).
-async fn webhook_receiver() -> (
-    u16,
-    std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let out = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    // One request: head, then Content-Length bytes of body.
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    if buf.len() < end + 4 + len {
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    }
-                    let body: serde_json::Value =
-                        serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap();
-                    buf.drain(..end + 4 + len);
-                    let events = body["events"].as_array().cloned().unwrap_or_default();
-                    seen.lock().unwrap().extend(events);
-                    let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
-                    if s.write_all(ok).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (port, out)
-}
-
 /// Webhooks in Redis mode: a user's `member_added`/`member_removed` is
 /// sent once across instances (by the instance whose Redis script made
 /// the transition), while `channel_occupied`/`channel_vacated` are each
@@ -252,7 +194,8 @@ async fn webhook_receiver() -> (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_webhooks_are_sent_once_across_instances() {
     let redis = RedisServer::start(&[]).await;
-    let (port, seen) = webhook_receiver().await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (port, seen) = (hooks.port, hooks.seen.clone());
     let tweak = move |c: &mut corecast::Config| {
         c.pusher.add_apps("7:k7:s7").unwrap();
         c.pusher
@@ -343,7 +286,11 @@ async fn pusher_messages_are_not_written_to_redis_history() {
     let body = json!({"name":"news","data":"hello","channel":"private-room"}).to_string();
     let req = api_request(APP, "POST", ("/apps/7/events", ""), body.as_bytes(), now());
     assert_eq!(http_raw(one.addr, &req).await.status, 200);
-    send(&mut a, json!({"event":"client-t","channel":"private-room","data":{}})).await;
+    send(
+        &mut a,
+        json!({"event":"client-t","channel":"private-room","data":{}}),
+    )
+    .await;
     assert_eq!(next_json(&mut b).await["event"], "news");
     assert_eq!(next_json(&mut b).await["event"], "client-t");
     publish(one.addr, "native", "kept").await;

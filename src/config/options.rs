@@ -407,6 +407,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.pusher.client_event_rate = u32::try_from(parse_num(v)?).map_err(|e| format!("{e}"))?;
             Ok(())
         };
+    "pusher-occupancy-rate", CORECAST_PUSHER_OCCUPANCY_RATE, "N", "20",
+        "subscriptions per second per Pusher connection (also the burst) that occupy a channel (its first subscriber on the instance) or join a presence channel, i.e. that queue webhooks and Redis work; more are refused with pusher:subscription_error 429 (0 = unlimited)"
+        => |c, v| {
+            c.pusher.occupancy_rate = u32::try_from(parse_num(v)?).map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
     "pusher-max-app-connections", CORECAST_PUSHER_MAX_APP_CONNECTIONS, "N", "10000",
         "Pusher connections per app; more are closed with 4100 (over capacity)"
         => |c, v| set_num(&mut c.pusher.max_app_connections, v);
@@ -417,7 +423,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "send this app's webhooks (channel_occupied/vacated, member_added/removed, client_event; signed, batched, retried) to URL (http://); repeat or comma-separate for several apps"
         => |c, v| c.pusher.add_webhooks(v);
     "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
-        "webhook events waiting per app; beyond it the oldest are dropped (counted)"
+        "webhook events waiting per app, for each of two kinds (channel_occupied/vacated; member and client events); beyond it the kind's oldest are dropped (counted)"
         => |c, v| set_num(&mut c.pusher.webhook_queue, v);
     "presence-channels", CORECAST_PRESENCE_CHANNELS, "PATTERNS", -,
         "channels with presence (who is subscribed, per user; join/leave events): a comma list of names and prefixes ending in * (`room-*,lobby`; `*` = all); unset = presence off"

@@ -53,10 +53,12 @@ pub(super) fn pusher(o: &mut String, s: &Stats) {
         "reason",
         &[
             ("signature", s.pusher_auth_failures),
+            ("rate_limited", s.pusher_subscriptions_limited),
             (
                 "other",
                 s.pusher_subscriptions_refused
-                    .saturating_sub(s.pusher_auth_failures),
+                    .saturating_sub(s.pusher_auth_failures)
+                    .saturating_sub(s.pusher_subscriptions_limited),
             ),
         ],
     );

@@ -32,6 +32,8 @@ pub struct Session {
     pub channels: HashMap<String, Option<String>>,
     /// `--pusher-client-event-rate`.
     pub bucket: TokenBucket,
+    /// `--pusher-occupancy-rate`: subscriptions that may queue webhooks.
+    pub occupancy: TokenBucket,
     /// The user signed in with `pusher:signin`.
     pub user: Option<String>,
 }

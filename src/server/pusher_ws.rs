@@ -87,12 +87,14 @@ fn start(w: &Worker, id: ConnId, serial: u64) -> Option<Session> {
         &protocol::connection_established(&socket_id, timeout),
     );
     let rate = w.cfg.pusher.client_event_rate;
+    let occupancy = w.cfg.pusher.occupancy_rate;
     Some(Session {
         app,
         serial,
         socket_id,
         channels: Default::default(),
         bucket: TokenBucket::new(rate, rate, w.now_ms()),
+        occupancy: TokenBucket::new(occupancy, occupancy, w.now_ms()),
         user: None,
     })
 }
@@ -204,6 +206,12 @@ fn subscribe(
         hub.stats.pusher_auth_failures += 1;
         return refuse_subscription(hub, id, &channel, 401, "invalid signature");
     }
+    if !within_occupancy_rate(w, hub, s, (kind, &internal)) {
+        hub.stats.pusher_subscriptions_limited += 1;
+        let message =
+            "subscription rate limit exceeded (channels newly occupied or presence joins)";
+        return refuse_subscription(hub, id, &channel, 429, message);
+    }
     let member = match kind {
         ChannelKind::Presence => match signed_data.and_then(presence::parse_member) {
             Some(m) => Some(m),
@@ -234,6 +242,21 @@ fn subscribe(
     }
     s.channels.insert(channel.clone(), None);
     occupied(w, hub, s.app, &channel, &internal);
+}
+
+/// Whether a subscription to `internal` (of `kind`) is within the
+/// connection's `--pusher-occupancy-rate`: only one that occupies the
+/// channel here or joins a presence channel — what queues webhooks and
+/// Redis work — takes a token. (A vacated channel's webhook is bounded by
+/// its occupying subscribe's.)
+fn within_occupancy_rate(
+    w: &Worker,
+    hub: &Hub,
+    s: &mut Session,
+    (kind, internal): (ChannelKind, &str),
+) -> bool {
+    let costs = kind == ChannelKind::Presence || hub.subscriber_count(internal) == 0;
+    !costs || s.occupancy.take(w.now_ms()).is_ok()
 }
 
 /// After a subscription to `channel` (hub name `internal`):
