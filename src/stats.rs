@@ -153,6 +153,9 @@ pub struct Stats {
     pub pusher_errors: u64,
     /// Client events relayed.
     pub pusher_client_events: u64,
+    /// Redis mode: times a channel could not be tracked across instances
+    /// (its app at `--pusher-max-channels`).
+    pub pusher_channels_untracked: u64,
     /// Client events refused over `--pusher-client-event-rate` (4301).
     pub pusher_client_events_limited: u64,
     /// Pusher HTTP API requests served (any answer).

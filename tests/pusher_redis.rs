@@ -189,8 +189,7 @@ async fn a_killed_instance_s_pusher_member_is_removed_once() {
 
 /// Webhooks in Redis mode: a user's `member_added`/`member_removed` is
 /// sent once across instances (by the instance whose Redis script made
-/// the transition), while `channel_occupied`/`channel_vacated` are each
-/// instance's own (documented).
+/// the transition), and so is the channel's `channel_occupied`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_webhooks_are_sent_once_across_instances() {
     let redis = RedisServer::start(&[]).await;
@@ -262,7 +261,7 @@ async fn member_webhooks_are_sent_once_across_instances() {
         .iter()
         .filter(|e| e["name"] == "channel_occupied")
         .count();
-    assert_eq!(occupied, 2, "one per instance");
+    assert_eq!(occupied, 1, "once per app, not once per instance");
 }
 
 /// Redis mode with history: Pusher messages are published plainly, not
@@ -302,4 +301,213 @@ async fn pusher_messages_are_not_written_to_redis_history() {
     );
     let pusher = conn.cmd(&["KEYS", "*!h{pusher/*"]).await;
     assert_eq!(pusher, Resp::Array(Some(vec![])), "pusher history in redis");
+}
+
+/// Two instances of app 7 on one Redis, both sending webhooks to one
+/// receiver; `grace` is `--pusher-vacated-grace`.
+fn occupancy_pair(
+    redis: &RedisServer,
+    port: u16,
+    grace_ms: u64,
+) -> (common::TestServer, common::TestServer) {
+    let tweak = move |c: &mut corecast::Config| {
+        c.pusher.add_apps("7:k7:s7").unwrap();
+        c.pusher
+            .add_webhooks(&format!("7=http://127.0.0.1:{port}/hooks"))
+            .unwrap();
+        c.pusher.vacated_grace_ms = grace_ms;
+        c.presence.refresh_ms = 300;
+        c.presence.ttl_ms = 10_000;
+    };
+    (
+        instance(redis.url("", ""), tweak),
+        instance(redis.url("", ""), tweak),
+    )
+}
+
+/// `GET /apps/7/channels` (as JSON) on `addr`.
+async fn listed(addr: std::net::SocketAddr, query: &str) -> serde_json::Value {
+    let req = api_request(APP, "GET", ("/apps/7/channels", query), b"", now());
+    let r = http_raw(addr, &req).await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    r.json()["channels"].clone()
+}
+
+/// `GET /apps/7/channels/{name}?info=subscription_count` on `addr`.
+async fn channel_info(addr: std::net::SocketAddr, name: &str) -> serde_json::Value {
+    let path = format!("/apps/7/channels/{name}");
+    let q = "info=subscription_count";
+    let req = api_request(APP, "GET", (&path, q), b"", now());
+    http_raw(addr, &req).await.json()
+}
+
+/// The channels of the `name` webhooks received, sorted.
+fn hooked(hooks: &WebhookReceiver, name: &str) -> Vec<String> {
+    let mut v: Vec<String> = hooks
+        .named(name)
+        .iter()
+        .map(|e| e["channel"].as_str().unwrap_or("").to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Pusher's channel state is the app's, not an instance's: each instance
+/// lists the other's channels, counts are summed, and `channel_occupied`
+/// / `channel_vacated` are sent once per app (soketi#616, reverb#273,
+/// sockudo#75 are this failing across nodes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_are_listed_counted_and_announced_once_across_instances() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (one, two) = occupancy_pair(&redis, hooks.port, 1000);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let sub = |addr, channel: &'static str| async move {
+        let (mut ws, _) = connect(addr, "k7").await;
+        let r = subscribe(&mut ws, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        ws
+    };
+    let a = sub(one.addr, "news").await;
+    let b1 = sub(two.addr, "news").await;
+    let b2 = sub(two.addr, "news").await;
+    let c = sub(two.addr, "only-two").await;
+    for addr in [one.addr, two.addr] {
+        wait_until("both channels listed on each instance", || async move {
+            listed(addr, "").await == json!({"news": {}, "only-two": {}})
+        })
+        .await;
+        wait_until("news counted over both instances", || async move {
+            channel_info(addr, "news").await == json!({"occupied": true, "subscription_count": 3})
+        })
+        .await;
+    }
+    let prefixed = listed(one.addr, "filter_by_prefix=only").await;
+    assert_eq!(prefixed, json!({"only-two": {}}));
+    wait_until("the occupied webhooks", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n >= 2 }
+    })
+    .await;
+    for ws in [a, b1, b2, c] {
+        drop(ws);
+    }
+    for addr in [one.addr, two.addr] {
+        wait_until("nothing listed", || async move {
+            listed(addr, "").await == json!({})
+        })
+        .await;
+    }
+    assert_eq!(
+        channel_info(one.addr, "news").await,
+        json!({"occupied": false, "subscription_count": 0})
+    );
+    wait_until("the vacated webhooks", || {
+        let n = hooked(&hooks, "channel_vacated").len();
+        async move { n >= 2 }
+    })
+    .await;
+    // A duplicate would come from the other instance's settle, which runs
+    // at least as often: give it that long again.
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(1500),
+        std::future::pending::<()>(),
+    )
+    .await;
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["news", "only-two"]);
+    assert_eq!(hooked(&hooks, "channel_vacated"), ["news", "only-two"]);
+}
+
+/// The last subscriber reconnecting (to the other instance) within
+/// `--pusher-vacated-grace` causes neither `channel_vacated` nor a second
+/// `channel_occupied`; a channel left for good is vacated after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_last_subscriber_causes_no_vacated_occupied_pair() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (one, two) = occupancy_pair(&redis, hooks.port, 2000);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let (mut a, _) = connect(one.addr, "k7").await;
+    for channel in ["room", "witness"] {
+        let r = subscribe(&mut a, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    }
+    wait_until("both occupied", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n == 2 }
+    })
+    .await;
+    // The last subscriber of both leaves; it comes back (on the other
+    // instance) to `room` only.
+    drop(a.close(None).await);
+    let (mut back, _) = connect(two.addr, "k7").await;
+    let r = subscribe(&mut back, "room", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    // `witness`'s grace ends with `room`'s: once it is vacated, `room`
+    // would have been too.
+    wait_until("witness vacated", || {
+        let v = hooked(&hooks, "channel_vacated");
+        async move { !v.is_empty() }
+    })
+    .await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(1000),
+        std::future::pending::<()>(),
+    )
+    .await;
+    assert_eq!(hooked(&hooks, "channel_vacated"), ["witness"]);
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["room", "witness"]);
+    assert_eq!(listed(one.addr, "").await, json!({"room": {}}));
+}
+
+/// An instance that is SIGKILLed: its channels stop being listed once its
+/// entries expire (`--presence-ttl`), and the survivor sends their
+/// `channel_vacated` once, after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_s_channels_disappear_after_its_ttl() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let hook = format!("7=http://127.0.0.1:{}/hooks", hooks.port);
+    let mut gone = BinServer::spawn(&[
+        "--redis-url",
+        &url,
+        "--pusher-app",
+        "7:k7:s7",
+        "--pusher-webhook",
+        &hook,
+        "--presence-ttl",
+        "1s",
+        "--presence-refresh",
+        "300ms",
+    ]);
+    let (stays, _spare) = occupancy_pair(&redis, hooks.port, 500);
+    wait_readyz(gone.addr, 200).await;
+    wait_readyz(stays.addr, 200).await;
+    let (mut doomed, _) = connect(gone.addr, "k7").await;
+    let r = subscribe(&mut doomed, "doomed", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    wait_until("doomed listed by the survivor", || async {
+        listed(stays.addr, "").await == json!({"doomed": {}})
+    })
+    .await;
+    gone.child.kill().expect("SIGKILL");
+    wait_until("doomed gone from the listing", || async {
+        listed(stays.addr, "").await == json!({})
+    })
+    .await;
+    wait_until("doomed vacated", || {
+        let v = hooked(&hooks, "channel_vacated");
+        async move { !v.is_empty() }
+    })
+    .await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(1000),
+        std::future::pending::<()>(),
+    )
+    .await;
+    assert_eq!(hooked(&hooks, "channel_vacated"), ["doomed"]);
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["doomed"]);
 }

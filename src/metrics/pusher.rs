@@ -64,6 +64,12 @@ pub(super) fn pusher(o: &mut String, s: &Stats) {
     );
     counter(
         o,
+        "corecast_pusher_channels_untracked_total",
+        "Redis mode: channels not tracked across instances (app at --pusher-max-channels).",
+        s.pusher_channels_untracked,
+    );
+    counter(
+        o,
         "corecast_pusher_signin_failures_total",
         "Pusher signins refused (close 4009).",
         s.pusher_signin_failures,
@@ -85,6 +91,11 @@ pub(super) fn pusher(o: &mut String, s: &Stats) {
             ("rate_limited", s.pusher_client_events_limited),
         ],
     );
+    pusher_api(o, s);
+}
+
+/// The Pusher HTTP API's counters.
+fn pusher_api(o: &mut String, s: &Stats) {
     counter(
         o,
         "corecast_pusher_api_requests_total",

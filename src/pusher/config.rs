@@ -42,6 +42,14 @@ pub struct PusherConfig {
     /// Members (distinct users) of one presence channel; beyond it a
     /// subscription is refused.
     pub max_presence_members: usize,
+    /// Redis mode: an app's channels tracked across instances (listed,
+    /// counted, announced); past it a channel works but is neither
+    /// listed nor announced (counted).
+    pub max_channels: usize,
+    /// Redis mode: how long a channel whose last subscriber left waits
+    /// before `channel_vacated` (a subscriber back within it causes
+    /// neither `channel_vacated` nor `channel_occupied`), in ms.
+    pub vacated_grace_ms: u64,
     /// Webhook endpoints by app id (`--pusher-webhook ID=URL`).
     pub webhooks: Vec<(String, OriginUrl)>,
     /// Events waiting per app and worker before the oldest are dropped —
@@ -60,6 +68,8 @@ impl Default for PusherConfig {
             occupancy_rate: 20,
             max_app_connections: 10_000,
             max_presence_members: 100,
+            max_channels: 10_000,
+            vacated_grace_ms: 3_000,
             webhooks: Vec::new(),
             webhook_queue: 10_000,
         }

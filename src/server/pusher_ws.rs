@@ -17,6 +17,7 @@ use crate::pusher::state::Session;
 use crate::pusher::webhook::Event;
 use crate::pusher::{internal_channel, sign, ChannelKind};
 use crate::server::publish::{route_publish, Published};
+use crate::server::pusher_occupancy;
 use crate::server::pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
@@ -35,12 +36,10 @@ fn hook(w: &Worker, hub: &mut Hub, app: usize, ev: Event<'_>) {
     w.webhooks.emit(app, ev, &mut hub.stats);
 }
 
-/// After a subscriber of `channel` left this instance: `channel_vacated`
-/// if it was the last (users' own channels are not announced).
-fn vacated(w: &Worker, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
-    if hub.subscriber_count(internal) == 0 && ChannelKind::of(channel) != ChannelKind::User {
-        hook(w, hub, app, Event::ChannelVacated { channel });
-    }
+/// After a subscriber of `channel` left this instance (see
+/// `pusher_occupancy`: `channel_vacated` if it was the last).
+fn vacated(w: &Rc<Worker>, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
+    pusher_occupancy::changed(w, hub, app, (channel, internal), false);
 }
 
 /// Starts a Pusher session for the upgraded connection `id`:
@@ -223,18 +222,7 @@ fn subscribe(
         _ => None,
     };
     if let Some(m) = member {
-        // channel_occupied before the member_added it brings; balanced by
-        // channel_vacated if the subscription was refused.
-        let app = s.app;
-        let first = hub.subscriber_count(&internal) == 0;
-        if first {
-            hook(w, hub, app, Event::ChannelOccupied { channel: &channel });
-        }
-        pusher_presence::subscribe(w, hub, (s, id), (channel.clone(), &internal), m);
-        if first {
-            vacated(w, hub, app, &channel, &internal);
-        }
-        return;
+        return subscribe_member(w, hub, (s, id), (channel, &internal), m);
     }
     let ack = text_frame(&protocol::subscription_succeeded(&channel, "{}"));
     if hub.subscribe_internal_acked(id, &internal, ack).is_err() {
@@ -259,13 +247,34 @@ fn within_occupancy_rate(
     !costs || s.occupancy.take(w.now_ms()).is_ok()
 }
 
-/// After a subscription to `channel` (hub name `internal`):
-/// `channel_occupied` if it is the first subscriber here (none if the
-/// subscription was refused).
-fn occupied(w: &Worker, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
-    if hub.subscriber_count(internal) == 1 {
-        hook(w, hub, app, Event::ChannelOccupied { channel });
+/// A signed presence subscription of member `m`. Embedded:
+/// `channel_occupied` goes before the `member_added` it brings, balanced
+/// by `channel_vacated` if the subscription was refused. Redis mode: the
+/// app-wide occupancy is updated once subscribed (`pusher_occupancy`).
+fn subscribe_member(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (s, id): (&mut Session, ConnId),
+    (channel, internal): (String, &str),
+    m: presence::Member,
+) {
+    let app = s.app;
+    let first = w.redis.is_none() && hub.subscriber_count(internal) == 0;
+    if first {
+        hook(w, hub, app, Event::ChannelOccupied { channel: &channel });
     }
+    pusher_presence::subscribe(w, hub, (s, id), (channel.clone(), internal), m);
+    if first {
+        vacated(w, hub, app, &channel, internal);
+    } else if w.redis.is_some() && s.channels.contains_key(&channel) {
+        occupied(w, hub, app, &channel, internal);
+    }
+}
+
+/// After a subscription to `channel` (hub name `internal`; see
+/// `pusher_occupancy`: `channel_occupied` if it is the first).
+fn occupied(w: &Rc<Worker>, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
+    pusher_occupancy::changed(w, hub, app, (channel, internal), true);
 }
 
 /// `#server-to-user-{id}`: only for the connection signed in as `id`.

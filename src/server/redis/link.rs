@@ -279,6 +279,15 @@ impl RedisLink {
         }
     }
 
+    /// Where Pusher app `app`'s channel occupancy lives, as this instance.
+    pub fn occupancy_place<'a>(&'a self, app: &'a str) -> crate::redis::occupancy::Place<'a> {
+        crate::redis::occupancy::Place {
+            prefix: &self.prefix,
+            app,
+            instance: self.instance,
+        }
+    }
+
     /// Queues a command already encoded (a presence script's `EVALSHA`)
     /// on the server of `key` (its first key); as [`RedisLink::command`].
     pub fn command_encoded(
