@@ -511,3 +511,79 @@ async fn a_killed_instance_s_channels_disappear_after_its_ttl() {
     assert_eq!(hooked(&hooks, "channel_vacated"), ["doomed"]);
     assert_eq!(hooked(&hooks, "channel_occupied"), ["doomed"]);
 }
+
+/// At most `--pusher-max-channels` channels of an app are tracked across
+/// instances: past it a channel works (its subscription succeeds) but is
+/// neither listed nor announced, and that is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_tracked_per_app_are_bounded() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let port = hooks.port;
+    let one = instance(redis.url("", ""), move |c| {
+        c.pusher.add_apps("7:k7:s7").unwrap();
+        c.pusher
+            .add_webhooks(&format!("7=http://127.0.0.1:{port}/hooks"))
+            .unwrap();
+        c.pusher.max_channels = 2;
+    });
+    wait_readyz(one.addr, 200).await;
+    let (mut ws, _) = connect(one.addr, "k7").await;
+    for channel in ["a", "b", "c"] {
+        let r = subscribe(&mut ws, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    }
+    let s = wait_stat(one.addr, "pusher_channels_untracked", |n| n == 1).await;
+    assert_eq!(counter(&s, "pusher_channels_untracked"), 1);
+    assert_eq!(listed(one.addr, "").await, json!({"a": {}, "b": {}}));
+    wait_until("a and b announced", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n == 2 }
+    })
+    .await;
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["a", "b"]);
+    let metrics = String::from_utf8(get(one.addr, "/metrics").await.body).unwrap();
+    assert!(metrics.contains("corecast_pusher_channels_untracked_total 1"));
+}
+
+/// On a Redis Cluster the app's occupancy keys share one slot (one hash
+/// tag per app), so the scripts run whole on its master: listings and
+/// the once-per-app webhook hold there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_state_spans_instances_on_a_cluster() {
+    let c = RedisCluster::start(3, 0).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let port = hooks.port;
+    let tweak = move |cfg: &mut corecast::Config| {
+        cfg.pusher.add_apps("7:k7:s7").unwrap();
+        cfg.pusher
+            .add_webhooks(&format!("7=http://127.0.0.1:{port}/hooks"))
+            .unwrap();
+        cfg.presence.refresh_ms = 300;
+    };
+    let one = cluster_instance(&c, tweak);
+    let two = cluster_instance(&c, tweak);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let mut held = Vec::new();
+    for (addr, channel) in [(one.addr, "x"), (two.addr, "x"), (two.addr, "y")] {
+        let (mut ws, _) = connect(addr, "k7").await;
+        let r = subscribe(&mut ws, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        held.push(ws);
+    }
+    wait_until("both channels listed by the first instance", || async {
+        listed(one.addr, "").await == json!({"x": {}, "y": {}})
+    })
+    .await;
+    wait_until("x counted over both instances", || async {
+        channel_info(one.addr, "x").await["subscription_count"] == 2
+    })
+    .await;
+    wait_until("the occupied webhooks", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n >= 2 }
+    })
+    .await;
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["x", "y"]);
+}
