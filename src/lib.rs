@@ -104,8 +104,8 @@
 //!   snapshot, the Prometheus exposition, latency histograms.
 //! - `control`, `redis` → `history`, `presence`, [`ws`]: the JSON control
 //!   protocol of `GET /ws`; RESP (redis-protocol), commands, URLs, the
-//!   envelope of messages on Redis channels, the history and presence
-//!   scripts, Redis Cluster placement (slots, slot maps, redirects)
+//!   envelope of messages on Redis channels, the history, presence and
+//!   Pusher channel occupancy scripts, Redis Cluster placement (slots, slot maps, redirects)
 //!   (sans-I/O).
 //! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
 //!   with incremental UTF-8 checks, close codes, the upgrade handshake;
