@@ -587,3 +587,30 @@ async fn channel_state_spans_instances_on_a_cluster() {
     .await;
     assert_eq!(hooked(&hooks, "channel_occupied"), ["x", "y"]);
 }
+
+/// An instance stopped gracefully takes its channels with it at once (its
+/// connections' close removes its entries), not after `--presence-ttl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_instance_s_channels_go_with_it() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (one, two) = occupancy_pair(&redis, hooks.port, 500);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let (mut ws, _) = connect(one.addr, "k7").await;
+    let r = subscribe(&mut ws, "leaving", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    wait_until("listed by the other", || async {
+        listed(two.addr, "").await == json!({"leaving": {}})
+    })
+    .await;
+    one.stop();
+    one.join().await.expect("stopped");
+    let started = std::time::Instant::now();
+    wait_until("gone from the listing", || async {
+        listed(two.addr, "").await == json!({})
+    })
+    .await;
+    // Well within the 10 s entry lifetime.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
