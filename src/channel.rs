@@ -17,6 +17,15 @@ pub fn valid_channel_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'))
 }
 
+/// Whether messages on hub channel `name` are kept in history (in
+/// memory or in Redis streams). Only channels a native client can name
+/// and resume are: internal ones (`!status`) and other protocols'
+/// (Pusher's `pusher/{app}/{name}`, which Pusher clients never read
+/// back) would only spend the history budget and Redis memory.
+pub fn keeps_history(name: &str) -> bool {
+    !name.starts_with('!') && !name.starts_with("pusher/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -28,5 +37,12 @@ mod tests {
         for bad in ["", "a b", "ä", "a/b", &"x".repeat(MAX_CHANNEL_NAME + 1)] {
             assert!(!valid_channel_name(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn only_native_channels_keep_history() {
+        assert!(keeps_history("room-1"));
+        assert!(!keeps_history("!status"));
+        assert!(!keeps_history("pusher/1/private-room"));
     }
 }

@@ -104,9 +104,9 @@
 //!   snapshot, the Prometheus exposition, latency histograms.
 //! - `control`, `redis` → `history`, `presence`, [`ws`]: the JSON control
 //!   protocol of `GET /ws`; RESP (redis-protocol), commands, URLs, the
-//!   envelope of messages on Redis channels, the history and presence
-//!   scripts, Redis Cluster placement (slots, slot maps, redirects)
-//!   (sans-I/O).
+//!   envelope of messages on Redis channels, the history, presence and
+//!   Pusher channel occupancy scripts, Redis Cluster placement (slots,
+//!   slot maps, redirects) (sans-I/O).
 //! - Leaves: [`ws`] (RFC 6455 — frame headers, masking, message assembly
 //!   with incremental UTF-8 checks, close codes, the upgrade handshake;
 //!   RFC 7692 permessage-deflate — negotiation, shared compressed frames,

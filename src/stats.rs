@@ -144,6 +144,8 @@ pub struct Stats {
     /// Of those, private/presence subscriptions with a missing or wrong
     /// signature.
     pub pusher_auth_failures: u64,
+    /// Of those, subscriptions over `--pusher-occupancy-rate` (429).
+    pub pusher_subscriptions_limited: u64,
     /// `pusher:signin`s refused (bad signature or `user_data`; close 4009).
     pub pusher_signin_failures: u64,
     /// Pusher frames answered with `pusher:error` (not understood, client
@@ -151,6 +153,9 @@ pub struct Stats {
     pub pusher_errors: u64,
     /// Client events relayed.
     pub pusher_client_events: u64,
+    /// Redis mode: times a channel could not be tracked across instances
+    /// (its app at `--pusher-max-channels`).
+    pub pusher_channels_untracked: u64,
     /// Client events refused over `--pusher-client-event-rate` (4301).
     pub pusher_client_events_limited: u64,
     /// Pusher HTTP API requests served (any answer).

@@ -214,6 +214,34 @@ async fn pusher_js_presence_across_two_instances() {
     assert_eq!(of_kind(&lines, "a", "members")[0]["count"], 1);
 }
 
+/// Channel state across two instances in Redis mode: pusher-js clients
+/// on the second instance, and the `pusher` SDK's `get('/channels')` and
+/// `get('/channels/news', {info: 'subscription_count'})` on the first
+/// list the channel and count both subscriptions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_lists_channels_of_every_instance() {
+    let redis = redis_support::RedisServer::start(&[]).await;
+    let tweak = |c: &mut corecast::Config| {
+        let app = format!("{}:{}:{}", APP.0, APP.1, APP.2);
+        c.pusher.add_apps(&app).unwrap();
+    };
+    let one = redis_support::instance(redis.url("", ""), tweak);
+    let two = redis_support::instance(redis.url("", ""), tweak);
+    redis_support::wait_readyz(one.addr, 200).await;
+    redis_support::wait_readyz(two.addr, 200).await;
+    let mut cmd = node(one.addr, "channels_across");
+    cmd.env("CORECAST_ADDR2", two.addr.to_string());
+    let lines = run(cmd, "channels_across").await;
+    let listed = of_kind(&lines, "sdk", "channels");
+    assert_eq!(listed[0]["channels"], json!({"news": {}}), "{lines:?}");
+    let info = of_kind(&lines, "sdk", "channel");
+    assert_eq!(
+        info[0]["info"],
+        json!({"occupied": true, "subscription_count": 2}),
+        "{lines:?}"
+    );
+}
+
 /// Laravel Echo (`broadcaster: 'pusher'`) on a private channel receives a
 /// Laravel-style event (`App\\Events\\OrderShipped`) broadcast by the SDK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -573,3 +573,111 @@ async fn webhooks_to_a_dead_endpoint_are_bounded() {
         counter(&s, "pusher_webhook_dropped")
     );
 }
+
+/// End-to-end encrypted channels: a client event is refused with
+/// `pusher:error` (Pusher's rule) and reaches nobody; and Pusher messages
+/// (API and client events) are not written into native history, which no
+/// Pusher client can read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_client_events_are_refused_and_pusher_keeps_no_history() {
+    let srv = server(APPS, |c| c.history.size = 100);
+    let (mut a, id_a) = connect(srv.addr, "key1").await;
+    let (mut b, id_b) = connect(srv.addr, "key1").await;
+    for (ws, id) in [(&mut a, &id_a), (&mut b, &id_b)] {
+        for channel in ["private-encrypted-x", "private-c"] {
+            let good = auth("key1", "secret1", &format!("{id}:{channel}"));
+            let r = subscribe(ws, channel, Some(good), None).await;
+            assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+        }
+    }
+    let ev = json!({"event":"client-x","channel":"private-encrypted-x","data":{"n":1}});
+    send(&mut a, ev).await;
+    let err = next_json(&mut a).await;
+    assert_eq!(err["event"], "pusher:error", "{err}");
+    assert!(
+        err["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("encrypted"),
+        "{err}"
+    );
+    // b got nothing from it: its next message is the client event below.
+    let ev = json!({"event":"client-y","channel":"private-c","data":{"n":2}});
+    send(&mut a, ev).await;
+    let got = next_json(&mut b).await;
+    assert_eq!(got["event"], "client-y", "{got}");
+    let body = json!({"name":"e","data":"d","channel":"private-c"});
+    assert_eq!(trigger(srv.addr, APP1, body).await.status, 200);
+    assert_eq!(next_json(&mut b).await["event"], "e");
+    publish(srv.addr, "native", "kept").await;
+    let s = stats(srv.addr).await;
+    assert_eq!(
+        counter(&s, "history_messages"),
+        1,
+        "only the native one: {s}"
+    );
+}
+
+/// A webhook flood: an anonymous socket looping subscribe/unsubscribe on
+/// fresh public channels is refused past `--pusher-occupancy-rate`
+/// (`pusher:subscription_error` 429, counted), and the
+/// `channel_occupied`/`channel_vacated` it caused never evict a member's
+/// webhook from the bounded queue (each kind has its own bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_flood_is_limited_and_never_evicts_member_webhooks() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let hooks = WebhookReceiver::start(false).await;
+    let port = hooks.port;
+    let srv = server(APPS, move |c| {
+        let url = format!("1=http://127.0.0.1:{port}/hooks");
+        c.pusher.add_webhooks(&url).unwrap();
+        c.pusher.webhook_queue = 4;
+        c.pusher.occupancy_rate = 5;
+    });
+    // The first event's request is held by the receiver: what follows
+    // waits in the queue.
+    let (mut warm, _) = connect(srv.addr, "key1").await;
+    subscribe(&mut warm, "warm", None, None).await;
+    wait_until("the first webhook request", || {
+        let n = hooks.requests.load(SeqCst);
+        async move { n >= 1 }
+    })
+    .await;
+    let (mut m, id) = connect(srv.addr, "key1").await;
+    let cd = json!({ "user_id": "ann" }).to_string();
+    let signed = auth("key1", "secret1", &format!("{id}:presence-room:{cd}"));
+    let r = subscribe(&mut m, "presence-room", Some(signed), Some(&cd)).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    let (mut flood, _) = connect(srv.addr, "key1").await;
+    let mut limited = 0;
+    let started = std::time::Instant::now();
+    for i in 0..40 {
+        let channel = format!("fresh-{i}");
+        let r = subscribe(&mut flood, &channel, None, None).await;
+        if r["event"] == "pusher:subscription_error" {
+            assert_eq!(r["data"]["status"], 429, "{r}");
+            limited += 1;
+            continue;
+        }
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        let unsub = json!({"event":"pusher:unsubscribe","data":{"channel":channel}});
+        send(&mut flood, unsub).await;
+    }
+    // The burst (5) and what 5 a second refilled meanwhile, no more.
+    let refilled = (started.elapsed().as_secs_f64() * 5.0).ceil() as u64;
+    assert!(limited >= 1, "none of 40 refused");
+    assert!(40 - limited <= 5 + refilled, "{limited} of 40 refused");
+    hooks.open();
+    wait_until("ann's member_added webhook", || {
+        let got = hooks.named("member_added");
+        async move { got.iter().any(|e| e["user_id"] == "ann") }
+    })
+    .await;
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "pusher_subscriptions_limited"), limited);
+    assert!(counter(&s, "pusher_webhook_dropped") >= 1, "{s}");
+    let metrics = String::from_utf8(get(srv.addr, "/metrics").await.body).unwrap();
+    let line =
+        format!("corecast_pusher_subscriptions_refused_total{{reason=\"rate_limited\"}} {limited}");
+    assert!(metrics.contains(&line), "{line} missing from /metrics");
+}

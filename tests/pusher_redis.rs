@@ -187,72 +187,14 @@ async fn a_killed_instance_s_pusher_member_is_removed_once() {
     assert!(more.is_err(), "unexpected {more:?}");
 }
 
-/// A webhook receiver: answers every request 200 and collects the events
-/// (the requests' `events` arrays, in arrival order).
-async fn webhook_receiver() -> (
-    u16,
-    std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let out = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    // One request: head, then Content-Length bytes of body.
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    if buf.len() < end + 4 + len {
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    }
-                    let body: serde_json::Value =
-                        serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap();
-                    buf.drain(..end + 4 + len);
-                    let events = body["events"].as_array().cloned().unwrap_or_default();
-                    seen.lock().unwrap().extend(events);
-                    let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
-                    if s.write_all(ok).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (port, out)
-}
-
 /// Webhooks in Redis mode: a user's `member_added`/`member_removed` is
 /// sent once across instances (by the instance whose Redis script made
-/// the transition), while `channel_occupied`/`channel_vacated` are each
-/// instance's own (documented).
+/// the transition), and so is the channel's `channel_occupied`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_webhooks_are_sent_once_across_instances() {
     let redis = RedisServer::start(&[]).await;
-    let (port, seen) = webhook_receiver().await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (port, seen) = (hooks.port, hooks.seen.clone());
     let tweak = move |c: &mut corecast::Config| {
         c.pusher.add_apps("7:k7:s7").unwrap();
         c.pusher
@@ -319,5 +261,356 @@ async fn member_webhooks_are_sent_once_across_instances() {
         .iter()
         .filter(|e| e["name"] == "channel_occupied")
         .count();
-    assert_eq!(occupied, 2, "one per instance");
+    assert_eq!(occupied, 1, "once per app, not once per instance");
+}
+
+/// Redis mode with history: Pusher messages are published plainly, not
+/// appended to Redis streams (nothing reads them back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_messages_are_not_written_to_redis_history() {
+    let redis = RedisServer::start(&[]).await;
+    let tweak = |c: &mut corecast::Config| {
+        c.pusher.add_apps("7:k7:s7:client-events").unwrap();
+        c.history.size = 100;
+    };
+    let one = instance(redis.url("", ""), tweak);
+    wait_readyz(one.addr, 200).await;
+    let (mut a, id_a) = connect(one.addr, "k7").await;
+    let (mut b, id_b) = connect(one.addr, "k7").await;
+    for (ws, id) in [(&mut a, &id_a), (&mut b, &id_b)] {
+        let signed = auth("k7", "s7", &format!("{id}:private-room"));
+        let r = subscribe(ws, "private-room", Some(signed), None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded");
+    }
+    let body = json!({"name":"news","data":"hello","channel":"private-room"}).to_string();
+    let req = api_request(APP, "POST", ("/apps/7/events", ""), body.as_bytes(), now());
+    assert_eq!(http_raw(one.addr, &req).await.status, 200);
+    send(
+        &mut a,
+        json!({"event":"client-t","channel":"private-room","data":{}}),
+    )
+    .await;
+    assert_eq!(next_json(&mut b).await["event"], "news");
+    assert_eq!(next_json(&mut b).await["event"], "client-t");
+    publish(one.addr, "native", "kept").await;
+    let mut conn = RespConn::open(redis.port, None).await;
+    let native = conn.cmd(&["KEYS", "*!h{native}*"]).await;
+    assert!(
+        matches!(&native, Resp::Array(Some(k)) if !k.is_empty()),
+        "the native channel's history: {native:?}"
+    );
+    let pusher = conn.cmd(&["KEYS", "*!h{pusher/*"]).await;
+    assert_eq!(pusher, Resp::Array(Some(vec![])), "pusher history in redis");
+}
+
+/// Two instances of app 7 on one Redis, both sending webhooks to one
+/// receiver; `grace` is `--pusher-vacated-grace`.
+fn occupancy_pair(
+    redis: &RedisServer,
+    port: u16,
+    grace_ms: u64,
+) -> (common::TestServer, common::TestServer) {
+    let tweak = move |c: &mut corecast::Config| {
+        c.pusher.add_apps("7:k7:s7").unwrap();
+        c.pusher
+            .add_webhooks(&format!("7=http://127.0.0.1:{port}/hooks"))
+            .unwrap();
+        c.pusher.vacated_grace_ms = grace_ms;
+        c.presence.refresh_ms = 300;
+        c.presence.ttl_ms = 10_000;
+    };
+    (
+        instance(redis.url("", ""), tweak),
+        instance(redis.url("", ""), tweak),
+    )
+}
+
+/// `GET /apps/7/channels` (as JSON) on `addr`.
+async fn listed(addr: std::net::SocketAddr, query: &str) -> serde_json::Value {
+    let req = api_request(APP, "GET", ("/apps/7/channels", query), b"", now());
+    let r = http_raw(addr, &req).await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    r.json()["channels"].clone()
+}
+
+/// `GET /apps/7/channels/{name}?info=subscription_count` on `addr`.
+async fn channel_info(addr: std::net::SocketAddr, name: &str) -> serde_json::Value {
+    let path = format!("/apps/7/channels/{name}");
+    let q = "info=subscription_count";
+    let req = api_request(APP, "GET", (&path, q), b"", now());
+    http_raw(addr, &req).await.json()
+}
+
+/// The channels of the `name` webhooks received, sorted.
+fn hooked(hooks: &WebhookReceiver, name: &str) -> Vec<String> {
+    let mut v: Vec<String> = hooks
+        .named(name)
+        .iter()
+        .map(|e| e["channel"].as_str().unwrap_or("").to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Pusher's channel state is the app's, not an instance's: each instance
+/// lists the other's channels, counts are summed, and `channel_occupied`
+/// / `channel_vacated` are sent once per app (soketi#616, reverb#273,
+/// sockudo#75 are this failing across nodes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_are_listed_counted_and_announced_once_across_instances() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (one, two) = occupancy_pair(&redis, hooks.port, 1000);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let sub = |addr, channel: &'static str| async move {
+        let (mut ws, _) = connect(addr, "k7").await;
+        let r = subscribe(&mut ws, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        ws
+    };
+    let a = sub(one.addr, "news").await;
+    let b1 = sub(two.addr, "news").await;
+    let b2 = sub(two.addr, "news").await;
+    let c = sub(two.addr, "only-two").await;
+    for addr in [one.addr, two.addr] {
+        wait_until("both channels listed on each instance", || async move {
+            listed(addr, "").await == json!({"news": {}, "only-two": {}})
+        })
+        .await;
+        wait_until("news counted over both instances", || async move {
+            channel_info(addr, "news").await == json!({"occupied": true, "subscription_count": 3})
+        })
+        .await;
+    }
+    let prefixed = listed(one.addr, "filter_by_prefix=only").await;
+    assert_eq!(prefixed, json!({"only-two": {}}));
+    wait_until("the occupied webhooks", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n >= 2 }
+    })
+    .await;
+    for ws in [a, b1, b2, c] {
+        drop(ws);
+    }
+    for addr in [one.addr, two.addr] {
+        wait_until("nothing listed", || async move {
+            listed(addr, "").await == json!({})
+        })
+        .await;
+    }
+    assert_eq!(
+        channel_info(one.addr, "news").await,
+        json!({"occupied": false, "subscription_count": 0})
+    );
+    wait_until("the vacated webhooks", || {
+        let n = hooked(&hooks, "channel_vacated").len();
+        async move { n >= 2 }
+    })
+    .await;
+    // A duplicate would come from the other instance's settle, which runs
+    // at least as often: give it that long again.
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(1500),
+        std::future::pending::<()>(),
+    )
+    .await;
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["news", "only-two"]);
+    assert_eq!(hooked(&hooks, "channel_vacated"), ["news", "only-two"]);
+}
+
+/// The last subscriber reconnecting (to the other instance) within
+/// `--pusher-vacated-grace` causes neither `channel_vacated` nor a second
+/// `channel_occupied`; a channel left for good is vacated after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_last_subscriber_causes_no_vacated_occupied_pair() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (one, two) = occupancy_pair(&redis, hooks.port, 2000);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let (mut a, _) = connect(one.addr, "k7").await;
+    for channel in ["room", "witness"] {
+        let r = subscribe(&mut a, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    }
+    wait_until("both occupied", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n == 2 }
+    })
+    .await;
+    // The last subscriber of both leaves; it comes back (on the other
+    // instance) to `room` only.
+    drop(a.close(None).await);
+    let (mut back, _) = connect(two.addr, "k7").await;
+    let r = subscribe(&mut back, "room", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    // `witness`'s grace ends with `room`'s: once it is vacated, `room`
+    // would have been too.
+    wait_until("witness vacated", || {
+        let v = hooked(&hooks, "channel_vacated");
+        async move { !v.is_empty() }
+    })
+    .await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(1000),
+        std::future::pending::<()>(),
+    )
+    .await;
+    assert_eq!(hooked(&hooks, "channel_vacated"), ["witness"]);
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["room", "witness"]);
+    assert_eq!(listed(one.addr, "").await, json!({"room": {}}));
+}
+
+/// An instance that is SIGKILLed: its channels stop being listed once its
+/// entries expire (`--presence-ttl`), and the survivor sends their
+/// `channel_vacated` once, after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_s_channels_disappear_after_its_ttl() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let hook = format!("7=http://127.0.0.1:{}/hooks", hooks.port);
+    let mut gone = BinServer::spawn(&[
+        "--redis-url",
+        &url,
+        "--pusher-app",
+        "7:k7:s7",
+        "--pusher-webhook",
+        &hook,
+        "--presence-ttl",
+        "1s",
+        "--presence-refresh",
+        "300ms",
+    ]);
+    let (stays, _spare) = occupancy_pair(&redis, hooks.port, 500);
+    wait_readyz(gone.addr, 200).await;
+    wait_readyz(stays.addr, 200).await;
+    let (mut doomed, _) = connect(gone.addr, "k7").await;
+    let r = subscribe(&mut doomed, "doomed", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    wait_until("doomed listed by the survivor", || async {
+        listed(stays.addr, "").await == json!({"doomed": {}})
+    })
+    .await;
+    gone.child.kill().expect("SIGKILL");
+    wait_until("doomed gone from the listing", || async {
+        listed(stays.addr, "").await == json!({})
+    })
+    .await;
+    wait_until("doomed vacated", || {
+        let v = hooked(&hooks, "channel_vacated");
+        async move { !v.is_empty() }
+    })
+    .await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(1000),
+        std::future::pending::<()>(),
+    )
+    .await;
+    assert_eq!(hooked(&hooks, "channel_vacated"), ["doomed"]);
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["doomed"]);
+}
+
+/// At most `--pusher-max-channels` channels of an app are tracked across
+/// instances: past it a channel works (its subscription succeeds) but is
+/// neither listed nor announced, and that is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_tracked_per_app_are_bounded() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let port = hooks.port;
+    let one = instance(redis.url("", ""), move |c| {
+        c.pusher.add_apps("7:k7:s7").unwrap();
+        c.pusher
+            .add_webhooks(&format!("7=http://127.0.0.1:{port}/hooks"))
+            .unwrap();
+        c.pusher.max_channels = 2;
+    });
+    wait_readyz(one.addr, 200).await;
+    let (mut ws, _) = connect(one.addr, "k7").await;
+    for channel in ["a", "b", "c"] {
+        let r = subscribe(&mut ws, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    }
+    let s = wait_stat(one.addr, "pusher_channels_untracked", |n| n == 1).await;
+    assert_eq!(counter(&s, "pusher_channels_untracked"), 1);
+    assert_eq!(listed(one.addr, "").await, json!({"a": {}, "b": {}}));
+    wait_until("a and b announced", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n == 2 }
+    })
+    .await;
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["a", "b"]);
+    let metrics = String::from_utf8(get(one.addr, "/metrics").await.body).unwrap();
+    assert!(metrics.contains("corecast_pusher_channels_untracked_total 1"));
+}
+
+/// On a Redis Cluster the app's occupancy keys share one slot (one hash
+/// tag per app), so the scripts run whole on its master: listings and
+/// the once-per-app webhook hold there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_state_spans_instances_on_a_cluster() {
+    let c = RedisCluster::start(3, 0).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let port = hooks.port;
+    let tweak = move |cfg: &mut corecast::Config| {
+        cfg.pusher.add_apps("7:k7:s7").unwrap();
+        cfg.pusher
+            .add_webhooks(&format!("7=http://127.0.0.1:{port}/hooks"))
+            .unwrap();
+        cfg.presence.refresh_ms = 300;
+    };
+    let one = cluster_instance(&c, tweak);
+    let two = cluster_instance(&c, tweak);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let mut held = Vec::new();
+    for (addr, channel) in [(one.addr, "x"), (two.addr, "x"), (two.addr, "y")] {
+        let (mut ws, _) = connect(addr, "k7").await;
+        let r = subscribe(&mut ws, channel, None, None).await;
+        assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+        held.push(ws);
+    }
+    wait_until("both channels listed by the first instance", || async {
+        listed(one.addr, "").await == json!({"x": {}, "y": {}})
+    })
+    .await;
+    wait_until("x counted over both instances", || async {
+        channel_info(one.addr, "x").await["subscription_count"] == 2
+    })
+    .await;
+    wait_until("the occupied webhooks", || {
+        let n = hooked(&hooks, "channel_occupied").len();
+        async move { n >= 2 }
+    })
+    .await;
+    assert_eq!(hooked(&hooks, "channel_occupied"), ["x", "y"]);
+}
+
+/// An instance stopped gracefully takes its channels with it at once (its
+/// connections' close removes its entries), not after `--presence-ttl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_instance_s_channels_go_with_it() {
+    let redis = RedisServer::start(&[]).await;
+    let hooks = WebhookReceiver::start(true).await;
+    let (one, two) = occupancy_pair(&redis, hooks.port, 500);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let (mut ws, _) = connect(one.addr, "k7").await;
+    let r = subscribe(&mut ws, "leaving", None, None).await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    wait_until("listed by the other", || async {
+        listed(two.addr, "").await == json!({"leaving": {}})
+    })
+    .await;
+    one.stop();
+    one.join().await.expect("stopped");
+    let started = std::time::Instant::now();
+    wait_until("gone from the listing", || async {
+        listed(two.addr, "").await == json!({})
+    })
+    .await;
+    // Well within the 10 s entry lifetime.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }

@@ -420,26 +420,38 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.pusher.client_event_rate = u32::try_from(parse_num(v)?).map_err(|e| format!("{e}"))?;
             Ok(())
         };
+    "pusher-occupancy-rate", CORECAST_PUSHER_OCCUPANCY_RATE, "N", "20",
+        "subscriptions per second per Pusher connection (also the burst) that occupy a channel (its first subscriber on the instance) or join a presence channel, i.e. that queue webhooks and Redis work; more are refused with pusher:subscription_error 429 (0 = unlimited)"
+        => |c, v| {
+            c.pusher.occupancy_rate = u32::try_from(parse_num(v)?).map_err(|e| format!("{e}"))?;
+            Ok(())
+        };
     "pusher-max-app-connections", CORECAST_PUSHER_MAX_APP_CONNECTIONS, "N", "10000",
         "Pusher connections per app; more are closed with 4100 (over capacity)"
         => |c, v| set_num(&mut c.pusher.max_app_connections, v);
     "pusher-max-presence-members", CORECAST_PUSHER_MAX_PRESENCE_MEMBERS, "N", "100",
         "distinct users in one presence channel; more are refused with pusher:subscription_error"
         => |c, v| set_num(&mut c.pusher.max_presence_members, v);
+    "pusher-max-channels", CORECAST_PUSHER_MAX_CHANNELS, "N", "10000",
+        "Redis mode: channels per Pusher app tracked across instances (listed by the HTTP API, announced by webhooks); beyond it a channel works but is neither listed nor announced (counted in pusher_channels_untracked)"
+        => |c, v| set_num(&mut c.pusher.max_channels, v);
+    "pusher-vacated-grace", CORECAST_PUSHER_VACATED_GRACE, "DURATION", "3s",
+        "Redis mode: how long a channel whose last subscriber (on every instance) left waits before channel_vacated; a subscriber back within it causes neither channel_vacated nor channel_occupied"
+        => |c, v| set_presence_ms(&mut c.pusher.vacated_grace_ms, v);
     "pusher-webhook", CORECAST_PUSHER_WEBHOOK, "ID=URL", -,
         "send this app's webhooks (channel_occupied/vacated, member_added/removed, client_event; signed, batched, retried) to URL (http://); repeat or comma-separate for several apps"
         => |c, v| c.pusher.add_webhooks(v);
     "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
-        "webhook events waiting per app; beyond it the oldest are dropped (counted)"
+        "webhook events waiting per app, for each of two kinds (channel_occupied/vacated; member and client events); beyond it the kind's oldest are dropped (counted)"
         => |c, v| set_num(&mut c.pusher.webhook_queue, v);
     "presence-channels", CORECAST_PRESENCE_CHANNELS, "PATTERNS", -,
         "channels with presence (who is subscribed, per user; join/leave events): a comma list of names and prefixes ending in * (`room-*,lobby`; `*` = all); unset = presence off"
         => |c, v| c.presence.set_patterns(v);
     "presence-ttl", CORECAST_PRESENCE_TTL, "DURATION", "30s",
-        "Redis mode: how long an instance's presence entries live without a refresh; a killed instance's members leave within this plus --presence-refresh"
+        "Redis mode: how long an instance's presence entries (and Pusher channel occupancy entries) live without a refresh; a killed instance's members leave, and its Pusher channels stop counting, within this plus --presence-refresh"
         => |c, v| set_presence_ms(&mut c.presence.ttl_ms, v);
     "presence-refresh", CORECAST_PRESENCE_REFRESH, "DURATION", "10s",
-        "Redis mode: how often an instance refreshes its presence entries and prunes expired ones (below --presence-ttl, ideally a third of it or less)"
+        "Redis mode: how often an instance refreshes its presence entries and Pusher channel occupancy entries and prunes expired ones (below --presence-ttl, ideally a third of it or less)"
         => |c, v| set_presence_ms(&mut c.presence.refresh_ms, v);
     "presence-max-members", CORECAST_PRESENCE_MAX_MEMBERS, "N", "1000",
         "distinct users in one presence channel (at most 10000); a subscribe that would add one more is refused with the error presence_full"

@@ -76,9 +76,9 @@ pub(super) fn record(
     now_ms: u64,
     room: usize,
 ) -> u64 {
-    // Internal channels (`!status`) are outside the client charset: no
-    // client can resume them, so they keep no history.
-    if !history.enabled() || channel.starts_with('!') {
+    // Internal channels (`!status`) and Pusher's are outside the client
+    // charset: no client can resume them, so they keep no history.
+    if !history.enabled() || !crate::channel::keeps_history(channel) {
         return 0;
     }
     let payload = Bytes::copy_from_slice(payload);

@@ -53,12 +53,20 @@ pub(super) fn pusher(o: &mut String, s: &Stats) {
         "reason",
         &[
             ("signature", s.pusher_auth_failures),
+            ("rate_limited", s.pusher_subscriptions_limited),
             (
                 "other",
                 s.pusher_subscriptions_refused
-                    .saturating_sub(s.pusher_auth_failures),
+                    .saturating_sub(s.pusher_auth_failures)
+                    .saturating_sub(s.pusher_subscriptions_limited),
             ),
         ],
+    );
+    counter(
+        o,
+        "corecast_pusher_channels_untracked_total",
+        "Redis mode: channels not tracked across instances (app at --pusher-max-channels).",
+        s.pusher_channels_untracked,
     );
     counter(
         o,
@@ -83,6 +91,11 @@ pub(super) fn pusher(o: &mut String, s: &Stats) {
             ("rate_limited", s.pusher_client_events_limited),
         ],
     );
+    pusher_api(o, s);
+}
+
+/// The Pusher HTTP API's counters.
+fn pusher_api(o: &mut String, s: &Stats) {
     counter(
         o,
         "corecast_pusher_api_requests_total",

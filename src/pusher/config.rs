@@ -30,14 +30,32 @@ pub struct PusherConfig {
     /// Client events per second per connection (also the burst); beyond
     /// it an event is refused with `pusher:error` 4301.
     pub client_event_rate: u32,
+    /// Subscriptions per second per connection (also the burst) that may
+    /// occupy a channel (its first subscriber on this instance) or join a
+    /// presence channel — what queues `channel_occupied`/`channel_vacated`
+    /// and `member_*` webhooks (and in Redis mode costs Redis scripts);
+    /// beyond it such a subscription is refused with
+    /// `pusher:subscription_error` 429. 0 = unlimited.
+    pub occupancy_rate: u32,
     /// Connections per app; beyond it a connection is closed with 4100.
     pub max_app_connections: usize,
     /// Members (distinct users) of one presence channel; beyond it a
     /// subscription is refused.
     pub max_presence_members: usize,
+    /// Redis mode: an app's channels tracked across instances (listed,
+    /// counted, announced); past it a channel works but is neither
+    /// listed nor announced (counted).
+    pub max_channels: usize,
+    /// Redis mode: how long a channel whose last subscriber left waits
+    /// before `channel_vacated` (a subscriber back within it causes
+    /// neither `channel_vacated` nor `channel_occupied`), in ms.
+    pub vacated_grace_ms: u64,
     /// Webhook endpoints by app id (`--pusher-webhook ID=URL`).
     pub webhooks: Vec<(String, OriginUrl)>,
-    /// Events waiting per app and worker before the oldest are dropped.
+    /// Events waiting per app and worker before the oldest are dropped —
+    /// of each of two kinds: channel existence events, and the others
+    /// (members, client events), so a flood of the first never evicts the
+    /// second.
     pub webhook_queue: usize,
 }
 
@@ -47,8 +65,11 @@ impl Default for PusherConfig {
             apps: Vec::new(),
             activity_timeout_s: 120,
             client_event_rate: 10,
+            occupancy_rate: 20,
             max_app_connections: 10_000,
             max_presence_members: 100,
+            max_channels: 10_000,
+            vacated_grace_ms: 3_000,
             webhooks: Vec::new(),
             webhook_queue: 10_000,
         }

@@ -119,6 +119,10 @@ struct SigninData {
 /// which carries the HTTP API's events to that user.
 pub const USER_CHANNEL_PREFIX: &str = "#server-to-user-";
 
+/// End-to-end encrypted channels: private channels whose events the
+/// server SDKs encrypt; clients may not send client events on them.
+pub const ENCRYPTED_PREFIX: &str = "private-encrypted-";
+
 /// Whether `name` is a valid channel name, or a user's own channel.
 pub fn valid_channel_or_user(name: &str) -> bool {
     match name.strip_prefix(USER_CHANNEL_PREFIX) {

@@ -3,7 +3,7 @@
 //! presence, `crate::presence`).
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 
 use crate::auth::TokenBucket;
@@ -18,6 +18,13 @@ pub struct PusherState {
     /// Upgrades not yet started, by connection id: the app's index, or
     /// the close code to refuse with.
     pub pending: HashMap<usize, Result<usize, u16>>,
+    /// Redis mode: (app index, channel) this instance has an occupancy
+    /// entry for in Redis — refreshed until its count here is 0. At most
+    /// the worker's Pusher channels.
+    pub occupancy_tracked: HashSet<(usize, String)>,
+    /// Redis mode: (app index, channel) whose count here changed since
+    /// the last tick without its first or last subscriber (written then).
+    pub occupancy_dirty: HashSet<(usize, String)>,
 }
 
 /// One Pusher connection's state.
@@ -32,6 +39,8 @@ pub struct Session {
     pub channels: HashMap<String, Option<String>>,
     /// `--pusher-client-event-rate`.
     pub bucket: TokenBucket,
+    /// `--pusher-occupancy-rate`: subscriptions that may queue webhooks.
+    pub occupancy: TokenBucket,
     /// The user signed in with `pusher:signin`.
     pub user: Option<String>,
 }
@@ -45,6 +54,8 @@ impl PusherState {
             tag,
             apps: vec![PusherAppStats::default(); apps],
             pending: HashMap::new(),
+            occupancy_tracked: HashSet::new(),
+            occupancy_dirty: HashSet::new(),
         }
     }
 

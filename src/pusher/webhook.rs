@@ -29,9 +29,11 @@ pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// One thing that happened, as Pusher names it.
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
-    /// The channel's first subscriber (on this instance) arrived.
+    /// The channel's first subscriber arrived (in Redis mode: the first
+    /// on any instance).
     ChannelOccupied { channel: &'a str },
-    /// The channel's last subscriber (on this instance) left.
+    /// The channel's last subscriber left (in Redis mode: the last on
+    /// every instance, after the grace).
     ChannelVacated { channel: &'a str },
     /// A user's first connection joined the presence channel.
     MemberAdded { channel: &'a str, user_id: &'a str },
@@ -48,6 +50,16 @@ pub enum Event<'a> {
 }
 
 impl Event<'_> {
+    /// Whether it is a channel existence event (`channel_occupied`,
+    /// `channel_vacated`): any anonymous client can cause those, so they
+    /// are queued apart from the others (see [`Queue`]).
+    pub fn is_existence(&self) -> bool {
+        matches!(
+            self,
+            Event::ChannelOccupied { .. } | Event::ChannelVacated { .. }
+        )
+    }
+
     /// The event's JSON object.
     pub fn json(&self) -> String {
         let v = match *self {
@@ -87,47 +99,74 @@ impl Event<'_> {
     }
 }
 
-/// An app's events waiting to be sent, at most `max`: past it the oldest
-/// is dropped (and counted), so a dead endpoint costs bounded memory.
+/// An app's events waiting to be sent: channel existence events and the
+/// others (members, client events) in two queues of at most `max` each;
+/// past it a queue's oldest is dropped (and counted), so a dead endpoint
+/// costs bounded memory, and a flood of existence events (anonymous
+/// subscribes on fresh channels) never evicts a member or client event.
+/// Each event carries a sequence number, so batches interleave the two
+/// kinds in the order they happened.
 #[derive(Debug)]
 pub struct Queue {
-    events: VecDeque<String>,
+    existence: VecDeque<(u64, String)>,
+    others: VecDeque<(u64, String)>,
+    next: u64,
     max: usize,
 }
 
 impl Queue {
-    /// An empty queue of at most `max` events.
+    /// An empty queue of at most `max` events of each kind.
     pub fn new(max: usize) -> Self {
         Queue {
-            events: VecDeque::new(),
+            existence: VecDeque::new(),
+            others: VecDeque::new(),
+            next: 0,
             max: max.max(1),
         }
     }
 
-    /// Queues `event`; true if the oldest had to be dropped for it.
-    pub fn push(&mut self, event: String) -> bool {
-        let dropped = self.events.len() >= self.max;
+    /// Queues `event` (an existence event if `existence`); true if the
+    /// oldest of its kind had to be dropped for it.
+    pub fn push(&mut self, existence: bool, event: String) -> bool {
+        let max = self.max;
+        let q = if existence {
+            &mut self.existence
+        } else {
+            &mut self.others
+        };
+        let dropped = q.len() >= max;
         if dropped {
-            self.events.pop_front();
+            q.pop_front();
         }
-        self.events.push_back(event);
+        q.push_back((self.next, event));
+        self.next += 1;
         dropped
     }
 
-    /// Takes the oldest [`MAX_BATCH`] events (or fewer).
+    /// Takes the oldest [`MAX_BATCH`] events (or fewer), both kinds in
+    /// the order they were queued.
     pub fn take_batch(&mut self) -> Vec<String> {
-        let n = self.events.len().min(MAX_BATCH);
-        self.events.drain(..n).collect()
+        let mut out = Vec::with_capacity(self.len().min(MAX_BATCH));
+        while out.len() < MAX_BATCH {
+            let q = match (self.existence.front(), self.others.front()) {
+                (Some(a), Some(b)) if a.0 < b.0 => &mut self.existence,
+                (Some(_), None) => &mut self.existence,
+                (_, Some(_)) => &mut self.others,
+                (None, None) => break,
+            };
+            out.extend(q.pop_front().map(|(_, e)| e));
+        }
+        out
     }
 
     /// Events waiting.
     pub fn len(&self) -> usize {
-        self.events.len()
+        self.existence.len() + self.others.len()
     }
 
     /// Whether none are waiting.
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        self.len() == 0
     }
 }
 
@@ -193,12 +232,32 @@ mod tests {
     fn the_queue_is_bounded_and_batches_in_order() {
         let mut q = Queue::new(150);
         for i in 0..160 {
-            assert_eq!(q.push(i.to_string()), i >= 150, "{i}");
+            assert_eq!(q.push(false, i.to_string()), i >= 150, "{i}");
         }
         let first = q.take_batch();
         assert_eq!(first.len(), MAX_BATCH);
         assert_eq!(first[0], "10", "the oldest went first");
         assert_eq!(q.take_batch().len(), 50);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn existence_events_never_evict_the_others() {
+        let mut q = Queue::new(2);
+        assert!(!q.push(false, "member".into()));
+        assert!(!q.push(true, "o1".into()));
+        assert!(!q.push(false, "client".into()));
+        for i in 2..10 {
+            let dropped = q.push(true, format!("o{i}"));
+            assert_eq!(dropped, i >= 3, "the flood drops its own: {i}");
+        }
+        assert_eq!(q.len(), 4);
+        assert_eq!(q.take_batch(), ["member", "client", "o8", "o9"]);
+        let mut q = Queue::new(10);
+        for (i, e) in ["a", "b", "c", "d"].iter().enumerate() {
+            q.push(i % 2 == 0, e.to_string());
+        }
+        assert_eq!(q.take_batch(), ["a", "b", "c", "d"], "in queued order");
         assert!(q.is_empty());
     }
 

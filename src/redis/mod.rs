@@ -21,6 +21,10 @@
 //! - [`presence`]: presence in Redis — per channel an entry per (instance,
 //!   user) with an expiry, the add/remove/prune scripts that decide joins
 //!   and leaves atomically and publish them.
+//! - [`occupancy`]: Pusher channel occupancy across instances — per app
+//!   an entry per (instance, channel) with an expiry, the set/settle
+//!   scripts that decide `channel_occupied`/`channel_vacated` once per
+//!   app (with a grace), and the listings' reads.
 //! - [`config`]: [`RedisConfig`], Redis mode's settings.
 //! - [`error`]: [`RedisError`], why a connection failed.
 
@@ -30,6 +34,7 @@ pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod inbound;
+pub mod occupancy;
 pub mod presence;
 pub mod resp;
 pub mod scan;

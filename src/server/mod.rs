@@ -34,7 +34,9 @@
 //! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
 //!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
 //!   (`/apps/{id}/...`), publishing through `publish`; `pusher_webhook`:
-//!   each app's webhook queue and sender (the cache's origin client).
+//!   each app's webhook queue and sender (the cache's origin client);
+//!   `pusher_occupancy`: which channels are occupied — the listings and
+//!   `channel_occupied`/`channel_vacated`, across instances in Redis mode.
 //! - `presence_edge`: presence for the JSON protocol (members on
 //!   subscribe, `"presence":true` events, `{"op":"presence"}`,
 //!   `GET /presence/{channel}`); `pusher_presence`: Pusher `presence-*`
@@ -54,7 +56,8 @@
 //! `ws_conn`, `worker` → `park`; `ws_conn` → `ws_control` →
 //! `presence_edge`, `recall`, `publish`;
 //! `ws_conn`, `http_conn` → `presence_edge`; `pusher_ws`, `pusher_api` →
-//! `pusher_presence`; both → `presence_redis` → `worker`; `worker` →
+//! `pusher_presence`, `pusher_occupancy` → `worker`; `pusher_presence`
+//! → `presence_redis` → `worker`; `worker` →
 //! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
 //! that imports it back.
 
@@ -68,6 +71,7 @@ mod presence_edge;
 mod presence_redis;
 mod publish;
 mod pusher_api;
+mod pusher_occupancy;
 mod pusher_presence;
 mod pusher_webhook;
 mod pusher_ws;
@@ -234,6 +238,9 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
         redis::spawn(link, w.clone());
         if w.cfg.presence.enabled() || !w.cfg.pusher.apps.is_empty() {
             monoio::spawn(presence_redis::refresh_loop(w.clone(), link.clone()));
+        }
+        if !w.cfg.pusher.apps.is_empty() {
+            monoio::spawn(pusher_occupancy::settle_loop(w.clone(), link.clone()));
         }
     }
     for app in w.webhooks.apps() {

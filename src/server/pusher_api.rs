@@ -1,7 +1,8 @@
 //! The Pusher HTTP API under `/apps/{app_id}/`: `POST events` and
 //! `batch_events` (published through the publish seam, so Redis mode
 //! carries them to every instance), `GET channels`, `channels/{name}` and
-//! `channels/{name}/users` (this instance's view). Every request must
+//! `channels/{name}/users` (every instance's in Redis mode:
+//! `pusher_occupancy`, `pusher_presence`). Every request must
 //! carry Pusher's query-string signature (`pusher::sign::verify_api`).
 
 use serde_json::{json, Map, Value};
@@ -14,6 +15,7 @@ use crate::pusher::api::{self, Event};
 use crate::pusher::sign::{self, ApiRequest};
 use crate::pusher::{internal_channel, local_serial, App, ChannelKind};
 use crate::server::publish::{route_publish, wait_for_backlog, Published};
+use crate::server::pusher_occupancy;
 use crate::server::pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
@@ -154,7 +156,7 @@ fn wants(query: &str, attribute: &str) -> bool {
 }
 
 /// `GET /apps/{id}/channels[?filter_by_prefix=&info=user_count]`: occupied
-/// channels on this instance.
+/// channels (of every instance in Redis mode).
 async fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u8> {
     let prefix = internal_channel(&app.id, "");
     let filter = query_value(query, "filter_by_prefix").unwrap_or("");
@@ -166,22 +168,24 @@ async fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u
             keep_alive,
         );
     }
-    let listed = w.hub.borrow().channels_with_prefix(&prefix);
+    let Some(listed) = pusher_occupancy::channels(w, app).await else {
+        return error(503, "channels unavailable (redis)", keep_alive);
+    };
     let mut out = Map::new();
-    for (internal, _) in listed {
-        let name = &internal[prefix.len()..];
+    for (name, _) in listed {
         // Users' own channels are not channels of the app's.
         if !name.starts_with(filter) || name.starts_with('#') {
             continue;
         }
         let mut info = Map::new();
         if user_count {
+            let internal = format!("{prefix}{name}");
             let Some(n) = pusher_presence::user_count(w, &internal).await else {
                 return unavailable(keep_alive);
             };
             info.insert("user_count".into(), n.into());
         }
-        out.insert(name.to_string(), Value::Object(info));
+        out.insert(name, Value::Object(info));
     }
     answer(200, &json!({ "channels": out }), keep_alive)
 }
@@ -190,7 +194,9 @@ async fn channels(w: &Worker, app: &App, query: &str, keep_alive: bool) -> Vec<u
 /// `subscription_count` and (presence) `user_count`.
 async fn channel(w: &Worker, app: &App, name: &str, query: &str, keep_alive: bool) -> Vec<u8> {
     let internal = internal_channel(&app.id, name);
-    let count = w.hub.borrow().subscriber_count(&internal);
+    let Some(count) = pusher_occupancy::subscriptions(w, app, name).await else {
+        return error(503, "channels unavailable (redis)", keep_alive);
+    };
     let mut out = json!({ "occupied": count > 0 });
     if wants(query, "subscription_count") {
         out["subscription_count"] = count.into();

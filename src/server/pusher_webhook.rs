@@ -63,7 +63,7 @@ impl Webhooks {
         let Some(hook) = self.hooks.get(app).and_then(Option::as_ref) else {
             return;
         };
-        if hook.queue.borrow_mut().push(ev.json()) {
+        if hook.queue.borrow_mut().push(ev.is_existence(), ev.json()) {
             stats.pusher_webhook_dropped += 1;
         }
         if let Some(w) = hook.waker.take() {

@@ -17,6 +17,7 @@ use crate::pusher::state::Session;
 use crate::pusher::webhook::Event;
 use crate::pusher::{internal_channel, sign, ChannelKind};
 use crate::server::publish::{route_publish, Published};
+use crate::server::pusher_occupancy;
 use crate::server::pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
@@ -35,12 +36,10 @@ fn hook(w: &Worker, hub: &mut Hub, app: usize, ev: Event<'_>) {
     w.webhooks.emit(app, ev, &mut hub.stats);
 }
 
-/// After a subscriber of `channel` left this instance: `channel_vacated`
-/// if it was the last (users' own channels are not announced).
-fn vacated(w: &Worker, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
-    if hub.subscriber_count(internal) == 0 && ChannelKind::of(channel) != ChannelKind::User {
-        hook(w, hub, app, Event::ChannelVacated { channel });
-    }
+/// After a subscriber of `channel` left this instance (see
+/// `pusher_occupancy`: `channel_vacated` if it was the last).
+fn vacated(w: &Rc<Worker>, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
+    pusher_occupancy::changed(w, hub, app, (channel, internal), false);
 }
 
 /// Starts a Pusher session for the upgraded connection `id`:
@@ -87,12 +86,14 @@ fn start(w: &Worker, id: ConnId, serial: u64) -> Option<Session> {
         &protocol::connection_established(&socket_id, timeout),
     );
     let rate = w.cfg.pusher.client_event_rate;
+    let occupancy = w.cfg.pusher.occupancy_rate;
     Some(Session {
         app,
         serial,
         socket_id,
         channels: Default::default(),
         bucket: TokenBucket::new(rate, rate, w.now_ms()),
+        occupancy: TokenBucket::new(occupancy, occupancy, w.now_ms()),
         user: None,
     })
 }
@@ -204,6 +205,12 @@ fn subscribe(
         hub.stats.pusher_auth_failures += 1;
         return refuse_subscription(hub, id, &channel, 401, "invalid signature");
     }
+    if !within_occupancy_rate(w, hub, s, (kind, &internal)) {
+        hub.stats.pusher_subscriptions_limited += 1;
+        let message =
+            "subscription rate limit exceeded (channels newly occupied or presence joins)";
+        return refuse_subscription(hub, id, &channel, 429, message);
+    }
     let member = match kind {
         ChannelKind::Presence => match signed_data.and_then(presence::parse_member) {
             Some(m) => Some(m),
@@ -215,18 +222,7 @@ fn subscribe(
         _ => None,
     };
     if let Some(m) = member {
-        // channel_occupied before the member_added it brings; balanced by
-        // channel_vacated if the subscription was refused.
-        let app = s.app;
-        let first = hub.subscriber_count(&internal) == 0;
-        if first {
-            hook(w, hub, app, Event::ChannelOccupied { channel: &channel });
-        }
-        pusher_presence::subscribe(w, hub, (s, id), (channel.clone(), &internal), m);
-        if first {
-            vacated(w, hub, app, &channel, &internal);
-        }
-        return;
+        return subscribe_member(w, hub, (s, id), (channel, &internal), m);
     }
     let ack = text_frame(&protocol::subscription_succeeded(&channel, "{}"));
     if hub.subscribe_internal_acked(id, &internal, ack).is_err() {
@@ -236,13 +232,49 @@ fn subscribe(
     occupied(w, hub, s.app, &channel, &internal);
 }
 
-/// After a subscription to `channel` (hub name `internal`):
-/// `channel_occupied` if it is the first subscriber here (none if the
-/// subscription was refused).
-fn occupied(w: &Worker, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
-    if hub.subscriber_count(internal) == 1 {
-        hook(w, hub, app, Event::ChannelOccupied { channel });
+/// Whether a subscription to `internal` (of `kind`) is within the
+/// connection's `--pusher-occupancy-rate`: only one that occupies the
+/// channel here or joins a presence channel — what queues webhooks and
+/// Redis work — takes a token. (A vacated channel's webhook is bounded by
+/// its occupying subscribe's.)
+fn within_occupancy_rate(
+    w: &Worker,
+    hub: &Hub,
+    s: &mut Session,
+    (kind, internal): (ChannelKind, &str),
+) -> bool {
+    let costs = kind == ChannelKind::Presence || hub.subscriber_count(internal) == 0;
+    !costs || s.occupancy.take(w.now_ms()).is_ok()
+}
+
+/// A signed presence subscription of member `m`. Embedded:
+/// `channel_occupied` goes before the `member_added` it brings, balanced
+/// by `channel_vacated` if the subscription was refused. Redis mode: the
+/// app-wide occupancy is updated once subscribed (`pusher_occupancy`).
+fn subscribe_member(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (s, id): (&mut Session, ConnId),
+    (channel, internal): (String, &str),
+    m: presence::Member,
+) {
+    let app = s.app;
+    let first = w.redis.is_none() && hub.subscriber_count(internal) == 0;
+    if first {
+        hook(w, hub, app, Event::ChannelOccupied { channel: &channel });
     }
+    pusher_presence::subscribe(w, hub, (s, id), (channel.clone(), internal), m);
+    if first {
+        vacated(w, hub, app, &channel, internal);
+    } else if w.redis.is_some() && s.channels.contains_key(&channel) {
+        occupied(w, hub, app, &channel, internal);
+    }
+}
+
+/// After a subscription to `channel` (hub name `internal`; see
+/// `pusher_occupancy`: `channel_occupied` if it is the first).
+fn occupied(w: &Rc<Worker>, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
+    pusher_occupancy::changed(w, hub, app, (channel, internal), true);
 }
 
 /// `#server-to-user-{id}`: only for the connection signed in as `id`.
@@ -318,6 +350,10 @@ fn client_event(
         ChannelKind::Private | ChannelKind::Presence
     ) {
         Some("client events are only allowed on private and presence channels")
+    } else if channel.starts_with(protocol::ENCRYPTED_PREFIX) {
+        // Pusher's rule: an end-to-end encrypted channel's events are
+        // encrypted by the server SDK; a client event would be plaintext.
+        Some("client events are not supported on encrypted channels")
     } else if !s.channels.contains_key(channel) {
         Some("client event on a channel this connection is not subscribed to")
     } else if data.get().len() > MAX_DATA {

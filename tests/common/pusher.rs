@@ -87,3 +87,93 @@ pub fn api_request(
 pub fn now() -> u64 {
     corecast::auth::unix_now()
 }
+
+/// A webhook receiver: answers every request 200 and collects the events
+/// (the requests' `events` arrays, in arrival order). While its gate is
+/// closed, a request is read (and counted in `requests`) but neither
+/// answered nor collected: the server's one request in flight per app
+/// waits, and what happens meanwhile waits in the server's queue.
+pub struct WebhookReceiver {
+    pub port: u16,
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    gate: tokio::sync::watch::Sender<bool>,
+}
+
+impl WebhookReceiver {
+    /// Listens on a free port, its gate `open` or closed.
+    pub async fn start(open: bool) -> WebhookReceiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (gate, _) = tokio::sync::watch::channel(open);
+        let r = WebhookReceiver {
+            port,
+            seen: Default::default(),
+            requests: Default::default(),
+            gate,
+        };
+        let (seen, requests, gate) = (r.seen.clone(), r.requests.clone(), r.gate.clone());
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let (seen, requests) = (seen.clone(), requests.clone());
+                tokio::spawn(serve_hooks(s, seen, requests, gate.subscribe()));
+            }
+        });
+        r
+    }
+
+    /// Opens the gate: held requests are answered and collected.
+    pub fn open(&self) {
+        self.gate.send_replace(true);
+    }
+
+    /// The events collected so far named `name`.
+    pub fn named(&self, name: &str) -> Vec<Value> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().filter(|e| e["name"] == name).cloned().collect()
+    }
+}
+
+async fn serve_hooks(
+    mut s: tokio::net::TcpStream,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    mut gate: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        // One request: head, then Content-Length bytes of body.
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n");
+        let len = end.map(|end| {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            end + 4 + len
+        });
+        let Some(total) = len.filter(|&t| buf.len() >= t) else {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            continue;
+        };
+        requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if gate.wait_for(|open| *open).await.is_err() {
+            return;
+        }
+        let body_start = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let body: Value = serde_json::from_slice(&buf[body_start..total]).unwrap();
+        buf.drain(..total);
+        let events = body["events"].as_array().cloned().unwrap_or_default();
+        seen.lock().unwrap().extend(events);
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+        if s.write_all(ok).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,7 +1,7 @@
 // Real Pusher clients against a running corecast, for tests/pusher_js.rs.
 // Usage: node scenario.mjs MODE   (env: CORECAST_ADDR=host:port, APP_ID,
 // APP_KEY, APP_SECRET; CORECAST_ADDR2: a second instance, Redis mode, that
-// some clients of the presence scenario use). Prints one JSON object per line for what the
+// some clients of the presence and channels_across scenarios use). Prints one JSON object per line for what the
 // clients saw; the Rust test asserts on them. Exits 0 when the scenario
 // finished, 1 on a timeout (the test's deadline covers the rest).
 import PusherJs from 'pusher-js';
@@ -147,6 +147,31 @@ Object.assign(scenarios, {
     await removed;
     say({ client: 'a', kind: 'members', count: cha.members.count });
     a.disconnect();
+  },
+});
+
+Object.assign(scenarios, {
+  // Channel state across instances (Redis mode): a pusher-js client on
+  // the second instance; the server SDK asks the first for the app's
+  // channels (polling until Redis has them: the deadline is the test's).
+  async channels_across() {
+    const b = client('b', { at: second });
+    await subscribe(b, 'b', 'news');
+    const b2 = client('b2', { at: second });
+    await subscribe(b2, 'b2', 'news');
+    const ask = async (path, params) => (await sdk().get({ path, params })).json();
+    let listed = {};
+    while (!listed.news) {
+      listed = (await ask('/channels', {})).channels;
+    }
+    say({ client: 'sdk', kind: 'channels', channels: listed });
+    let info = {};
+    while (info.subscription_count !== 2) {
+      info = await ask('/channels/news', { info: 'subscription_count' });
+    }
+    say({ client: 'sdk', kind: 'channel', info });
+    b.disconnect();
+    b2.disconnect();
   },
 });
 

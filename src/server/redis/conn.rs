@@ -138,6 +138,8 @@ async fn open(
     }
     if role == Role::Command && link.presence {
         cmds.extend(crate::redis::presence::SCRIPTS.map(stream::script_load));
+        // Pusher apps' channel occupancy (`link.presence` covers them).
+        cmds.extend(crate::redis::occupancy::SCRIPTS.map(stream::script_load));
     }
     for cmd in cmds {
         let (res, _) = stream.write_all(cmd).await;

@@ -183,7 +183,13 @@ impl RedisLink {
             return Err(PipelineFull);
         };
         let msg = (opcode, origin, payload);
-        let cmd = match &self.keeping {
+        // Pusher's channels are published plainly: nothing reads their
+        // history back (see `channel::keeps_history`).
+        let keeping = self
+            .keeping
+            .as_ref()
+            .filter(|_| crate::channel::keeps_history(channel));
+        let cmd = match keeping {
             Some(k) => {
                 let epoch = self.mint_epoch();
                 stream::publish((self.mode, &self.prefix, channel), msg, k, &epoch)
@@ -270,6 +276,15 @@ impl RedisLink {
             events,
             sender: 0,
             mode: self.mode,
+        }
+    }
+
+    /// Where Pusher app `app`'s channel occupancy lives, as this instance.
+    pub fn occupancy_place<'a>(&'a self, app: &'a str) -> crate::redis::occupancy::Place<'a> {
+        crate::redis::occupancy::Place {
+            prefix: &self.prefix,
+            app,
+            instance: self.instance,
         }
     }
 
