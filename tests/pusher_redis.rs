@@ -614,3 +614,45 @@ async fn a_stopped_instance_s_channels_go_with_it() {
     // Well within the 10 s entry lifetime.
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+/// A presence subscription Redis refuses as full (the app's other
+/// instance holds the last seat) leaves no subscriber counted behind: the
+/// refusing instance takes its count back at once, not at its next
+/// refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presence_subscription_refused_by_redis_is_not_counted() {
+    let redis = RedisServer::start(&[]).await;
+    let tweak = |c: &mut corecast::Config| {
+        c.pusher.add_apps("7:k7:s7").unwrap();
+        c.pusher.max_presence_members = 1;
+        // A refresh far away: only the refusal itself can fix the count.
+        c.presence.refresh_ms = 20_000;
+        c.presence.ttl_ms = 60_000;
+    };
+    let one = instance(redis.url("", ""), tweak);
+    let two = instance(redis.url("", ""), tweak);
+    wait_readyz(one.addr, 200).await;
+    wait_readyz(two.addr, 200).await;
+    let join = |addr, user: &'static str| async move {
+        let (mut ws, id) = connect(addr, "k7").await;
+        let cd = format!(r#"{{"user_id":"{user}"}}"#);
+        let signed = auth("k7", "s7", &format!("{id}:presence-room:{cd}"));
+        let first = subscribe(&mut ws, "presence-room", Some(signed), Some(&cd)).await;
+        (ws, first)
+    };
+    let (_ann, r) = join(one.addr, "ann").await;
+    assert_eq!(r["event"], "pusher_internal:subscription_succeeded", "{r}");
+    // bob is admitted by instance two (no member there), then refused by
+    // Redis's script.
+    let (mut bob, r) = join(two.addr, "bob").await;
+    let refusal = if r["event"] == "pusher_internal:subscription_succeeded" {
+        next_json(&mut bob).await
+    } else {
+        r
+    };
+    assert_eq!(refusal["event"], "pusher:subscription_error", "{refusal}");
+    wait_until("one subscriber counted across instances", || async {
+        channel_info(one.addr, "presence-room").await["subscription_count"] == 1
+    })
+    .await;
+}

@@ -22,6 +22,7 @@ use crate::presence::{self, event};
 use crate::pusher::presence as pp;
 use crate::pusher::protocol;
 use crate::redis::presence::{self as rp, LeaveUser, Place, Pruned};
+use crate::server::pusher_occupancy;
 use crate::server::redis::{RedisLink, ReplyWaiter};
 use crate::server::worker::Worker;
 
@@ -170,7 +171,7 @@ fn push_add(
 }
 
 /// The Redis channel was full when connection `id` joined.
-fn refuse(w: &Worker, id: ConnId, channel: &str, style: &Style) {
+fn refuse(w: &Rc<Worker>, id: ConnId, channel: &str, style: &Style) {
     if w.presence.borrow_mut().leave(id as u64, channel).is_none() {
         return; // gone already
     }
@@ -183,8 +184,14 @@ fn refuse(w: &Worker, id: ConnId, channel: &str, style: &Style) {
             crate::control::error(ErrorCode::PresenceFull, presence::FULL_MESSAGE, None)
         }
         Some(name) => {
-            if let Some(s) = w.pusher_sessions.borrow_mut().get_mut(&id) {
+            let app = w.pusher_sessions.borrow_mut().get_mut(&id).map(|s| {
                 s.channels.remove(name);
+                s.app
+            });
+            if let Some(app) = app {
+                // The app's count across instances drops now, not at the
+                // next refresh.
+                pusher_occupancy::changed(w, &mut hub, app, (name, channel), false);
             }
             hub.stats.pusher_subscriptions_refused += 1;
             let text = protocol::subscription_error(name, 403, "presence channel full");
