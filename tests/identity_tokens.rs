@@ -212,3 +212,41 @@ fn base64_url(s: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
 }
+
+/// A key set as a provider publishes it (Node's `export({format:'jwk'})`
+/// of openssl keys) checks the provider's tokens, each key chosen by its
+/// `kid`; the same token with another key's `kid` is refused.
+#[test]
+fn a_jwks_from_node_checks_node_signed_tokens() {
+    use corecast::auth::{jwks, verify_token_for, Expected, TokenKeys};
+    let dir = scratch("jwks");
+    let (rsa, _) = keypair(
+        &dir,
+        "rsa",
+        &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:3072"],
+    );
+    let (ec, _) = keypair(
+        &dir,
+        "ec",
+        &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"],
+    );
+    const JS: &str = r#"
+const crypto = require('crypto'); const fs = require('fs');
+const keys = process.argv.slice(1).map((p, i) => Object.assign(
+  crypto.createPublicKey(crypto.createPrivateKey(fs.readFileSync(p))).export({format: 'jwk'}),
+  {kid: 'k' + i, use: 'sig'}));
+process.stdout.write(JSON.stringify({keys}));
+"#;
+    let set = run(Command::new("node").args(["-e", JS]).arg(&rsa).arg(&ec));
+    let parsed = jwks::parse(set.as_bytes()).expect("a key set");
+    assert_eq!(parsed.keys.len(), 2, "{set}");
+    let keys = TokenKeys {
+        secret: None,
+        public: &parsed.keys,
+    };
+    let check = |t: &str| verify_token_for(t.as_bytes(), &keys, 1, Expected::default());
+    assert!(check(&node_token("RS512", &rsa, r#"{"kid":"k0"}"#, CLAIMS)).is_ok());
+    assert!(check(&node_token("ES384", &ec, r#"{"kid":"k1"}"#, CLAIMS)).is_ok());
+    assert!(check(&node_token("RS256", &rsa, r#"{"kid":"k1"}"#, CLAIMS)).is_err());
+    assert!(check(&node_token("RS256", &rsa, r#"{"kid":"k9"}"#, CLAIMS)).is_err());
+}

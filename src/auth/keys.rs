@@ -58,7 +58,7 @@ impl Alg {
     }
 
     /// The kind of public key that may check it (`None`: HS256).
-    fn kind(self) -> Option<KeyKind> {
+    pub fn family(self) -> Option<KeyKind> {
         match self {
             Alg::Hs256 => None,
             Alg::Rs256 | Alg::Rs384 | Alg::Rs512 => Some(KeyKind::Rsa),
@@ -204,7 +204,7 @@ impl<'a> TokenKeys<'a> {
         signed: &[u8],
         sig: &[u8],
     ) -> Result<(), TokenError> {
-        let Some(kind) = alg.kind() else {
+        let Some(kind) = alg.family() else {
             let secret = self.secret.ok_or(TokenError::UnsupportedAlgorithm)?;
             return hs256(secret, signed, sig);
         };

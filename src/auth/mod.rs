@@ -11,6 +11,7 @@
 //! - `jwt`: a token's parts, signature (through `keys`) and claims.
 //! - `keys`: the keys, each bound to one algorithm family (no algorithm
 //!   confusion), PEM public keys.
+//! - `jwks`: JSON Web Key Sets read into public keys (what is skipped).
 //! - `grants`: what a connection may do (channel patterns).
 //! - `error`: why a token is refused.
 //! - `bucket`: the token bucket.
@@ -18,6 +19,7 @@
 mod bucket;
 mod error;
 mod grants;
+pub mod jwks;
 mod jwt;
 mod keys;
 
