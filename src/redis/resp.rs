@@ -314,7 +314,7 @@ mod tests {
         for len in [0usize, 1, 9, 10, 99, 100, 1000, 12345] {
             for n in [1usize, 8, 9, 10, 11, 100] {
                 let arg: Vec<u8> = (0..len).map(|i| (i % 256) as u8).collect();
-                let args: Vec<&[u8]> = std::iter::repeat(arg.as_slice()).take(n).collect();
+                let args: Vec<&[u8]> = std::iter::repeat_n(arg.as_slice(), n).collect();
                 let mut buf = BytesMut::new();
                 encode_command(&args, &mut buf);
                 let wire = buf.clone();
