@@ -4,7 +4,8 @@
 # fails when deliveries are lost, p99 latency (kernel receive time) is over
 # its threshold, or throughput is under its floor; then the idle-memory
 # scenario (a fresh server, N idle WebSockets held past --park-after) fails
-# when a connection costs more RSS than its bound. Reports: target/perf/broadcast.json, idle.json.
+# when a connection costs more RSS than its bound, or the fresh server
+# (before its first connection) holds more than its bound. Reports: target/perf/broadcast.json, idle.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=perf/thresholds.json
@@ -40,6 +41,7 @@ checks = [
     ("idle connections failed", idle["failed"], "<=", 0),
     ("RSS per idle connection (bytes)", idle["server"]["rss_bytes_per_connection"], "<=",
      t["max_idle_bytes_per_connection"]),
+    ("fresh server RSS (KiB)", idle["server"]["rss_before_kib"], "<=", t["max_fresh_rss_kib"]),
 ]
 failed = 0
 for name, got, op, limit in checks:
