@@ -61,31 +61,20 @@
 //! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
 //! that imports it back.
 
-mod cache_edge;
+mod cache;
+mod conn;
 mod endpoints;
 pub mod formats;
-mod http_conn;
+mod history;
 mod iovec;
-mod park;
-mod presence_edge;
-mod presence_redis;
+mod native;
+mod presence;
 mod publish;
-mod pusher_api;
-mod pusher_occupancy;
-mod pusher_presence;
-mod pusher_webhook;
-mod pusher_ws;
-mod recall;
+mod pusher;
 mod redis;
-mod relay_edge;
 mod resolve;
-mod resume;
-mod sock;
 mod sys;
-mod upgrade;
 mod worker;
-mod ws_conn;
-mod ws_control;
 
 use std::future::Future;
 use std::io;
@@ -99,8 +88,7 @@ use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use http_conn::Listener;
-use sock::Sock;
+use conn::http::Listener;
 use worker::Worker;
 
 use crate::config::Config;
@@ -110,8 +98,6 @@ use crate::runtime::{self, DriverKind};
 
 /// How often deadlines, keepalive pings and the stop flag are checked.
 const TICK: Duration = Duration::from_millis(100);
-/// Pause after `accept` fails for lack of descriptors.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Listen backlog.
 const BACKLOG: i32 = 4096;
 
@@ -229,7 +215,7 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     let started = Instant::now();
     monoio::spawn(sweeper(w.clone(), started));
     if w.parking.after_ms().is_some() {
-        monoio::spawn(ws_conn::unparker(w.clone()));
+        monoio::spawn(conn::websocket::unparker(w.clone()));
     }
     if w.hub.borrow().limits().fanout_window > 0 {
         monoio::spawn(pacer_watchdog(w.clone()));
@@ -237,27 +223,27 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     if let Some(link) = &w.redis {
         redis::spawn(link, w.clone());
         if w.cfg.presence.enabled() || !w.cfg.pusher.apps.is_empty() {
-            monoio::spawn(presence_redis::refresh_loop(w.clone(), link.clone()));
+            monoio::spawn(presence::redis::refresh_loop(w.clone(), link.clone()));
         }
         if !w.cfg.pusher.apps.is_empty() {
-            monoio::spawn(pusher_occupancy::settle_loop(w.clone(), link.clone()));
+            monoio::spawn(pusher::occupancy::settle_loop(w.clone(), link.clone()));
         }
     }
     for app in w.webhooks.apps() {
         let w = w.clone();
         monoio::spawn(async move {
             let cfg = &w.cfg.pusher.apps[app];
-            pusher_webhook::sender(&w.webhooks, (app, cfg), &w.hub).await
+            pusher::webhook::sender(&w.webhooks, (app, cfg), &w.hub).await
         });
     }
     let accept_admin = async {
         match admin {
-            Some(l) => accept_loop(w.clone(), l, Listener::Admin).await,
+            Some(l) => conn::accept::accept_loop(w.clone(), l, Listener::Admin).await,
             None => std::future::pending().await,
         }
     };
     let accept_main = race(
-        accept_loop(w.clone(), listener, Listener::Public),
+        conn::accept::accept_loop(w.clone(), listener, Listener::Public),
         accept_admin,
     );
     race(accept_main, wait_for_stop(&stop)).await;
@@ -283,35 +269,6 @@ async fn wait_for_stop(stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) && !runtime::signalled() {
         monoio::time::sleep(TICK).await;
     }
-}
-
-async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener, role: Listener) {
-    let mut last_warn: Option<Instant> = None;
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                let ctx = http_conn::ConnCtx::new(role, peer.ip());
-                monoio::spawn(http_conn::handle(w.clone(), Sock::new(stream), ctx));
-            }
-            Err(e) if is_fd_exhaustion(&e) => {
-                // Out of descriptors: back off instead of spinning, and log
-                // once per interval rather than once per failed accept.
-                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                    log!(Warn, "accept failed, backing off", error = e);
-                    last_warn = Some(Instant::now());
-                }
-                monoio::time::sleep(ACCEPT_BACKOFF).await;
-            }
-            Err(e) => log!(Debug, "accept failed", error = e),
-        }
-    }
-}
-
-fn is_fd_exhaustion(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
 }
 
 /// Advances the hub's clock, sends keepalive pings, and cuts connections

@@ -14,23 +14,25 @@ use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use crate::auth::TokenBucket;
 use crate::hub::{CloseReason, ConnId, ConnKind, ConnState, Hub, WriterWork};
 use crate::log;
-use crate::server::park::{self, Session};
-use crate::server::presence_edge;
-use crate::server::publish::{route_publish, Published};
-use crate::server::resume::{self, Deferred};
-use crate::server::sock::{
+use crate::server::conn::park::{self, Session};
+use crate::server::conn::sock::{
     drain_close, write_all_vectored, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
 };
+use crate::server::conn::upgrade::Upgrade;
+use crate::server::formats;
+use crate::server::history::resume::{self, Deferred};
+use crate::server::native::control as ws_control;
+use crate::server::presence::edge as presence_edge;
+use crate::server::publish::{route_publish, Published};
+use crate::server::pusher::ws as pusher_ws;
 use crate::server::sys;
-use crate::server::upgrade::Upgrade;
 use crate::server::worker::Worker;
-use crate::server::{formats, pusher_ws, ws_control};
 use crate::ws::{Message, OpCode, ProtocolError, Receiver, Role};
 
 /// Starts an upgraded connection: subscribes, then runs it ([`run`]) in a
 /// task of its own until it ends or parks. `release_ip`: the client
 /// address whose per-IP count it holds, released when it ends.
-pub(super) fn websocket(
+pub fn websocket(
     w: &Rc<Worker>,
     sock: Sock,
     id: ConnId,
@@ -248,7 +250,7 @@ fn end_session(w: &Rc<Worker>, id: ConnId) {
 
 /// The worker's poller task for parked connections: runs each one that is
 /// woken (input, something to write, a deadline's `shutdown`) again.
-pub(super) async fn unparker(w: Rc<Worker>) {
+pub async fn unparker(w: Rc<Worker>) {
     let mut ids = Vec::new();
     while !w.parking.is_stopped() {
         w.parking.woken(&mut ids).await;

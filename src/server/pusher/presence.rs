@@ -12,7 +12,7 @@ use crate::presence::Joined;
 use crate::pusher::presence::{self as pp, Member};
 use crate::pusher::protocol;
 use crate::pusher::state::Session;
-use crate::server::presence_redis;
+use crate::server::presence::redis as presence_redis;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
 use crate::ws::OpCode;

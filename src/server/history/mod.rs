@@ -1,0 +1,5 @@
+//! History's edge.
+
+pub mod recall;
+pub mod relay;
+pub mod resume;

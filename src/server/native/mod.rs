@@ -1,0 +1,3 @@
+//! corecast's own protocol.
+
+pub mod control;

@@ -1,0 +1,4 @@
+//! Presence's edge.
+
+pub mod edge;
+pub mod redis;
