@@ -8,58 +8,73 @@
 //! without touching the per-connection code.
 //!
 //! # Layout
-//! - `mod.rs` boots the worker (pinning, driver, accept loop, sweeper,
-//!   pacer watchdog, shutdown).
-//! - `worker`: what the worker's tasks share ([`worker::Worker`]: hub,
-//!   config, Redis link, cache, scratch buffer).
-//! - `sock`: the split socket and how the worker reads it.
-//! - `http_conn`: a connection's HTTP phase (head → route → dispatch).
-//! - `upgrade`: the WebSocket upgrade (auth, `101`); it picks the
-//!   connection's wire format.
-//! - `formats`: the wire formats subscribers receive (path mode, the JSON
-//!   envelope), as the encoders the hub is built with.
-//! - `endpoints`: `/healthz`, `/readyz`, `/stats`, `/metrics`, status.
-//! - `publish`: the publish seam (in-process or through Redis) and
-//!   `POST /publish`.
-//! - `recall`: history at the edge — a JSON subscribe's reply and
-//!   replay, `GET /history/{channel}`.
-//! - `resume`: a JSON subscribe in Redis mode with history (read from
-//!   Redis, then subscribe + replay in one step); `/history` from Redis.
-//! - `ws_control`: the JSON control protocol's requests on a WebSocket.
-//! - `ws_conn`: an upgraded connection's reader and writer, and parking
-//!   them after `--park-after` of quiet; `park`: the parked connections
-//!   (their fds in the worker's epoll set, the wakers that resume them).
-//! - `relay_edge`: Redis mode's history actions (deliveries in offset
-//!   order, gap notices) applied to the hub.
-//! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
-//!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
-//!   (`/apps/{id}/...`), publishing through `publish`; `pusher_webhook`:
-//!   each app's webhook queue and sender (the cache's origin client);
-//!   `pusher_occupancy`: which channels are occupied — the listings and
-//!   `channel_occupied`/`channel_vacated`, across instances in Redis mode.
-//! - `presence_edge`: presence for the JSON protocol (members on
-//!   subscribe, `"presence":true` events, `{"op":"presence"}`,
-//!   `GET /presence/{channel}`); `pusher_presence`: Pusher `presence-*`
-//!   channels on the same core; both go through `presence_redis` in Redis
-//!   mode (the scripts' commands, the refresh/prune loop).
-//! - `redis`: Redis mode's connections around a shard; it sees the worker
-//!   only through the narrow `redis::Local` handle.
-//! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
-//!   it gets a deadline-renewal callback, never the worker.
-//! - `resolve`: host names (origin, Redis) resolved off the worker thread.
-//! - `iovec`: the owning iovec list for vectored writes; `sys`: the few
-//!   raw syscalls; `status.html`: the page served at `/status`.
+//! By feature: each folder is the edge of one feature, named after it, and
+//! the files at this level are the boot and the seams the folders meet
+//! through.
+//! - `mod.rs` boots the worker (pinning, driver, sweeper, pacer
+//!   watchdog, shutdown) and starts each feature's tasks.
+//! - Seams, which any folder may import: `worker` (what the worker's
+//!   tasks share: hub, config, Redis link, cache, parking, scratch
+//!   buffer), `publish` (the one publish path, in-process or through
+//!   Redis, and `POST /publish`), `endpoints` (`/healthz`, `/readyz`,
+//!   `/stats`, `/metrics`, status), `formats` (the wire formats — path
+//!   mode, the JSON envelope, Pusher — as the encoders the hub is built
+//!   with), `resolve` (host names resolved off the worker thread), `sys`
+//!   (the few raw syscalls), `iovec` (the owning iovec list for vectored
+//!   writes, clients' and Redis's), and `redis/mod.rs` (the Redis link's
+//!   face); `status.html` is the page served at `/status`.
+//! - `conn/`: a connection's life — `accept`, `http` (head → route →
+//!   dispatch), `upgrade` (auth, `101`, the wire format), `sock` (the
+//!   split socket and how the worker reads it), `park` (parked
+//!   connections: fds in the worker's epoll set, their wakers) and
+//!   `websocket/` (task, reader, frames, writer, close, parked, and the
+//!   `transport` seam; its own Layout says what a new transport
+//!   implements).
+//! - `native/`: corecast's own protocol, the session of a WebSocket that
+//!   is not Pusher's — path-mode publishes and the JSON control protocol
+//!   (`control`).
+//! - `pusher/`: Pusher Channels — `ws` (a connection's session), `api`
+//!   (the signed HTTP API), `presence` (`presence-*` channels),
+//!   `occupancy` (occupied channels, `channel_occupied`/`vacated`, across
+//!   instances in Redis mode), `webhook` (each app's queue and sender).
+//! - `presence/`: `edge` (the JSON protocol's presence: members on
+//!   subscribe, events, `{"op":"presence"}`, `GET /presence`) and `redis`
+//!   (Redis mode: the scripts' commands, the refresh/prune loop), which
+//!   Pusher presence shares.
+//! - `history/`: `recall` (a JSON subscribe's reply and replay,
+//!   `GET /history`), `resume` (a subscribe in Redis mode with history:
+//!   read, then subscribe + replay in one step; `/history` from Redis),
+//!   `relay` (Redis mode's deliveries in offset order and gap notices).
+//! - `redis/`: Redis mode's connections around a shard; it sees the
+//!   worker only through the narrow `redis::Local` handle. Its `backfill`
+//!   (reads of a channel's stream) stays here, not in `history/`: the
+//!   subscriber connection itself starts it to close a gap.
+//! - `cache/`: the HTTP cache's origin client, stores and coalescing; it
+//!   gets a deadline-renewal callback, never the worker.
 //!
-//! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `pusher_api`, `publish`, `ws_conn` → `pusher_ws`, `resume`
-//! → `recall`, `publish` → `worker` → `relay_edge` → `formats`;
-//! `ws_conn`, `worker` → `park`; `ws_conn` → `ws_control` →
-//! `presence_edge`, `recall`, `publish`;
-//! `ws_conn`, `http_conn` → `presence_edge`; `pusher_ws`, `pusher_api` →
-//! `pusher_presence`, `pusher_occupancy` → `worker`; `pusher_presence`
-//! → `presence_redis` → `worker`; `worker` →
-//! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
-//! that imports it back.
+//! Who may import whom: `mod.rs` and the seams may import any folder; a
+//! folder imports the seams and, of its siblings, only what
+//! `scripts/check_imports.py` lists as an exception, each with its reason:
+//! ```text
+//!              mod.rs (boot)
+//!                  │
+//!                conn ── http ──→ cache, history, presence, pusher::api
+//!                  │  └─ websocket ──→ native, pusher::ws   (sessions)
+//!                  ▼
+//!   native ──→ history, presence        history::resume ──→ presence::edge
+//!   pusher::presence ──→ presence::redis ──→ pusher::occupancy
+//!   pusher::webhook ──→ cache::origin
+//!                  │
+//!                  ▼  every folder
+//!   worker, publish, endpoints, formats, redis/mod.rs → resolve, sys, iovec
+//! ```
+//! No file imports one that imports it back (the script finds loops
+//! through folders too). The next edges have their places: `tls/` (a byte
+//! transport under `conn/websocket/transport`'s calls, and under the HTTP
+//! phase), `hooks/` (outgoing calls on connection and subscription events,
+//! through the seams, like `pusher/webhook`), `sse/` (Server-Sent Events:
+//! a second wire under the same outbox, a sibling of `conn/websocket`'s
+//! writer with its own format in `formats`).
 
 mod cache;
 mod conn;

@@ -1,6 +1,6 @@
 //! One connection from accept to close: register it, serve HTTP requests
 //! (head → route → dispatch) until one upgrades or the connection ends,
-//! then hand an upgraded connection to `ws_conn`.
+//! then hand an upgraded connection to `websocket`.
 
 use std::io;
 use std::net::IpAddr;

@@ -69,7 +69,7 @@ pub async fn subscribe(w: &Rc<Worker>, id: ConnId, d: Deferred) {
     send(&mut hub, id, channel, r, idv);
 }
 
-/// A deferred subscribe was refused: what `ws_control` did for it before
+/// A deferred subscribe was refused: what `native::control` did for it before
 /// the read (presence joined, its events watched) is undone.
 fn refused(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, d: &Deferred) {
     if d.fresh {

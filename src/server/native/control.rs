@@ -1,7 +1,7 @@
 //! The JSON control protocol on a WebSocket (`GET /ws`): one request at
 //! a time — subscribe (with history, presence), unsubscribe, publish,
 //! presence queries, token refresh — answered through the connection's
-//! queue. Run by `ws_conn`'s reader.
+//! queue. Run by the WebSocket reader, through `native::on_data`.
 
 use std::rc::Rc;
 

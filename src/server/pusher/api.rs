@@ -2,7 +2,7 @@
 //! `batch_events` (published through the publish seam, so Redis mode
 //! carries them to every instance), `GET channels`, `channels/{name}` and
 //! `channels/{name}/users` (every instance's in Redis mode:
-//! `pusher_occupancy`, `pusher_presence`). Every request must
+//! `occupancy`, `presence`). Every request must
 //! carry Pusher's query-string signature (`pusher::sign::verify_api`).
 
 use serde_json::{json, Map, Value};

@@ -1,6 +1,6 @@
 //! Pusher presence channels (`presence-*`) on the shared presence core:
 //! members counted per user (`crate::presence`), and in Redis mode kept
-//! across instances by `presence_redis` — `member_added`/`member_removed`
+//! across instances by `presence::redis` — `member_added`/`member_removed`
 //! decided by Redis's scripts and published on the channel itself, the
 //! `subscription_succeeded` member list and the HTTP API's `users` and
 //! `user_count` read from Redis.
