@@ -26,10 +26,19 @@ so the edge is followed through the facade's `pub use` to its source (and a
 loop through a facade is still found); a name the facade does not re-export
 adds no edge.
 
+The rule for the server's feature folders. Each folder under `src/server/`
+(`conn/`, `pusher/`, `presence/`, ...) is the edge of one feature. A file in
+one imports no file of a sibling folder, except a seam: a file named in
+SEAMS (`worker.rs`, `publish.rs`, ... at the top of `src/server/`, and the
+Redis link's face `redis/mod.rs`), or an edge EXCEPTIONS names — each with
+the reason the code needs it. Files at the top of `src/server/` (the seams
+and the boot in `mod.rs`) may import any folder; loops are still loops.
+
 Fails on: any strongly connected component of more than one file (2-cycles and
-longer), printed with one `file:line` per edge; a file over 700 lines; a
-function over 80 lines. A `// long: reason` comment on the line before a `fn`
-(before its attributes) exempts that function; one in a file's first 10 lines
+longer), printed with one `file:line` per edge; an import between feature
+folders that no seam or exception allows; a file over 700 lines; a function
+over 80 lines. A `// long: reason` comment on the line before a `fn` (before
+its attributes) exempts that function; one in a file's first 10 lines
 exempts the file.
 """
 
@@ -43,6 +52,40 @@ MAX_FN_LINES = 80
 CRATES = [("src", "corecast"), ("bench/src", "corecast_bench")]
 SKIP_DIRS = {"bin"}
 SKIP_FILES = {"main.rs"}
+
+# The server's feature folders: src/server/<feature>/.
+FEATURE_ROOT = ("corecast", "server")
+
+# Modules of src/server any feature folder may import (paths below
+# FEATURE_ROOT; a folder's `mod.rs` is the folder's own path).
+SEAMS = {
+    ("worker",): "what a worker's tasks share: hub, config, Redis link, cache, parking",
+    ("publish",): "the one publish path (in-process or through Redis)",
+    ("endpoints",): "probes, stats, the status channel's name",
+    ("formats",): "the wire formats' ids and encoders the hub is built with",
+    ("resolve",): "host names resolved off the worker thread",
+    ("sys",): "the few raw syscalls",
+    ("iovec",): "the owning iovec list (client writes and Redis commands)",
+    ("redis",): "the Redis link's face (RedisLink, ReplyWaiter, history reads)",
+}
+
+# Imports between feature folders that are neither through a seam: (from,
+# to, why), each a path below FEATURE_ROOT; an edge is allowed when its
+# file is `from` or below it and its target is `to` or below it.
+EXCEPTIONS = [
+    (("conn", "http"), ("cache",), "the HTTP router answers the cache's routes"),
+    (("conn", "http"), ("history",), "the HTTP router answers GET /history"),
+    (("conn", "http"), ("presence",), "the HTTP router answers GET /presence"),
+    (("conn", "http"), ("pusher", "api"), "the HTTP router answers the Pusher HTTP API"),
+    (("conn", "websocket"), ("native",), "a WebSocket runs its session: corecast's own protocol"),
+    (("conn", "websocket"), ("pusher", "ws"), "a WebSocket runs its session: Pusher's"),
+    (("native",), ("history",), "the JSON subscribe replays history (and resumes it from Redis)"),
+    (("native",), ("presence",), "the JSON protocol's presence ops (join on subscribe, query)"),
+    (("history", "resume"), ("presence", "edge"), "a deferred subscribe refused meanwhile leaves presence as ws_control would"),
+    (("presence", "redis"), ("pusher", "occupancy"), "a Pusher presence subscription Redis refuses gives its occupancy back at once"),
+    (("pusher", "presence"), ("presence", "redis"), "Pusher presence channels keep their members through the same Redis scripts"),
+    (("pusher", "webhook"), ("cache", "origin"), "webhooks are sent with the cache's pooled, bounded HTTP client"),
+]
 
 
 # ---------------------------------------------------------------- lexing
@@ -325,6 +368,39 @@ def cycles(nodes, edges):
     return out
 
 
+# ---------------------------------------------------------------- features
+
+def feature_violations(mods, edges):
+    """Imports from one feature folder into a sibling that neither a seam nor
+    an exception allows."""
+    root = FEATURE_ROOT
+    # A folder: a module below the root with its own directory.
+    folders = {k[len(root)] for k, m in mods.items()
+               if k[:len(root)] == root and len(k) > len(root)
+               and (len(k) > len(root) + 1 or m.file.endswith(os.sep + "mod.rs"))}
+
+    def place(key):
+        """(folder, path below the root) of a module in a feature folder."""
+        if key[:len(root)] != root or len(key) <= len(root):
+            return None, None
+        rel = key[len(root):]
+        return (rel[0] if rel[0] in folders else None), rel
+
+    out = []
+    for a in sorted(edges):
+        fa, ra = place(a)
+        if fa is None:
+            continue
+        for b, where in sorted(edges[a].items()):
+            fb, rb = place(b)
+            if fb is None or fb == fa or rb in SEAMS:
+                continue
+            if any(ra[:len(f)] == f and rb[:len(t)] == t for f, t, _ in EXCEPTIONS):
+                continue
+            out.append("feature folders: %s -> %s at %s (import through a seam, or add an exception with its reason)" % ("::".join(a), "::".join(b), where))
+    return out
+
+
 # ---------------------------------------------------------------- sizes
 
 FN_RE_STRIPPED = re.compile(r"^[ \t]*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?(?:extern\s+\s*)?fn\s+(\w+)", re.M)
@@ -380,6 +456,7 @@ def check(root, show_graph=False, quiet=False):
                 if b in s:
                     lines.append("    %s -> %s at %s" % (name(a), name(b), where))
         problems.append("\n".join(lines))
+    problems += feature_violations(mods, edges)
     problems += size_violations(mods)
     if not quiet:
         nedges = sum(len(v) for v in edges.values())
@@ -431,6 +508,32 @@ def self_test():
             "src/ws/mod.rs": "pub mod frame;\npub struct Limits;\n#[cfg(test)]\nmod tests;\n",
             "src/ws/tests.rs": "use crate::hub::Hub;\n",
             "src/ws/frame.rs": "pub struct Frame;\nconst S: &str = \"crate::hub::Hub\"; // crate::hub::Hub in a comment\n"}),
+        ("a feature folder importing a sibling folder", False, {
+            "src/lib.rs": "mod server;\n",
+            "src/server/mod.rs": "mod worker;\nmod presence;\nmod pusher;\n",
+            "src/server/worker.rs": "pub struct Worker;\n",
+            "src/server/presence/mod.rs": "pub mod edge;\n",
+            "src/server/presence/edge.rs": "use crate::server::pusher::ws::Session;\npub fn join() {}\n",
+            "src/server/pusher/mod.rs": "pub mod ws;\n",
+            "src/server/pusher/ws.rs": "pub struct Session;\n"}),
+        ("a feature folder's code path into a sibling's redis file", False, {
+            "src/lib.rs": "mod server;\n",
+            "src/server/mod.rs": "mod redis;\nmod cache;\n",
+            "src/server/redis/mod.rs": "pub mod link;\npub struct RedisLink;\n",
+            "src/server/redis/link.rs": "pub fn send() {}\n",
+            "src/server/cache/mod.rs": "fn f() { crate::server::redis::link::send(); }\n"}),
+        ("feature folders through seams, an exception, and the top importing any", True, {
+            "src/lib.rs": "mod server;\n",
+            "src/server/mod.rs": "mod worker;\nmod redis;\nmod cache;\nmod conn;\nmod pusher;\nfn boot() { pusher::webhook::send(); conn::http::handle(); }\n",
+            "src/server/worker.rs": "pub struct Worker;\n",
+            "src/server/redis/mod.rs": "mod link;\npub struct RedisLink;\n",
+            "src/server/redis/link.rs": "pub fn send() {}\n",
+            "src/server/cache/mod.rs": "pub mod origin;\nuse crate::server::redis::RedisLink;\nuse crate::server::worker::Worker;\n",
+            "src/server/cache/origin.rs": "pub struct OriginClient;\n",
+            "src/server/conn/mod.rs": "pub mod http;\n",
+            "src/server/conn/http.rs": "use crate::server::cache::origin::OriginClient;\npub fn handle() {}\n",
+            "src/server/pusher/mod.rs": "pub mod webhook;\n",
+            "src/server/pusher/webhook.rs": "use crate::server::cache::origin::OriginClient;\nuse crate::server::worker::Worker;\npub fn send() {}\n#[cfg(test)]\nmod tests {\n    use crate::server::conn::http::handle;\n}\n"}),
         ("a function over 80 lines", False, {
             "src/lib.rs": "fn big() {\n%s\n}\n" % long_body}),
         ("a function over 80 lines with a reason", True, {

@@ -46,13 +46,15 @@
 //! Top to bottom; a module imports only modules below it (→ lists what it
 //! may import), no two files import each other, and
 //! `scripts/check_imports.py` (in `scripts/test.sh`) fails on any loop.
-//! - `server` → everything below: the network edge — accept loop,
-//!   per-connection reader and writer tasks, vectored writes, the sweeper
-//!   for deadlines and keepalive, graceful shutdown; the Redis edge
-//!   (`server::redis`: one shard per Redis server, one per master of a
-//!   Redis Cluster behind a slot map) and the cache edge
-//!   (`server::cache_edge`). Its own
-//!   Layout section orders its files.
+//! - `server` → everything below: the network edge, one folder per
+//!   feature — `conn` (accept, HTTP, upgrade, the WebSocket's task,
+//!   reader, writer and its byte transport, parking), `native` (path mode
+//!   and the JSON control protocol), `pusher`, `presence`, `history`,
+//!   `redis` (one shard per Redis server, one per master of a Redis
+//!   Cluster behind a slot map), `cache` — meeting through a few seams
+//!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
+//!   keepalive, graceful shutdown. Its own Layout section draws who may
+//!   import whom; `scripts/check_imports.py` holds the folders to it.
 //! - [`config`] → `auth`, `cache`, `http`, `hub`, `presence`, `pusher`, `redis`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
@@ -73,9 +75,9 @@
 //!   channel (`--presence-channels`), counted per user — a user's second
 //!   connection does not join again, its last one leaving is the one
 //!   leave — with its bounds, and the JSON texts of `join`, `leave` and
-//!   the `presence` answer (sans-I/O). Its edge is
-//!   `server::presence_edge` (embedded) and `server::presence_redis` (the
-//!   refresh/prune loop around `redis::presence`'s scripts).
+//!   the `presence` answer (sans-I/O). Its edge is `server::presence`
+//!   (`edge`: the JSON protocol's presence; `redis`: the refresh/prune
+//!   loop around `redis::presence`'s scripts).
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),

@@ -1,7 +1,7 @@
 //! The origin's addresses with a time to live, sans-I/O: what a connect
 //! should do — use the addresses, use them while they are re-resolved in
 //! the background, or wait for a first resolution. The lookups themselves
-//! run off the worker thread (`server::cache_edge::resolve`): resolving
+//! run off the worker thread (`server::resolve`): resolving
 //! blocks, and on the worker it froze every WebSocket.
 
 use std::net::SocketAddr;

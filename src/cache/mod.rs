@@ -1,6 +1,6 @@
 //! The HTTP response cache, sans-I/O: everything the cache decides without
 //! touching a socket. The monoio side (origin connections, store calls,
-//! request coalescing, background revalidation) is `server::cache_edge`.
+//! request coalescing, background revalidation) is `server::cache`.
 //!
 //! # Layout
 //! - [`config`]: [`CacheConfig`], the cache's settings.

@@ -512,7 +512,7 @@ impl Hub {
         Poll::Pending
     }
 
-    /// Connection `id`'s parking (`server::park`), if it exists.
+    /// Connection `id`'s parking (`server::conn::park`), if it exists.
     pub fn parking(&mut self, id: ConnId) -> Option<Parking<'_>> {
         let now_ms = self.now_ms;
         let conn = self.conns.get_mut(id)?;

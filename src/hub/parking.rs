@@ -1,6 +1,6 @@
 //! Parking as the hub sees it: whether a connection is quiet enough, and
 //! the hand-over between its writer and the edge's park waker (the edge
-//! keeps the socket; see `server::park`).
+//! keeps the socket; see `server::conn::park`).
 
 use std::marker::PhantomData;
 use std::task::Waker;
@@ -9,7 +9,7 @@ use super::conn::{self, Conn, ConnKind, ConnState, Pace};
 
 /// The waker that stands in for a parked connection's writer. It names
 /// the connection by id only and wakes through the *calling* thread's
-/// list of woken connections (`server::park`): woken on another thread,
+/// list of woken connections (`server::conn::park`): woken on another thread,
 /// the wake-up would land in that thread's list and be lost. So it is
 /// `!Send` and `!Sync` (the raw-pointer marker): the compiler keeps it on
 /// the worker thread that made it, and the hub that stores it is `!Send`

@@ -3,7 +3,7 @@
 //! channel authorizations and HTTP API calls (`sign`), presence members
 //! (`presence`), the HTTP events API's bodies (`api`) and what a worker's
 //! connections share (`state`). The network
-//! edge (`server::pusher_ws`, `server::pusher_api`) drives them.
+//! edge (`server::pusher`: `ws`, `api`) drives them.
 //!
 //! Pusher channels live in the hub under internal names
 //! ([`internal_channel`]: `pusher/{app id}/{channel}`), which hold a `/`,

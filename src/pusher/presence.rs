@@ -2,7 +2,7 @@
 //! `member_added`/`member_removed` data and the `subscription_succeeded`
 //! snapshot. The members themselves are counted by the shared presence
 //! core (`crate::presence`, per user, with Redis mode across instances);
-//! the edge is `server::pusher_ws`.
+//! the edge is `server::pusher::ws`.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -8,84 +8,88 @@
 //! without touching the per-connection code.
 //!
 //! # Layout
-//! - `mod.rs` boots the worker (pinning, driver, accept loop, sweeper,
-//!   pacer watchdog, shutdown).
-//! - `worker`: what the worker's tasks share ([`worker::Worker`]: hub,
-//!   config, Redis link, cache, scratch buffer).
-//! - `sock`: the split socket and how the worker reads it.
-//! - `http_conn`: a connection's HTTP phase (head → route → dispatch).
-//! - `upgrade`: the WebSocket upgrade (auth, `101`); it picks the
-//!   connection's wire format.
-//! - `formats`: the wire formats subscribers receive (path mode, the JSON
-//!   envelope), as the encoders the hub is built with.
-//! - `endpoints`: `/healthz`, `/readyz`, `/stats`, `/metrics`, status.
-//! - `publish`: the publish seam (in-process or through Redis) and
-//!   `POST /publish`.
-//! - `recall`: history at the edge — a JSON subscribe's reply and
-//!   replay, `GET /history/{channel}`.
-//! - `resume`: a JSON subscribe in Redis mode with history (read from
-//!   Redis, then subscribe + replay in one step); `/history` from Redis.
-//! - `ws_control`: the JSON control protocol's requests on a WebSocket.
-//! - `ws_conn`: an upgraded connection's reader and writer, and parking
-//!   them after `--park-after` of quiet; `park`: the parked connections
-//!   (their fds in the worker's epoll set, the wakers that resume them).
-//! - `relay_edge`: Redis mode's history actions (deliveries in offset
-//!   order, gap notices) applied to the hub.
-//! - `pusher_ws`: a Pusher connection's session (`GET /app/{key}`), run
-//!   by `ws_conn`'s reader; `pusher_api`: the signed Pusher HTTP API
-//!   (`/apps/{id}/...`), publishing through `publish`; `pusher_webhook`:
-//!   each app's webhook queue and sender (the cache's origin client);
-//!   `pusher_occupancy`: which channels are occupied — the listings and
-//!   `channel_occupied`/`channel_vacated`, across instances in Redis mode.
-//! - `presence_edge`: presence for the JSON protocol (members on
-//!   subscribe, `"presence":true` events, `{"op":"presence"}`,
-//!   `GET /presence/{channel}`); `pusher_presence`: Pusher `presence-*`
-//!   channels on the same core; both go through `presence_redis` in Redis
-//!   mode (the scripts' commands, the refresh/prune loop).
-//! - `redis`: Redis mode's connections around a shard; it sees the worker
-//!   only through the narrow `redis::Local` handle.
-//! - `cache_edge`: the HTTP cache's origin client, stores and coalescing;
-//!   it gets a deadline-renewal callback, never the worker.
-//! - `resolve`: host names (origin, Redis) resolved off the worker thread.
-//! - `iovec`: the owning iovec list for vectored writes; `sys`: the few
-//!   raw syscalls; `status.html`: the page served at `/status`.
+//! By feature: each folder is the edge of one feature, named after it, and
+//! the files at this level are the boot and the seams the folders meet
+//! through.
+//! - `mod.rs` boots the worker (pinning, driver, sweeper, pacer
+//!   watchdog, shutdown) and starts each feature's tasks.
+//! - Seams, which any folder may import: `worker` (what the worker's
+//!   tasks share: hub, config, Redis link, cache, parking, scratch
+//!   buffer), `publish` (the one publish path, in-process or through
+//!   Redis, and `POST /publish`), `endpoints` (`/healthz`, `/readyz`,
+//!   `/stats`, `/metrics`, status), `formats` (the wire formats — path
+//!   mode, the JSON envelope, Pusher — as the encoders the hub is built
+//!   with), `resolve` (host names resolved off the worker thread), `sys`
+//!   (the few raw syscalls), `iovec` (the owning iovec list for vectored
+//!   writes, clients' and Redis's), and `redis/mod.rs` (the Redis link's
+//!   face); `status.html` is the page served at `/status`.
+//! - `conn/`: a connection's life — `accept`, `http` (head → route →
+//!   dispatch), `upgrade` (auth, `101`, the wire format), `sock` (the
+//!   split socket and how the worker reads it), `park` (parked
+//!   connections: fds in the worker's epoll set, their wakers) and
+//!   `websocket/` (task, reader, frames, writer, close, parked, and the
+//!   `transport` seam; its own Layout says what a new transport
+//!   implements).
+//! - `native/`: corecast's own protocol, the session of a WebSocket that
+//!   is not Pusher's — path-mode publishes and the JSON control protocol
+//!   (`control`).
+//! - `pusher/`: Pusher Channels — `ws` (a connection's session), `api`
+//!   (the signed HTTP API), `presence` (`presence-*` channels),
+//!   `occupancy` (occupied channels, `channel_occupied`/`vacated`, across
+//!   instances in Redis mode), `webhook` (each app's queue and sender).
+//! - `presence/`: `edge` (the JSON protocol's presence: members on
+//!   subscribe, events, `{"op":"presence"}`, `GET /presence`) and `redis`
+//!   (Redis mode: the scripts' commands, the refresh/prune loop), which
+//!   Pusher presence shares.
+//! - `history/`: `recall` (a JSON subscribe's reply and replay,
+//!   `GET /history`), `resume` (a subscribe in Redis mode with history:
+//!   read, then subscribe + replay in one step; `/history` from Redis),
+//!   `relay` (Redis mode's deliveries in offset order and gap notices).
+//! - `redis/`: Redis mode's connections around a shard; it sees the
+//!   worker only through the narrow `redis::Local` handle. Its `backfill`
+//!   (reads of a channel's stream) stays here, not in `history/`: the
+//!   subscriber connection itself starts it to close a gap.
+//! - `cache/`: the HTTP cache's origin client, stores and coalescing; it
+//!   gets a deadline-renewal callback, never the worker.
 //!
-//! Imports go down this list's dependency order: `http_conn` → `upgrade`,
-//! `endpoints`, `pusher_api`, `publish`, `ws_conn` → `pusher_ws`, `resume`
-//! → `recall`, `publish` → `worker` → `relay_edge` → `formats`;
-//! `ws_conn`, `worker` → `park`; `ws_conn` → `ws_control` →
-//! `presence_edge`, `recall`, `publish`;
-//! `ws_conn`, `http_conn` → `presence_edge`; `pusher_ws`, `pusher_api` →
-//! `pusher_presence`, `pusher_occupancy` → `worker`; `pusher_presence`
-//! → `presence_redis` → `worker`; `worker` →
-//! `redis`, `cache_edge`, `sock` → `resolve`, `sys`; no file imports one
-//! that imports it back.
+//! Who may import whom: `mod.rs` and the seams may import any folder; a
+//! folder imports the seams and, of its siblings, only what
+//! `scripts/check_imports.py` lists as an exception, each with its reason:
+//! ```text
+//!              mod.rs (boot)
+//!                  │
+//!                conn ── http ──→ cache, history, presence, pusher::api
+//!                  │  └─ websocket ──→ native, pusher::ws   (sessions)
+//!                  ▼
+//!   native ──→ history, presence        history::resume ──→ presence::edge
+//!   pusher::presence ──→ presence::redis ──→ pusher::occupancy
+//!   pusher::webhook ──→ cache::origin
+//!                  │
+//!                  ▼  every folder
+//!   worker, publish, endpoints, formats, redis/mod.rs → resolve, sys, iovec
+//! ```
+//! No file imports one that imports it back (the script finds loops
+//! through folders too). The next edges have their places: `tls/` (a byte
+//! transport under `conn/websocket/transport`'s calls, and under the HTTP
+//! phase), `hooks/` (outgoing calls on connection and subscription events,
+//! through the seams, like `pusher/webhook`), `sse/` (Server-Sent Events:
+//! a second wire under the same outbox, a sibling of `conn/websocket`'s
+//! writer with its own format in `formats`).
 
-mod cache_edge;
+mod cache;
+mod conn;
 mod endpoints;
 pub mod formats;
-mod http_conn;
+mod history;
 mod iovec;
-mod park;
-mod presence_edge;
-mod presence_redis;
+mod native;
+mod presence;
 mod publish;
-mod pusher_api;
-mod pusher_occupancy;
-mod pusher_presence;
-mod pusher_webhook;
-mod pusher_ws;
-mod recall;
+mod pusher;
 mod redis;
-mod relay_edge;
 mod resolve;
-mod resume;
-mod sock;
 mod sys;
-mod upgrade;
 mod worker;
-mod ws_conn;
-mod ws_control;
 
 use std::future::Future;
 use std::io;
@@ -99,8 +103,7 @@ use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use http_conn::Listener;
-use sock::Sock;
+use conn::http::Listener;
 use worker::Worker;
 
 use crate::config::Config;
@@ -110,8 +113,6 @@ use crate::runtime::{self, DriverKind};
 
 /// How often deadlines, keepalive pings and the stop flag are checked.
 const TICK: Duration = Duration::from_millis(100);
-/// Pause after `accept` fails for lack of descriptors.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Listen backlog.
 const BACKLOG: i32 = 4096;
 
@@ -229,7 +230,7 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     let started = Instant::now();
     monoio::spawn(sweeper(w.clone(), started));
     if w.parking.after_ms().is_some() {
-        monoio::spawn(ws_conn::unparker(w.clone()));
+        monoio::spawn(conn::websocket::unparker(w.clone()));
     }
     if w.hub.borrow().limits().fanout_window > 0 {
         monoio::spawn(pacer_watchdog(w.clone()));
@@ -237,27 +238,27 @@ async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -
     if let Some(link) = &w.redis {
         redis::spawn(link, w.clone());
         if w.cfg.presence.enabled() || !w.cfg.pusher.apps.is_empty() {
-            monoio::spawn(presence_redis::refresh_loop(w.clone(), link.clone()));
+            monoio::spawn(presence::redis::refresh_loop(w.clone(), link.clone()));
         }
         if !w.cfg.pusher.apps.is_empty() {
-            monoio::spawn(pusher_occupancy::settle_loop(w.clone(), link.clone()));
+            monoio::spawn(pusher::occupancy::settle_loop(w.clone(), link.clone()));
         }
     }
     for app in w.webhooks.apps() {
         let w = w.clone();
         monoio::spawn(async move {
             let cfg = &w.cfg.pusher.apps[app];
-            pusher_webhook::sender(&w.webhooks, (app, cfg), &w.hub).await
+            pusher::webhook::sender(&w.webhooks, (app, cfg), &w.hub).await
         });
     }
     let accept_admin = async {
         match admin {
-            Some(l) => accept_loop(w.clone(), l, Listener::Admin).await,
+            Some(l) => conn::accept::accept_loop(w.clone(), l, Listener::Admin).await,
             None => std::future::pending().await,
         }
     };
     let accept_main = race(
-        accept_loop(w.clone(), listener, Listener::Public),
+        conn::accept::accept_loop(w.clone(), listener, Listener::Public),
         accept_admin,
     );
     race(accept_main, wait_for_stop(&stop)).await;
@@ -283,35 +284,6 @@ async fn wait_for_stop(stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) && !runtime::signalled() {
         monoio::time::sleep(TICK).await;
     }
-}
-
-async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener, role: Listener) {
-    let mut last_warn: Option<Instant> = None;
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                let ctx = http_conn::ConnCtx::new(role, peer.ip());
-                monoio::spawn(http_conn::handle(w.clone(), Sock::new(stream), ctx));
-            }
-            Err(e) if is_fd_exhaustion(&e) => {
-                // Out of descriptors: back off instead of spinning, and log
-                // once per interval rather than once per failed accept.
-                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                    log!(Warn, "accept failed, backing off", error = e);
-                    last_warn = Some(Instant::now());
-                }
-                monoio::time::sleep(ACCEPT_BACKOFF).await;
-            }
-            Err(e) => log!(Debug, "accept failed", error = e),
-        }
-    }
-}
-
-fn is_fd_exhaustion(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
 }
 
 /// Advances the hub's clock, sends keepalive pings, and cuts connections

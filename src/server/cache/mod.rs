@@ -28,7 +28,7 @@
 mod edge;
 mod flight;
 mod job;
-pub(super) mod origin;
+pub mod origin;
 mod purge;
 mod store;
 

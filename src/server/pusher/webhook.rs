@@ -19,7 +19,7 @@ use crate::hub::Hub;
 use crate::log;
 use crate::pusher::webhook::{self, backoff, Event, Queue, MAX_ATTEMPTS};
 use crate::pusher::{App, PusherConfig};
-use crate::server::cache_edge::origin::OriginClient;
+use crate::server::cache::origin::OriginClient;
 use crate::stats::Stats;
 
 /// Time allowed for one webhook request (connect, send, full response).

@@ -13,10 +13,10 @@ use crate::control::{self, At, ErrorCode, Since};
 
 use crate::history::relay::{Resume, Snapshot};
 use crate::hub::{ConnId, Hub, SubscribeError};
-use crate::server::presence_edge;
-use crate::server::recall;
+use crate::server::history::recall;
+use crate::server::history::relay as relay_edge;
+use crate::server::presence::edge as presence_edge;
 use crate::server::redis::{read_history, read_history_if_any};
-use crate::server::relay_edge;
 use crate::server::worker::Worker;
 
 /// A subscribe waiting for its read from Redis.
@@ -69,7 +69,7 @@ pub async fn subscribe(w: &Rc<Worker>, id: ConnId, d: Deferred) {
     send(&mut hub, id, channel, r, idv);
 }
 
-/// A deferred subscribe was refused: what `ws_control` did for it before
+/// A deferred subscribe was refused: what `native::control` did for it before
 /// the read (presence joined, its events watched) is undone.
 fn refused(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, d: &Deferred) {
     if d.fresh {

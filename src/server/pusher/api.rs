@@ -2,7 +2,7 @@
 //! `batch_events` (published through the publish seam, so Redis mode
 //! carries them to every instance), `GET channels`, `channels/{name}` and
 //! `channels/{name}/users` (every instance's in Redis mode:
-//! `pusher_occupancy`, `pusher_presence`). Every request must
+//! `occupancy`, `presence`). Every request must
 //! carry Pusher's query-string signature (`pusher::sign::verify_api`).
 
 use serde_json::{json, Map, Value};
@@ -15,8 +15,8 @@ use crate::pusher::api::{self, Event};
 use crate::pusher::sign::{self, ApiRequest};
 use crate::pusher::{internal_channel, local_serial, App, ChannelKind};
 use crate::server::publish::{route_publish, wait_for_backlog, Published};
-use crate::server::pusher_occupancy;
-use crate::server::pusher_presence;
+use crate::server::pusher::occupancy as pusher_occupancy;
+use crate::server::pusher::presence as pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 

@@ -1,7 +1,7 @@
 //! The JSON control protocol on a WebSocket (`GET /ws`): one request at
 //! a time — subscribe (with history, presence), unsubscribe, publish,
 //! presence queries, token refresh — answered through the connection's
-//! queue. Run by `ws_conn`'s reader.
+//! queue. Run by the WebSocket reader, through `native::on_data`.
 
 use std::rc::Rc;
 
@@ -10,24 +10,24 @@ use bytes::Bytes;
 use crate::auth::{AuthConfig, Grants};
 use crate::control::{self, ErrorCode};
 use crate::hub::{ConnId, Hub};
-use crate::server::presence_edge::{self, Identity};
+use crate::server::history::recall;
+use crate::server::history::resume::Deferred;
+use crate::server::presence::edge::{self as presence_edge, Identity};
 use crate::server::publish::{route_publish, Published};
-use crate::server::recall;
 use crate::server::redis::RedisLink;
-use crate::server::resume::Deferred;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
 /// The hub's coarse time at which a token with `exp` (seconds since the
 /// epoch) expires; the sweep closes the connection then.
-pub(super) fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
+pub fn token_deadline(hub_now_ms: u64, exp: u64) -> u64 {
     crate::auth::token_deadline_ms(hub_now_ms, exp, crate::auth::unix_now_ms())
 }
 
 /// One request of the JSON control protocol; replies go through the
 /// queue. A subscribe that must first read history from Redis is
 /// returned instead.
-pub(super) fn on_control(
+pub fn on_control(
     w: &Rc<Worker>,
     hub: &mut Hub,
     (id, serial, grants): (ConnId, u64, &Grants),

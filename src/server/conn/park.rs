@@ -14,7 +14,7 @@
 //!   no allocation.
 //!
 //! Sans-hub: this module knows connection ids and fds, not what is in
-//! them; `ws_conn` parks and resumes (reading first what woke it: a peer
+//! them; `websocket` parks and resumes (reading first what woke it: a peer
 //! that left — end of stream, a lone close frame — is ended there,
 //! without running the connection's tasks again).
 

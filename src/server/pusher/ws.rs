@@ -17,8 +17,8 @@ use crate::pusher::state::Session;
 use crate::pusher::webhook::Event;
 use crate::pusher::{internal_channel, sign, ChannelKind};
 use crate::server::publish::{route_publish, Published};
-use crate::server::pusher_occupancy;
-use crate::server::pusher_presence;
+use crate::server::pusher::occupancy as pusher_occupancy;
+use crate::server::pusher::presence as pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
 use crate::ws::OpCode;
@@ -37,7 +37,7 @@ fn hook(w: &Worker, hub: &mut Hub, app: usize, ev: Event<'_>) {
 }
 
 /// After a subscriber of `channel` left this instance (see
-/// `pusher_occupancy`: `channel_vacated` if it was the last).
+/// `occupancy`: `channel_vacated` if it was the last).
 fn vacated(w: &Rc<Worker>, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
     pusher_occupancy::changed(w, hub, app, (channel, internal), false);
 }
@@ -250,7 +250,7 @@ fn within_occupancy_rate(
 /// A signed presence subscription of member `m`. Embedded:
 /// `channel_occupied` goes before the `member_added` it brings, balanced
 /// by `channel_vacated` if the subscription was refused. Redis mode: the
-/// app-wide occupancy is updated once subscribed (`pusher_occupancy`).
+/// app-wide occupancy is updated once subscribed (`occupancy`).
 fn subscribe_member(
     w: &Rc<Worker>,
     hub: &mut Hub,
@@ -272,7 +272,7 @@ fn subscribe_member(
 }
 
 /// After a subscription to `channel` (hub name `internal`; see
-/// `pusher_occupancy`: `channel_occupied` if it is the first).
+/// `occupancy`: `channel_occupied` if it is the first).
 fn occupied(w: &Rc<Worker>, hub: &mut Hub, app: usize, channel: &str, internal: &str) {
     pusher_occupancy::changed(w, hub, app, (channel, internal), true);
 }

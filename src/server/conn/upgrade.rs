@@ -12,9 +12,9 @@ use crate::hub::{ConnId, ConnKind};
 use crate::log;
 use crate::peers::PeerRefusal;
 use crate::pusher;
+use crate::server::conn::sock::{write_small, Sock};
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
-use crate::server::sock::{write_small, Sock};
 use crate::server::worker::Worker;
 
 /// An accepted upgrade.

@@ -1,6 +1,6 @@
 //! Pusher presence channels (`presence-*`) on the shared presence core:
 //! members counted per user (`crate::presence`), and in Redis mode kept
-//! across instances by `presence_redis` — `member_added`/`member_removed`
+//! across instances by `presence::redis` — `member_added`/`member_removed`
 //! decided by Redis's scripts and published on the channel itself, the
 //! `subscription_succeeded` member list and the HTTP API's `users` and
 //! `user_count` read from Redis.
@@ -12,7 +12,7 @@ use crate::presence::Joined;
 use crate::pusher::presence::{self as pp, Member};
 use crate::pusher::protocol;
 use crate::pusher::state::Session;
-use crate::server::presence_redis;
+use crate::server::presence::redis as presence_redis;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
 use crate::ws::OpCode;

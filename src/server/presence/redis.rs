@@ -22,7 +22,7 @@ use crate::presence::{self, event};
 use crate::pusher::presence as pp;
 use crate::pusher::protocol;
 use crate::redis::presence::{self as rp, LeaveUser, Place, Pruned};
-use crate::server::pusher_occupancy;
+use crate::server::pusher::occupancy as pusher_occupancy;
 use crate::server::redis::{RedisLink, ReplyWaiter};
 use crate::server::worker::Worker;
 

@@ -21,7 +21,7 @@ use crate::control::{self, ErrorCode};
 use crate::http::{self, HttpError};
 use crate::hub::{ConnId, Hub};
 use crate::presence::{self, event, Joined, Left};
-use crate::server::presence_redis;
+use crate::server::presence::redis as presence_redis;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
 use crate::ws::OpCode;

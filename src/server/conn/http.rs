@@ -1,6 +1,6 @@
 //! One connection from accept to close: register it, serve HTTP requests
 //! (head → route → dispatch) until one upgrades or the connection ends,
-//! then hand an upgraded connection to `ws_conn`.
+//! then hand an upgraded connection to `websocket`.
 
 use std::io;
 use std::net::IpAddr;
@@ -14,11 +14,15 @@ use crate::cache::response::Answer;
 use crate::http::{self, BodyPlan, HttpError, Method, Route};
 use crate::hub::ConnId;
 use crate::log;
-use crate::server::cache_edge::{self, Incoming};
-use crate::server::sock::{linger_close, write_all_vectored, Sock};
-use crate::server::upgrade::{self, Upgrade};
+use crate::server::cache::{self, Incoming};
+use crate::server::conn::sock::{linger_close, write_all_vectored, Sock};
+use crate::server::conn::upgrade::{self, Upgrade};
+use crate::server::conn::websocket as ws_conn;
+use crate::server::history::{recall, resume};
+use crate::server::presence::edge as presence_edge;
+use crate::server::pusher::api as pusher_api;
 use crate::server::worker::Worker;
-use crate::server::{endpoints, presence_edge, publish, pusher_api, recall, resume, ws_conn};
+use crate::server::{endpoints, publish};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -238,7 +242,7 @@ async fn serve(
             let renew = || w.hub.borrow_mut().request_started(id);
             // Boxed: inline, the cache's future would make every
             // connection's future larger (by 384 bytes when measured).
-            Box::pin(cache_edge::respond(w.cache.as_ref(), &route, inc, &renew)).await
+            Box::pin(cache::respond(w.cache.as_ref(), &route, inc, &renew)).await
         }
         other => endpoints::respond(w, &other, keep_alive, head_only)
             .expect("every other route is a plain endpoint")

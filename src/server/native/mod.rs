@@ -1,0 +1,70 @@
+//! corecast's own protocol at the edge, the session of a WebSocket that
+//! is neither Pusher's: path mode (`GET /ws/{channel}`: every message is a
+//! publish to its channel) and the JSON control protocol (`GET /ws`,
+//! `control`). The WebSocket's reader hands it data messages
+//! ([`on_data`]) and the end of the connection ([`close`]); it answers
+//! through the hub, publishes through `publish`, and reaches presence and
+//! history through their edges.
+
+pub mod control;
+
+use std::rc::Rc;
+
+use crate::auth::Grants;
+use crate::hub::{CloseReason, ConnId, Hub};
+use crate::log;
+use crate::server::presence::edge as presence_edge;
+use crate::server::publish::{route_publish, Published};
+use crate::server::worker::Worker;
+use crate::ws::OpCode;
+
+pub use crate::server::history::resume::{subscribe as subscribe_deferred, Deferred};
+
+/// A data message from connection `id` (`serial`; its path-mode
+/// `channel`, its `grants`): a publish in path mode, a request in the
+/// JSON protocol. A subscribe that must
+/// first read history from Redis is returned, for the reader to run
+/// ([`subscribe_deferred`]) before it reads on.
+pub fn on_data(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (id, serial): (ConnId, u64),
+    (channel, grants): (Option<&str>, &Grants),
+    opcode: OpCode,
+    payload: &[u8],
+) -> Option<Box<Deferred>> {
+    let redis = w.redis.as_deref();
+    let Some(c) = channel else {
+        let who = (id, serial, grants);
+        return control::on_control(w, hub, who, opcode, payload);
+    };
+    if !grants.may_publish(c) {
+        hub.stats.publish_forbidden += 1;
+        hub.close(
+            id,
+            1008,
+            "this connection may not publish here",
+            CloseReason::Protocol,
+        );
+        return None;
+    }
+    let outcome = route_publish(hub, redis, c, opcode, payload, serial, false);
+    if let Published::Rejected = outcome {
+        // A plain WebSocket has no way to carry an error reply: tell
+        // the publisher with close 1013 rather than drop its message.
+        log!(
+            Info,
+            "publish refused, closing publisher",
+            conn = id,
+            channel = c
+        );
+        hub.close(id, 1013, "publish buffer full", CloseReason::Overloaded);
+    }
+    None
+}
+
+/// What ends with the connection: its presence memberships (a no-op if
+/// it had none).
+pub fn close(w: &Rc<Worker>, id: ConnId) {
+    presence_edge::close(w, id);
+}
