@@ -65,11 +65,63 @@ pub fn markdown(r: &SoakReport) -> String {
          did not get; `rec`: the JSON resume with `since` was recovered; `parked`: most \
          connections parked during the cycle; `cut`: the never-reading subscriber was cut.\n\n",
     );
-    table(&mut s, &r.samples);
+    let rows = shown_rows(&r.samples);
+    if rows.len() < r.samples.len() {
+        let _ = writeln!(
+            s,
+            "{} of {} cycles: evenly spaced, plus every cycle that lost a message, \
+             did not settle or was not cut; all of them are in `soak.json`.\n",
+            rows.len(),
+            r.samples.len()
+        );
+    }
+    table(&mut s, &rows);
     s
 }
 
-fn table(s: &mut String, samples: &[Sample]) {
+/// Most rows the Markdown table holds (a 30-minute run has ~4,000 cycles).
+const MAX_ROWS: usize = 240;
+/// Most points a chart series holds (min and max of each bucket).
+const MAX_POINTS: usize = 600;
+
+/// The rows of the table: every cycle of a short run; of a long one,
+/// evenly spaced cycles and every cycle that went wrong.
+fn shown_rows(samples: &[Sample]) -> Vec<&Sample> {
+    let step = samples.len().div_ceil(MAX_ROWS).max(1);
+    let last = samples.len().saturating_sub(1);
+    samples
+        .iter()
+        .enumerate()
+        .filter(|(i, x)| {
+            i % step == 0 || *i == last || x.lost > 0 || !x.settled || !x.slow_cut && x.cycle > 0
+        })
+        .map(|(_, x)| x)
+        .collect()
+}
+
+/// At most [`MAX_POINTS`] points: the lowest and highest of each run of
+/// neighbours, in x order, so a spike survives the thinning.
+fn thin(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    if points.len() <= MAX_POINTS {
+        return points;
+    }
+    let bucket = points.len().div_ceil(MAX_POINTS / 2);
+    let mut out = Vec::with_capacity(MAX_POINTS + 2);
+    for chunk in points.chunks(bucket) {
+        let lo = chunk.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+        let hi = chunk.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+        if let (Some(&lo), Some(&hi)) = (lo, hi) {
+            let (a, b) = if lo.0 <= hi.0 { (lo, hi) } else { (hi, lo) };
+            out.push(a);
+            if b != a {
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
+fn table(s: &mut String, samples: &[&Sample]) {
     s.push_str("| cycle | t s | clients | msgs | lost | rec | parked | cut | settle ms |");
     for q in &QUANTITIES {
         let _ = write!(s, " {} |", q.header);
@@ -182,10 +234,12 @@ fn panel(title: &str, samples: &[Sample], what: &[(&str, f64, &str)]) -> Chart {
                 name: label.to_string(),
                 color: PALETTE[i % PALETTE.len()].into(),
                 dashed: false,
-                points: samples
-                    .iter()
-                    .map(|s| (s.cycle as f64, s.values[at] as f64 * scale))
-                    .collect(),
+                points: thin(
+                    samples
+                        .iter()
+                        .map(|s| (s.cycle as f64, s.values[at] as f64 * scale))
+                        .collect(),
+                ),
             }
         })
         .collect();
@@ -246,4 +300,22 @@ pub fn text(r: &SoakReport) -> String {
         let _ = writeln!(s, "  {}", c.describe());
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_series_are_thinned_keeping_their_spikes() {
+        let short: Vec<(f64, f64)> = (0..MAX_POINTS).map(|i| (i as f64, 1.0)).collect();
+        assert_eq!(thin(short.clone()), short);
+        let mut long: Vec<(f64, f64)> = (0..4_000).map(|i| (i as f64, 5.0)).collect();
+        long[1234].1 = 99.0;
+        long[3000].1 = -1.0;
+        let t = thin(long);
+        assert!(t.len() <= MAX_POINTS, "{}", t.len());
+        assert!(t.windows(2).all(|w| w[0].0 < w[1].0), "in x order");
+        assert!(t.contains(&(1234.0, 99.0)) && t.contains(&(3000.0, -1.0)));
+    }
 }
