@@ -62,6 +62,7 @@ impl Default for Config {
             history: Default::default(),
             pusher: Default::default(),
             presence: Default::default(),
+            tls: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -256,6 +257,9 @@ impl Config {
             return Err(ConfigError(
                 "presence-refresh must be below presence-ttl".into(),
             ));
+        }
+        if self.tls.enabled() {
+            self.tls.pairs().map_err(|e| ConfigError(e.to_string()))?;
         }
         self.validate_cache()
     }

@@ -1,0 +1,100 @@
+//! Why TLS could not be configured: one variant per broken rule, each
+//! naming the file, for the start-up error and the reload log line.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A TLS configuration error.
+#[derive(Debug)]
+pub enum TlsError {
+    /// A file could not be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A file is larger than [`crate::tls::load::MAX_FILE_BYTES`].
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A certificate file holds no `CERTIFICATE` section (or a broken one).
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+        /// The PEM parser's reason.
+        reason: String,
+    },
+    /// A key file holds no private key (PKCS#8, RSA or EC) or a broken one.
+    NoKey {
+        /// The file.
+        path: PathBuf,
+        /// The PEM parser's reason.
+        reason: String,
+    },
+    /// The key is of a kind ring cannot sign with, or does not belong to
+    /// the certificate.
+    BadKey {
+        /// The key file.
+        path: PathBuf,
+        /// rustls's reason.
+        error: rustls::Error,
+    },
+    /// The leaf certificate cannot be parsed.
+    BadCertificate {
+        /// The certificate file.
+        path: PathBuf,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// `--tls-cert` and `--tls-key` name different numbers of files.
+    Unpaired {
+        /// Certificate files given.
+        certs: usize,
+        /// Key files given.
+        keys: usize,
+    },
+    /// More pairs than [`crate::tls::load::MAX_PAIRS`].
+    TooManyPairs(usize),
+    /// rustls refused the configuration.
+    Rustls(rustls::Error),
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsError::Read { path, error } => write!(f, "{}: {error}", path.display()),
+            TlsError::TooLarge { path } => write!(
+                f,
+                "{}: larger than {} bytes",
+                path.display(),
+                crate::tls::load::MAX_FILE_BYTES
+            ),
+            TlsError::NoCertificate { path, reason } => {
+                write!(f, "{}: no PEM certificate ({reason})", path.display())
+            }
+            TlsError::NoKey { path, reason } => write!(
+                f,
+                "{}: no PEM private key, PKCS#8, RSA or EC ({reason})",
+                path.display()
+            ),
+            TlsError::BadKey { path, error } => write!(f, "{}: {error}", path.display()),
+            TlsError::BadCertificate { path, reason } => {
+                write!(f, "{}: bad certificate ({reason})", path.display())
+            }
+            TlsError::Unpaired { certs, keys } => write!(
+                f,
+                "--tls-cert names {certs} files and --tls-key {keys}: one key per certificate, paired by position"
+            ),
+            TlsError::TooManyPairs(n) => write!(
+                f,
+                "{n} certificate pairs; at most {}",
+                crate::tls::load::MAX_PAIRS
+            ),
+            TlsError::Rustls(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {}
