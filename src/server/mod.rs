@@ -140,7 +140,7 @@ impl Server {
     pub fn start(cfg: Config) -> io::Result<Server> {
         // Certificate files are read before anything binds: a bad one is
         // the start's error, naming the file.
-        let tls = tls::TlsEdge::new(&cfg.tls)?;
+        let tls = tls::edge::TlsEdge::new(&cfg.tls)?;
         let listener = std::net::TcpListener::bind(cfg.listen)?;
         sys::set_backlog(listener.as_raw_fd(), BACKLOG)?;
         let addr = listener.local_addr()?;
@@ -194,7 +194,7 @@ impl Server {
 type Listeners = [Option<std::net::TcpListener>; 2];
 
 fn run_worker(
-    (cfg, tls): (Config, Option<tls::TlsEdge>),
+    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
     listeners: Listeners,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
@@ -234,7 +234,7 @@ fn run_worker(
 }
 
 async fn worker_main(
-    (cfg, tls): (Config, Option<tls::TlsEdge>),
+    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
     listeners: Listeners,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {

@@ -29,7 +29,7 @@ use crate::server::history::relay as relay_edge;
 use crate::server::pusher::webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::sys;
-use crate::server::tls::TlsEdge;
+use crate::server::tls::edge::TlsEdge;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
 

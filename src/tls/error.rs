@@ -14,10 +14,12 @@ pub enum TlsError {
         /// Why.
         error: std::io::Error,
     },
-    /// A file is larger than [`crate::tls::load::MAX_FILE_BYTES`].
+    /// A file is larger than the limit (`load::MAX_FILE_BYTES`).
     TooLarge {
         /// The file.
         path: PathBuf,
+        /// The limit.
+        max: u64,
     },
     /// A certificate file holds no `CERTIFICATE` section (or a broken one).
     NoCertificate {
@@ -55,8 +57,13 @@ pub enum TlsError {
         /// Key files given.
         keys: usize,
     },
-    /// More pairs than [`crate::tls::load::MAX_PAIRS`].
-    TooManyPairs(usize),
+    /// More pairs than the limit (`load::MAX_PAIRS`).
+    TooManyPairs {
+        /// Pairs given.
+        pairs: usize,
+        /// The limit.
+        max: usize,
+    },
     /// rustls refused the configuration.
     Rustls(rustls::Error),
 }
@@ -65,12 +72,9 @@ impl fmt::Display for TlsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TlsError::Read { path, error } => write!(f, "{}: {error}", path.display()),
-            TlsError::TooLarge { path } => write!(
-                f,
-                "{}: larger than {} bytes",
-                path.display(),
-                crate::tls::load::MAX_FILE_BYTES
-            ),
+            TlsError::TooLarge { path, max } => {
+                write!(f, "{}: larger than {max} bytes", path.display())
+            }
             TlsError::NoCertificate { path, reason } => {
                 write!(f, "{}: no PEM certificate ({reason})", path.display())
             }
@@ -87,11 +91,9 @@ impl fmt::Display for TlsError {
                 f,
                 "--tls-cert names {certs} files and --tls-key {keys}: one key per certificate, paired by position"
             ),
-            TlsError::TooManyPairs(n) => write!(
-                f,
-                "{n} certificate pairs; at most {}",
-                crate::tls::load::MAX_PAIRS
-            ),
+            TlsError::TooManyPairs { pairs, max } => {
+                write!(f, "{pairs} certificate pairs; at most {max}")
+            }
             TlsError::Rustls(e) => write!(f, "{e}"),
         }
     }

@@ -12,7 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
-use super::TlsError;
+use super::error::TlsError;
 
 /// Largest certificate or key file read (a long chain is a few KiB).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -36,6 +36,7 @@ pub fn read_bounded(path: &Path) -> Result<Vec<u8>, TlsError> {
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(TlsError::TooLarge {
             path: path.to_path_buf(),
+            max: MAX_FILE_BYTES,
         });
     }
     Ok(bytes)
@@ -77,12 +78,11 @@ pub fn certified_key(
         path: cert_path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    let certified = CertifiedKey::from_der(chain, key, provider).map_err(|error| {
-        TlsError::BadKey {
+    let certified =
+        CertifiedKey::from_der(chain, key, provider).map_err(|error| TlsError::BadKey {
             path: key_path.to_path_buf(),
             error,
-        }
-    })?;
+        })?;
     Ok(Arc::new(certified))
 }
 
@@ -94,8 +94,15 @@ mod tests {
     fn a_file_without_pem_sections_is_named_in_the_error() {
         let p = Path::new("/x/cert.pem");
         let e = chain(p, b"not a certificate").unwrap_err();
-        assert!(e.to_string().starts_with("/x/cert.pem: no PEM certificate"), "{e}");
-        let e = key(Path::new("/x/key.pem"), b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap_err();
+        assert!(
+            e.to_string().starts_with("/x/cert.pem: no PEM certificate"),
+            "{e}"
+        );
+        let e = key(
+            Path::new("/x/key.pem"),
+            b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("no PEM private key"), "{e}");
     }
 
@@ -103,6 +110,9 @@ mod tests {
     fn a_missing_file_is_a_read_error_naming_it() {
         let e = read_bounded(Path::new("/nonexistent/corecast.pem")).unwrap_err();
         assert!(matches!(e, TlsError::Read { .. }), "{e}");
-        assert!(e.to_string().starts_with("/nonexistent/corecast.pem: "), "{e}");
+        assert!(
+            e.to_string().starts_with("/nonexistent/corecast.pem: "),
+            "{e}"
+        );
     }
 }

@@ -9,7 +9,7 @@ use rustls::pki_types::{CertificateDer, DnsName, ServerName};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use super::TlsError;
+use super::error::TlsError;
 
 /// The certificates in `--tls-cert` order.
 #[derive(Debug)]

@@ -21,6 +21,7 @@ use crate::server::conn::websocket as ws_conn;
 use crate::server::history::{recall, resume};
 use crate::server::presence::edge as presence_edge;
 use crate::server::pusher::api as pusher_api;
+use crate::server::tls::session::Session;
 use crate::server::worker::Worker;
 use crate::server::{endpoints, publish};
 
@@ -31,7 +32,7 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
     let fd = sock.fd;
     let mut sock = Stream::plain(sock);
     if ctx.role == Listener::Public {
-        sock.tls = w.tls.as_ref().map(|t| t.session());
+        sock.tls = w.tls.as_ref().map(|t| Session::new(t.config()));
     }
     let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
     let registered = match per_ip {
@@ -60,11 +61,15 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
         };
         // A TLS connection is refused before its handshake (cheaply, under
         // load): it gets no answer, only the close.
-        if sock.can_answer() {
-            let _ = sock.write_all(http::error_response(&err, false)).await;
-        }
-        // Boxed: its drain buffer would otherwise enlarge every task.
-        Box::pin(sock.linger_close()).await;
+        // Boxed: the write and the drain buffer would otherwise enlarge
+        // every task.
+        Box::pin(async {
+            if sock.can_answer() {
+                let _ = sock.write_all(http::error_response(&err, false)).await;
+            }
+            sock.linger_close().await;
+        })
+        .await;
         return;
     };
     let mut buf = BytesMut::new();
@@ -77,6 +82,8 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
             ws_conn::websocket(&w, sock, id, (up, release_ip), buf);
             return;
         }
+        // Boxed: TLS's flush would otherwise enlarge every task.
+        Ok(None) if sock.tls.is_some() => Box::pin(sock.close()).await,
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }

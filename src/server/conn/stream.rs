@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use monoio::io::AsyncWriteRentExt;
 
 use crate::server::conn::sock::{self, Sock};
-use crate::server::tls::Session;
+use crate::server::tls::session::Session;
 use crate::server::worker::Worker;
 
 /// An accepted connection: its socket, and its TLS session if the
@@ -51,7 +51,11 @@ impl Stream {
     /// where it can).
     pub async fn write_vectored(&mut self, bufs: Vec<Bytes>) -> io::Result<()> {
         match &self.tls {
-            None => sock::write_all_vectored(&mut self.sock.wr, bufs, || {}).await.0,
+            None => {
+                sock::write_all_vectored(&mut self.sock.wr, bufs, || {})
+                    .await
+                    .0
+            }
             Some(tls) => tls.write(&mut self.sock.wr, &bufs, || {}).await,
         }
     }
@@ -68,11 +72,18 @@ impl Stream {
     /// Closes gracefully after a final answer to a request we did not
     /// read (see [`sock::linger_close`]); TLS says `close_notify` first.
     pub async fn linger_close(&mut self) {
+        self.close().await;
+        sock::linger_close(&mut self.sock).await;
+    }
+
+    /// Ends the HTTP phase of a connection that did not upgrade: TLS
+    /// says `close_notify` (a client must not take the close for a
+    /// truncation); the socket closes when the stream is dropped.
+    pub async fn close(&mut self) {
         if let Some(tls) = self.tls.as_ref().filter(|t| t.established()) {
             tls.close_notify();
             let _ = tls.flush(&mut self.sock.wr).await;
         }
-        sock::linger_close(&mut self.sock).await;
     }
 
     /// Whether an HTTP answer may be written: plain, or TLS after its

@@ -4,12 +4,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use rustls::ServerConfig;
 
-use super::session::Session;
 use crate::log;
 use crate::stats::Stats;
 use crate::tls::{Files, Settings};
@@ -38,9 +36,9 @@ impl TlsEdge {
         }))
     }
 
-    /// A new connection's TLS state, under the current configuration.
-    pub fn session(&self) -> Rc<Session> {
-        Session::new(self.current.borrow().clone())
+    /// The configuration a new connection's session starts with.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current.borrow().clone()
     }
 
     /// If a SIGHUP arrived since the last call: reads the files again and

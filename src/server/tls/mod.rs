@@ -15,8 +15,5 @@
 //! A TLS connection never parks (its rustls state is more than an fd):
 //! `--park-after` applies to plain connections only, for now.
 
-mod edge;
-mod session;
-
-pub use edge::TlsEdge;
-pub use session::Session;
+pub mod edge;
+pub mod session;

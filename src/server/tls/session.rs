@@ -202,7 +202,12 @@ impl Session {
             let took = {
                 let mut slices = Vec::with_capacity(MAX_SLICES.min(bufs.len() - i));
                 slices.push(IoSlice::new(&bufs[i][off..]));
-                slices.extend(bufs[i + 1..].iter().take(MAX_SLICES - 1).map(|b| IoSlice::new(b)));
+                slices.extend(
+                    bufs[i + 1..]
+                        .iter()
+                        .take(MAX_SLICES - 1)
+                        .map(|b| IoSlice::new(b)),
+                );
                 let mut conn = self.conn.borrow_mut();
                 io::Write::write_vectored(&mut conn.writer(), &slices)?
             };

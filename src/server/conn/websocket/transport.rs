@@ -28,7 +28,7 @@ use crate::server::conn::sock::{
 };
 use crate::server::conn::stream::Stream;
 use crate::server::sys;
-use crate::server::tls::Session;
+use crate::server::tls::session::Session;
 use crate::server::worker::Worker;
 
 /// The reading side of a connection, and the socket's fd (for `recv`,
