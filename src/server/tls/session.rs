@@ -46,6 +46,8 @@ pub struct Session {
     /// Bytes came from the peer (its first ones are checked for plain
     /// HTTP).
     greeted: Cell<bool>,
+    /// The peer sent `close_notify`: its stream has ended.
+    peer_closed: Cell<bool>,
 }
 
 /// What a read came to, besides plaintext.
@@ -69,6 +71,7 @@ impl Session {
             waiter: Cell::new(None),
             handshaking: Cell::new(true),
             greeted: Cell::new(false),
+            peer_closed: Cell::new(false),
         })
     }
 
@@ -84,6 +87,9 @@ impl Session {
         mut wr: Option<&mut TcpOwnedWriteHalf>,
     ) -> io::Result<usize> {
         let before = buf.len();
+        if self.peer_closed.get() {
+            return Ok(0);
+        }
         loop {
             if self.conn.borrow().wants_write() {
                 self.send_pending(wr.as_deref_mut()).await?;
@@ -109,7 +115,11 @@ impl Session {
             }
             match self.feed(w, &cipher, buf) {
                 Ok(Fed::Open) if buf.len() == before => continue,
-                Ok(_) => return Ok(buf.len() - before),
+                Ok(Fed::Open) => return Ok(buf.len() - before),
+                Ok(Fed::Closed) => {
+                    self.peer_closed.set(true);
+                    return Ok(buf.len() - before);
+                }
                 Err(e) => {
                     // The alert rustls queued (best effort).
                     let _ = self.send_pending(wr).await;
