@@ -29,7 +29,8 @@ need_apt() {
     fi
 }
 
-need_apt redis-server redis-tools nginx chromium openssl python3-venv
+# openssl and curl: the TLS tests' test CA and clients (tests/tls.rs).
+need_apt redis-server redis-tools nginx chromium openssl curl python3-venv
 # Node.js may come from elsewhere (NodeSource bundles npm): check the commands.
 command -v node >/dev/null || need_apt nodejs
 command -v npm >/dev/null || need_apt npm

@@ -37,7 +37,7 @@
 //! - [`ws`]: the sans-I/O RFC 6455 codec (also the load generator's).
 //! - [`log`](mod@log): the logfmt logger's level and output.
 //!
-//! `auth`, `cache`, `control`, `http`, `hub` and `redis` are public but
+//! `auth`, `cache`, `control`, `http`, `hub`, `redis` and `tls` are public but
 //! hidden from the docs: the fuzz targets (`fuzz/`), the microbenchmarks
 //! (`benches/`) and the integration tests (`tests/`) reach into their
 //! sans-I/O parts; they are not a stable API.
@@ -55,7 +55,7 @@
 //!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
 //!   keepalive, graceful shutdown. Its own Layout section draws who may
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
-//! - [`config`] → `auth`, `cache`, `http`, `hub`, `presence`, `pusher`, `redis`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `http`, `hub`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
@@ -78,6 +78,11 @@
 //!   the `presence` answer (sans-I/O). Its edge is `server::presence`
 //!   (`edge`: the JSON protocol's presence; `redis`: the refresh/prune
 //!   loop around `redis::presence`'s scripts).
+//! - `tls` (leaf; rustls on ring): the listener's TLS, sans-I/O — the
+//!   `--tls-cert`/`--tls-key` files read and checked, the certificate
+//!   chosen by SNI, the rustls server configuration with its session
+//!   cache and ticket keys (kept across SIGHUP reloads), errors as one
+//!   enum. Its edge is `server::tls`.
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -155,6 +160,8 @@ pub mod runtime;
 pub(crate) mod secret;
 pub(crate) mod server;
 pub(crate) mod stats;
+#[doc(hidden)]
+pub mod tls;
 pub mod ws;
 
 pub use config::Config;

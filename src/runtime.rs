@@ -1,6 +1,6 @@
 //! Process and runtime set-up shared by the server and the load generator
 //! (`corecast-bench`): the io_uring ring builder, driver detection, CPU
-//! pinning, the descriptor limit and SIGTERM/SIGINT.
+//! pinning, the descriptor limit and signals (SIGTERM/SIGINT, SIGHUP).
 //!
 //! Everything here runs before a monoio runtime exists (or builds it); no
 //! protocol module imports this one.
@@ -19,7 +19,7 @@
 //! ```
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use monoio::time::TimeDriver;
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
@@ -134,18 +134,39 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
 
-/// Routes SIGTERM and SIGINT to [`signalled`]; a running
-/// [`Server`](crate::Server) polls it and shuts down gracefully.
+static RELOADS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    // Only an atomic add: async-signal-safe.
+    RELOADS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Routes SIGTERM and SIGINT to [`signalled`] (a running
+/// [`Server`](crate::Server) polls it and shuts down gracefully), and
+/// SIGHUP to [`reloads`] (a running server with `--tls-cert` reads its
+/// certificate files again).
 pub fn install_signal_handlers() -> io::Result<()> {
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that performs only
-        // an atomic store, which is async-signal-safe.
-        let prev = unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    let handlers = [
+        (libc::SIGTERM, on_signal as *const ()),
+        (libc::SIGINT, on_signal as *const ()),
+        (libc::SIGHUP, on_hangup as *const ()),
+    ];
+    for (sig, handler) in handlers {
+        // SAFETY: both handlers are `extern "C" fn(c_int)` that perform
+        // only an atomic operation, which is async-signal-safe.
+        let prev = unsafe { libc::signal(sig, handler as libc::sighandler_t) };
         if prev == libc::SIG_ERR {
             return Err(io::Error::last_os_error());
         }
     }
     Ok(())
+}
+
+/// How many SIGHUPs arrived since [`install_signal_handlers`]: a worker
+/// that saw a smaller number reloads (so every server in the process
+/// does, once per signal or burst of signals).
+pub fn reloads() -> u64 {
+    RELOADS.load(Ordering::SeqCst)
 }
 
 /// Whether SIGTERM or SIGINT arrived since [`install_signal_handlers`].

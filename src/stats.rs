@@ -33,6 +33,20 @@ pub struct Stats {
     pub close_timeouts: u64,
     /// WebSockets failed for breaking RFC 6455 (1002/1007/1009 sent).
     pub protocol_errors: u64,
+    /// TLS handshakes completed on `--listen` (with `--tls-cert`).
+    pub tls_handshakes: u64,
+    /// Of those, resumed ones (a ticket or a cached session).
+    pub tls_resumed: u64,
+    /// TLS connections that ended before their handshake completed: a
+    /// refused or broken handshake (plain HTTP, garbage, TLS 1.0/1.1 only,
+    /// no common cipher; the alert sent), the handshake deadline, or the
+    /// peer leaving half way.
+    pub tls_handshake_failures: u64,
+    /// Certificate reloads (SIGHUP) that took effect.
+    pub tls_reloads: u64,
+    /// Certificate reloads refused (a file missing or bad): the old
+    /// certificates stay in use; the log says why.
+    pub tls_reload_failures: u64,
     /// Plain HTTP requests answered.
     pub http_requests: u64,
     /// Current subscriptions (gauge).

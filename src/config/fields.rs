@@ -87,4 +87,6 @@ pub struct Config {
     pub pusher: crate::pusher::PusherConfig,
     /// Presence (`--presence-*`).
     pub presence: crate::presence::PresenceConfig,
+    /// TLS on `listen` (`--tls-cert`, `--tls-key`; off while empty).
+    pub tls: crate::tls::Files,
 }

@@ -62,6 +62,7 @@ impl Default for Config {
             history: Default::default(),
             pusher: Default::default(),
             presence: Default::default(),
+            tls: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -257,6 +258,9 @@ impl Config {
                 "presence-refresh must be below presence-ttl".into(),
             ));
         }
+        if self.tls.enabled() {
+            self.tls.pairs().map_err(|e| ConfigError(e.to_string()))?;
+        }
         self.validate_cache()
     }
 
@@ -361,6 +365,7 @@ fn shown(opt: &OptionSpec, v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -439,6 +444,37 @@ mod tests {
                 "README.md config table is stale; missing row:\n{row}\n(regenerate from config::markdown_table)"
             );
         }
+    }
+
+    /// Certificate pairs: lists paired by position from flags, the
+    /// environment or TOML arrays; unequal lists are refused.
+    #[test]
+    fn tls_files_pair_by_position_from_every_source() {
+        let c = serve(
+            &["--tls-cert", "a.pem, b.pem", "--tls-key", "a.key,b.key"],
+            |_| None,
+        );
+        assert_eq!(
+            c.tls.certs,
+            [PathBuf::from("a.pem"), PathBuf::from("b.pem")]
+        );
+        assert_eq!(c.tls.keys[1], PathBuf::from("b.key"));
+        let env = |k: &str| match k {
+            "CORECAST_TLS_CERT" => Some("c.pem".to_string()),
+            "CORECAST_TLS_KEY" => Some("c.key".to_string()),
+            _ => None,
+        };
+        assert_eq!(serve(&[], env).tls.certs, [PathBuf::from("c.pem")]);
+        let mut cfg = Config::default();
+        let toml = "tls-cert = [\"a.pem\", \"b.pem\"]\ntls-key = [\"a.key\", \"b.key\"]\n";
+        apply_toml(&mut cfg, toml, "t.toml").unwrap();
+        assert_eq!(cfg.tls.keys.len(), 2);
+        let e = Config::from_args(["--tls-cert", "a.pem,b.pem", "--tls-key", "a.key"], |_| {
+            None
+        })
+        .unwrap_err();
+        assert!(e.0.contains("one key per certificate"), "{e}");
+        assert!(!Config::default().tls.enabled());
     }
 
     #[test]

@@ -62,6 +62,18 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.admin_listen = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
+    "tls-cert", CORECAST_TLS_CERT, "PATHS", -,
+        "serve TLS 1.3 and 1.2 on --listen (https://, wss://) with this PEM certificate chain, leaf first (e.g. certbot's fullchain.pem); several, comma-separated, are chosen by the client's SNI name (the first valid for it, else the first) and pair by position with --tls-key; files are read again on SIGHUP (default: plain TCP)"
+        => |c, v| {
+            c.tls.certs = paths(v);
+            Ok(())
+        };
+    "tls-key", CORECAST_TLS_KEY, "PATHS", -,
+        "the PEM private key (PKCS#8, RSA or EC; e.g. certbot's privkey.pem) of each --tls-cert, comma-separated in the same order"
+        => |c, v| {
+            c.tls.keys = paths(v);
+            Ok(())
+        };
     "cpu", CORECAST_CPU, "N", -,
         "CPU to pin the worker to (default: first CPU the process may use)"
         => |c, v| {
@@ -556,6 +568,16 @@ pub fn help_text() -> String {
         "\nSizes take an optional KiB/MiB/GiB suffix; durations ms, s or m (bare = seconds).\n",
     );
     out
+}
+
+/// A comma-separated list of file paths (empty entries skipped); a path
+/// cannot contain a comma.
+fn paths(v: &str) -> Vec<std::path::PathBuf> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from)
+        .collect()
 }
 
 fn non_empty_secret(v: &str) -> Result<Option<Secret>, String> {

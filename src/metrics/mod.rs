@@ -121,6 +121,7 @@ fn connections(o: &mut String, s: &Stats, g: &Gauges) {
             ("unauthorized", s.auth_failures),
         ],
     );
+    tls(o, s);
     gauge(
         o,
         "corecast_channels",
@@ -132,6 +133,30 @@ fn connections(o: &mut String, s: &Stats, g: &Gauges) {
         "corecast_subscriptions",
         "Channel subscriptions.",
         s.subscriptions,
+    );
+}
+
+/// TLS handshakes and certificate reloads (`--tls-cert`).
+fn tls(o: &mut String, s: &Stats) {
+    labelled(
+        o,
+        "corecast_tls_handshakes_total",
+        "TLS handshakes on --listen, by outcome (`failed`: ended before completing).",
+        "counter",
+        "result",
+        &[
+            ("full", s.tls_handshakes.saturating_sub(s.tls_resumed)),
+            ("resumed", s.tls_resumed),
+            ("failed", s.tls_handshake_failures),
+        ],
+    );
+    labelled(
+        o,
+        "corecast_tls_reloads_total",
+        "Certificate reloads on SIGHUP, by outcome (`failed`: the old certificates stay).",
+        "counter",
+        "result",
+        &[("ok", s.tls_reloads), ("failed", s.tls_reload_failures)],
     );
 }
 

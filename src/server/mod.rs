@@ -68,10 +68,13 @@
 //!                  ▼  every folder
 //!   worker, publish, endpoints, formats, redis/mod.rs → resolve, sys, iovec
 //! ```
+//! - `tls/`: the listener's TLS (`--tls-cert`) — the configuration new
+//!   handshakes get and its reload on SIGHUP (`edge`), a connection's
+//!   rustls session (`session`): a byte transport under the HTTP phase
+//!   (`conn::stream`) and under `conn/websocket/transport`'s calls.
+//!
 //! No file imports one that imports it back (the script finds loops
-//! through folders too). The next edges have their places: `tls/` (a byte
-//! transport under `conn/websocket/transport`'s calls, and under the HTTP
-//! phase), `hooks/` (outgoing calls on connection and subscription events,
+//! through folders too). The next edges have their places: `hooks/` (outgoing calls on connection and subscription events,
 //! through the seams, like `pusher/webhook`), `sse/` (Server-Sent Events:
 //! a second wire under the same outbox, a sibling of `conn/websocket`'s
 //! writer with its own format in `formats`).
@@ -89,6 +92,7 @@ mod pusher;
 mod redis;
 mod resolve;
 mod sys;
+mod tls;
 mod worker;
 
 use std::future::Future;
@@ -134,6 +138,9 @@ impl Server {
     /// Binds the listener (so bind errors surface here and port 0 resolves),
     /// then starts the pinned worker.
     pub fn start(cfg: Config) -> io::Result<Server> {
+        // Certificate files are read before anything binds: a bad one is
+        // the start's error, naming the file.
+        let tls = tls::edge::TlsEdge::new(&cfg.tls)?;
         let listener = std::net::TcpListener::bind(cfg.listen)?;
         sys::set_backlog(listener.as_raw_fd(), BACKLOG)?;
         let addr = listener.local_addr()?;
@@ -146,7 +153,7 @@ impl Server {
         let flag = stop.clone();
         let worker = std::thread::Builder::new()
             .name("corecast-worker-0".into())
-            .spawn(move || run_worker(cfg, [Some(listener), admin], flag))?;
+            .spawn(move || run_worker((cfg, tls), [Some(listener), admin], flag))?;
         Ok(Server {
             addr,
             admin_addr,
@@ -186,7 +193,11 @@ impl Server {
 /// The main listener and the optional admin listener.
 type Listeners = [Option<std::net::TcpListener>; 2];
 
-fn run_worker(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::Result<()> {
+fn run_worker(
+    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
+    listeners: Listeners,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
     let listener = listeners[0].as_ref().expect("the main listener");
     let cpu = cfg.cpu.or_else(runtime::first_allowed_cpu).unwrap_or(0);
     if let Err(e) = runtime::pin_to_cpu(cpu) {
@@ -205,6 +216,7 @@ fn run_worker(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::R
         Info,
         "corecast listening",
         addr = listener.local_addr()?,
+        tls = tls.is_some(),
         driver = log::Dbg(driver),
         cpu = cpu,
         version = env!("CARGO_PKG_VERSION"),
@@ -212,7 +224,7 @@ fn run_worker(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::R
     if let Some(admin) = &listeners[1] {
         log!(Info, "admin listener", admin_addr = admin.local_addr()?);
     }
-    let serve = worker_main(cfg, listeners, stop);
+    let serve = worker_main((cfg, tls), listeners, stop);
     match driver {
         DriverKind::IoUring => {
             runtime::uring_runtime_or_plain(true, SERVER_RING_ENTRIES)?.block_on(serve)
@@ -221,9 +233,13 @@ fn run_worker(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::R
     }
 }
 
-async fn worker_main(cfg: Config, listeners: Listeners, stop: Arc<AtomicBool>) -> io::Result<()> {
+async fn worker_main(
+    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
+    listeners: Listeners,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
-    let w = Worker::new(cfg);
+    let w = Worker::with_tls(cfg, tls);
     let [main, admin] = listeners;
     let listener = monoio::net::TcpListener::from_std(main.expect("the main listener"))?;
     let admin = admin.map(monoio::net::TcpListener::from_std).transpose()?;
@@ -294,6 +310,9 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
     let mut status_prev = Default::default();
     for tick in 1u64.. {
         monoio::time::sleep(TICK).await;
+        if let Some(tls) = &w.tls {
+            tls.reload_if_asked(&mut w.hub.borrow_mut().stats);
+        }
         if tick % 10 == 0 {
             endpoints::publish_status(&w, &mut status_prev);
             w.parking.trim();

@@ -29,6 +29,7 @@ use crate::server::history::relay as relay_edge;
 use crate::server::pusher::webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::sys;
+use crate::server::tls::edge::TlsEdge;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
 
@@ -95,13 +96,21 @@ pub struct Worker {
     pub webhooks: Webhooks,
     /// Parked WebSockets (`--park-after`).
     pub parking: Parking,
+    /// TLS on the public listener (`--tls-cert`).
+    pub tls: Option<TlsEdge>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
 
 impl Worker {
-    /// A fresh worker.
+    /// A fresh worker, without TLS.
+    #[cfg(test)]
     pub fn new(cfg: Config) -> Rc<Worker> {
+        Worker::with_tls(cfg, None)
+    }
+
+    /// A fresh worker; `tls`: its listener's TLS, already loaded.
+    pub fn with_tls(cfg: Config, tls: Option<TlsEdge>) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg);
         let compression = formats::SharedCompressionStats::default();
         let encoders = formats::encoders(&cfg.compression, &compression);
@@ -122,6 +131,7 @@ impl Worker {
             webhooks: Webhooks::new(&cfg),
             presence: RefCell::default(),
             parking: parking(&cfg),
+            tls,
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),

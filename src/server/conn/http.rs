@@ -7,7 +7,6 @@ use std::net::IpAddr;
 use std::rc::Rc;
 
 use bytes::{Buf, Bytes, BytesMut};
-use monoio::io::AsyncWriteRentExt;
 
 use crate::auth;
 use crate::cache::response::Answer;
@@ -15,20 +14,26 @@ use crate::http::{self, BodyPlan, HttpError, Method, Route};
 use crate::hub::ConnId;
 use crate::log;
 use crate::server::cache::{self, Incoming};
-use crate::server::conn::sock::{linger_close, write_all_vectored, Sock};
+use crate::server::conn::sock::Sock;
+use crate::server::conn::stream::Stream;
 use crate::server::conn::upgrade::{self, Upgrade};
 use crate::server::conn::websocket as ws_conn;
 use crate::server::history::{recall, resume};
 use crate::server::presence::edge as presence_edge;
 use crate::server::pusher::api as pusher_api;
+use crate::server::tls::session::Session;
 use crate::server::worker::Worker;
 use crate::server::{endpoints, publish};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
 /// short-lived phases are boxed; see the size test).
-pub async fn handle(w: Rc<Worker>, mut sock: Sock, ctx: ConnCtx) {
+pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
     let fd = sock.fd;
+    let mut sock = Stream::plain(sock);
+    if ctx.role == Listener::Public {
+        sock.tls = w.tls.as_ref().map(|t| Session::new(t.config()));
+    }
     let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
     let registered = match per_ip {
         Ok(_) => w.hub.borrow_mut().register(fd),
@@ -54,9 +59,17 @@ pub async fn handle(w: Rc<Worker>, mut sock: Sock, ctx: ConnCtx) {
             status: 503,
             message,
         };
-        let _ = sock.wr.write_all(http::error_response(&err, false)).await;
-        // Boxed: its drain buffer would otherwise enlarge every task.
-        Box::pin(linger_close(&mut sock)).await;
+        // A TLS connection is refused before its handshake (cheaply, under
+        // load): it gets no answer, only the close.
+        // Boxed: the write and the drain buffer would otherwise enlarge
+        // every task.
+        Box::pin(async {
+            if sock.can_answer() {
+                let _ = sock.write_all(http::error_response(&err, false)).await;
+            }
+            sock.linger_close().await;
+        })
+        .await;
         return;
     };
     let mut buf = BytesMut::new();
@@ -69,6 +82,8 @@ pub async fn handle(w: Rc<Worker>, mut sock: Sock, ctx: ConnCtx) {
             ws_conn::websocket(&w, sock, id, (up, release_ip), buf);
             return;
         }
+        // Boxed: TLS's flush would otherwise enlarge every task.
+        Ok(None) if sock.tls.is_some() => Box::pin(sock.close()).await,
         Ok(None) => {}
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }
@@ -131,7 +146,7 @@ enum Next {
 /// error ends the connection.
 async fn http_phase(
     w: &Rc<Worker>,
-    sock: &mut Sock,
+    sock: &mut Stream,
     (id, ctx): (ConnId, ConnCtx),
     buf: &mut BytesMut,
 ) -> io::Result<Option<Upgrade>> {
@@ -152,7 +167,7 @@ async fn http_phase(
 /// left or the head was refused (answered, the connection ends).
 async fn read_head(
     w: &Worker,
-    sock: &mut Sock,
+    sock: &mut Stream,
     buf: &mut BytesMut,
 ) -> io::Result<Option<http::Request>> {
     loop {
@@ -164,7 +179,7 @@ async fn read_head(
                 return Ok(None);
             }
         }
-        if w.read_more(&mut sock.rd, sock.fd, buf).await? == 0 {
+        if sock.read(w, buf).await? == 0 {
             return Ok(None);
         }
     }
@@ -173,7 +188,7 @@ async fn read_head(
 /// Routes one request and answers it.
 async fn serve(
     w: &Rc<Worker>,
-    sock: &mut Sock,
+    sock: &mut Stream,
     (id, ctx): (ConnId, ConnCtx),
     buf: &mut BytesMut,
     req: &http::Request,
@@ -256,7 +271,7 @@ async fn serve(
 /// `None` when the request was refused (answered; the connection closes).
 async fn publish_route(
     w: &Worker,
-    sock: &mut Sock,
+    sock: &mut Stream,
     buf: &mut BytesMut,
     req: &http::Request,
     channel: &str,
@@ -326,7 +341,7 @@ fn route_for<'a>(
 
 /// What follows an answer: keep-alive, or close (draining a body the
 /// route did not read).
-async fn after_answer(sock: &mut Sock, keep_alive: bool, plan: BodyPlan) -> Next {
+async fn after_answer(sock: &mut Stream, keep_alive: bool, plan: BodyPlan) -> Next {
     match (keep_alive, plan) {
         (true, _) => Next::KeepAlive,
         (false, BodyPlan::Close) => close_unread(sock).await,
@@ -337,30 +352,26 @@ async fn after_answer(sock: &mut Sock, keep_alive: bool, plan: BodyPlan) -> Next
 /// Ends a connection whose client sent bytes we will not read (a body
 /// the route takes none of): half-close and drain, bounded, so the client
 /// gets the answer rather than a reset.
-async fn close_unread(sock: &mut Sock) -> Next {
+async fn close_unread(sock: &mut Stream) -> Next {
     // Boxed: its drain buffer would otherwise enlarge every task.
-    Box::pin(linger_close(sock)).await;
+    Box::pin(sock.linger_close()).await;
     Next::Close
 }
 
-async fn reply_error(sock: &mut Sock, err: &HttpError, keep_alive: bool) -> io::Result<()> {
+async fn reply_error(sock: &mut Stream, err: &HttpError, keep_alive: bool) -> io::Result<()> {
     log!(
         Debug,
         "http error",
         status = err.status,
         reason = err.message
     );
-    let (res, _) = sock
-        .wr
-        .write_all(http::error_response(err, keep_alive))
-        .await;
-    res.map(|_| ())
+    sock.write_all(http::error_response(err, keep_alive)).await
 }
 
 /// The request's body, or `None` after answering why it was refused.
 async fn body_or_refuse(
     w: &Worker,
-    sock: &mut Sock,
+    sock: &mut Stream,
     buf: &mut BytesMut,
     req: &http::Request,
 ) -> io::Result<Option<Bytes>> {
@@ -378,7 +389,7 @@ async fn body_or_refuse(
 /// told to go on first (RFC 9110 10.1.1), unless the body is already here.
 async fn read_body(
     w: &Worker,
-    sock: &mut Sock,
+    sock: &mut Stream,
     buf: &mut BytesMut,
     req: &http::Request,
 ) -> io::Result<Result<Bytes, HttpError>> {
@@ -393,15 +404,12 @@ async fn read_body(
         }));
     }
     if req.expect_continue && buf.len() < len {
-        let (res, _) = sock
-            .wr
-            .write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
-            .await;
-        res?;
+        sock.write_all(&b"HTTP/1.1 100 Continue\r\n\r\n"[..])
+            .await?;
     }
     let mut charge = w.inbound_charge();
     while buf.len() < len {
-        if w.read_more(&mut sock.rd, sock.fd, buf).await? == 0 {
+        if sock.read(w, buf).await? == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         if !charge.update(buf.capacity(), w.cfg.max_total_inbound) {
@@ -419,13 +427,12 @@ async fn read_body(
 
 /// Writes a response; a shared body goes out with its head in one vectored
 /// write, straight from the cache's memory.
-async fn write_answer(sock: &mut Sock, answer: Answer) -> io::Result<()> {
+async fn write_answer(sock: &mut Stream, answer: Answer) -> io::Result<()> {
     if answer.body.is_empty() {
-        let (res, _) = sock.wr.write_all(answer.head).await;
-        return res.map(drop);
+        return sock.write_all(answer.head).await;
     }
     let bufs = vec![Bytes::from(answer.head), answer.body];
-    write_all_vectored(&mut sock.wr, bufs, || {}).await.0
+    sock.write_vectored(bufs).await
 }
 
 #[cfg(test)]

@@ -13,13 +13,15 @@
 //! - `park`: the parked connections (fds in the worker's epoll set, the
 //!   wakers that resume them).
 //! - `sock`: the split socket and how the worker reads it.
+//! - `stream`: the HTTP phase's bytes, plain or TLS (`server::tls`).
 //!
 //! Imports go one way: `accept` → `http` → `upgrade`, `websocket` →
-//! `park`, `sock`.
+//! `stream` → `park`, `sock`.
 
 pub mod accept;
 pub mod http;
 pub mod park;
 pub mod sock;
+pub mod stream;
 pub mod upgrade;
 pub mod websocket;

@@ -4,15 +4,13 @@
 use std::io;
 use std::net::IpAddr;
 
-use monoio::io::AsyncWriteRentExt;
-
 use crate::auth::{self, Grants};
 use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
 use crate::peers::PeerRefusal;
 use crate::pusher;
-use crate::server::conn::sock::{write_small, Sock};
+use crate::server::conn::stream::Stream;
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
 use crate::server::worker::Worker;
@@ -49,7 +47,7 @@ pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
 /// or answers with the refusal and returns `None` (the connection ends).
 pub async fn upgrade(
     w: &Worker,
-    sock: &mut Sock,
+    sock: &mut Stream,
     (id, ip): (ConnId, IpAddr),
     req: &http::Request,
     (kind, channel): (ConnKind, Option<String>),
@@ -67,8 +65,7 @@ pub async fn upgrade(
             message: "too many handshakes from this address",
         };
         let resp = http::retry_after_response(&err, false, after_ms);
-        let (res, _) = sock.wr.write_all(resp).await;
-        res?;
+        sock.write_all(resp).await?;
         return Ok(None);
     }
     if kind == ConnKind::Ws(formats::PUSHER) {
@@ -111,7 +108,7 @@ pub async fn upgrade(
 /// Writes the `101` (or refuses a bad handshake).
 async fn accept(
     w: &Worker,
-    sock: &mut Sock,
+    sock: &mut Stream,
     id: ConnId,
     req: &http::Request,
     up: Upgrade,
@@ -121,7 +118,7 @@ async fn accept(
             let agreed = req.deflate.filter(|_| w.cfg.compression.enabled);
             let extension = agreed.map(|a| a.response_value());
             let head = crate::ws::handshake::response_101_with(accept, extension.as_deref());
-            write_small(sock, head).await?;
+            sock.write_small(head).await?;
             let kind = match up.kind {
                 ConnKind::Ws(base) => ConnKind::Ws(formats::negotiated(base, agreed)),
                 other => other,
@@ -146,7 +143,7 @@ async fn accept(
 /// unknown key or protocol is refused in-band after the upgrade.
 async fn pusher_upgrade(
     w: &Worker,
-    sock: &mut Sock,
+    sock: &mut Stream,
     (id, req): (ConnId, &http::Request),
     key: &str,
 ) -> io::Result<Option<Upgrade>> {
@@ -184,7 +181,6 @@ async fn pusher_upgrade(
     Ok(accepted)
 }
 
-async fn refuse(sock: &mut Sock, err: &HttpError) -> io::Result<()> {
-    let (res, _) = sock.wr.write_all(http::error_response(err, false)).await;
-    res.map(|_| ())
+async fn refuse(sock: &mut Stream, err: &HttpError) -> io::Result<()> {
+    sock.write_all(http::error_response(err, false)).await
 }

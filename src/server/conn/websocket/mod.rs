@@ -10,15 +10,15 @@
 //! - `close`: the end — session, writer, drain after a protocol error;
 //! - `parked`: parking a fresh connection, resuming a woken one, ending
 //!   one whose peer left without a task;
-//! - `transport`: the bytes under the frames (plain TCP), the only calls
-//!   the others make on the socket.
+//! - `transport`: the bytes under the frames (plain TCP or TLS), the
+//!   only calls the others make on the socket.
 //!
 //! Imports go one way: `mod.rs` → `parked` → `task` → `reader` →
 //! `frames` → `close` → `transport`; `task` → `writer` → `transport`.
 //! Neither task holds a hub borrow across an `.await`.
 //!
 //! # The transport seam
-//! A byte transport (TLS) implements what `transport` offers and nothing
+//! A byte transport (TLS is one: `server::tls`) implements what `transport` offers and nothing
 //! else changes: `split` a socket into a read and a write half,
 //! `ReadHalf::read` / `read_or_quiet` (append the peer's bytes to the
 //! frame buffer; the quiet variant gives up after a wait with nothing
@@ -45,7 +45,7 @@ use bytes::BytesMut;
 
 use crate::hub::{CloseReason, ConnId, ConnKind};
 use crate::server::conn::park::Session;
-use crate::server::conn::sock::Sock;
+use crate::server::conn::stream::Stream;
 use crate::server::conn::upgrade::Upgrade;
 use crate::server::formats;
 use crate::server::native::control;
@@ -62,7 +62,7 @@ pub use parked::unparker;
 /// address whose per-IP count it holds, released when it ends.
 pub fn websocket(
     w: &Rc<Worker>,
-    sock: Sock,
+    sock: Stream,
     id: ConnId,
     (up, release_ip): (Upgrade, Option<std::net::IpAddr>),
     buf: BytesMut,

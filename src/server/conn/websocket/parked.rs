@@ -15,7 +15,7 @@ use super::transport;
 use crate::hub::ConnId;
 use crate::log;
 use crate::server::conn::park::{self, Session};
-use crate::server::conn::sock::Sock;
+use crate::server::conn::stream::Stream;
 use crate::server::worker::Worker;
 use crate::ws::{Message, Receiver, Role};
 
@@ -23,12 +23,12 @@ use crate::ws::{Message, Receiver, Role};
 /// nothing to do; otherwise hands `sock` and `session` back.
 pub fn park_fresh(
     w: &Rc<Worker>,
-    sock: Sock,
+    sock: Stream,
     id: ConnId,
     session: Session,
     buf: &BytesMut,
-) -> Result<(), (Sock, Session)> {
-    if !buf.is_empty() || w.parking.after_ms().is_none() {
+) -> Result<(), (Stream, Session)> {
+    if sock.tls.is_some() || !buf.is_empty() || w.parking.after_ms().is_none() {
         return Err((sock, session));
     }
     let idle = w
@@ -39,7 +39,7 @@ pub fn park_fresh(
     if !idle {
         return Err((sock, session));
     }
-    if w.parking.watch(id, sock.fd).is_err() {
+    if w.parking.watch(id, sock.sock.fd).is_err() {
         unpark(w, id);
         return Err((sock, session));
     }

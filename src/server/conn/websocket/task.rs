@@ -14,7 +14,7 @@ use super::writer;
 use crate::auth::TokenBucket;
 use crate::hub::ConnId;
 use crate::server::conn::park::{self, Session};
-use crate::server::conn::sock::Sock;
+use crate::server::conn::stream::Stream;
 use crate::server::worker::Worker;
 use crate::ws::Receiver;
 
@@ -22,7 +22,7 @@ use crate::ws::Receiver;
 /// (or until it parks).
 pub async fn session_task(
     w: Rc<Worker>,
-    sock: Sock,
+    sock: Stream,
     id: ConnId,
     state: (Session, Receiver),
     buf: BytesMut,
@@ -36,7 +36,7 @@ pub async fn session_task(
 /// the books.
 async fn run(
     w: &Rc<Worker>,
-    sock: Sock,
+    sock: Stream,
     id: ConnId,
     (session, rx): (Session, Receiver),
     mut buf: BytesMut,
@@ -55,7 +55,8 @@ async fn run(
         deferred: None,
         rx,
     };
-    let park_after = w.parking.after_ms();
+    // A TLS connection keeps its tasks (see `transport`).
+    let park_after = w.parking.after_ms().filter(|_| rd.parkable());
     let outcome = loop {
         let end = reader.run(&mut rd, &mut buf, park_after).await;
         let (ReadEnd::Quiet, Some(after)) = (&end, park_after) else {

@@ -5,18 +5,20 @@
 //! (handing the connection to the parked set as a bare fd and back), and
 //! [`send_parked`] (the close echo of a parked connection).
 //!
-//! Today there is one transport, plain TCP, and these are thin calls into
-//! `conn::sock` and the worker's scratch-buffer reads. A transport that
-//! carries the same frames over other bytes (TLS) implements these calls
-//! — reads that append plaintext to the frame buffer, a write that takes
-//! the outbox's batch of frames — and the rest of the connection stays as
-//! it is; one that cannot park (its session state is more than an fd)
-//! keeps `--park-after` off for its connections.
+//! Two transports: plain TCP (thin calls into `conn::sock` and the
+//! worker's scratch-buffer reads) and TLS (`server::tls::Session`: reads
+//! that append plaintext to the frame buffer, a write that encrypts the
+//! outbox's batch; the write half behind the session's lock, since rustls
+//! output must reach the socket in order from either task). A TLS
+//! connection cannot park (its session state is more than an fd):
+//! [`ReadHalf::parkable`] says so and `task` keeps it running.
 
 use std::future::Future;
 use std::io;
 use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
 use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
@@ -24,7 +26,9 @@ use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use crate::server::conn::sock::{
     drain_close, write_all_vectored, QuietWait, Sock, PROTOCOL_DRAIN_BYTES, PROTOCOL_DRAIN_TIME,
 };
+use crate::server::conn::stream::Stream;
 use crate::server::sys;
+use crate::server::tls::session::Session;
 use crate::server::worker::Worker;
 
 /// The reading side of a connection, and the socket's fd (for `recv`,
@@ -33,17 +37,55 @@ pub struct ReadHalf {
     rd: TcpOwnedReadHalf,
     /// The socket's fd.
     pub fd: RawFd,
+    tls: Option<Rc<Session>>,
 }
 
 /// The writing side of a connection.
-pub struct WriteHalf {
-    wr: TcpOwnedWriteHalf,
+pub enum WriteHalf {
+    /// Plain TCP: the socket's write half.
+    Plain(TcpOwnedWriteHalf),
+    /// TLS: the session, which holds the write half.
+    Tls(Rc<Session>),
 }
 
-/// Splits an accepted (or resumed) socket into the connection's halves.
-pub fn split(sock: Sock) -> (ReadHalf, WriteHalf) {
-    let Sock { rd, wr, fd } = sock;
-    (ReadHalf { rd, fd }, WriteHalf { wr })
+/// Splits an accepted (or resumed) connection into its halves.
+pub fn split(stream: Stream) -> (ReadHalf, WriteHalf) {
+    let Stream {
+        sock: Sock { rd, wr, fd },
+        tls,
+    } = stream;
+    let Some(tls) = tls else {
+        return (ReadHalf { rd, fd, tls: None }, WriteHalf::Plain(wr));
+    };
+    tls.own_write_half(wr);
+    let rd = ReadHalf {
+        rd,
+        fd,
+        tls: Some(tls.clone()),
+    };
+    (rd, WriteHalf::Tls(tls))
+}
+
+/// A plain or a TLS operation as one future type: the plain one inline
+/// (the size of every reader's task stays as it was), the TLS one boxed.
+pub enum Either<'a, P, T> {
+    /// Plain TCP's future.
+    Plain(P),
+    /// TLS's future.
+    Tls(Pin<Box<dyn Future<Output = T> + 'a>>),
+}
+
+impl<P: Future> Future for Either<'_, P, P::Output> {
+    type Output = P::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<P::Output> {
+        // SAFETY: structural pinning of the variant's field: it is never
+        // moved out of the pinned enum, which is never moved either.
+        match unsafe { self.get_unchecked_mut() } {
+            Either::Plain(p) => unsafe { Pin::new_unchecked(p) }.poll(cx),
+            Either::Tls(t) => t.as_mut().poll(cx),
+        }
+    }
 }
 
 impl ReadHalf {
@@ -55,7 +97,15 @@ impl ReadHalf {
         w: &'a Worker,
         buf: &'a mut BytesMut,
     ) -> impl Future<Output = io::Result<usize>> + 'a {
-        w.read_more(&mut self.rd, self.fd, buf)
+        match &self.tls {
+            None => Either::Plain(w.read_more(&mut self.rd, self.fd, buf)),
+            Some(tls) => Either::Tls(Box::pin(tls.read(w, (&mut self.rd, self.fd), buf, None))),
+        }
+    }
+
+    /// Whether the connection can park (plain TCP: its state is the fd).
+    pub fn parkable(&self) -> bool {
+        self.tls.is_none()
     }
 
     /// [`ReadHalf::read`] whose wait may end quietly (`Ok(None)`), with
@@ -66,7 +116,14 @@ impl ReadHalf {
         buf: &'a mut BytesMut,
         wait: QuietWait<'a>,
     ) -> impl Future<Output = io::Result<Option<usize>>> + 'a {
-        w.read_more_or_quiet(&mut self.rd, self.fd, buf, wait)
+        let (rd, fd) = (&mut self.rd, self.fd);
+        match &self.tls {
+            None => Either::Plain(w.read_more_or_quiet(rd, fd, buf, wait)),
+            // Never quiet: a TLS connection does not park.
+            Some(tls) => Either::Tls(Box::pin(async move {
+                tls.read(w, (rd, fd), buf, None).await.map(Some)
+            })),
+        }
     }
 
     /// Ends both directions at once: a pending read or write completes.
@@ -80,6 +137,11 @@ impl ReadHalf {
     /// would otherwise enlarge every connection's task.
     pub fn drain_close(mut self) -> Pin<Box<dyn Future<Output = ()>>> {
         Box::pin(async move {
+            if let Some(tls) = &self.tls {
+                // The writer is done: the lock is free.
+                tls.close_notify();
+                let _ = tls.lock().await.flush().await;
+            }
             drain_close(
                 &mut self.rd,
                 self.fd,
@@ -99,25 +161,35 @@ impl WriteHalf {
         batch: Vec<Bytes>,
         progressed: impl FnMut() + 'a,
     ) -> impl Future<Output = (io::Result<()>, Vec<Bytes>)> + 'a {
-        write_all_vectored(&mut self.wr, batch, progressed)
+        match self {
+            WriteHalf::Plain(wr) => Either::Plain(write_all_vectored(wr, batch, progressed)),
+            WriteHalf::Tls(tls) => Either::Tls(Box::pin(async move {
+                let mut wr = tls.lock().await;
+                let res = tls.write(wr.half(), &batch, progressed).await;
+                (res, batch)
+            })),
+        }
     }
 }
 
 /// The connection as a bare fd for the parked set, which owns it from here.
 pub fn park(rd: ReadHalf, wr: WriteHalf) -> RawFd {
-    let Ok(stream) = rd.rd.reunite(wr.wr) else {
+    let WriteHalf::Plain(wr) = wr else {
+        unreachable!("a TLS connection never parks (ReadHalf::parkable)");
+    };
+    let Ok(stream) = rd.rd.reunite(wr) else {
         unreachable!("the halves of one socket");
     };
     stream.into_raw_fd()
 }
 
 /// A parked connection's fd as a socket again; on error the fd is closed.
-pub fn resume(fd: RawFd) -> io::Result<Sock> {
+pub fn resume(fd: RawFd) -> io::Result<Stream> {
     // SAFETY: `fd` came out of the parked set, which owned it since
     // `into_raw_fd` (in [`park`]): it is open and nobody else owns or
     // closes it.
     let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
-    monoio::net::TcpStream::from_std(std).map(Sock::resumed)
+    monoio::net::TcpStream::from_std(std).map(|s| Stream::plain(Sock::resumed(s)))
 }
 
 /// Sends `frame` on a parked connection's fd without waiting: the bytes

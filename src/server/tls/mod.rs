@@ -1,0 +1,19 @@
+//! The listener's TLS edge (`--tls-cert`): rustls driven over the
+//! accepted socket, a byte transport under the HTTP phase
+//! (`conn::stream`) and under a WebSocket (`conn::websocket::transport`).
+//! What TLS is configured with is the sans-I/O `crate::tls`.
+//!
+//! # Layout
+//! - `edge`: the worker's TLS — the configuration new handshakes use,
+//!   replaced on SIGHUP (a bad new file keeps the old one, logged).
+//! - `session`: one connection's rustls state and the socket's write
+//!   half behind a lock its reader and writer share (one write in flight
+//!   at a time, in order); reads that append plaintext to the frame
+//!   buffer, writes that encrypt a batch of frames into as few records as
+//!   fit in [`crate::tls::BUFFER_LIMIT`], the handshake's counters.
+//!
+//! A TLS connection never parks (its rustls state is more than an fd):
+//! `--park-after` applies to plain connections only, for now.
+
+pub mod edge;
+pub mod session;
