@@ -232,6 +232,10 @@ pub struct RedisStats {
     /// too deep, too large, unexpected).
     #[serde(rename = "redis_protocol_errors")]
     pub protocol_errors: u64,
+    /// `rediss://` connections whose TLS handshake failed (certificate
+    /// refused, not TLS, closed mid-handshake).
+    #[serde(rename = "redis_tls_failures")]
+    pub tls_failures: u64,
     /// Round trip of the last canary, in microseconds.
     #[serde(rename = "redis_canary_rtt_us")]
     pub canary_rtt_us: u64,

@@ -287,15 +287,21 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "use the epoll driver even where io_uring works"
         => |c, v| set_bool(&mut c.force_legacy_driver, v);
     "redis-url", REDIS_URL, "URL", -,
-        "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub (default: in-process)"
+        "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub; rediss:// connects over TLS, verifying the server's certificate for the host name (default: in-process)"
         => |c, v| {
             c.redis.url = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
     "redis-cluster", REDIS_CLUSTER, "SEEDS", -,
-        "[redis://][user:password@]host:port[,host:port...]: fan out through a Redis Cluster (sharded pub/sub, SPUBLISH/SSUBSCRIBE; Redis 7+); exclusive with --redis-url"
+        "[redis[s]://][user:password@]host:port[,host:port...]: fan out through a Redis Cluster (sharded pub/sub, SPUBLISH/SSUBSCRIBE; Redis 7+); rediss:// reaches every node over TLS; exclusive with --redis-url"
         => |c, v| {
             c.redis.cluster = Some(v.parse().map_err(|e| format!("{e}"))?);
+            Ok(())
+        };
+    "redis-tls-ca", CORECAST_REDIS_TLS_CA, "PATH", -,
+        "PEM CA certificates a rediss:// server's certificate must chain to (a private CA), instead of the system's roots; verification cannot be turned off (default: the system's roots)"
+        => |c, v| {
+            c.redis.tls_ca = Some(v.trim().into()).filter(|p: &std::path::PathBuf| !p.as_os_str().is_empty());
             Ok(())
         };
     "redis-prefix", CORECAST_REDIS_PREFIX, "PREFIX", "corecast:",

@@ -117,6 +117,26 @@ use crate::runtime::{self, DriverKind};
 
 /// How often deadlines, keepalive pings and the stop flag are checked.
 const TICK: Duration = Duration::from_millis(100);
+/// The listener's TLS and the process's TLS client configuration.
+type WorkerTls = (
+    Option<tls::edge::TlsEdge>,
+    Option<Arc<rustls::ClientConfig>>,
+);
+
+/// The one TLS client configuration of the process, built at start when
+/// something corecast calls is `rediss://` (a bad `--redis-tls-ca`, or no
+/// system roots, is the start's error).
+fn client_tls(cfg: &Config) -> io::Result<Option<Arc<rustls::ClientConfig>>> {
+    let r = &cfg.redis;
+    if !r.first_url().is_some_and(|u| u.tls) {
+        return Ok(None);
+    }
+    let ca = r.tls_ca.as_deref();
+    crate::tls::client::config(ca)
+        .map(Some)
+        .map_err(io::Error::other)
+}
+
 /// Listen backlog.
 const BACKLOG: i32 = 4096;
 
@@ -141,6 +161,7 @@ impl Server {
         // Certificate files are read before anything binds: a bad one is
         // the start's error, naming the file.
         let tls = tls::edge::TlsEdge::new(&cfg.tls)?;
+        let client = client_tls(&cfg)?;
         let listener = std::net::TcpListener::bind(cfg.listen)?;
         sys::set_backlog(listener.as_raw_fd(), BACKLOG)?;
         let addr = listener.local_addr()?;
@@ -153,7 +174,7 @@ impl Server {
         let flag = stop.clone();
         let worker = std::thread::Builder::new()
             .name("corecast-worker-0".into())
-            .spawn(move || run_worker((cfg, tls), [Some(listener), admin], flag))?;
+            .spawn(move || run_worker((cfg, (tls, client)), [Some(listener), admin], flag))?;
         Ok(Server {
             addr,
             admin_addr,
@@ -194,7 +215,7 @@ impl Server {
 type Listeners = [Option<std::net::TcpListener>; 2];
 
 fn run_worker(
-    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
+    (cfg, tls): (Config, WorkerTls),
     listeners: Listeners,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
@@ -216,7 +237,7 @@ fn run_worker(
         Info,
         "corecast listening",
         addr = listener.local_addr()?,
-        tls = tls.is_some(),
+        tls = tls.0.is_some(),
         driver = log::Dbg(driver),
         cpu = cpu,
         version = env!("CARGO_PKG_VERSION"),
@@ -234,7 +255,7 @@ fn run_worker(
 }
 
 async fn worker_main(
-    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
+    (cfg, tls): (Config, WorkerTls),
     listeners: Listeners,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {

@@ -7,11 +7,13 @@ use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::BytesMut;
 use monoio::net::tcp::TcpOwnedReadHalf;
+use rustls::ClientConfig;
 
 use crate::config::Config;
 use crate::history::relay::{self, Fetch, Relay};
@@ -106,12 +108,16 @@ impl Worker {
     /// A fresh worker, without TLS.
     #[cfg(test)]
     pub fn new(cfg: Config) -> Rc<Worker> {
-        Worker::with_tls(cfg, None)
+        Worker::with_tls(cfg, (None, None))
     }
 
-    /// A fresh worker; `tls`: its listener's TLS, already loaded.
-    pub fn with_tls(cfg: Config, tls: Option<TlsEdge>) -> Rc<Worker> {
-        let redis = RedisLink::new(&cfg);
+    /// A fresh worker; `tls`: its listener's TLS, already loaded, and the
+    /// process's TLS client configuration (for `rediss://`).
+    pub fn with_tls(
+        cfg: Config,
+        (tls, client): (Option<TlsEdge>, Option<Arc<ClientConfig>>),
+    ) -> Rc<Worker> {
+        let redis = RedisLink::new(&cfg, client);
         let compression = formats::SharedCompressionStats::default();
         let encoders = formats::encoders(&cfg.compression, &compression);
         let relay = redis
