@@ -101,18 +101,31 @@ where
 }
 
 /// Connects to the first of the host's addresses (resolved off the
-/// worker) that accepts, then (`rediss://`) runs the TLS handshake.
-async fn connect(link: &RedisLink, shard: &Shard) -> Result<ClientStream, RedisError> {
-    let tcp = connect_tcp(shard).await?;
+/// worker) that accepts, then (`rediss://`) runs the TLS handshake; both
+/// by `deadline`.
+async fn connect(
+    link: &RedisLink,
+    shard: &Shard,
+    deadline: monoio::time::Instant,
+) -> Result<ClientStream, RedisError> {
+    let tcp = monoio::time::timeout_at(deadline, connect_tcp(shard))
+        .await
+        .map_err(|_| RedisError::Timeout)??;
     let _ = tcp.set_nodelay(true);
     let url = shard.url.borrow().clone();
     if !url.tls {
         return Ok(ClientStream::plain(tcp));
     }
-    let cfg = link.tls.clone().expect("a client configuration when a URL is rediss://");
-    ClientStream::handshake(tcp, cfg, &url.host)
-        .await
-        .map_err(|e| tls_failed(link, e))
+    let cfg = link
+        .tls
+        .clone()
+        .expect("a client configuration when a URL is rediss://");
+    match monoio::time::timeout_at(deadline, ClientStream::handshake(tcp, cfg, &url.host)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(tls_failed(link, e)),
+        // A server that is not TLS may wait for a line that never comes.
+        Err(_) => Err(tls_failed(link, HandshakeError::TimedOut)),
+    }
 }
 
 /// A failed TLS handshake, counted: the certificate refused (or the
@@ -148,9 +161,8 @@ async fn open(
     role: Role,
 ) -> Result<(ClientStream, BytesMut), RedisError> {
     let url = &shard.url.borrow().clone();
-    let mut stream = monoio::time::timeout(link.connect_timeout, connect(link, shard))
-        .await
-        .map_err(|_| RedisError::Timeout)??;
+    let deadline = monoio::time::Instant::now() + link.connect_timeout;
+    let mut stream = connect(link, shard, deadline).await?;
     let mut buf = BytesMut::new();
     let mut cmds = commands::handshake(url, role == Role::Command);
     if role == Role::Command && link.keeping.is_some() {
@@ -166,10 +178,12 @@ async fn open(
     }
     for cmd in cmds {
         stream.write_all(cmd).await?;
-        let reply =
-            monoio::time::timeout(link.command_timeout, read_reply(link, &mut stream, &mut buf))
-                .await
-                .map_err(|_| RedisError::Timeout)??;
+        let reply = monoio::time::timeout(
+            link.command_timeout,
+            read_reply(link, &mut stream, &mut buf),
+        )
+        .await
+        .map_err(|_| RedisError::Timeout)??;
         if let Reply::Error(e) = reply {
             return Err(RedisError::Refused(e.to_string()));
         }

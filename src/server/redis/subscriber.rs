@@ -326,7 +326,12 @@ fn on_message(link: &Rc<RedisLink>, local: &Rc<dyn Local>, channel: &[u8], env: 
 
 /// Follows the shard's queue of interest changes with (S)SUBSCRIBE /
 /// (S)UNSUBSCRIBE commands, and sends the cluster canary's `PING`.
-async fn interest_writer(link: &RedisLink, shard: &Shard, wr: &mut ClientStream, stop: &Cell<bool>) {
+async fn interest_writer(
+    link: &RedisLink,
+    shard: &Shard,
+    wr: &mut ClientStream,
+    stop: &Cell<bool>,
+) {
     let mut changes = Vec::new();
     let mut ping = None;
     loop {

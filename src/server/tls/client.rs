@@ -48,6 +48,9 @@ pub enum HandshakeError {
     Tls(rustls::Error),
     /// The host is neither a DNS name nor an IP address.
     BadName(String),
+    /// The server did not finish the handshake in time (the caller's
+    /// deadline): often a server that does not speak TLS.
+    TimedOut,
 }
 
 impl fmt::Display for HandshakeError {
@@ -56,6 +59,9 @@ impl fmt::Display for HandshakeError {
             HandshakeError::Io(e) => write!(f, "tls handshake: {e}"),
             HandshakeError::Tls(e) => write!(f, "tls handshake refused: {e}"),
             HandshakeError::BadName(h) => write!(f, "tls: {h:?} is not a valid server name"),
+            HandshakeError::TimedOut => {
+                f.write_str("tls handshake timed out (does the server speak TLS?)")
+            }
         }
     }
 }
@@ -116,7 +122,11 @@ impl ClientStream {
                 return Ok(());
             }
             let mut cipher = BytesMut::new();
-            if recv(&self.tcp, &mut cipher).await.map_err(HandshakeError::Io)? == 0 {
+            if recv(&self.tcp, &mut cipher)
+                .await
+                .map_err(HandshakeError::Io)?
+                == 0
+            {
                 let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "closed by the server");
                 return Err(HandshakeError::Io(eof));
             }
@@ -125,11 +135,13 @@ impl ClientStream {
             if let Err(e) = tls.feed(&cipher, &mut none) {
                 // The alert rustls queued (best effort).
                 let _ = tls.flush(&mut self.tcp).await;
-                return Err(match e.into_inner().map(|e| e.downcast::<rustls::Error>()) {
-                    Some(Ok(e)) => HandshakeError::Tls(*e),
-                    Some(Err(e)) => HandshakeError::Io(io::Error::other(e)),
-                    None => HandshakeError::Io(io::ErrorKind::InvalidData.into()),
-                });
+                return Err(
+                    match e.into_inner().map(|e| e.downcast::<rustls::Error>()) {
+                        Some(Ok(e)) => HandshakeError::Tls(*e),
+                        Some(Err(e)) => HandshakeError::Io(io::Error::other(e)),
+                        None => HandshakeError::Io(io::ErrorKind::InvalidData.into()),
+                    },
+                );
             }
         }
     }

@@ -301,7 +301,11 @@ fn take_plaintext(conn: &mut ServerConnection, buf: &mut BytesMut) -> io::Result
 }
 
 /// The position in `bufs` after `n` more bytes from `(i, off)`.
-pub(super) fn advance(bufs: &[Bytes], (mut i, mut off): (usize, usize), mut n: usize) -> (usize, usize) {
+pub(super) fn advance(
+    bufs: &[Bytes],
+    (mut i, mut off): (usize, usize),
+    mut n: usize,
+) -> (usize, usize) {
     while n > 0 && i < bufs.len() {
         let left = bufs[i].len() - off;
         if n < left {
