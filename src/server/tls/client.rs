@@ -29,8 +29,7 @@ use monoio::net::TcpStream;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
-use super::session::advance;
-use crate::server::iovec::IoVecs;
+use crate::server::iovec::{advance_position, IoVecs};
 use crate::server::sys;
 
 /// Bytes read from the socket per `recv`.
@@ -235,7 +234,7 @@ impl Shared {
     /// Encrypts `bufs` and writes them, at most [`crate::tls::BUFFER_LIMIT`]
     /// of records at a time.
     async fn write(&self, tcp: &mut TcpStream, bufs: &[Bytes]) -> io::Result<()> {
-        let (mut i, mut off) = advance(bufs, (0, 0), 0);
+        let (mut i, mut off) = advance_position(bufs, (0, 0), 0);
         while i < bufs.len() {
             let took = {
                 let mut slices = Vec::with_capacity(MAX_SLICES.min(bufs.len() - i));
@@ -245,7 +244,7 @@ impl Shared {
                 let mut conn = self.conn.borrow_mut();
                 io::Write::write_vectored(&mut conn.writer(), &slices)?
             };
-            (i, off) = advance(bufs, (i, off), took);
+            (i, off) = advance_position(bufs, (i, off), took);
             self.flush(tcp).await?;
         }
         Ok(())
