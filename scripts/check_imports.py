@@ -86,6 +86,7 @@ EXCEPTIONS = [
     (("history", "resume"), ("presence", "edge"), "a deferred subscribe refused meanwhile leaves presence as ws_control would"),
     (("presence", "redis"), ("pusher", "occupancy"), "a Pusher presence subscription Redis refuses gives its occupancy back at once"),
     (("pusher", "presence"), ("presence", "redis"), "Pusher presence channels keep their members through the same Redis scripts"),
+    (("cache", "origin"), ("tls", "client"), "an https:// origin's bytes are TLS: the client reads and writes through tls::client's stream"),
     (("pusher", "webhook"), ("cache", "origin"), "webhooks are sent with the cache's pooled, bounded HTTP client"),
 ]
 

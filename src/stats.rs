@@ -304,6 +304,10 @@ pub struct CacheStats {
     /// New connections opened to the origin (the rest reused one).
     #[serde(rename = "cache_origin_connects")]
     pub origin_connects: u64,
+    /// `https://` origin connections whose TLS handshake failed
+    /// (certificate refused, not TLS, timed out).
+    #[serde(rename = "cache_origin_tls_failures")]
+    pub origin_tls_failures: u64,
     /// Bytes of entries written to the store (cumulative).
     #[serde(rename = "cache_bytes_stored")]
     pub bytes_stored: u64,

@@ -543,8 +543,10 @@ mod tests {
         assert_eq!(c.origin.unwrap().to_string(), "http://127.0.0.1:9/v1");
         assert_eq!(c.purge_token.as_ref().map(Secret::expose), Some("t0ken"));
         assert!(!format!("{:?}", c.purge_token).contains("t0ken"));
+        let c = serve(&["--origin", "https://api.example/v1"], no_env).cache;
+        assert!(c.origin.unwrap().tls);
         for args in [
-            &["--origin", "https://a"][..],
+            &["--origin", "ftp://a"][..],
             &["--cache-prefix", "api"],
             &["--cache-prefix", "/api"],
             &["--cache-purge-token", ""],
@@ -650,7 +652,7 @@ mod tests {
     }
 
     #[test]
-    fn pusher_webhooks_need_a_known_app_and_an_http_url() {
+    fn pusher_webhooks_need_a_known_app_and_an_http_or_https_url() {
         let args = [
             "--pusher-app",
             "1:k:s",
@@ -663,7 +665,7 @@ mod tests {
         assert_eq!(cfg.pusher.webhooks[0].1.base_path, "/hook");
         for bad in [
             ["--pusher-app", "1:k:s", "--pusher-webhook", "2=http://h/"],
-            ["--pusher-app", "1:k:s", "--pusher-webhook", "1=https://h/"],
+            ["--pusher-app", "1:k:s", "--pusher-webhook", "1=ftp://h/"],
             ["--pusher-app", "1:k:s", "--pusher-webhook", "http://h/"],
         ] {
             assert!(Config::from_args(bad, |_| None).is_err(), "{bad:?}");

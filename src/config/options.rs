@@ -335,7 +335,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "largest reply accepted from Redis; a larger one (or nesting deeper than 4 arrays) drops the connection"
         => |c, v| set_size(&mut c.redis.max_reply_size, v);
     "origin", CORECAST_ORIGIN, "URL", -,
-        "http://host:port[/base-path]: cache GET/HEAD under --cache-prefix in front of this origin (default: no cache, 404)"
+        "http[s]://host[:port][/base-path]: cache GET/HEAD under --cache-prefix in front of this origin; https:// verifies its certificate for the host against the system's CA certificates (default: no cache, 404)"
         => |c, v| {
             c.cache.origin = Some(v.parse()?);
             Ok(())
@@ -457,7 +457,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "Redis mode: how long a channel whose last subscriber (on every instance) left waits before channel_vacated; a subscriber back within it causes neither channel_vacated nor channel_occupied"
         => |c, v| set_presence_ms(&mut c.pusher.vacated_grace_ms, v);
     "pusher-webhook", CORECAST_PUSHER_WEBHOOK, "ID=URL", -,
-        "send this app's webhooks (channel_occupied/vacated, member_added/removed, client_event; signed, batched, retried) to URL (http://); repeat or comma-separate for several apps"
+        "send this app's webhooks (channel_occupied/vacated, member_added/removed, client_event; signed, batched, retried) to URL (http:// or https://, verified like --origin); repeat or comma-separate for several apps"
         => |c, v| c.pusher.add_webhooks(v);
     "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
         "webhook events waiting per app, for each of two kinds (channel_occupied/vacated; member and client events); beyond it the kind's oldest are dropped (counted)"

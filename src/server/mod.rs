@@ -117,24 +117,33 @@ use crate::runtime::{self, DriverKind};
 
 /// How often deadlines, keepalive pings and the stop flag are checked.
 const TICK: Duration = Duration::from_millis(100);
-/// The listener's TLS and the process's TLS client configuration.
-type WorkerTls = (
-    Option<tls::edge::TlsEdge>,
-    Option<Arc<rustls::ClientConfig>>,
-);
+/// The listener's TLS and the process's TLS client configurations.
+type WorkerTls = (Option<tls::edge::TlsEdge>, tls::client::ClientTls);
 
-/// The one TLS client configuration of the process, built at start when
-/// something corecast calls is `rediss://` (a bad `--redis-tls-ca`, or no
-/// system roots, is the start's error).
-fn client_tls(cfg: &Config) -> io::Result<Option<Arc<rustls::ClientConfig>>> {
-    let r = &cfg.redis;
-    if !r.first_url().is_some_and(|u| u.tls) {
-        return Ok(None);
-    }
-    let ca = r.tls_ca.as_deref();
-    crate::tls::client::config(ca)
-        .map(Some)
-        .map_err(io::Error::other)
+/// The TLS client configurations of the process, built once at start for
+/// what corecast calls over TLS (`rediss://`, an `https://` origin or
+/// webhook); a bad `--redis-tls-ca`, or no system roots, is the start's
+/// error. Without `--redis-tls-ca` Redis and HTTP share one.
+fn client_tls(cfg: &Config) -> io::Result<tls::client::ClientTls> {
+    let redis_tls = cfg.redis.first_url().is_some_and(|u| u.tls);
+    let http_tls = cfg.cache.origin.as_ref().is_some_and(|u| u.tls)
+        || cfg
+            .pusher
+            .apps
+            .iter()
+            .any(|a| cfg.pusher.webhook_of(a).is_some_and(|u| u.tls));
+    let build = |ca| crate::tls::client::config(ca).map_err(io::Error::other);
+    let system = match (http_tls, redis_tls && cfg.redis.tls_ca.is_none()) {
+        (false, false) => None,
+        _ => Some(build(None)?),
+    };
+    let redis = match (&cfg.redis.tls_ca, redis_tls) {
+        (Some(ca), true) => Some(build(Some(ca))?),
+        (None, true) => system.clone(),
+        (_, false) => None,
+    };
+    let http = system.filter(|_| http_tls);
+    Ok(tls::client::ClientTls { redis, http })
 }
 
 /// Listen backlog.

@@ -65,6 +65,18 @@ impl fmt::Display for HandshakeError {
     }
 }
 
+/// The process's TLS client configurations, built at start: Redis's
+/// (`--redis-tls-ca` or the system's roots) and the one for HTTP
+/// (`https://` origin and webhooks: the system's roots). Without
+/// `--redis-tls-ca` both are the same configuration.
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    /// For `rediss://` (set when a Redis URL is `rediss://`).
+    pub redis: Option<Arc<ClientConfig>>,
+    /// For `https://` (set when the origin or a webhook is `https://`).
+    pub http: Option<Arc<ClientConfig>>,
+}
+
 /// A connection to a server corecast calls: plain TCP or TLS.
 pub struct ClientStream {
     tcp: TcpStream,
@@ -155,7 +167,9 @@ impl ClientStream {
     }
 
     /// Appends what the peer sent to `buf`, waiting for it: `Ok(0)` at the
-    /// end of its stream.
+    /// end of its stream. With TLS the end is the peer's `close_notify`;
+    /// TCP's end without it is an `UnexpectedEof` error (a cut-short
+    /// read-to-close body must not pass for a whole one).
     pub async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         let Some(tls) = self.tls.clone() else {
             return recv(&self.tcp, buf).await;
@@ -167,7 +181,8 @@ impl ClientStream {
             }
             let mut cipher = BytesMut::new();
             if recv(&self.tcp, &mut cipher).await? == 0 {
-                break;
+                let cut = "closed without TLS close_notify";
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, cut));
             }
             tls.feed(&cipher, buf)?;
             if buf.len() > before {
