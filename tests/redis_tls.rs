@@ -1,6 +1,7 @@
 //! Redis over TLS (`rediss://`) against a real `redis-server --tls-port`
 //! (Debian's build has TLS): two instances deliver through it and come
-//! back after a Redis restart; a server whose certificate does not chain
+//! back after a Redis restart, and through a Redis Cluster whose nodes
+//! serve TLS beside plain TCP; a server whose certificate does not chain
 //! to `--redis-tls-ca`, or is not valid for the host name, or that does
 //! not speak TLS, is refused with a clear log line, `/readyz` 503 and a
 //! count — never a hang.
@@ -10,6 +11,7 @@
 //! `redis-cli --tls`. Waits are conditions polled against deadlines.
 
 mod common;
+mod redis_support;
 mod tls_support;
 
 use std::net::SocketAddr;
@@ -18,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use redis_support::RedisCluster;
 use tls_support::{free_port, Pki};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -280,4 +283,40 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_deliver_through_a_tls_cluster() {
+    let pki = Pki::new("cluster");
+    // The topology names nodes by address: the certificate says 127.0.0.1.
+    let (cert, key) = pki.leaf("node", "DNS:localhost,IP:127.0.0.1");
+    let cluster = RedisCluster::start_with(3, 0, Some((cert, key, pki.ca()))).await;
+    let seeds: corecast::redis::ClusterSeeds = cluster.tls_seeds().parse().expect("seeds");
+    assert!(seeds.url.tls);
+    let start = || {
+        TestServer::start(|cfg| {
+            cfg.redis.cluster = Some(seeds.clone());
+            cfg.redis.tls_ca = Some(pki.ca());
+            cfg.redis.canary_interval = Duration::from_millis(100);
+            cfg.redis.resume_delay = Duration::from_millis(100);
+        })
+    };
+    let (a, b) = (start(), start());
+    // Ready means every master reached over TLS: its tls-port, not the
+    // plain port the topology also lists.
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    let mut ws = ws_connect(a.addr, "/ws/news").await;
+    // Until A's SSUBSCRIBE is in, B's publishes reach no instance.
+    wait_until("A's subscription in the cluster", || async {
+        let r = post(b.addr, "/publish/news", b"probe").await;
+        r.status == 200 && r.json()["instances"] == 1
+    })
+    .await;
+    let r = post(b.addr, "/publish/news", b"fence").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    while next_msg(&mut ws).await != Message::text("fence") {}
+    crosses(b.addr, &mut ws, "through the cluster").await;
+    let s = stats(a.addr).await;
+    assert_eq!(counter(&s, "redis_tls_failures"), 0, "{s}");
 }

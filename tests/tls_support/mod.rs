@@ -56,14 +56,20 @@ impl Pki {
     /// A leaf for `localhost` only (no IP address: a connection to
     /// 127.0.0.1 must be refused for the name).
     pub fn localhost(&self) -> (PathBuf, PathBuf) {
+        self.leaf("leaf", "DNS:localhost")
+    }
+
+    /// A leaf `file`.pem / `file`.key valid for `sans`
+    /// (`DNS:localhost,IP:127.0.0.1`).
+    pub fn leaf(&self, file: &str, sans: &str) -> (PathBuf, PathBuf) {
         let d = &self.dir;
         let (cert, key, csr, ext) = (
-            d.join("leaf.pem"),
-            d.join("leaf.key"),
-            d.join("leaf.csr"),
-            d.join("leaf.ext"),
+            d.join(format!("{file}.pem")),
+            d.join(format!("{file}.key")),
+            d.join(format!("{file}.csr")),
+            d.join(format!("{file}.ext")),
         );
-        std::fs::write(&ext, "subjectAltName=DNS:localhost\n").unwrap();
+        std::fs::write(&ext, format!("subjectAltName={sans}\n")).unwrap();
         run(Command::new("openssl")
             .args(["genpkey", "-algorithm", "EC"])
             .args(["-pkeyopt", "ec_paramgen_curve:P-256", "-out"])

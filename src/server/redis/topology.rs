@@ -186,7 +186,7 @@ async fn ask(link: &RedisLink, node: &Node) -> Result<SlotMap, String> {
                 r => SlotMap::from_cluster_slots(&r, node).map_err(|e| e.to_string()),
             }
         }
-        r => SlotMap::from_cluster_shards(&r, node).map_err(|e| e.to_string()),
+        r => SlotMap::from_cluster_shards_for(&r, node, url.tls).map_err(|e| e.to_string()),
     }
 }
 
