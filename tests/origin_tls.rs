@@ -1,8 +1,9 @@
-//! `https://` origins: the cache fetches through TLS from a small Python
-//! `ssl` HTTPS server, sending the host name as SNI and verifying the
-//! certificate against the CA the process trusts (`SSL_CERT_FILE`, read by
-//! rustls-native-certs as OpenSSL would); a certificate from another CA is
-//! refused with a 502, one log line and a count — never a hang.
+//! `https://` origins and webhooks: the cache fetches through TLS from a
+//! small Python `ssl` HTTPS server, sending the host name as SNI and
+//! verifying the certificate against the CA the process trusts
+//! (`SSL_CERT_FILE`, read by rustls-native-certs as OpenSSL would); a
+//! certificate from another CA is refused with a 502, one log line and a
+//! count — never a hang. Pusher webhooks reach the same server over TLS.
 //!
 //! The binary runs in its own process (its environment names the CA, its
 //! stderr is read). The CA and certificates are made by `openssl` when the
@@ -19,8 +20,9 @@ use std::time::Instant;
 use common::*;
 use tls_support::Pki;
 
-/// The origin: HTTPS on a free port; prints `port N` once listening and
-/// `sni NAME` for every handshake; answers every GET with its path.
+/// The origin: HTTPS on a free port; prints `port N` once listening,
+/// `sni NAME` for every handshake and `post PATH BODY` for every POST;
+/// answers every GET with its path.
 const ORIGIN: &str = r#"
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -33,6 +35,12 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        print("post", self.path, body.decode(), flush=True)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
     def log_message(self, *a):
         pass
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -87,9 +95,17 @@ fn next_line(out: &mut BufReader<ChildStdout>) -> String {
 
 /// corecast caching `https://localhost:PORT`, trusting only `ca`.
 fn corecast(origin: &PyOrigin, ca: &Path) -> BinServer {
+    corecast_with(
+        ca,
+        &["--origin", &format!("https://localhost:{}", origin.port)],
+    )
+}
+
+/// corecast with `args`, trusting only `ca` (`SSL_CERT_FILE`).
+fn corecast_with(ca: &Path, args: &[&str]) -> BinServer {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_corecast"));
     cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
-        .args(["--origin", &format!("https://localhost:{}", origin.port)])
+        .args(args)
         .env("SSL_CERT_FILE", ca)
         .env_remove("SSL_CERT_DIR");
     BinServer::start(cmd)
@@ -136,4 +152,36 @@ async fn an_origin_certificate_from_another_ca_is_refused_and_counted() {
     }
     let s = stats(srv.addr).await;
     assert_eq!(counter(&s, "cache_origin_tls_failures"), 1, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_webhooks_are_posted_to_an_https_url() {
+    let pki = Pki::new("webhook");
+    let mut origin = PyOrigin::start(&pki);
+    let hook = format!("1=https://localhost:{}/hooks", origin.port);
+    let srv = corecast_with(
+        &pki.ca(),
+        &["--pusher-app", "1:key:secret", "--pusher-webhook", &hook],
+    );
+    let (mut ws, _) = common::pusher::connect(srv.addr, "key").await;
+    let ok = common::pusher::subscribe(&mut ws, "news", None, None).await;
+    assert_eq!(
+        ok["event"], "pusher_internal:subscription_succeeded",
+        "{ok}"
+    );
+    // The origin's output: one SNI line, then the POST (read off the
+    // test's thread: a blocking read).
+    let lines = tokio::task::spawn_blocking(move || {
+        let sni = next_line(&mut origin.out);
+        (sni, next_line(&mut origin.out), origin)
+    });
+    let (sni, post, _origin) = within("the webhook", lines).await.expect("reader");
+    assert_eq!(sni, "sni localhost");
+    assert!(post.starts_with("post /hooks "), "{post}");
+    assert!(
+        post.contains("channel_occupied") && post.contains("news"),
+        "{post}"
+    );
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "pusher_webhook_failures"), 0, "{s}");
 }
