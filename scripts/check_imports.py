@@ -74,6 +74,7 @@ SEAMS = {
 # file is `from` or below it and its target is `to` or below it.
 EXCEPTIONS = [
     (("conn",), ("tls",), "a connection's bytes may be TLS: the HTTP phase (conn::stream) and a WebSocket's transport read and write through its session"),
+    (("redis",), ("tls", "client"), "a Redis connection's bytes may be TLS (rediss://): it reads and writes through tls::client's stream"),
     (("conn", "http"), ("cache",), "the HTTP router answers the cache's routes"),
     (("conn", "http"), ("history",), "the HTTP router answers GET /history"),
     (("conn", "http"), ("presence",), "the HTTP router answers GET /presence"),
@@ -85,6 +86,7 @@ EXCEPTIONS = [
     (("history", "resume"), ("presence", "edge"), "a deferred subscribe refused meanwhile leaves presence as ws_control would"),
     (("presence", "redis"), ("pusher", "occupancy"), "a Pusher presence subscription Redis refuses gives its occupancy back at once"),
     (("pusher", "presence"), ("presence", "redis"), "Pusher presence channels keep their members through the same Redis scripts"),
+    (("cache", "origin"), ("tls", "client"), "an https:// origin's bytes are TLS: the client reads and writes through tls::client's stream"),
     (("pusher", "webhook"), ("cache", "origin"), "webhooks are sent with the cache's pooled, bounded HTTP client"),
 ]
 

@@ -82,7 +82,8 @@
 //!   `--tls-cert`/`--tls-key` files read and checked, the certificate
 //!   chosen by SNI, the rustls server configuration with its session
 //!   cache and ticket keys (kept across SIGHUP reloads), errors as one
-//!   enum. Its edge is `server::tls`.
+//!   enum; and `tls::client`, the one verifying client configuration for
+//!   `rediss://`. Its edge is `server::tls`.
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),

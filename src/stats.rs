@@ -232,6 +232,10 @@ pub struct RedisStats {
     /// too deep, too large, unexpected).
     #[serde(rename = "redis_protocol_errors")]
     pub protocol_errors: u64,
+    /// `rediss://` connections whose TLS handshake failed (certificate
+    /// refused, not TLS, closed mid-handshake).
+    #[serde(rename = "redis_tls_failures")]
+    pub tls_failures: u64,
     /// Round trip of the last canary, in microseconds.
     #[serde(rename = "redis_canary_rtt_us")]
     pub canary_rtt_us: u64,
@@ -300,6 +304,10 @@ pub struct CacheStats {
     /// New connections opened to the origin (the rest reused one).
     #[serde(rename = "cache_origin_connects")]
     pub origin_connects: u64,
+    /// `https://` origin connections whose TLS handshake failed
+    /// (certificate refused, not TLS, timed out).
+    #[serde(rename = "cache_origin_tls_failures")]
+    pub origin_tls_failures: u64,
     /// Bytes of entries written to the store (cumulative).
     #[serde(rename = "cache_bytes_stored")]
     pub bytes_stored: u64,

@@ -11,12 +11,14 @@ use super::chunked::{ChunkedDecoder, ChunkedError};
 /// Most header lines in one origin response head.
 pub const MAX_RESPONSE_HEADERS: usize = 64;
 
-/// `http://host[:port][/base-path]`.
+/// `http[s]://host[:port][/base-path]`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OriginUrl {
+    /// `https://`: TLS, the origin's certificate verified for `host`.
+    pub tls: bool,
     /// Host name or address (IPv6 without brackets).
     pub host: String,
-    /// Port (default 80).
+    /// Port (default 80, or 443 with `https://`).
     pub port: u16,
     /// Path prefix for every request, without a trailing `/` (may be empty).
     pub base_path: String,
@@ -30,7 +32,8 @@ impl fmt::Debug for OriginUrl {
 
 impl fmt::Display for OriginUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority(), self.base_path)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority(), self.base_path)
     }
 }
 
@@ -38,12 +41,10 @@ impl FromStr for OriginUrl {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let rest = match s.strip_prefix("http://") {
-            Some(r) => r,
-            None if s.starts_with("https://") => {
-                return Err("https origins are not supported; use http://".into())
-            }
-            None => return Err("expected http://host[:port][/base-path]".into()),
+        let (tls, rest) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+            (Some(r), _) => (false, r),
+            (_, Some(r)) => (true, r),
+            _ => return Err("expected http[s]://host[:port][/base-path]".into()),
         };
         if rest.contains(['?', '#', '@', ' ']) {
             return Err("no user info, query or fragment allowed".into());
@@ -52,8 +53,9 @@ impl FromStr for OriginUrl {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
         };
-        let (host, port) = split_host_port(authority)?;
+        let (host, port) = split_host_port(authority, if tls { 443 } else { 80 })?;
         Ok(OriginUrl {
+            tls,
             host,
             port,
             base_path: path.trim_end_matches('/').to_string(),
@@ -61,7 +63,7 @@ impl FromStr for OriginUrl {
     }
 }
 
-fn split_host_port(authority: &str) -> Result<(String, u16), String> {
+fn split_host_port(authority: &str, default: u16) -> Result<(String, u16), String> {
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (h, after) = v6.split_once(']').ok_or("unclosed [ in host")?;
         (h, after.strip_prefix(':'))
@@ -75,23 +77,24 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
         return Err("missing host".into());
     }
     let port = match port {
-        None => 80,
+        None => default,
         Some(p) => p.parse().map_err(|_| format!("invalid port `{p}`"))?,
     };
     Ok((host.to_string(), port))
 }
 
 impl OriginUrl {
-    /// The `Host` header value: `host[:port]` (port omitted when 80).
+    /// The `Host` header value: `host[:port]` (port omitted when it is
+    /// the scheme's default).
     pub fn authority(&self) -> String {
         let host = if self.host.contains(':') {
             format!("[{}]", self.host)
         } else {
             self.host.clone()
         };
-        match self.port {
-            80 => host,
-            p => format!("{host}:{p}"),
+        match (self.port, self.tls) {
+            (80, false) | (443, true) => host,
+            (p, _) => format!("{host}:{p}"),
         }
     }
 
@@ -430,8 +433,15 @@ mod tests {
             ("::1", "[::1]:9000")
         );
         assert_eq!(u.to_string(), "http://[::1]:9000");
+        assert!(!u.tls);
+        let u: OriginUrl = "https://api.example/v2".parse().unwrap();
+        assert!(u.tls);
+        assert_eq!((u.port, u.authority().as_str()), (443, "api.example"));
+        assert_eq!(u.to_string(), "https://api.example/v2");
+        let u: OriginUrl = "https://api.example:8443".parse().unwrap();
+        assert_eq!(u.authority(), "api.example:8443");
         for bad in [
-            "https://a",
+            "https://",
             "ftp://a",
             "http://",
             "http://a:x",

@@ -237,6 +237,11 @@ impl Config {
                 "--redis-url and --redis-cluster are exclusive: one Redis or one cluster".into(),
             ));
         }
+        // Else the CA would go unused: the URL probably lacks its `s`.
+        if self.redis.tls_ca.is_some() && !self.redis.first_url().is_some_and(|u| u.tls) {
+            let e = "--redis-tls-ca needs a rediss:// --redis-url or --redis-cluster";
+            return Err(ConfigError(e.into()));
+        }
         if self.redis.cluster.is_some() && self.redis.prefix.contains(['{', '}']) {
             return Err(ConfigError(
                 "--redis-prefix must not contain { or } with --redis-cluster (hash tags)".into(),
@@ -543,8 +548,10 @@ mod tests {
         assert_eq!(c.origin.unwrap().to_string(), "http://127.0.0.1:9/v1");
         assert_eq!(c.purge_token.as_ref().map(Secret::expose), Some("t0ken"));
         assert!(!format!("{:?}", c.purge_token).contains("t0ken"));
+        let c = serve(&["--origin", "https://api.example/v1"], no_env).cache;
+        assert!(c.origin.unwrap().tls);
         for args in [
-            &["--origin", "https://a"][..],
+            &["--origin", "ftp://a"][..],
             &["--cache-prefix", "api"],
             &["--cache-prefix", "/api"],
             &["--cache-purge-token", ""],
@@ -585,6 +592,13 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.0.contains("hash tags"), "{err}");
+        let c = serve(
+            &["--redis-url", "rediss://h", "--redis-tls-ca", "ca.pem"],
+            no_env,
+        );
+        assert!(c.redis.url.expect("url").tls && c.redis.tls_ca.is_some());
+        let err = Config::from_args(["--redis-tls-ca", "ca.pem"], no_env).unwrap_err();
+        assert!(err.0.contains("needs a rediss://"), "{err}");
     }
 
     #[test]
@@ -650,7 +664,7 @@ mod tests {
     }
 
     #[test]
-    fn pusher_webhooks_need_a_known_app_and_an_http_url() {
+    fn pusher_webhooks_need_a_known_app_and_an_http_or_https_url() {
         let args = [
             "--pusher-app",
             "1:k:s",
@@ -663,7 +677,7 @@ mod tests {
         assert_eq!(cfg.pusher.webhooks[0].1.base_path, "/hook");
         for bad in [
             ["--pusher-app", "1:k:s", "--pusher-webhook", "2=http://h/"],
-            ["--pusher-app", "1:k:s", "--pusher-webhook", "1=https://h/"],
+            ["--pusher-app", "1:k:s", "--pusher-webhook", "1=ftp://h/"],
             ["--pusher-app", "1:k:s", "--pusher-webhook", "http://h/"],
         ] {
             assert!(Config::from_args(bad, |_| None).is_err(), "{bad:?}");

@@ -287,15 +287,21 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "use the epoll driver even where io_uring works"
         => |c, v| set_bool(&mut c.force_legacy_driver, v);
     "redis-url", REDIS_URL, "URL", -,
-        "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub (default: in-process)"
+        "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub; rediss:// connects over TLS, verifying the server's certificate for the host name (default: in-process)"
         => |c, v| {
             c.redis.url = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
     "redis-cluster", REDIS_CLUSTER, "SEEDS", -,
-        "[redis://][user:password@]host:port[,host:port...]: fan out through a Redis Cluster (sharded pub/sub, SPUBLISH/SSUBSCRIBE; Redis 7+); exclusive with --redis-url"
+        "[redis[s]://][user:password@]host:port[,host:port...]: fan out through a Redis Cluster (sharded pub/sub, SPUBLISH/SSUBSCRIBE; Redis 7+); rediss:// reaches every node over TLS; exclusive with --redis-url"
         => |c, v| {
             c.redis.cluster = Some(v.parse().map_err(|e| format!("{e}"))?);
+            Ok(())
+        };
+    "redis-tls-ca", CORECAST_REDIS_TLS_CA, "PATH", -,
+        "PEM CA certificates a rediss:// server's certificate must chain to (a private CA), instead of the system's roots; verification cannot be turned off (default: the system's roots)"
+        => |c, v| {
+            c.redis.tls_ca = Some(v.trim().into()).filter(|p: &std::path::PathBuf| !p.as_os_str().is_empty());
             Ok(())
         };
     "redis-prefix", CORECAST_REDIS_PREFIX, "PREFIX", "corecast:",
@@ -329,7 +335,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "largest reply accepted from Redis; a larger one (or nesting deeper than 4 arrays) drops the connection"
         => |c, v| set_size(&mut c.redis.max_reply_size, v);
     "origin", CORECAST_ORIGIN, "URL", -,
-        "http://host:port[/base-path]: cache GET/HEAD under --cache-prefix in front of this origin (default: no cache, 404)"
+        "http[s]://host[:port][/base-path]: cache GET/HEAD under --cache-prefix in front of this origin; https:// verifies its certificate for the host against the system's CA certificates (default: no cache, 404)"
         => |c, v| {
             c.cache.origin = Some(v.parse()?);
             Ok(())
@@ -451,7 +457,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "Redis mode: how long a channel whose last subscriber (on every instance) left waits before channel_vacated; a subscriber back within it causes neither channel_vacated nor channel_occupied"
         => |c, v| set_presence_ms(&mut c.pusher.vacated_grace_ms, v);
     "pusher-webhook", CORECAST_PUSHER_WEBHOOK, "ID=URL", -,
-        "send this app's webhooks (channel_occupied/vacated, member_added/removed, client_event; signed, batched, retried) to URL (http://); repeat or comma-separate for several apps"
+        "send this app's webhooks (channel_occupied/vacated, member_added/removed, client_event; signed, batched, retried) to URL (http:// or https://, verified like --origin); repeat or comma-separate for several apps"
         => |c, v| c.pusher.add_webhooks(v);
     "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
         "webhook events waiting per app, for each of two kinds (channel_occupied/vacated; member and client events); beyond it the kind's oldest are dropped (counted)"

@@ -473,6 +473,12 @@ fn redis(o: &mut String, r: &RedisStats) {
         "Redis connections dropped for what Redis sent (malformed, too deep, too large).",
         r.protocol_errors,
     );
+    counter(
+        o,
+        "corecast_redis_tls_failures_total",
+        "rediss:// connections whose TLS handshake failed (certificate refused, not TLS, closed).",
+        r.tls_failures,
+    );
     let _ = writeln!(
         o,
         "# HELP corecast_redis_canary_rtt_seconds Round trip of the last readiness canary.\n\

@@ -144,7 +144,7 @@ pub fn parse_hooks(list: &str) -> Result<Vec<(String, OriginUrl)>, String> {
         .filter(|s| !s.is_empty())
         .map(|spec| {
             let (id, url) = spec.split_once('=').ok_or_else(|| {
-                format!("pusher webhook `{spec}`: expected APP_ID=http://HOST[:PORT]/PATH")
+                format!("pusher webhook `{spec}`: expected APP_ID=http[s]://HOST[:PORT]/PATH")
             })?;
             let url = url
                 .parse::<OriginUrl>()

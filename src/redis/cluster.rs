@@ -160,6 +160,17 @@ impl SlotMap {
     /// `slots` (a flat list of start, end pairs) and `nodes` (maps with
     /// `role`, `endpoint` or `ip`, `port`); the `master` serves the slots.
     pub fn from_cluster_shards(reply: &Reply, seed: &Node) -> Result<SlotMap, TopologyError> {
+        SlotMap::from_cluster_shards_for(reply, seed, false)
+    }
+
+    /// [`SlotMap::from_cluster_shards`] for a client that connects over
+    /// TLS (`rediss://`, `tls`): a node's `tls-port` before its `port`
+    /// (a node with both serves plain TCP on `port`).
+    pub fn from_cluster_shards_for(
+        reply: &Reply,
+        seed: &Node,
+        tls: bool,
+    ) -> Result<SlotMap, TopologyError> {
         let BytesFrame::Array(shards) = reply else {
             return Err(TopologyError::Malformed("not an array"));
         };
@@ -183,7 +194,11 @@ impl SlotMap {
                     Some(BytesFrame::BulkString(h)) => Some(h.clone()),
                     _ => None,
                 });
-            let port = field(master, "port").or_else(|| field(master, "tls-port"));
+            let keys = match tls {
+                true => ["tls-port", "port"],
+                false => ["port", "tls-port"],
+            };
+            let port = keys.iter().find_map(|k| field(master, k));
             let as_slots = BytesFrame::Array(vec![
                 BytesFrame::BulkString(host.unwrap_or_default()),
                 port.cloned().unwrap_or(BytesFrame::Null),
@@ -476,6 +491,32 @@ mod tests {
         );
         let odd = BytesFrame::Array(vec![shard(vec![0], "a", 7000)]);
         assert!(SlotMap::from_cluster_shards(&odd, &seed()).is_err());
+    }
+
+    #[test]
+    fn a_tls_client_takes_the_tls_port_of_a_node_with_both() {
+        let master = BytesFrame::Array(vec![
+            bulk_s("port"),
+            int(7000),
+            bulk_s("tls-port"),
+            int(8000),
+            bulk_s("endpoint"),
+            bulk_s("a"),
+            bulk_s("role"),
+            bulk_s("master"),
+        ]);
+        let reply = BytesFrame::Array(vec![BytesFrame::Array(vec![
+            bulk_s("slots"),
+            BytesFrame::Array(vec![int(0), int(16383)]),
+            bulk_s("nodes"),
+            BytesFrame::Array(vec![master]),
+        ])]);
+        let port_of = |tls| {
+            let map = SlotMap::from_cluster_shards_for(&reply, &seed(), tls).unwrap();
+            let all = BytesFrame::Array(vec![range(0, 16383, "a", if tls { 8000 } else { 7000 })]);
+            map == SlotMap::from_cluster_slots(&all, &seed()).unwrap()
+        };
+        assert!(port_of(false) && port_of(true));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Redis mode's settings (`--redis-url` and the `--redis-*` options),
 //! owned by the Redis layer; the configuration table fills them in.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::url::{ClusterSeeds, RedisUrl};
@@ -13,6 +14,9 @@ pub struct RedisConfig {
     pub url: Option<RedisUrl>,
     /// `--redis-cluster`: Redis Cluster mode (exclusive with `url`).
     pub cluster: Option<ClusterSeeds>,
+    /// `--redis-tls-ca`: the PEM CA certificates a `rediss://` server's
+    /// certificate must chain to, instead of the system's roots.
+    pub tls_ca: Option<PathBuf>,
     /// Prefix of the Redis channels (and keys) corecast uses.
     pub prefix: String,
     /// Bytes of publishes held while Redis is unreachable.

@@ -70,6 +70,10 @@ pub enum RedisError {
     Resp(RespError),
     /// The host name did not resolve.
     Resolve(String),
+    /// The TLS handshake failed (`rediss://`): the server's certificate
+    /// was refused (unknown issuer, expired, wrong name) or it does not
+    /// speak TLS.
+    Tls(String),
     /// Redis no longer knows our scripts (`NOSCRIPT`, e.g. after `SCRIPT
     /// FLUSH`): reconnect, load them again, resend what was unanswered.
     NoScript,
@@ -83,6 +87,7 @@ impl fmt::Display for RedisError {
             RedisError::Refused(e) => write!(f, "refused by Redis: {e}"),
             RedisError::Resp(e) => write!(f, "{e}"),
             RedisError::Resolve(e) => f.write_str(e),
+            RedisError::Tls(e) => f.write_str(e),
             RedisError::NoScript => f.write_str("redis lost our scripts (NOSCRIPT)"),
         }
     }

@@ -1,4 +1,4 @@
-//! `redis://[user:password@]host:port[/db]` URLs.
+//! `redis://[user:password@]host:port[/db]` URLs, and `rediss://` (TLS).
 
 use std::fmt;
 
@@ -17,6 +17,8 @@ pub struct RedisUrl {
     pub password: Option<String>,
     /// Database for `SELECT` (default 0; pub/sub ignores it, the cache uses it).
     pub db: u32,
+    /// `rediss://`: TLS, the server's certificate verified for `host`.
+    pub tls: bool,
 }
 
 impl fmt::Debug for RedisUrl {
@@ -28,7 +30,7 @@ impl fmt::Debug for RedisUrl {
 
 impl fmt::Display for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("redis://")?;
+        f.write_str(if self.tls { "rediss://" } else { "redis://" })?;
         match (&self.username, &self.password) {
             (Some(u), Some(_)) => write!(f, "{u}:***@")?,
             (None, Some(_)) => f.write_str(":***@")?,
@@ -55,9 +57,9 @@ impl std::str::FromStr for RedisUrl {
     type Err = UrlError;
 
     fn from_str(s: &str) -> Result<Self, UrlError> {
-        let rest = s
-            .strip_prefix("redis://")
-            .ok_or(UrlError("expected redis://[user:password@]host:port[/db]"))?;
+        let (tls, rest) = scheme(s).ok_or(UrlError(
+            "expected redis[s]://[user:password@]host:port[/db]",
+        ))?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (userinfo, hostport) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
@@ -83,12 +85,23 @@ impl std::str::FromStr for RedisUrl {
             username: username.map(percent_decode).transpose()?,
             password: password.map(percent_decode).transpose()?,
             db,
+            tls,
         })
     }
 }
 
+/// Whether `s` is `rediss://` (TLS) or `redis://`, and what follows.
+fn scheme(s: &str) -> Option<(bool, &str)> {
+    match s.strip_prefix("rediss://") {
+        Some(rest) => Some((true, rest)),
+        None => s.strip_prefix("redis://").map(|rest| (false, rest)),
+    }
+}
+
 /// `--redis-cluster`: seed nodes of a Redis Cluster, with the credentials
-/// every node is opened with: `[redis://][user:password@]host:port[,host:port...]`.
+/// every node is opened with:
+/// `[redis[s]://][user:password@]host:port[,host:port...]` (`rediss://`:
+/// every node over TLS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSeeds {
     /// The first seed, carrying the credentials (database always 0: a
@@ -102,7 +115,7 @@ impl std::str::FromStr for ClusterSeeds {
     type Err = UrlError;
 
     fn from_str(s: &str) -> Result<Self, UrlError> {
-        let rest = s.strip_prefix("redis://").unwrap_or(s);
+        let (tls, rest) = scheme(s).unwrap_or((false, s));
         let (userinfo, hosts) = match rest.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, rest),
@@ -112,9 +125,10 @@ impl std::str::FromStr for ClusterSeeds {
         }
         let seeds = super::cluster::seeds(hosts)
             .map_err(|_| UrlError("expected host:port[,host:port...]"))?;
+        let scheme = if tls { "rediss" } else { "redis" };
         let first = match userinfo {
-            Some(u) => format!("redis://{u}@{}", seeds[0].addr()),
-            None => format!("redis://{}", seeds[0].addr()),
+            Some(u) => format!("{scheme}://{u}@{}", seeds[0].addr()),
+            None => format!("{scheme}://{}", seeds[0].addr()),
         };
         Ok(ClusterSeeds {
             url: first.parse()?,
@@ -224,6 +238,18 @@ mod tests {
         for bad in ["", "h", "h:0", "redis://h:1/2", "h:1,:2"] {
             assert!(bad.parse::<ClusterSeeds>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn rediss_means_tls_for_the_url_and_every_cluster_node() {
+        let u: RedisUrl = "rediss://:pw@cache.example:6380/1".parse().unwrap();
+        assert!(u.tls);
+        assert_eq!((u.host.as_str(), u.port, u.db), ("cache.example", 6380, 1));
+        assert_eq!(u.to_string(), "rediss://:***@cache.example:6380/1");
+        assert!(!"redis://h:1".parse::<RedisUrl>().unwrap().tls);
+        let c: ClusterSeeds = "rediss://a:b@h1:7000,h2:7001".parse().unwrap();
+        assert!(c.url.tls && c.url_of(&c.seeds[1]).tls);
+        assert!(!"h1:7000".parse::<ClusterSeeds>().unwrap().url.tls);
     }
 
     #[test]

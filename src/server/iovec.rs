@@ -115,9 +115,43 @@ unsafe impl IoVecBuf for IoVecs {
     }
 }
 
+/// The position in `bufs` after `n` more bytes from `(i, off)`.
+pub fn advance_position(
+    bufs: &[Bytes],
+    (mut i, mut off): (usize, usize),
+    mut n: usize,
+) -> (usize, usize) {
+    while n > 0 && i < bufs.len() {
+        let left = bufs[i].len() - off;
+        if n < left {
+            return (i, off + n);
+        }
+        n -= left;
+        (i, off) = (i + 1, 0);
+    }
+    // Empty frames are passed over.
+    while i < bufs.len() && bufs[i].len() == off {
+        (i, off) = (i + 1, 0);
+    }
+    (i, off)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advance_walks_frames_and_skips_empty_ones() {
+        let bufs = [
+            Bytes::from_static(b"abc"),
+            Bytes::new(),
+            Bytes::from_static(b"de"),
+        ];
+        assert_eq!(advance_position(&bufs, (0, 0), 2), (0, 2));
+        assert_eq!(advance_position(&bufs, (0, 2), 1), (2, 0));
+        assert_eq!(advance_position(&bufs, (2, 0), 2), (3, 0));
+        assert_eq!(advance_position(&bufs, (0, 0), 0), (0, 0));
+    }
 
     #[test]
     fn advance_handles_every_split() {

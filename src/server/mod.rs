@@ -117,6 +117,35 @@ use crate::runtime::{self, DriverKind};
 
 /// How often deadlines, keepalive pings and the stop flag are checked.
 const TICK: Duration = Duration::from_millis(100);
+/// The listener's TLS and the process's TLS client configurations.
+type WorkerTls = (Option<tls::edge::TlsEdge>, tls::client::ClientTls);
+
+/// The TLS client configurations of the process, built once at start for
+/// what corecast calls over TLS (`rediss://`, an `https://` origin or
+/// webhook); a bad `--redis-tls-ca`, or no system roots, is the start's
+/// error. Without `--redis-tls-ca` Redis and HTTP share one.
+fn client_tls(cfg: &Config) -> io::Result<tls::client::ClientTls> {
+    let redis_tls = cfg.redis.first_url().is_some_and(|u| u.tls);
+    let http_tls = cfg.cache.origin.as_ref().is_some_and(|u| u.tls)
+        || cfg
+            .pusher
+            .apps
+            .iter()
+            .any(|a| cfg.pusher.webhook_of(a).is_some_and(|u| u.tls));
+    let build = |ca| crate::tls::client::config(ca).map_err(io::Error::other);
+    let system = match (http_tls, redis_tls && cfg.redis.tls_ca.is_none()) {
+        (false, false) => None,
+        _ => Some(build(None)?),
+    };
+    let redis = match (&cfg.redis.tls_ca, redis_tls) {
+        (Some(ca), true) => Some(build(Some(ca))?),
+        (None, true) => system.clone(),
+        (_, false) => None,
+    };
+    let http = system.filter(|_| http_tls);
+    Ok(tls::client::ClientTls { redis, http })
+}
+
 /// Listen backlog.
 const BACKLOG: i32 = 4096;
 
@@ -141,6 +170,7 @@ impl Server {
         // Certificate files are read before anything binds: a bad one is
         // the start's error, naming the file.
         let tls = tls::edge::TlsEdge::new(&cfg.tls)?;
+        let client = client_tls(&cfg)?;
         let listener = std::net::TcpListener::bind(cfg.listen)?;
         sys::set_backlog(listener.as_raw_fd(), BACKLOG)?;
         let addr = listener.local_addr()?;
@@ -153,7 +183,7 @@ impl Server {
         let flag = stop.clone();
         let worker = std::thread::Builder::new()
             .name("corecast-worker-0".into())
-            .spawn(move || run_worker((cfg, tls), [Some(listener), admin], flag))?;
+            .spawn(move || run_worker((cfg, (tls, client)), [Some(listener), admin], flag))?;
         Ok(Server {
             addr,
             admin_addr,
@@ -194,7 +224,7 @@ impl Server {
 type Listeners = [Option<std::net::TcpListener>; 2];
 
 fn run_worker(
-    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
+    (cfg, tls): (Config, WorkerTls),
     listeners: Listeners,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
@@ -216,7 +246,7 @@ fn run_worker(
         Info,
         "corecast listening",
         addr = listener.local_addr()?,
-        tls = tls.is_some(),
+        tls = tls.0.is_some(),
         driver = log::Dbg(driver),
         cpu = cpu,
         version = env!("CARGO_PKG_VERSION"),
@@ -234,7 +264,7 @@ fn run_worker(
 }
 
 async fn worker_main(
-    (cfg, tls): (Config, Option<tls::edge::TlsEdge>),
+    (cfg, tls): (Config, WorkerTls),
     listeners: Listeners,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {

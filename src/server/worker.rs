@@ -29,6 +29,7 @@ use crate::server::history::relay as relay_edge;
 use crate::server::pusher::webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::sys;
+use crate::server::tls::client::ClientTls;
 use crate::server::tls::edge::TlsEdge;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
@@ -106,12 +107,13 @@ impl Worker {
     /// A fresh worker, without TLS.
     #[cfg(test)]
     pub fn new(cfg: Config) -> Rc<Worker> {
-        Worker::with_tls(cfg, None)
+        Worker::with_tls(cfg, (None, ClientTls::default()))
     }
 
-    /// A fresh worker; `tls`: its listener's TLS, already loaded.
-    pub fn with_tls(cfg: Config, tls: Option<TlsEdge>) -> Rc<Worker> {
-        let redis = RedisLink::new(&cfg);
+    /// A fresh worker; `tls`: its listener's TLS, already loaded, and the
+    /// process's TLS client configurations (`rediss://`, `https://`).
+    pub fn with_tls(cfg: Config, (tls, client): (Option<TlsEdge>, ClientTls)) -> Rc<Worker> {
+        let redis = RedisLink::new(&cfg, client.redis);
         let compression = formats::SharedCompressionStats::default();
         let encoders = formats::encoders(&cfg.compression, &compression);
         let relay = redis
@@ -122,13 +124,13 @@ impl Worker {
             relay,
             hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
             compression,
-            cache: CacheEdge::new(&cfg, redis.clone()),
+            cache: CacheEdge::new(&cfg, redis.clone(), client.http.clone()),
             redis,
             peers: RefCell::new(Peers::new(cfg.peers.clone())),
             inbound: Cell::new(0),
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             pusher_sessions: RefCell::default(),
-            webhooks: Webhooks::new(&cfg),
+            webhooks: Webhooks::new(&cfg, client.http),
             presence: RefCell::default(),
             parking: parking(&cfg),
             tls,

@@ -64,6 +64,9 @@ pub enum TlsError {
         /// The limit.
         max: usize,
     },
+    /// No usable trust anchor among the system's certificates (for a
+    /// TLS client without `--redis-tls-ca`).
+    NoRoots(String),
     /// rustls refused the configuration.
     Rustls(rustls::Error),
 }
@@ -94,6 +97,10 @@ impl fmt::Display for TlsError {
             TlsError::TooManyPairs { pairs, max } => {
                 write!(f, "{pairs} certificate pairs; at most {max}")
             }
+            TlsError::NoRoots(why) => write!(
+                f,
+                "no system CA certificates for TLS to Redis ({why}); install ca-certificates or give --redis-tls-ca"
+            ),
             TlsError::Rustls(e) => write!(f, "{e}"),
         }
     }

@@ -11,7 +11,11 @@
 //! (rustls's ring `Ticketer`, keys rotated every 6 hours) and a bounded
 //! server-side session cache for clients without tickets; no 0-RTT
 //! (early data is replayable), no client certificates.
+//!
+//! [`client`] is the other direction: the one verifying client
+//! configuration for the servers corecast connects to (`rediss://`).
 
+pub mod client;
 pub mod error;
 pub mod load;
 mod settings;

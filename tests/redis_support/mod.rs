@@ -188,7 +188,16 @@ fn free_port() -> u16 {
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
     dir: std::path::PathBuf,
+    /// TLS on every node beside its plain port (see [`TlsFiles`]).
+    tls: Option<TlsFiles>,
+    /// Each node's TLS port, in `nodes`' order (with `tls`).
+    pub tls_ports: Vec<u16>,
 }
+
+/// `(certificate, key, CA)` files for a cluster whose nodes also serve
+/// TLS (`--tls-port`, no client certificates); the cluster bus, the
+/// replication and the test's own client stay plain.
+pub type TlsFiles = (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf);
 
 /// A port whose cluster bus port (+10000) is free too.
 fn cluster_port() -> u16 {
@@ -203,16 +212,26 @@ fn cluster_port() -> u16 {
 
 impl RedisCluster {
     pub async fn start(masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, replicas, None).await
+    }
+
+    /// [`RedisCluster::start`], every node also serving TLS with `tls`.
+    pub async fn start_with(
+        masters: usize,
+        replicas: usize,
+        tls: Option<TlsFiles>,
+    ) -> RedisCluster {
         let dir = std::env::temp_dir().join(format!(
             "corecast-cluster-{}-{}",
             std::process::id(),
             free_port()
         ));
         std::fs::create_dir_all(&dir).expect("cluster dir");
-        let mut nodes = Vec::new();
+        let (mut nodes, mut tls_ports) = (Vec::new(), Vec::new());
         while nodes.len() < masters * (1 + replicas) {
-            if let Some(n) = Self::spawn_node(&dir).await {
+            if let Some((n, tp)) = Self::spawn_node(&dir, tls.as_ref()).await {
                 nodes.push(n);
+                tls_ports.extend(tp);
             }
         }
         let addrs: Vec<String> = nodes
@@ -230,7 +249,12 @@ impl RedisCluster {
             "redis-cli --cluster create: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let c = RedisCluster { nodes, dir };
+        let c = RedisCluster {
+            nodes,
+            dir,
+            tls,
+            tls_ports,
+        };
         c.wait_ok().await;
         c.wait_replicas_synced().await;
         c
@@ -238,10 +262,13 @@ impl RedisCluster {
 
     /// A cluster-enabled `redis-server` on a free port pair (`None`: the
     /// port was taken meanwhile).
-    async fn spawn_node(dir: &std::path::Path) -> Option<RedisServer> {
+    async fn spawn_node(
+        dir: &std::path::Path,
+        tls: Option<&TlsFiles>,
+    ) -> Option<(RedisServer, Option<u16>)> {
         let port = cluster_port();
         let conf = dir.join(format!("nodes-{port}.conf"));
-        let extra: Vec<String> = [
+        let mut extra: Vec<String> = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -260,14 +287,39 @@ impl RedisCluster {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        RedisServer::start_at(port, &extra).await.ok()
+        let tls_port = tls.map(|(cert, key, ca)| {
+            let tp = free_port();
+            let path = |p: &std::path::PathBuf| p.display().to_string();
+            extra.extend([
+                "--tls-port".into(),
+                tp.to_string(),
+                "--tls-auth-clients".into(),
+                "no".into(),
+                "--tls-cert-file".into(),
+                path(cert),
+                "--tls-key-file".into(),
+                path(key),
+                "--tls-ca-cert-file".into(),
+                path(ca),
+                // Nodes announce their TLS port (CLUSTER SHARDS: tls-port)
+                // and talk to each other over TLS.
+                "--tls-cluster".into(),
+                "yes".into(),
+                "--tls-replication".into(),
+                "yes".into(),
+            ]);
+            tp
+        });
+        let node = RedisServer::start_at(port, &extra).await.ok()?;
+        Some((node, tls_port))
     }
 
     /// Adds an empty master (no slots) to the cluster: `CLUSTER MEET`,
     /// then waits until every node knows it. Returns its port.
     pub async fn add_master(&mut self) -> u16 {
         let node = loop {
-            if let Some(n) = Self::spawn_node(&self.dir).await {
+            if let Some((n, tp)) = Self::spawn_node(&self.dir, self.tls.as_ref()).await {
+                self.tls_ports.extend(tp);
                 break n;
             }
         };
@@ -330,6 +382,16 @@ impl RedisCluster {
                 tokio::time::sleep(POLL).await;
             }
         }
+    }
+
+    /// `rediss://` seeds: every node's TLS port (with TLS files).
+    pub fn tls_seeds(&self) -> String {
+        let v: Vec<String> = self
+            .tls_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("rediss://{}", v.join(","))
     }
 
     /// `host:port` seeds of every node.

@@ -6,9 +6,11 @@ use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rustls::ClientConfig;
 
 use crate::cache::entry::{self, Entry, Stored, VaryMarker};
 use crate::cache::key::{self, Vary};
@@ -47,7 +49,11 @@ pub struct CacheEdge {
 impl CacheEdge {
     /// The cache for `cfg`, when an origin is configured: Redis-backed in
     /// Redis mode, else in memory.
-    pub fn new(cfg: &Config, redis: Option<Rc<RedisLink>>) -> Option<Rc<CacheEdge>> {
+    pub fn new(
+        cfg: &Config,
+        redis: Option<Rc<RedisLink>>,
+        tls: Option<Arc<ClientConfig>>,
+    ) -> Option<Rc<CacheEdge>> {
         let c = &cfg.cache;
         let url = c.origin.clone()?;
         let store = match redis {
@@ -71,7 +77,7 @@ impl CacheEdge {
             purge_token: c.purge_token.clone(),
             purge_max_keys: c.purge_max_keys,
             bypass: c.bypass_headers.clone(),
-            origin: OriginClient::new(url, c),
+            origin: OriginClient::new(url, c, tls),
             flights: Rc::new(Flights::new(flight_keep(&store, c.redis_timeout))),
             store,
             stats: RefCell::new(CacheStats::default()),
@@ -254,7 +260,10 @@ impl CacheEdge {
         );
         self.count(|s| s.origin_requests += 1);
         let result = self.origin.fetch(request).await;
-        self.count(|s| s.origin_connects = self.origin.connects());
+        self.count(|s| {
+            s.origin_connects = self.origin.connects();
+            s.origin_tls_failures = self.origin.tls_failures();
+        });
         self.settle(req, base, fwd, stale, marker, result)
     }
 

@@ -1,5 +1,7 @@
 //! The origin client on monoio: HTTP/1.1 `GET`s over a small per-worker
-//! pool of keep-alive connections, bounded in concurrency, time and size.
+//! pool of keep-alive connections, bounded in concurrency, time and size;
+//! over TLS for an `https://` origin (the handshake under
+//! `--origin-connect-timeout`, the certificate always verified).
 //!
 //! Protocol work (request encoding, response heads, body framing, chunked
 //! decoding) is the sans-I/O `cache::origin`; this file only moves bytes.
@@ -12,22 +14,20 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
+use rustls::ClientConfig;
 
 use crate::cache::origin::{parse_response_head, BodyDecoder, OriginUrl, ResponseError};
 use crate::cache::CacheConfig;
 use crate::log;
-use crate::server::sys;
-
 use crate::server::resolve::Resolver;
-
-/// Bytes read from a socket per `recv`.
-const READ_CHUNK: usize = 32 * 1024;
+use crate::server::sys;
+use crate::server::tls::client::{ClientStream, HandshakeError};
 
 /// A complete origin response.
 #[derive(Debug, Clone)]
@@ -82,7 +82,7 @@ impl fmt::Display for FetchError {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: ClientStream,
     buf: BytesMut,
 }
 
@@ -108,13 +108,18 @@ pub struct OriginClient {
     max_body: usize,
     max_head: usize,
     connects: Cell<u64>,
+    /// The process's TLS client configuration (`https://`).
+    tls: Option<Arc<ClientConfig>>,
+    /// Failed TLS handshakes (certificate refused, not TLS, timed out).
+    tls_failures: Cell<u64>,
 }
 
 impl OriginClient {
     /// A client for `cfg.origin` (which must be set). The host name is
     /// resolved here, at start-up; later lookups (after a failure, or once
-    /// `--origin-dns-ttl` has passed) run off the worker thread.
-    pub fn new(url: OriginUrl, cfg: &CacheConfig) -> OriginClient {
+    /// `--origin-dns-ttl` has passed) run off the worker thread. `tls`:
+    /// the process's TLS client configuration, needed for `https://`.
+    pub fn new(url: OriginUrl, cfg: &CacheConfig, tls: Option<Arc<ClientConfig>>) -> OriginClient {
         let client = OriginClient {
             resolver: Resolver::new("origin", &url.host, url.port, cfg.origin_dns_ttl),
             url,
@@ -127,6 +132,8 @@ impl OriginClient {
             max_body: cfg.origin_max_body,
             max_head: cfg.origin_max_head,
             connects: Cell::new(0),
+            tls,
+            tls_failures: Cell::new(0),
         };
         if let Err(e) = client.resolver.prime() {
             log!(
@@ -147,6 +154,11 @@ impl OriginClient {
     /// Connections opened so far.
     pub fn connects(&self) -> u64 {
         self.connects.get()
+    }
+
+    /// TLS handshakes that failed so far.
+    pub fn tls_failures(&self) -> u64 {
+        self.tls_failures.get()
     }
 
     /// Sends `request` (a complete GET) and reads the whole response,
@@ -209,8 +221,9 @@ impl OriginClient {
             let attempt =
                 monoio::time::timeout(self.connect_timeout, TcpStream::connect_addr(addr));
             match attempt.await {
-                Ok(Ok(stream)) => {
-                    let _ = stream.set_nodelay(true);
+                Ok(Ok(tcp)) => {
+                    let _ = tcp.set_nodelay(true);
+                    let stream = self.secure(tcp).await?;
                     self.connects.set(self.connects.get() + 1);
                     return Ok(Conn {
                         stream,
@@ -224,8 +237,25 @@ impl OriginClient {
         Err(last)
     }
 
+    /// With `https://`, the TLS handshake (within
+    /// `--origin-connect-timeout`); a failure is logged and counted.
+    async fn secure(&self, tcp: TcpStream) -> Result<ClientStream, FetchError> {
+        let Some(cfg) = self.tls.clone().filter(|_| self.url.tls) else {
+            return Ok(ClientStream::plain(tcp));
+        };
+        let handshake = ClientStream::handshake(tcp, cfg, &self.url.host);
+        let e = match monoio::time::timeout(self.connect_timeout, handshake).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => e,
+            Err(_) => HandshakeError::TimedOut,
+        };
+        self.tls_failures.set(self.tls_failures.get() + 1);
+        log!(Warn, "origin tls failed", origin = self.url, error = e);
+        Err(FetchError::Unreachable(e.to_string()))
+    }
+
     async fn exchange(&self, mut conn: Conn, request: &Bytes) -> Result<Fetched, Attempt> {
-        let (res, _) = conn.stream.write_all(request.clone()).await;
+        let res = conn.stream.write_all(request.clone()).await;
         res.map_err(Attempt::Stale)?;
         let head = loop {
             match parse_response_head(&mut conn.buf, self.max_head) {
@@ -234,7 +264,7 @@ impl OriginClient {
                 Err(e) => return Err(Attempt::Failed(FetchError::Invalid(e))),
             }
             let nothing_yet = conn.buf.is_empty();
-            match read_some(&conn.stream, &mut conn.buf).await {
+            match conn.stream.read_some(&mut conn.buf).await {
                 Ok(0) if nothing_yet => {
                     return Err(Attempt::Stale(io::ErrorKind::UnexpectedEof.into()))
                 }
@@ -256,7 +286,7 @@ impl OriginClient {
             if decoder.decode(&mut conn.buf, &mut body).map_err(invalid)? {
                 break;
             }
-            match read_some(&conn.stream, &mut conn.buf).await {
+            match conn.stream.read_some(&mut conn.buf).await {
                 Ok(0) => {
                     decoder.at_eof().map_err(invalid)?;
                     break;
@@ -277,28 +307,9 @@ impl OriginClient {
     }
 }
 
-/// A nonblocking read of what the socket has, appended to `buf`.
-fn try_recv(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-    let mut scratch = [0u8; READ_CHUNK];
-    let n = sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch)?;
-    buf.extend_from_slice(&scratch[..n]);
-    Ok(n)
-}
-
-/// Waits for readability, then reads: `Ok(0)` is end of stream.
-async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-    loop {
-        match try_recv(stream, buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.readable(false).await?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            r => return r,
-        }
-    }
-}
-
 /// An idle connection is usable only if the origin has neither closed it
 /// nor sent anything on it.
-fn still_open(stream: &TcpStream) -> bool {
+fn still_open(stream: &ClientStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(
         sys::recv_nonblocking(stream.as_raw_fd(), &mut probe),

@@ -10,8 +10,11 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
+
+use rustls::ClientConfig;
 
 use crate::cache::CacheConfig;
 use crate::config::Config;
@@ -40,7 +43,7 @@ pub struct Webhooks {
 
 impl Webhooks {
     /// A queue and client for each app with a webhook.
-    pub fn new(cfg: &Config) -> Webhooks {
+    pub fn new(cfg: &Config, tls: Option<Arc<ClientConfig>>) -> Webhooks {
         let p = &cfg.pusher;
         let hooks = p
             .apps
@@ -48,7 +51,7 @@ impl Webhooks {
             .map(|app| {
                 let url = p.webhook_of(app)?.clone();
                 Some(Hook {
-                    client: OriginClient::new(url, &client_config()),
+                    client: OriginClient::new(url, &client_config(), tls.clone()),
                     queue: RefCell::new(Queue::new(p.webhook_queue)),
                     waker: Cell::new(None),
                 })

@@ -13,10 +13,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use monoio::io::AsyncWriteRent;
-use monoio::net::TcpStream;
 
-use super::conn::{self, read_some, Role};
+use super::conn::{self, Role};
 use super::link::RedisLink;
 use super::redirect;
 use super::reply::CmdKind;
@@ -25,8 +23,8 @@ use crate::log;
 use crate::redis::cluster;
 use crate::redis::resp::{self, Reply};
 use crate::redis::{stream, RedisError};
-use crate::server::iovec::IoVecs;
 use crate::server::sys;
+use crate::server::tls::client::ClientStream;
 
 /// Most commands one vectored write carries.
 const MAX_BATCH: usize = 1024;
@@ -44,7 +42,7 @@ pub(super) async fn keep_up(link: Rc<RedisLink>, shard: Rc<Shard>) {
 async fn session(
     link: &Rc<RedisLink>,
     shard: &Rc<Shard>,
-    stream: TcpStream,
+    stream: ClientStream,
     buf: BytesMut,
 ) -> RedisError {
     shard.health.borrow_mut().cmd_connected = true;
@@ -76,13 +74,13 @@ async fn session(
 async fn run(
     link: &Rc<RedisLink>,
     shard: &Rc<Shard>,
-    stream: TcpStream,
+    mut stream: ClientStream,
     mut buf: BytesMut,
 ) -> RedisError {
     let fd = stream.as_raw_fd();
     // Two streams over the socket: the writer task owns its own, so the
     // reader's `&stream` (held across `readable`) aliases nothing.
-    let mut wr = match sys::dup_stream(&stream) {
+    let mut wr = match stream.dup() {
         Ok(wr) => wr,
         Err(e) => return RedisError::Io(e),
     };
@@ -95,7 +93,7 @@ async fn run(
         if let Err(e) = drain_replies(link, shard, &mut buf) {
             break e;
         }
-        match monoio::time::timeout(link.command_timeout, read_some(&stream, &mut buf)).await {
+        match monoio::time::timeout(link.command_timeout, stream.read_some(&mut buf)).await {
             Ok(Ok(0)) => break RedisError::Io(io::ErrorKind::UnexpectedEof.into()),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => break RedisError::Io(e),
@@ -155,7 +153,7 @@ fn drain_replies(link: &RedisLink, shard: &Shard, buf: &mut BytesMut) -> Result<
 /// Writes queued commands, all of one pass in one vectored write — but only
 /// once our subscriptions are restored, so this instance never publishes
 /// what it could not itself receive.
-async fn writer(link: &RedisLink, shard: &Shard, wr: &mut TcpStream, stop: &Cell<bool>) {
+async fn writer(link: &RedisLink, shard: &Shard, wr: &mut ClientStream, stop: &Cell<bool>) {
     let mut batch = Vec::new();
     loop {
         let go = poll_fn(|cx| poll_work(shard, stop, cx)).await;
@@ -173,17 +171,12 @@ async fn writer(link: &RedisLink, shard: &Shard, wr: &mut TcpStream, stop: &Cell
             .pipeline
             .borrow_mut()
             .take_unsent(&mut batch, MAX_BATCH);
-        let mut iov = IoVecs::new(std::mem::take(&mut batch));
-        while iov.remaining() > 0 {
-            let (res, back) = wr.writev(iov).await;
-            iov = back;
-            match res {
-                Ok(n) if n > 0 => iov.advance(n),
-                // The reader notices the broken connection and requeues.
-                _ => return,
-            }
+        let (res, back) = wr.write_batch(std::mem::take(&mut batch)).await;
+        if res.is_err() {
+            // The reader notices the broken connection and requeues.
+            return;
         }
-        batch = iov.into_inner();
+        batch = back;
         batch.clear();
     }
 }

@@ -5,11 +5,9 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
 use super::link::RedisLink;
@@ -17,7 +15,7 @@ use super::shard::Shard;
 use crate::log;
 use crate::redis::resp::{self, Reply};
 use crate::redis::{commands, stream, RedisError};
-use crate::server::sys;
+use crate::server::tls::client::{ClientStream, HandshakeError};
 
 /// Longest pause between reconnect attempts. Short on purpose: after a
 /// Redis restart, instances come back at most this far apart, which bounds
@@ -51,7 +49,7 @@ impl Role {
 /// a pause.
 pub(super) async fn keep_up<F, Fut>(link: &RedisLink, shard: &Shard, role: Role, mut session: F)
 where
-    F: FnMut(TcpStream, BytesMut) -> Fut,
+    F: FnMut(ClientStream, BytesMut) -> Fut,
     Fut: Future<Output = RedisError>,
 {
     let seed = match role {
@@ -103,8 +101,46 @@ where
 }
 
 /// Connects to the first of the host's addresses (resolved off the
-/// worker) that accepts.
-async fn connect(shard: &Shard) -> Result<TcpStream, RedisError> {
+/// worker) that accepts, then (`rediss://`) runs the TLS handshake; both
+/// by `deadline`.
+async fn connect(
+    link: &RedisLink,
+    shard: &Shard,
+    deadline: monoio::time::Instant,
+) -> Result<ClientStream, RedisError> {
+    let tcp = monoio::time::timeout_at(deadline, connect_tcp(shard))
+        .await
+        .map_err(|_| RedisError::Timeout)??;
+    let _ = tcp.set_nodelay(true);
+    let url = shard.url.borrow().clone();
+    if !url.tls {
+        return Ok(ClientStream::plain(tcp));
+    }
+    let cfg = link
+        .tls
+        .clone()
+        .expect("a client configuration when a URL is rediss://");
+    match monoio::time::timeout_at(deadline, ClientStream::handshake(tcp, cfg, &url.host)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(tls_failed(link, e)),
+        // A server that is not TLS may wait for a line that never comes.
+        Err(_) => Err(tls_failed(link, HandshakeError::TimedOut)),
+    }
+}
+
+/// A failed TLS handshake, counted: the certificate refused (or the
+/// server not speaking TLS) is a [`RedisError::Tls`]; the socket failing
+/// under it stays an I/O error.
+pub(super) fn tls_failed(link: &RedisLink, e: HandshakeError) -> RedisError {
+    link.stats.borrow_mut().tls_failures += 1;
+    match e {
+        HandshakeError::Io(e) => RedisError::Io(e),
+        e => RedisError::Tls(e.to_string()),
+    }
+}
+
+/// The TCP connection (first address that accepts).
+async fn connect_tcp(shard: &Shard) -> Result<TcpStream, RedisError> {
     let resolver = shard.resolver.borrow().clone();
     let addrs = resolver.addrs().await.map_err(RedisError::Resolve)?;
     let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
@@ -117,17 +153,16 @@ async fn connect(shard: &Shard) -> Result<TcpStream, RedisError> {
     Err(RedisError::Io(last))
 }
 
-/// Connects, authenticates and (for commands) selects the database.
+/// Connects (the TLS handshake included, under the connect timeout),
+/// authenticates and (for commands) selects the database.
 async fn open(
     link: &RedisLink,
     shard: &Shard,
     role: Role,
-) -> Result<(TcpStream, BytesMut), RedisError> {
+) -> Result<(ClientStream, BytesMut), RedisError> {
     let url = &shard.url.borrow().clone();
-    let mut stream = monoio::time::timeout(link.connect_timeout, connect(shard))
-        .await
-        .map_err(|_| RedisError::Timeout)??;
-    let _ = stream.set_nodelay(true);
+    let deadline = monoio::time::Instant::now() + link.connect_timeout;
+    let mut stream = connect(link, shard, deadline).await?;
     let mut buf = BytesMut::new();
     let mut cmds = commands::handshake(url, role == Role::Command);
     if role == Role::Command && link.keeping.is_some() {
@@ -142,12 +177,13 @@ async fn open(
         cmds.extend(crate::redis::occupancy::SCRIPTS.map(stream::script_load));
     }
     for cmd in cmds {
-        let (res, _) = stream.write_all(cmd).await;
-        res?;
-        let reply =
-            monoio::time::timeout(link.command_timeout, read_reply(link, &stream, &mut buf))
-                .await
-                .map_err(|_| RedisError::Timeout)??;
+        stream.write_all(cmd).await?;
+        let reply = monoio::time::timeout(
+            link.command_timeout,
+            read_reply(link, &mut stream, &mut buf),
+        )
+        .await
+        .map_err(|_| RedisError::Timeout)??;
         if let Reply::Error(e) = reply {
             return Err(RedisError::Refused(e.to_string()));
         }
@@ -158,31 +194,15 @@ async fn open(
 /// Reads one reply on a connection being set up (or a topology read).
 pub(super) async fn read_reply(
     link: &RedisLink,
-    stream: &TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
 ) -> Result<Reply, RedisError> {
     loop {
         if let Some(r) = resp::decode(buf, &link.limits)? {
             return Ok(r);
         }
-        if read_some(stream, buf).await? == 0 {
+        if stream.read_some(buf).await? == 0 {
             return Err(RedisError::Io(io::ErrorKind::UnexpectedEof.into()));
-        }
-    }
-}
-
-/// Readiness, then a nonblocking read of everything available.
-pub(super) async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-    let mut scratch = [0u8; 16 * 1024];
-    loop {
-        match sys::recv_nonblocking(stream.as_raw_fd(), &mut scratch) {
-            Ok(n) => {
-                buf.extend_from_slice(&scratch[..n]);
-                return Ok(n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.readable(false).await?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
         }
     }
 }
@@ -204,7 +224,7 @@ fn note_failure(shard: &Shard, what: &str, e: &RedisError, logged: &mut Option<S
     if logged.as_deref() != Some(msg.as_str()) {
         let url = &*shard.url.borrow();
         match e {
-            RedisError::Refused(_) => {
+            RedisError::Refused(_) | RedisError::Tls(_) => {
                 log!(
                     Error,
                     "redis refused the connection",

@@ -6,8 +6,11 @@ use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use rustls::ClientConfig;
 
 use super::reply::{CmdKind, ReplyWaiter};
 use super::shard::Shard;
@@ -104,11 +107,15 @@ pub struct RedisLink {
     minted: Cell<u64>,
     /// Whether presence is on (its scripts are loaded on connect).
     pub(super) presence: bool,
+    /// The process's TLS client configuration, for `rediss://` (set
+    /// whenever the URL or the seeds are `rediss://`).
+    pub(super) tls: Option<Arc<ClientConfig>>,
 }
 
 impl RedisLink {
-    /// The link for `cfg`, if Redis mode is on.
-    pub fn new(cfg: &Config) -> Option<Rc<RedisLink>> {
+    /// The link for `cfg`, if Redis mode is on; `tls`: the process's TLS
+    /// client configuration (needed for `rediss://`).
+    pub fn new(cfg: &Config, tls: Option<Arc<ClientConfig>>) -> Option<Rc<RedisLink>> {
         let url = cfg.redis.first_url()?;
         let cluster = cfg.redis.cluster.clone().map(Cluster::new);
         let mode = match cluster {
@@ -160,6 +167,7 @@ impl RedisLink {
             minted: Cell::new(0),
             // Pusher presence channels use the same scripts.
             presence: cfg.presence.enabled() || !cfg.pusher.apps.is_empty(),
+            tls,
         }))
     }
 

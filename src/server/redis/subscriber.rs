@@ -15,10 +15,8 @@ use std::task::Poll;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use monoio::io::AsyncWriteRentExt;
-use monoio::net::TcpStream;
 
-use super::conn::{self, read_some, Role};
+use super::conn::{self, Role};
 use super::link::{Local, RedisLink};
 use super::shard::Shard;
 use super::{backfill, canary, redirect};
@@ -29,6 +27,7 @@ use crate::redis::envelope::Envelope;
 use crate::redis::inbound::Event;
 use crate::redis::RedisError;
 use crate::server::sys;
+use crate::server::tls::client::ClientStream;
 
 /// Keeps the subscriber connection up for as long as the worker runs.
 pub(super) async fn keep_up(link: Rc<RedisLink>, shard: Rc<Shard>, local: Rc<dyn Local>) {
@@ -70,7 +69,7 @@ async fn session(
     link: &Rc<RedisLink>,
     shard: &Rc<Shard>,
     local: &Rc<dyn Local>,
-    stream: TcpStream,
+    stream: ClientStream,
     buf: BytesMut,
 ) -> RedisError {
     shard.health.borrow_mut().sub_connected = true;
@@ -102,12 +101,11 @@ async fn session(
 async fn run(
     (link, shard): (&Rc<RedisLink>, &Rc<Shard>),
     local: &Rc<dyn Local>,
-    mut stream: TcpStream,
+    mut stream: ClientStream,
     mut buf: BytesMut,
 ) -> RedisError {
     let (cmds, mut restore) = restore_commands(link, shard, local);
-    let (res, _) = stream.write_all(cmds.freeze()).await;
-    if let Err(e) = res {
+    if let Err(e) = stream.write_all(cmds.freeze()).await {
         return RedisError::Io(e);
     }
     if restore.pending == 0 {
@@ -116,7 +114,7 @@ async fn run(
     let fd = stream.as_raw_fd();
     // Two streams over the socket: the writer task owns its own, so the
     // reader's `&stream` (held across `readable`) aliases nothing.
-    let mut wr = match sys::dup_stream(&stream) {
+    let mut wr = match stream.dup() {
         Ok(wr) => wr,
         Err(e) => return RedisError::Io(e),
     };
@@ -129,7 +127,7 @@ async fn run(
         if let Err(e) = deliver_events((link, shard), local, &mut buf, &mut restore) {
             break e;
         }
-        match read_some(&stream, &mut buf).await {
+        match stream.read_some(&mut buf).await {
             Ok(0) => break RedisError::Io(io::ErrorKind::UnexpectedEof.into()),
             Ok(_) => {}
             Err(e) => break RedisError::Io(e),
@@ -328,7 +326,12 @@ fn on_message(link: &Rc<RedisLink>, local: &Rc<dyn Local>, channel: &[u8], env: 
 
 /// Follows the shard's queue of interest changes with (S)SUBSCRIBE /
 /// (S)UNSUBSCRIBE commands, and sends the cluster canary's `PING`.
-async fn interest_writer(link: &RedisLink, shard: &Shard, wr: &mut TcpStream, stop: &Cell<bool>) {
+async fn interest_writer(
+    link: &RedisLink,
+    shard: &Shard,
+    wr: &mut ClientStream,
+    stop: &Cell<bool>,
+) {
     let mut changes = Vec::new();
     let mut ping = None;
     loop {
@@ -374,8 +377,7 @@ async fn interest_writer(link: &RedisLink, shard: &Shard, wr: &mut TcpStream, st
         if let Some(p) = ping.take() {
             crate::redis::resp::encode_command(&[b"PING", &p], &mut out);
         }
-        let (res, _) = wr.write_all(out.freeze()).await;
-        if res.is_err() {
+        if wr.write_all(out.freeze()).await.is_err() {
             return;
         }
     }

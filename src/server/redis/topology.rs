@@ -13,10 +13,9 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
-use super::conn::read_reply;
+use super::conn::{read_reply, tls_failed};
 use super::link::{Local, RedisLink};
 use super::redirect::{forward, hand_on};
 use super::shard::Shard;
@@ -25,6 +24,7 @@ use crate::redis::cluster::{self, Node, SlotMap, SLOTS};
 use crate::redis::commands;
 use crate::redis::resp::{self, Reply};
 use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
+use crate::server::tls::client::ClientStream;
 
 /// Topology read at least this often, changes or not.
 pub(super) const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
@@ -160,7 +160,13 @@ async fn ask(link: &RedisLink, node: &Node) -> Result<SlotMap, String> {
             break;
         }
     }
-    let mut stream = stream.ok_or("connection refused")?;
+    let tcp = stream.ok_or("connection refused")?;
+    let mut stream = match link.tls.clone().filter(|_| url.tls) {
+        Some(cfg) => ClientStream::handshake(tcp, cfg, &node.host)
+            .await
+            .map_err(|e| tls_failed(link, e).to_string())?,
+        None => ClientStream::plain(tcp),
+    };
     let mut buf = BytesMut::new();
     for cmd in commands::handshake(&url, false) {
         if let Reply::Error(e) = exchange(link, &mut stream, &mut buf, cmd).await? {
@@ -180,19 +186,18 @@ async fn ask(link: &RedisLink, node: &Node) -> Result<SlotMap, String> {
                 r => SlotMap::from_cluster_slots(&r, node).map_err(|e| e.to_string()),
             }
         }
-        r => SlotMap::from_cluster_shards(&r, node).map_err(|e| e.to_string()),
+        r => SlotMap::from_cluster_shards_for(&r, node, url.tls).map_err(|e| e.to_string()),
     }
 }
 
 /// Writes one command and reads its reply.
 async fn exchange(
     link: &RedisLink,
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     cmd: bytes::Bytes,
 ) -> Result<Reply, String> {
-    let (res, _) = stream.write_all(cmd).await;
-    res.map_err(|e| e.to_string())?;
+    stream.write_all(cmd).await.map_err(|e| e.to_string())?;
     read_reply(link, stream, buf)
         .await
         .map_err(|e| e.to_string())

@@ -15,5 +15,6 @@
 //! A TLS connection never parks (its rustls state is more than an fd):
 //! `--park-after` applies to plain connections only, for now.
 
+pub mod client;
 pub mod edge;
 pub mod session;

@@ -25,6 +25,7 @@ use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use rustls::{HandshakeKind, ServerConfig, ServerConnection};
 
 use crate::log;
+use crate::server::iovec::advance_position;
 use crate::server::worker::Worker;
 use crate::tls;
 
@@ -221,7 +222,7 @@ impl Session {
                 let mut conn = self.conn.borrow_mut();
                 io::Write::write_vectored(&mut conn.writer(), &slices)?
             };
-            (i, off) = advance(bufs, (i, off), took);
+            (i, off) = advance_position(bufs, (i, off), took);
             self.flush(wr).await?;
             if i < bufs.len() {
                 progressed();
@@ -300,23 +301,6 @@ fn take_plaintext(conn: &mut ServerConnection, buf: &mut BytesMut) -> io::Result
     }
 }
 
-/// The position in `bufs` after `n` more bytes from `(i, off)`.
-fn advance(bufs: &[Bytes], (mut i, mut off): (usize, usize), mut n: usize) -> (usize, usize) {
-    while n > 0 && i < bufs.len() {
-        let left = bufs[i].len() - off;
-        if n < left {
-            return (i, off + n);
-        }
-        n -= left;
-        (i, off) = (i + 1, 0);
-    }
-    // Empty frames are passed over.
-    while i < bufs.len() && bufs[i].len() == off {
-        (i, off) = (i + 1, 0);
-    }
-    (i, off)
-}
-
 /// The write half, held by one task; given back when dropped (also when
 /// the holder's future is dropped mid-write).
 pub struct WrGuard<'a> {
@@ -343,23 +327,5 @@ impl Drop for WrGuard<'_> {
         if let Some(waker) = self.session.waiter.take() {
             waker.wake();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn advance_walks_frames_and_skips_empty_ones() {
-        let bufs = [
-            Bytes::from_static(b"abc"),
-            Bytes::new(),
-            Bytes::from_static(b"de"),
-        ];
-        assert_eq!(advance(&bufs, (0, 0), 2), (0, 2));
-        assert_eq!(advance(&bufs, (0, 2), 1), (2, 0));
-        assert_eq!(advance(&bufs, (2, 0), 2), (3, 0));
-        assert_eq!(advance(&bufs, (0, 0), 0), (0, 0));
     }
 }
