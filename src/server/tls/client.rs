@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
-use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
@@ -268,20 +267,7 @@ impl Shared {
     /// Writes every record rustls holds, under the lock.
     async fn flush(&self, tcp: &mut TcpStream) -> io::Result<()> {
         let _held = self.lock().await;
-        loop {
-            let mut out = Vec::new();
-            {
-                let mut conn = self.conn.borrow_mut();
-                while conn.wants_write() {
-                    conn.write_tls(&mut out)?;
-                }
-            }
-            if out.is_empty() {
-                return Ok(());
-            }
-            let (res, _) = tcp.write_all(out).await;
-            res?;
-        }
+        super::flush_records(&self.conn, tcp).await
     }
 
     /// Waits until no other task is writing records.

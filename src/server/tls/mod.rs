@@ -18,3 +18,33 @@
 pub mod client;
 pub mod edge;
 pub mod session;
+
+use std::cell::RefCell;
+use std::io;
+use std::ops::DerefMut;
+
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
+
+/// Writes every record `conn` holds (a server's or a client's) to `wr`,
+/// round after round until rustls has none left; the caller keeps other
+/// writers out while it runs.
+pub(crate) async fn flush_records<C, D, W>(conn: &RefCell<C>, wr: &mut W) -> io::Result<()>
+where
+    C: DerefMut<Target = rustls::ConnectionCommon<D>>,
+    W: AsyncWriteRent,
+{
+    loop {
+        let mut out = Vec::new();
+        {
+            let mut conn = conn.borrow_mut();
+            while conn.wants_write() {
+                conn.write_tls(&mut out)?;
+            }
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let (res, _) = wr.write_all(out).await;
+        res?;
+    }
+}

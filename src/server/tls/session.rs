@@ -233,20 +233,7 @@ impl Session {
 
     /// Writes every record rustls holds.
     pub async fn flush(&self, wr: &mut TcpOwnedWriteHalf) -> io::Result<()> {
-        loop {
-            let mut out = Vec::new();
-            {
-                let mut conn = self.conn.borrow_mut();
-                while conn.wants_write() {
-                    conn.write_tls(&mut out)?;
-                }
-            }
-            if out.is_empty() {
-                return Ok(());
-            }
-            let (res, _) = wr.write_all(out).await;
-            res?;
-        }
+        super::flush_records(&self.conn, wr).await
     }
 
     /// Queues `close_notify` (sent by the next flush).
