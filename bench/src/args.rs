@@ -29,6 +29,9 @@ COMMON OPTIONS:
   --source-ips A-B|A,B   bind connections to these local IPv4 addresses,
                          round-robin (e.g. 127.0.0.2-127.0.0.40)
   --server-pid PID       sample the server's RSS / CPU from /proc/PID
+  --tls-ca PATH          PEM CA certificates to verify a wss:// server with
+                         [the system's roots]; wss:// URLs speak TLS (rustls),
+                         broadcast over wss:// publishes with --via http
 
 CONNECT:
   -n N                   connections to open
@@ -183,6 +186,9 @@ pub struct Common {
     pub source_ips: Vec<Ipv4Addr>,
     /// Server process to sample.
     pub server_pid: Option<u32>,
+    /// CA certificates (PEM) to verify a `wss://` server with; the
+    /// system's roots if absent.
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for Common {
@@ -197,6 +203,7 @@ impl Default for Common {
             concurrency: 256,
             source_ips: Vec::new(),
             server_pid: None,
+            tls_ca: None,
         }
     }
 }
@@ -308,15 +315,19 @@ pub struct WsUrl {
     pub port: u16,
     /// Path, starting with `/`.
     pub path: String,
+    /// `wss://`: TLS first.
+    pub tls: bool,
 }
 
 impl WsUrl {
-    /// Parses `ws://host[:port][/path]`. `wss` is refused: the generator
-    /// measures the server, not a TLS stack.
+    /// Parses `ws://host[:port][/path]` or `wss://…` (port 443 if absent).
     pub fn parse(s: &str) -> Result<WsUrl, String> {
-        let rest = s
-            .strip_prefix("ws://")
-            .ok_or_else(|| format!("`{s}`: only ws:// URLs are supported"))?;
+        let (rest, tls) = match (s.strip_prefix("ws://"), s.strip_prefix("wss://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(format!("`{s}`: only ws:// and wss:// URLs are supported")),
+        };
+        let default_port = if tls { 443 } else { 80 };
         let (authority, path) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => (rest, "/"),
@@ -325,7 +336,7 @@ impl WsUrl {
             Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
                 (h, p.parse().map_err(|_| format!("`{s}`: bad port `{p}`"))?)
             }
-            _ => (authority, 80),
+            _ => (authority, default_port),
         };
         if host.is_empty() {
             return Err(format!("`{s}`: missing host"));
@@ -334,7 +345,14 @@ impl WsUrl {
             host: host.to_string(),
             port,
             path: path.to_string(),
+            tls,
         })
+    }
+
+    /// The URL as written back (`ws://` or `wss://`).
+    pub fn display(&self) -> String {
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!("{scheme}://{}{}", self.authority(), self.path)
     }
 
     /// The `Host` header value.
@@ -391,6 +409,7 @@ fn common_flag(c: &mut Common, flag: &str, v: &str) -> Result<bool, String> {
         "--concurrency" => c.concurrency = num::<usize>(flag, v)?.max(1),
         "--source-ips" => c.source_ips = ip_list(v)?,
         "--server-pid" => c.server_pid = Some(num(flag, v)?),
+        "--tls-ca" => c.tls_ca = Some(v.into()),
         _ => return Ok(false),
     }
     Ok(true)
@@ -550,7 +569,9 @@ mod tests {
         assert_eq!((u.port, u.path.as_str(), u.channel()), (80, "/", None));
         let u = WsUrl::parse("ws://[::1]:81/ws/x").unwrap();
         assert_eq!((u.host.as_str(), u.port), ("[::1]", 81));
-        assert!(WsUrl::parse("wss://h/x").is_err());
+        let u = WsUrl::parse("wss://h/x").unwrap();
+        assert_eq!((u.port, u.tls), (443, true));
+        assert!(WsUrl::parse("http://h/x").is_err());
         assert!(WsUrl::parse("ws://h:notaport/x").is_err());
         assert!(WsUrl::parse("ws:///x").is_err());
     }

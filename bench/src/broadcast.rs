@@ -3,25 +3,24 @@
 //! the kernel's receive timestamp and when the generator parsed it.
 
 use std::cell::{Cell, RefCell};
-use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use monoio::net::TcpStream;
 
 use super::args::{BroadcastOpts, Via};
 use super::client::{
-    close_frame, receive_loop, send_all, spawn_progress, Failures, FrameSink, ReadEnd, Shared,
-    Signal, Target, MAX_FRAME,
+    close_frame, receive_loop, spawn_progress, Failures, FrameSink, Link, ReadEnd, Shared, Signal,
+    Target, MAX_FRAME,
 };
 use super::open::{open_all, OpenPlan, OpenProgress};
 use super::payload::{Encoding, Stamp};
-use super::publish::{self, Format, PubConn, PubResult, Publisher, Schedule};
+use super::publish::{self, Blocking, Format, PubConn, PubResult, Publisher, Schedule};
 use super::report::{BroadcastReport, GeneratorCpu, LatencySummary, MachineCpu, ServerSample};
 use super::stats::{Arrival, Histogram, SeqTracker};
+use super::tls;
 use super::wire::{pusher_event_data, FastRng};
 use crate::engine::{probe, target_of};
 use crate::error::BenchError;
@@ -218,7 +217,7 @@ fn targets(opts: &BroadcastOpts) -> Result<Vec<Target>, BenchError> {
     opts.urls
         .iter()
         .map(|u| {
-            target_of(u).map(|t| Target {
+            target_of(u, &opts.common).map(|t| Target {
                 deflate: opts.deflate,
                 path: opts
                     .pusher
@@ -311,6 +310,13 @@ fn check_limits(opts: &BroadcastOpts) -> Result<(), BenchError> {
             MAX_FRAME - 16
         )));
     }
+    let tls = opts.urls.iter().any(|u| u.tls);
+    if tls && (opts.via != Via::Http || opts.pusher.is_some()) {
+        return Err(BenchError::Setup(
+            "over wss:// publishers need --via http (they publish on connections of their own)"
+                .into(),
+        ));
+    }
     if opts.subscribers.saturating_mul(opts.publishers) > MAX_STREAMS {
         return Err(BenchError::Setup(format!(
             "-n × -p must be at most {MAX_STREAMS}"
@@ -360,7 +366,7 @@ async fn connect_subscribers(
     rec: &Rc<RefCell<Recorder>>,
     signal: &Rc<Signal>,
     progress: Rc<OpenProgress>,
-) -> Result<Vec<Rc<TcpStream>>, BenchError> {
+) -> Result<Vec<Rc<Link>>, BenchError> {
     let mut plan = OpenPlan::new(opts.subscribers, targets.to_vec(), &opts.common);
     plan.timestamps = true;
     let opened = open_all(plan, progress).await;
@@ -375,8 +381,8 @@ async fn connect_subscribers(
     let mut streams = Vec::with_capacity(opts.subscribers);
     for (idx, conn) in opened.conns.into_iter().flatten().enumerate() {
         let first = first_frame(opts, idx, rng.mask());
-        send_all(&conn.stream, &first).await?;
-        streams.push(conn.stream.clone());
+        conn.link.send(&first).await?;
+        streams.push(conn.link.clone());
         let sink = SubSink {
             idx,
             rec: rec.clone(),
@@ -389,7 +395,7 @@ async fn connect_subscribers(
         monoio::spawn(async move {
             let mut sink = sink;
             let mut rng = FastRng::new(seed);
-            let end = receive_loop(&shared, &conn.stream, conn.leftover, &mut sink, &mut rng).await;
+            let end = receive_loop(&shared, &conn.link, conn.leftover, &mut sink, &mut rng).await;
             if let ReadEnd::Wire(e) = &end {
                 eprintln!("corecast-bench: subscriber {idx}: {e}");
             }
@@ -409,7 +415,7 @@ async fn connect_subscribers(
 fn publishers(
     opts: &BroadcastOpts,
     targets: &[Target],
-    streams: &[Rc<TcpStream>],
+    streams: &[Rc<Link>],
     t0: Instant,
     end: Instant,
 ) -> Result<Vec<Publisher>, BenchError> {
@@ -422,7 +428,7 @@ fn publishers(
                 end,
             };
             let conn = match opts.via {
-                Via::Ws => PubConn::Ws(streams[j].as_raw_fd()),
+                Via::Ws => PubConn::Ws(streams[j].fd()),
                 Via::Http | Via::Pusher => {
                     let t = &targets[j % targets.len()];
                     let stream = std::net::TcpStream::connect(t.addr)?;
@@ -441,7 +447,10 @@ fn publishers(
                             app: app.clone(),
                         },
                         None => PubConn::Http {
-                            stream,
+                            stream: match &t.tls {
+                                None => Blocking::Plain(stream),
+                                Some(tls) => Blocking::Tls(Box::new(tls::blocking(tls, stream)?)),
+                            },
                             authority,
                             channel,
                         },
@@ -526,11 +535,7 @@ fn build_report(
     let machine = machine_cpu(before, after, wall, cpu, server.as_ref());
     BroadcastReport {
         command: "broadcast",
-        urls: opts
-            .urls
-            .iter()
-            .map(|u| format!("ws://{}{}", u.authority(), u.path))
-            .collect(),
+        urls: opts.urls.iter().map(|u| u.display()).collect(),
         via: opts.via.name(),
         subscribers: opts.subscribers,
         publishers: p,
@@ -626,11 +631,11 @@ impl SeqTotals {
 
 /// Starts the close handshake on every subscriber and waits (bounded) for
 /// the server's replies.
-async fn close_all(streams: &[Rc<TcpStream>], rec: &Rc<RefCell<Recorder>>, signal: &Signal) {
+async fn close_all(streams: &[Rc<Link>], rec: &Rc<RefCell<Recorder>>, signal: &Signal) {
     let mut rng = FastRng::new(sys::realtime_ns());
     let frame = close_frame(&mut rng);
     for s in streams {
-        let _ = send_all(s, &frame).await;
+        let _ = s.send(&frame).await;
     }
     let n = streams.len();
     let deadline = Instant::now() + CLOSE_DEADLINE;

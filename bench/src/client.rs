@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::future::poll_fn;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use bytes::BytesMut;
 use monoio::net::TcpStream;
 
 use super::sys;
+use super::tls::{Tls, TlsTarget};
 use super::wire::{split_frames, FastRng, Frame, WireError};
 use corecast::ws::frame::encode_client_frame;
 use corecast::ws::handshake::{
@@ -47,6 +48,8 @@ pub struct Target {
     pub path: String,
     /// Offer permessage-deflate (`--deflate`).
     pub deflate: bool,
+    /// Speak TLS (`wss://`).
+    pub tls: Option<TlsTarget>,
 }
 
 /// Why a connection attempt failed, grouped the way the report counts them.
@@ -68,6 +71,8 @@ pub enum ConnectError {
     Status(u16),
     /// The 101 response broke RFC 6455 section 4.1.
     Handshake(ClientHandshakeError),
+    /// The TLS handshake failed (certificate, protocol).
+    Tls(String),
     /// Any other socket error.
     Io(io::Error),
 }
@@ -101,6 +106,7 @@ impl ConnectError {
             Self::Closed => "closed_during_handshake".into(),
             Self::Status(code) => format!("http_{code}"),
             Self::Handshake(e) => format!("handshake: {e}"),
+            Self::Tls(e) => format!("tls: {e}"),
             Self::Io(e) => match e.raw_os_error() {
                 Some(code) => format!("errno_{code}"),
                 None => format!("io: {e}"),
@@ -134,18 +140,63 @@ impl std::fmt::Display for ConnectError {
 /// Failures counted by cause.
 pub type Failures = BTreeMap<String, u64>;
 
-/// An open WebSocket: the stream and any bytes that followed the 101 head.
+/// A connection's socket and, over `wss://`, its TLS session. Shared
+/// between a connection's reader and writer tasks, which only need
+/// `&TcpStream` (readiness) and the raw fd.
+pub struct Link {
+    /// The socket.
+    pub stream: TcpStream,
+    /// The TLS session, if the target speaks TLS.
+    pub tls: Option<Tls>,
+}
+
+impl Link {
+    /// The socket's descriptor.
+    pub fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// Writes all of `buf` (encrypted first over TLS).
+    pub async fn send(&self, buf: &[u8]) -> io::Result<()> {
+        match &self.tls {
+            None => send_all(&self.stream, buf).await,
+            Some(tls) => {
+                let mut out = Vec::with_capacity(buf.len() + 64);
+                tls.encrypt(buf, &mut out)?;
+                send_all(&self.stream, &out).await
+            }
+        }
+    }
+}
+
+impl Link {
+    /// One nonblocking write of `buf` (encrypted first over TLS), for a
+    /// few bytes on an idle socket, where it always fits.
+    pub fn send_now(&self, buf: &[u8]) -> io::Result<()> {
+        let mut out = Vec::new();
+        let bytes = match &self.tls {
+            None => buf,
+            Some(tls) => {
+                tls.encrypt(buf, &mut out)?;
+                &out
+            }
+        };
+        sys::send_nonblocking(self.fd(), bytes).map(drop)
+    }
+}
+
+/// An open WebSocket: the link and any bytes that followed the 101 head.
 pub struct WsConn {
-    /// The socket; shared between a connection's reader and writer tasks,
-    /// which only need `&TcpStream` (readiness) and the raw fd.
-    pub stream: Rc<TcpStream>,
+    /// The socket (and TLS session).
+    pub link: Rc<Link>,
     /// Frame bytes that arrived with the handshake response.
     pub leftover: Vec<u8>,
 }
 
 /// Connects to `target` (from `src` if given) and completes the opening
-/// handshake, all within `deadline`. With `timestamps`, kernel receive
-/// timestamps are switched on before any data can arrive.
+/// handshake (TLS first for `wss://`), all within `deadline`. With
+/// `timestamps`, kernel receive timestamps are switched on before any data
+/// can arrive.
 pub async fn open_ws(
     target: &Target,
     src: Option<Ipv4Addr>,
@@ -159,6 +210,15 @@ pub async fn open_ws(
         if timestamps {
             sys::enable_rx_timestamps(stream.as_raw_fd())?;
         }
+        let (tls, early) = match &target.tls {
+            Some(t) => {
+                let tls = Tls::new(t)?;
+                let early = tls_handshake(&stream, &tls).await?;
+                (Some(tls), early)
+            }
+            None => (None, Vec::new()),
+        };
+        let link = Link { stream, tls };
         let mut request = client_request(&target.authority, &target.path, &key);
         if target.deflate {
             // Before the blank line that ends the head.
@@ -167,17 +227,40 @@ pub async fn open_ws(
                 b"Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover\r\n\r\n",
             );
         }
-        send_all(&stream, &request).await?;
+        link.send(&request).await?;
         let offered = target.deflate.then_some("permessage-deflate");
-        let leftover = read_handshake(&stream, &key, offered).await?;
+        let leftover = read_handshake(&link, early, &key, offered).await?;
         Ok(WsConn {
-            stream: Rc::new(stream),
+            link: Rc::new(link),
             leftover,
         })
     };
     match monoio::time::timeout(deadline, attempt).await {
         Ok(res) => res,
         Err(_) => Err(ConnectError::Timeout),
+    }
+}
+
+/// Runs the TLS handshake; returns any plaintext that came with the
+/// server's last flight.
+async fn tls_handshake(stream: &TcpStream, tls: &Tls) -> Result<Vec<u8>, ConnectError> {
+    let (mut out, mut early) = (Vec::new(), Vec::new());
+    let mut chunk = [0u8; 4096];
+    let refused = |e: io::Error| ConnectError::Tls(e.to_string());
+    loop {
+        out.clear();
+        tls.encrypt(&[], &mut out).map_err(refused)?;
+        if !out.is_empty() {
+            send_all(stream, &out).await?;
+        }
+        if !tls.handshaking() {
+            return Ok(early);
+        }
+        let n = recv_some(stream, &mut chunk).await?;
+        if n == 0 {
+            return Err(ConnectError::Closed);
+        }
+        tls.decrypt(&chunk[..n], &mut early).map_err(refused)?;
     }
 }
 
@@ -191,26 +274,48 @@ pub async fn tcp_connect(dst: SocketAddr, src: Option<Ipv4Addr>) -> io::Result<T
     Ok(stream)
 }
 
-/// Reads the 101 response; returns the bytes after its head.
+/// Reads the 101 response (after `early`, plaintext already received);
+/// returns the bytes after its head.
 async fn read_handshake(
-    stream: &TcpStream,
+    link: &Link,
+    early: Vec<u8>,
     key: &str,
     offered: Option<&str>,
 ) -> Result<Vec<u8>, ConnectError> {
-    let mut buf = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
+    let mut buf = early;
+    buf.reserve(512);
+    let mut chunk = [0u8; 4096];
     loop {
-        let n = recv_some(stream, &mut chunk).await?;
+        if !buf.is_empty() {
+            if let Some(leftover) = parse_head(&mut buf, key, offered)? {
+                return Ok(leftover);
+            }
+        }
+        let n = recv_some(&link.stream, &mut chunk).await?;
         if n == 0 {
             return Err(ConnectError::Closed);
         }
-        buf.extend_from_slice(&chunk[..n]);
-        match parse_server_response_offering(&buf, key, offered) {
-            Ok(Some(head_len)) => return Ok(buf.split_off(head_len)),
-            Ok(None) => {}
-            Err(ClientHandshakeError::BadStatus(code)) => return Err(ConnectError::Status(code)),
-            Err(e) => return Err(ConnectError::Handshake(e)),
+        match &link.tls {
+            Some(tls) => {
+                tls.decrypt(&chunk[..n], &mut buf)
+                    .map_err(|e| ConnectError::Tls(e.to_string()))?;
+            }
+            None => buf.extend_from_slice(&chunk[..n]),
         }
+    }
+}
+
+/// The bytes after the 101 head once `buf` holds all of it.
+fn parse_head(
+    buf: &mut Vec<u8>,
+    key: &str,
+    offered: Option<&str>,
+) -> Result<Option<Vec<u8>>, ConnectError> {
+    match parse_server_response_offering(buf, key, offered) {
+        Ok(Some(head_len)) => Ok(Some(buf.split_off(head_len))),
+        Ok(None) => Ok(None),
+        Err(ClientHandshakeError::BadStatus(code)) => Err(ConnectError::Status(code)),
+        Err(e) => Err(ConnectError::Handshake(e)),
     }
 }
 
@@ -301,12 +406,12 @@ struct Owed {
 /// `sink`. `carry` starts with the bytes that followed the handshake.
 pub async fn receive_loop<S: FrameSink>(
     shared: &Shared,
-    stream: &TcpStream,
+    link: &Link,
     mut carry: Vec<u8>,
     sink: &mut S,
     rng: &mut FastRng,
 ) -> ReadEnd {
-    let fd = stream.as_raw_fd();
+    let (fd, stream) = (link.fd(), &link.stream);
     let mut owed = Owed::default();
     // Frames that came with the handshake response.
     match consume(&carry, sink, &mut owed, None, sys::realtime_ns()) {
@@ -314,15 +419,22 @@ pub async fn receive_loop<S: FrameSink>(
         Err(e) => return ReadEnd::Wire(e),
     }
     loop {
-        match read_batch(shared, fd, &mut carry, sink, &mut owed) {
+        let batch = match &link.tls {
+            None => read_batch(shared, fd, &mut carry, sink, &mut owed),
+            Some(tls) => read_batch_tls(shared, fd, tls, &mut carry, sink, &mut owed),
+        };
+        match batch {
             Ok(Batch::Drained) => {}
             Ok(Batch::Eof) => return ReadEnd::Eof,
             Err(end) => return end,
         }
+        // A pong, and over TLS what rustls answers by itself (a key update).
+        let mut out = BytesMut::new();
         if let Some(ping) = owed.pong.take() {
-            let mut out = BytesMut::new();
             encode_client_frame(OpCode::Pong, &ping, rng.mask(), &mut out);
-            if let Err(e) = send_all(stream, &out).await {
+        }
+        if !out.is_empty() || link.tls.as_ref().is_some_and(Tls::wants_write) {
+            if let Err(e) = link.send(&out).await {
                 return ReadEnd::Io(e);
             }
         }
@@ -405,6 +517,41 @@ fn read_batch<S: FrameSink>(
         carry.extend_from_slice(bytes.get(used..).unwrap_or_default());
         if owed.closed.is_some() || n < room_len(kept) {
             return Ok(Batch::Drained);
+        }
+    }
+}
+
+/// [`read_batch`] over TLS: records are read into the scratch buffer and
+/// decrypted into `carry`, where frames are parsed (one copy more than
+/// plain, on the generator's side only).
+fn read_batch_tls<S: FrameSink>(
+    shared: &Shared,
+    fd: i32,
+    tls: &Tls,
+    carry: &mut Vec<u8>,
+    sink: &mut S,
+    owed: &mut Owed,
+) -> Result<Batch, ReadEnd> {
+    let mut scratch = shared.scratch.borrow_mut();
+    loop {
+        let (n, kernel_ns) = match sys::recv_timestamped(fd, &mut scratch[..]) {
+            Ok((0, _)) => return Ok(Batch::Eof),
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Batch::Drained),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ReadEnd::Io(e)),
+        };
+        let now_ns = sys::realtime_ns();
+        let open = tls
+            .decrypt(scratch.get(..n).unwrap_or_default(), carry)
+            .map_err(ReadEnd::Io)?;
+        let used = consume(carry, sink, owed, kernel_ns, now_ns).map_err(ReadEnd::Wire)?;
+        carry.drain(..used);
+        if owed.closed.is_some() || n < SCRATCH_LEN {
+            return Ok(Batch::Drained);
+        }
+        if !open {
+            return Ok(Batch::Eof);
         }
     }
 }

@@ -22,7 +22,7 @@ const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Runs the `connect` subcommand.
 pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
-    let target = target_of(&opts.url)?;
+    let target = target_of(&opts.url, &opts.common)?;
     probe(&target, opts.common.connect_timeout).await?;
     let pid = opts.common.server_pid;
     let rss = move || pid.and_then(|p| sys::rss_kib(p).ok());
@@ -53,9 +53,9 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
         .into_iter()
         .flatten()
         .map(|conn| {
-            let stream = conn.stream.clone();
+            let link = conn.link.clone();
             monoio::spawn(hold_one(shared.clone(), conn, hold.clone()));
-            stream
+            link
         })
         .collect();
     hold.alive.set(streams.len());
@@ -68,8 +68,9 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
     let mut rng = FastRng::new(sys::realtime_ns());
     let frame = close_frame(&mut rng);
     for s in &streams {
-        // A close frame is 8 bytes on an idle socket: it always fits.
-        let _ = sys::send_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&**s), &frame);
+        // A close frame is 8 bytes (one small record over TLS) on an idle
+        // socket: it always fits.
+        let _ = s.send_now(&frame);
     }
     drop(streams);
     let deadline = Instant::now() + CLOSE_DEADLINE;
@@ -82,7 +83,7 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
     let open_seconds = opened.elapsed.as_secs_f64();
     Ok(ConnectReport {
         command: "connect",
-        url: format!("ws://{}{}", opts.url.authority(), opts.url.path),
+        url: opts.url.display(),
         requested: opts.n,
         connected,
         failed: opts.n - connected,
@@ -138,8 +139,8 @@ impl FrameSink for Ignore {
 
 /// Keeps one connection open (answering pings) until the server closes it.
 async fn hold_one(shared: Rc<Shared>, conn: WsConn, hold: Rc<Hold>) {
-    let mut rng = FastRng::new(conn.stream.as_ref() as *const _ as u64);
-    let end = receive_loop(&shared, &conn.stream, conn.leftover, &mut Ignore, &mut rng).await;
+    let mut rng = FastRng::new(conn.link.as_ref() as *const _ as u64);
+    let end = receive_loop(&shared, &conn.link, conn.leftover, &mut Ignore, &mut rng).await;
     if !hold.closing.get() {
         hold.dropped.set(hold.dropped.get() + 1);
     } else if matches!(end, ReadEnd::Closed(_)) {

@@ -11,6 +11,8 @@ use corecast::runtime::{self, DriverKind};
 use crate::args::{Common, WsUrl};
 use crate::client::{self, Target};
 use crate::error::BenchError;
+use crate::tls::{self, TlsTarget};
+use rustls::pki_types::ServerName;
 
 /// The generator's ring: many subscribers' reads in flight at once.
 const RING_ENTRIES: u32 = 4096;
@@ -35,16 +37,28 @@ pub(crate) fn block_on<F: Future>(
     Ok(rt.block_on(make()))
 }
 
-/// Resolves a URL into a connection target.
-pub(crate) fn target_of(url: &WsUrl) -> Result<Target, BenchError> {
+/// Resolves a URL into a connection target (with its TLS client
+/// configuration for `wss://`).
+pub(crate) fn target_of(url: &WsUrl, common: &Common) -> Result<Target, BenchError> {
     let addr = url
         .resolve()
         .map_err(|e| BenchError::Resolve(url.host.clone(), e))?;
+    let tls = match url.tls {
+        false => None,
+        true => {
+            let host = url.host.trim_start_matches('[').trim_end_matches(']');
+            let name = ServerName::try_from(host.to_string())
+                .map_err(|e| BenchError::Setup(format!("{}: {e}", url.host)))?;
+            let config = tls::client_config(common.tls_ca.as_deref()).map_err(BenchError::Setup)?;
+            Some(TlsTarget { config, name })
+        }
+    };
     Ok(Target {
         addr,
         authority: url.authority(),
         path: url.path.clone(),
         deflate: false,
+        tls,
     })
 }
 

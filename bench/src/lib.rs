@@ -48,6 +48,7 @@ pub mod report;
 pub mod soak;
 pub mod stats;
 pub mod sys;
+pub mod tls;
 pub mod wire;
 
 use args::Command;

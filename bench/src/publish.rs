@@ -10,7 +10,7 @@
 //! falls behind, it sends everything due at once and the report shows the
 //! lag.
 
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Read, Write as _};
 use std::net::TcpStream;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +23,7 @@ use bytes::BytesMut;
 use super::args::PusherApp;
 use super::payload::{Encoding, Stamp};
 use super::sys;
+use super::tls::BlockingTls;
 use super::wire::{parse_http_response, publish_request, pusher_event_request, FastRng};
 use corecast::ws::frame::encode_client_frame;
 use corecast::ws::OpCode;
@@ -68,8 +69,8 @@ pub enum PubConn {
     Ws(RawFd),
     /// `POST /publish/{channel}` on a keep-alive connection of its own.
     Http {
-        /// The connection (blocking).
-        stream: TcpStream,
+        /// The connection (blocking; TLS for `wss://` targets).
+        stream: Blocking,
         /// `Host` header.
         authority: String,
         /// Channel to publish to.
@@ -90,6 +91,39 @@ pub enum PubConn {
         /// The app whose secret signs.
         app: PusherApp,
     },
+}
+
+/// A blocking connection of a publisher's own: plain or TLS.
+pub enum Blocking {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS (the target's URL was `wss://`).
+    Tls(Box<BlockingTls>),
+}
+
+impl io::Read for Blocking {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Blocking::Plain(s) => s.read(buf),
+            Blocking::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl io::Write for Blocking {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Blocking::Plain(s) => s.write(buf),
+            Blocking::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Blocking::Plain(s) => s.flush(),
+            Blocking::Tls(s) => s.flush(),
+        }
+    }
 }
 
 /// One publisher.
@@ -319,7 +353,7 @@ fn read_response_closing(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Resul
 }
 
 /// Reads `count` HTTP responses; returns how many were 200.
-fn read_responses(stream: &mut TcpStream, count: u64, buf: &mut Vec<u8>) -> io::Result<u64> {
+fn read_responses(stream: &mut impl Read, count: u64, buf: &mut Vec<u8>) -> io::Result<u64> {
     let (mut seen, mut ok) = (0, 0);
     let mut chunk = [0u8; 4096];
     while seen < count {

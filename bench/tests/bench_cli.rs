@@ -7,6 +7,9 @@ use std::process::{Command, Output};
 use corecast::{Config, Server};
 use serde_json::Value;
 
+#[path = "../../tests/tls_support/mod.rs"]
+mod tls_support;
+
 /// The `corecast` binary of the same build. It is another package's, so
 /// cargo does not name it for us (`CARGO_BIN_EXE_*` covers this package
 /// only); `cargo test --workspace` and `cargo build` put it next to ours.
@@ -162,6 +165,78 @@ fn broadcast_over_http_publish_delivers_everything_to_everyone() {
     assert_eq!(v["via"], "http");
     server.stop();
     server.join().unwrap();
+}
+
+/// A corecast serving TLS with a leaf of a fresh test CA.
+fn start_tls_server(pki: &tls_support::Pki) -> Server {
+    let (cert, key) = pki.localhost();
+    let mut cfg = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Config::default()
+    };
+    cfg.tls.certs = vec![cert];
+    cfg.tls.keys = vec![key];
+    Server::start(cfg).expect("TLS server starts")
+}
+
+#[test]
+fn broadcast_over_wss_delivers_everything_and_verifies_the_certificate() {
+    let pki = tls_support::Pki::new("bench-wss");
+    let server = start_tls_server(&pki);
+    let url = format!("wss://localhost:{}/ws/sealed", server.local_addr().port());
+    let ca = pki.ca();
+    let ca = ca.to_str().unwrap();
+    let v = bench_json(&[
+        "broadcast",
+        "--url",
+        &url,
+        "--tls-ca",
+        ca,
+        "-n",
+        "4",
+        "-p",
+        "2",
+        "--rate",
+        "100",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--via",
+        "http",
+    ]);
+    assert_exact_delivery(&v, 4);
+    assert_eq!(v["urls"][0], url.as_str(), "{v:#}");
+
+    // Held connections close cleanly through TLS too.
+    let v = bench_json(&["connect", "--url", &url, "--tls-ca", ca, "-n", "20"]);
+    assert_eq!(u(&v, "connected"), 20, "{v:#}");
+
+    // Without the test CA the system's roots refuse the certificate: every
+    // connection fails, counted under the TLS cause.
+    let out = run_bench(&["connect", "--url", &url, "-n", "3", "--json", "--quiet"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("tls: "), "{text}");
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn broadcast_over_wss_refuses_publishing_on_subscriber_sockets() {
+    let out = run_bench(&[
+        "broadcast",
+        "--url",
+        "wss://localhost:1/ws/x",
+        "-n",
+        "2",
+        "-p",
+        "1",
+        "--rate",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--via http"), "{err}");
 }
 
 #[test]
