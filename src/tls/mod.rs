@@ -4,7 +4,7 @@
 //! [`ServerConfig`] built from them ([`Settings::server_config`]), with the
 //! session cache and ticket keys it keeps across reloads. The bytes go
 //! through `server::tls`, the edge, which drives a
-//! [`rustls::ServerConnection`] over a socket.
+//! [`rustls::server::UnbufferedServerConnection`] over a socket.
 //!
 //! rustls on ring: TLS 1.3 and 1.2 only (1.0 and 1.1 are not
 //! implemented by rustls at all), ALPN `http/1.1`, stateless tickets

@@ -6,11 +6,12 @@
 //! # Layout
 //! - `edge`: the worker's TLS — the configuration new handshakes use,
 //!   replaced on SIGHUP (a bad new file keeps the old one, logged).
-//! - `session`: one connection's rustls state and the socket's write
-//!   half behind a lock its reader and writer share (one write in flight
-//!   at a time, in order); reads that append plaintext to the frame
-//!   buffer, writes that encrypt a batch of frames into as few records as
-//!   fit in [`crate::tls::BUFFER_LIMIT`], the handshake's counters.
+//! - `session`: one connection's rustls state (the unbuffered API: no
+//!   buffer held between records) and the socket's write half behind a
+//!   lock its reader and writer share (one write in flight at a time, in
+//!   order); reads that append plaintext to the frame buffer, writes that
+//!   encrypt a batch of frames into as few records as fit in
+//!   [`crate::tls::BUFFER_LIMIT`], the handshake's counters.
 //!
 //! A TLS connection never parks (its rustls state is more than an fd):
 //! `--park-after` applies to plain connections only, for now.
@@ -25,7 +26,7 @@ use std::ops::DerefMut;
 
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
-/// Writes every record `conn` holds (a server's or a client's) to `wr`,
+/// Writes every record `conn` holds (a client's: `client`) to `wr`,
 /// round after round until rustls has none left; the caller keeps other
 /// writers out while it runs.
 pub(crate) async fn flush_records<C, D, W>(conn: &RefCell<C>, wr: &mut W) -> io::Result<()>
