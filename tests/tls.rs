@@ -267,6 +267,80 @@ async fn curl_and_a_rustls_websocket_client_speak_https_and_wss() {
     ws.close(None).await.unwrap();
 }
 
+/// Idle TLS WebSockets park with their session kept (rustls's state; no
+/// task, no buffer) and run again when something concerns them: a
+/// publish reaches every parked subscriber, a parked client's own message
+/// is published, and a close from a parked client is answered — all
+/// without a new handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tls_connections_park_and_resume_with_their_session() {
+    let pki = Pki::new("park");
+    let srv = tls_server(&[pki.localhost()], |c| {
+        c.park_after = Duration::from_millis(100);
+    });
+    let (ca, admin) = (pki.ca(), srv.admin.unwrap());
+    let mut subs = Vec::new();
+    for _ in 0..5 {
+        subs.push(wss_connect(srv.addr, &ca, "/ws/quiet").await);
+    }
+    let all_parked = |n: u64| move |s: &serde_json::Value| counter(s, "parked_connections") == n;
+    wait_until_stat(admin, all_parked(5)).await;
+
+    // A publish over https wakes every one of them.
+    let base = format!("https://localhost:{}", srv.addr.port());
+    let cacert = ca.to_str().unwrap().to_string();
+    let answer = tokio::task::spawn_blocking(move || {
+        curl(&[
+            "--cacert",
+            &cacert,
+            "--data",
+            "wake up",
+            &format!("{base}/publish/quiet"),
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(answer.contains("\"subscribers\":5"), "{answer}");
+    for ws in &mut subs {
+        assert_eq!(next_text(ws).await, "wake up");
+    }
+
+    // Parked again, a client's own message is read and published.
+    wait_until_stat(admin, all_parked(5)).await;
+    subs[0]
+        .send(Message::Text("from a parked one".into()))
+        .await
+        .unwrap();
+    for ws in &mut subs {
+        assert_eq!(next_text(ws).await, "from a parked one");
+    }
+
+    // Parked again, a close is answered with the close handshake.
+    wait_until_stat(admin, all_parked(5)).await;
+    let mut ws = subs.pop().unwrap();
+    ws.close(None).await.unwrap();
+    loop {
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            futures_util::StreamExt::next(&mut ws),
+        )
+        .await
+        .expect("the close handshake completes")
+        {
+            Some(Ok(Message::Close(_))) | None => break,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => panic!("close: {e}"),
+        }
+    }
+    let s = wait_until_stat(admin, |s| counter(s, "websockets_closed") == 1).await;
+    assert_eq!(
+        counter(&s, "tls_handshakes"),
+        6,
+        "one per client, one for curl: {s}"
+    );
+    assert!(counter(&s, "parks") >= 15, "{s}");
+}
+
 // ------------------------------------------------------------------ 2 --
 
 /// `openssl s_client`: TLS 1.3 and TLS 1.2 are both negotiated, ALPN

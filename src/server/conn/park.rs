@@ -18,7 +18,9 @@
 //! that left — end of stream, a lone close frame — is ended there,
 //! without running the connection's tasks again).
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::future::poll_fn;
 use std::future::Future;
 use std::io;
@@ -66,6 +68,10 @@ pub struct Parking {
     watch: RefCell<Option<Rc<EpollWatch>>>,
     /// Indexed by connection id (hub slab keys are dense and reused).
     slots: RefCell<Vec<Option<Parked>>>,
+    /// What a parked connection's transport keeps besides its fd (a TLS
+    /// session), opaque here; only connections with one have an entry,
+    /// so a plain one pays nothing for it.
+    kept: RefCell<HashMap<ConnId, Rc<dyn Any>>>,
     count: Cell<usize>,
     parks: Cell<u64>,
     unparks: Cell<u64>,
@@ -95,6 +101,7 @@ impl Parking {
             stopped: Cell::new(false),
             watch: RefCell::new(None),
             slots: RefCell::new(Vec::new()),
+            kept: RefCell::new(HashMap::new()),
             count: Cell::new(0),
             parks: Cell::new(0),
             unparks: Cell::new(0),
@@ -178,8 +185,11 @@ impl Parking {
     }
 
     /// Parks `id` (its fd already watched): the socket `fd`, owned here
-    /// from now on, and what its session keeps.
-    pub fn store(&self, id: ConnId, fd: RawFd, session: Session) {
+    /// from now on, what its session keeps, and what its transport keeps.
+    pub fn store(&self, id: ConnId, (fd, kept): (RawFd, Option<Rc<dyn Any>>), session: Session) {
+        if let Some(kept) = kept {
+            self.kept.borrow_mut().insert(id, kept);
+        }
         let mut slots = self.slots.borrow_mut();
         if slots.len() <= id {
             slots.resize_with(id + 1, || None);
@@ -191,10 +201,12 @@ impl Parking {
     }
 
     /// Takes `id` out of the parked set (its fd leaves the epoll set):
-    /// the socket and session, owned by the caller from now on. `None` if
-    /// it is not parked (a second wake for the same connection).
-    pub fn take(&self, id: ConnId) -> Option<(RawFd, Session)> {
+    /// the socket (with what its transport kept) and session, owned by the
+    /// caller from now on. `None` if it is not parked (a second wake for
+    /// the same connection).
+    pub fn take(&self, id: ConnId) -> Option<((RawFd, Option<Rc<dyn Any>>), Session)> {
         let parked = self.slots.borrow_mut().get_mut(id)?.take()?;
+        let kept = self.kept.borrow_mut().remove(&id);
         self.count.set(self.count.get() - 1);
         self.unparks.set(self.unparks.get() + 1);
         if let Some(ep) = &self.epoll {
@@ -209,7 +221,7 @@ impl Parking {
                 );
             }
         }
-        Some((parked.fd, parked.session))
+        Some(((parked.fd, kept), parked.session))
     }
 
     /// Waits until parked connections must run again and appends their

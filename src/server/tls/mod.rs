@@ -13,8 +13,9 @@
 //!   encrypt a batch of frames into as few records as fit in
 //!   [`crate::tls::BUFFER_LIMIT`], the handshake's counters.
 //!
-//! A TLS connection never parks (its rustls state is more than an fd):
-//! `--park-after` applies to plain connections only, for now.
+//! A TLS connection parks like a plain one: its session (rustls's state,
+//! no buffer) is kept beside the fd in the parked set
+//! (`conn::websocket::transport::park`).
 
 pub mod client;
 pub mod edge;

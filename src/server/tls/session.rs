@@ -35,6 +35,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 use rustls::{HandshakeKind, ServerConfig};
 
 use crate::log;
+use crate::server::conn::sock::QuietWait;
 use crate::server::worker::Worker;
 use crate::tls;
 
@@ -336,6 +337,42 @@ impl Session {
                 _ => return,
             }
         }
+    }
+
+    /// [`Session::read`] whose wait may end quietly (`Ok(None)`: nothing
+    /// came for `wait`), so the connection can park; only a session with
+    /// nothing in flight waits quietly.
+    pub async fn read_or_quiet(
+        &self,
+        w: &Worker,
+        (rd, fd): (&mut TcpOwnedReadHalf, RawFd),
+        buf: &mut BytesMut,
+        wait: QuietWait<'_>,
+    ) -> io::Result<Option<usize>> {
+        if self.parkable() && self.incoming.borrow().is_empty() {
+            let mut cipher = self.incoming.take();
+            let got = w.read_more_or_quiet(rd, fd, &mut cipher, wait).await;
+            self.incoming.replace(cipher);
+            match got? {
+                None => return Ok(None),
+                // The end of the stream: `read` sees it again.
+                Some(_) => {}
+            }
+        }
+        self.read(w, (rd, fd), buf, None).await.map(Some)
+    }
+
+    /// Whether the connection may park with this session kept: its
+    /// handshake is over, its peer has not closed, and no record waits to
+    /// be sent.
+    pub fn parkable(&self) -> bool {
+        self.established() && !self.peer_closed.get() && self.pending.borrow().is_empty()
+    }
+
+    /// Takes the write half back (to park the connection); `None` while a
+    /// task holds it.
+    pub fn take_write_half(&self) -> Option<TcpOwnedWriteHalf> {
+        self.wr.take()
     }
 
     /// Whether the handshake completed (a plain answer never goes out

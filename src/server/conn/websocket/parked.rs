@@ -28,7 +28,8 @@ pub fn park_fresh(
     session: Session,
     buf: &BytesMut,
 ) -> Result<(), (Stream, Session)> {
-    if sock.tls.is_some() || !buf.is_empty() || w.parking.after_ms().is_none() {
+    let tls_busy = sock.tls.as_ref().is_some_and(|t| !t.parkable());
+    if tls_busy || !buf.is_empty() || w.parking.after_ms().is_none() {
         return Err((sock, session));
     }
     let idle = w
@@ -63,10 +64,15 @@ pub async fn unparker(w: Rc<Worker>) {
 /// Runs parked connection `id` again: a new monoio socket over its fd,
 /// and its tasks. A no-op if it is not parked (woken twice).
 fn resume(w: &Rc<Worker>, id: ConnId) {
-    let Some((fd, session)) = w.parking.take(id) else {
+    let Some((parked, session)) = w.parking.take(id) else {
         return;
     };
     unpark(w, id);
+    if parked.1.is_some() {
+        // TLS: what woke it is ciphertext, for its task's session to read.
+        return run_again(w, id, parked, session, BytesMut::new());
+    }
+    let fd = parked.0;
     // What woke it, read here: its peer leaving (end of stream, or a lone
     // close frame) is answered without a task — idle connections mostly
     // end parked — and anything else goes to its task, nothing lost.
@@ -89,7 +95,19 @@ fn resume(w: &Rc<Worker>, id: ConnId) {
         }
         Err(_) => {}
     }
-    match transport::resume(fd) {
+    run_again(w, id, parked, session, buf);
+}
+
+/// Gives a resumed connection its tasks again, `buf` holding what was
+/// read while resuming it.
+fn run_again(
+    w: &Rc<Worker>,
+    id: ConnId,
+    parked: transport::Parked,
+    session: Session,
+    buf: BytesMut,
+) {
+    match transport::resume(parked) {
         Ok(sock) => {
             let rx = Receiver::new(Role::Server, w.cfg.ws);
             let rx = if session.deflate {

@@ -10,9 +10,10 @@
 //! that append plaintext to the frame buffer, a write that encrypts the
 //! outbox's batch; the write half behind the session's lock, since rustls
 //! output must reach the socket in order from either task). A TLS
-//! connection cannot park (its session state is more than an fd):
-//! [`ReadHalf::parkable`] says so and `task` keeps it running.
+//! connection parks with its session (rustls's state, no buffer) kept
+//! beside the fd: [`park`] hands both over, [`resume`] takes both back.
 
+use std::any::Any;
 use std::future::Future;
 use std::io;
 use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
@@ -103,9 +104,10 @@ impl ReadHalf {
         }
     }
 
-    /// Whether the connection can park (plain TCP: its state is the fd).
+    /// Whether the connection can park (plain TCP: its state is the fd;
+    /// TLS: its session too, once nothing is in flight).
     pub fn parkable(&self) -> bool {
-        self.tls.is_none()
+        self.tls.as_ref().is_none_or(|t| t.parkable())
     }
 
     /// [`ReadHalf::read`] whose wait may end quietly (`Ok(None)`), with
@@ -119,10 +121,7 @@ impl ReadHalf {
         let (rd, fd) = (&mut self.rd, self.fd);
         match &self.tls {
             None => Either::Plain(w.read_more_or_quiet(rd, fd, buf, wait)),
-            // Never quiet: a TLS connection does not park.
-            Some(tls) => Either::Tls(Box::pin(async move {
-                tls.read(w, (rd, fd), buf, None).await.map(Some)
-            })),
+            Some(tls) => Either::Tls(Box::pin(tls.read_or_quiet(w, (rd, fd), buf, wait))),
         }
     }
 
@@ -172,24 +171,38 @@ impl WriteHalf {
     }
 }
 
-/// The connection as a bare fd for the parked set, which owns it from here.
-pub fn park(rd: ReadHalf, wr: WriteHalf) -> RawFd {
-    let WriteHalf::Plain(wr) = wr else {
-        unreachable!("a TLS connection never parks (ReadHalf::parkable)");
+/// What the parked set keeps of a connection: its bare fd, which it owns
+/// from here, and its TLS session, if any.
+pub type Parked = (RawFd, Option<Rc<dyn Any>>);
+
+/// The connection as a bare fd (and its TLS session) for the parked set.
+pub fn park(rd: ReadHalf, wr: WriteHalf) -> Parked {
+    let (wr, kept) = match wr {
+        WriteHalf::Plain(wr) => (wr, None),
+        WriteHalf::Tls(tls) => {
+            // Parking waits for the writer: nobody holds the lock.
+            let wr = tls
+                .take_write_half()
+                .expect("the write half, writer stopped");
+            (wr, Some(tls as Rc<dyn Any>))
+        }
     };
     let Ok(stream) = rd.rd.reunite(wr) else {
         unreachable!("the halves of one socket");
     };
-    stream.into_raw_fd()
+    (stream.into_raw_fd(), kept)
 }
 
-/// A parked connection's fd as a socket again; on error the fd is closed.
-pub fn resume(fd: RawFd) -> io::Result<Stream> {
+/// A parked connection as a socket again (with its TLS session); on error
+/// the fd is closed.
+pub fn resume((fd, kept): Parked) -> io::Result<Stream> {
     // SAFETY: `fd` came out of the parked set, which owned it since
     // `into_raw_fd` (in [`park`]): it is open and nobody else owns or
     // closes it.
     let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
-    monoio::net::TcpStream::from_std(std).map(|s| Stream::plain(Sock::resumed(s)))
+    let sock = Sock::resumed(monoio::net::TcpStream::from_std(std)?);
+    let tls = kept.and_then(|k| k.downcast::<Session>().ok());
+    Ok(Stream { sock, tls })
 }
 
 /// Sends `frame` on a parked connection's fd without waiting: the bytes
