@@ -49,6 +49,10 @@ pub struct Session {
     pub deflate: bool,
 }
 
+/// A parked connection's socket and what its transport keeps besides
+/// it (opaque here: a TLS session).
+pub type Kept = (RawFd, Option<Rc<dyn Any>>);
+
 #[derive(Debug)]
 struct Parked {
     fd: RawFd,
@@ -186,7 +190,7 @@ impl Parking {
 
     /// Parks `id` (its fd already watched): the socket `fd`, owned here
     /// from now on, what its session keeps, and what its transport keeps.
-    pub fn store(&self, id: ConnId, (fd, kept): (RawFd, Option<Rc<dyn Any>>), session: Session) {
+    pub fn store(&self, id: ConnId, (fd, kept): Kept, session: Session) {
         if let Some(kept) = kept {
             self.kept.borrow_mut().insert(id, kept);
         }
@@ -204,7 +208,7 @@ impl Parking {
     /// the socket (with what its transport kept) and session, owned by the
     /// caller from now on. `None` if it is not parked (a second wake for
     /// the same connection).
-    pub fn take(&self, id: ConnId) -> Option<((RawFd, Option<Rc<dyn Any>>), Session)> {
+    pub fn take(&self, id: ConnId) -> Option<(Kept, Session)> {
         let parked = self.slots.borrow_mut().get_mut(id)?.take()?;
         let kept = self.kept.borrow_mut().remove(&id);
         self.count.set(self.count.get() - 1);

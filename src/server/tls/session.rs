@@ -26,6 +26,7 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use monoio::io::AsyncWriteRentExt;
@@ -35,7 +36,6 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 use rustls::{HandshakeKind, ServerConfig};
 
 use crate::log;
-use crate::server::conn::sock::QuietWait;
 use crate::server::worker::Worker;
 use crate::tls;
 
@@ -340,23 +340,22 @@ impl Session {
     }
 
     /// [`Session::read`] whose wait may end quietly (`Ok(None)`: nothing
-    /// came for `wait`), so the connection can park; only a session with
+    /// came for `wait`, a `conn::sock::QuietWait`), so the connection can park; only a session with
     /// nothing in flight waits quietly.
     pub async fn read_or_quiet(
         &self,
         w: &Worker,
         (rd, fd): (&mut TcpOwnedReadHalf, RawFd),
         buf: &mut BytesMut,
-        wait: QuietWait<'_>,
+        wait: (Duration, &dyn Fn() -> Option<Duration>),
     ) -> io::Result<Option<usize>> {
         if self.parkable() && self.incoming.borrow().is_empty() {
             let mut cipher = self.incoming.take();
             let got = w.read_more_or_quiet(rd, fd, &mut cipher, wait).await;
             self.incoming.replace(cipher);
-            match got? {
-                None => return Ok(None),
-                // The end of the stream: `read` sees it again.
-                Some(_) => {}
+            // Some(0), the end of the stream: `read` sees it again.
+            if got?.is_none() {
+                return Ok(None);
             }
         }
         self.read(w, (rd, fd), buf, None).await.map(Some)

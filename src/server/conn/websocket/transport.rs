@@ -173,7 +173,7 @@ impl WriteHalf {
 
 /// What the parked set keeps of a connection: its bare fd, which it owns
 /// from here, and its TLS session, if any.
-pub type Parked = (RawFd, Option<Rc<dyn Any>>);
+pub use crate::server::conn::park::Kept as Parked;
 
 /// The connection as a bare fd (and its TLS session) for the parked set.
 pub fn park(rd: ReadHalf, wr: WriteHalf) -> Parked {
