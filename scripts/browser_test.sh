@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Headless Chromium tests (tests/browser): the /status page and browser
-# WebSocket interop, against a debug build of corecast. Installs Debian's
+# Headless Chromium tests (tests/browser): the /status page, browser
+# WebSocket interop and corecast's own TLS (wss://, https://), against a debug build of corecast. Installs Debian's
 # chromium and the npm package playwright-core when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +19,5 @@ log=target/browser/server.log
 start_corecast ./target/debug/corecast "$log"
 addr=$CORECAST_ADDR
 cd tests/browser
-CORECAST_ADDR="$addr" node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs
+CORECAST_ADDR="$addr" CORECAST_BIN=../../target/debug/corecast \
+    node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs tls.test.mjs
