@@ -546,7 +546,7 @@ async fn send_and_read_to_end(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
 // ------------------------------------------------------------------ 6 --
 
 /// SIGHUP on the real binary: new handshakes get the new certificate
-/// while an open wss:// connection keeps working; a broken new file
+/// while 1,000 open wss:// connections keep working; a broken new file
 /// keeps the certificate in use, and the log says which file and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_certificates_without_dropping_connections() {
@@ -568,6 +568,15 @@ async fn sighup_reloads_certificates_without_dropping_connections() {
     ]);
     let ca = pki.ca();
     let mut ws = wss_connect(srv.addr, &ca, "/ws/reload").await;
+    // 999 more clients, held through both reloads (100 handshakes at a
+    // time).
+    let mut others = Vec::new();
+    for _ in 0..10 {
+        let batch = (0..if others.is_empty() { 99 } else { 100 })
+            .map(|_| wss_connect(srv.addr, &ca, "/ws/reload"));
+        others.extend(futures_util::future::join_all(batch).await);
+    }
+    assert_eq!(others.len(), 999);
     let subject = |addr: SocketAddr| {
         let ca = ca.to_str().unwrap().to_string();
         let (out, ok) = s_client(addr, &["-CAfile", &ca, "-servername", "localhost"], HEALTHZ);
@@ -586,11 +595,15 @@ async fn sighup_reloads_certificates_without_dropping_connections() {
     hangup(&srv);
     wait_stat(admin_port, "tls_reloads", |n| n == 1).await;
     assert!(subject(srv.addr).ends_with("second.localhost"));
-    // The connection opened before the reload still works both ways.
+    // The 1,000 connections opened before the reload still work both
+    // ways: one's message reaches every one.
     ws.send(Message::Text("before reload".into()))
         .await
         .unwrap();
     assert_eq!(next_text(&mut ws).await, "before reload");
+    for other in &mut others {
+        assert_eq!(next_text(other).await, "before reload");
+    }
     // A broken key file: refused, logged, the second certificate stays.
     std::fs::write(
         &key,
@@ -604,6 +617,9 @@ async fn sighup_reloads_certificates_without_dropping_connections() {
         .await
         .unwrap();
     assert_eq!(next_text(&mut ws).await, "after a bad reload");
+    for other in &mut others {
+        assert_eq!(next_text(other).await, "after a bad reload");
+    }
     let failed = wait_log(&mut srv, "tls reload failed");
     assert!(failed.contains(key.to_str().unwrap()), "{failed}");
     let s = stats(admin_port).await;
