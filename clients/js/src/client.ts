@@ -1,0 +1,700 @@
+import { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";
+import { Emitter } from "./emitter.js";
+import { CorecastError } from "./errors.js";
+import {
+  closeVerdict,
+  dataMembers,
+  frameData,
+  parseFrame,
+  refusalVerdict,
+  type Data,
+  type PresenceSnapshot,
+  type ServerFrame,
+} from "./protocol.js";
+import { eventId, parseEventId, SseStream, type SseEvent } from "./sse.js";
+import { Subscription, type HistoryPage, type SubscribeOptions } from "./subscription.js";
+import { refreshDelay, tokenExp, type TokenSource } from "./token.js";
+
+/** The part of the WebSocket API the client uses (browsers, Node ≥ 22, `ws`). */
+export interface WebSocketLike {
+  readonly bufferedAmount: number;
+  binaryType: string;
+  onopen: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+}
+
+/** A WebSocket constructor: the global one, or e.g. `ws`'s default export. */
+export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+/** The transports, in the order they are tried. */
+export type Transport = "websocket" | "sse";
+
+/** Client options; every bound has a default (see README "Bounds"). */
+export interface ClientOptions {
+  /** A token (JWT, sent as `?token=`), or a callback that returns a fresh one. */
+  token?: TokenSource;
+  /** The WebSocket implementation (default: `globalThis.WebSocket`). */
+  WebSocket?: WebSocketConstructor;
+  /** `fetch` for history, presence over SSE, HTTP publish and SSE (default: global). */
+  fetch?: typeof fetch;
+  /** Base URL of the HTTP API (default: the WebSocket URL with http(s) and without `/ws`). */
+  httpUrl?: string;
+  /** `--publish-key`, for publishing over HTTP while on SSE. */
+  publishKey?: string;
+  /** Transports allowed, first preferred (default `["websocket", "sse"]`). */
+  transports?: Transport[];
+  /** Failed connects, before any succeeded, after which the next transport is tried (default 3). */
+  fallbackAfter?: number;
+  /** Cap of the first reconnect delay, ms (default 500). */
+  minReconnectDelay?: number;
+  /** Largest reconnect delay, ms (default 30,000). */
+  maxReconnectDelay?: number;
+  /** Probe the connection after this much silence, ms (default 25,000; 0 = never). */
+  pingInterval?: number;
+  /** Reconnect when a probe gets no answer in this long, ms (default 10,000). */
+  pongTimeout?: number;
+  /** A connect attempt that has not opened in this long is abandoned, ms (default 10,000). */
+  connectTimeout?: number;
+  /** Replies not received in this long fail with `timeout`, ms (default 10,000). */
+  requestTimeout?: number;
+  /** Requests awaiting a reply at once (default 1,000); more publishes wait in the queue. */
+  maxPendingRequests?: number;
+  /** Publishes waiting to be sent (default 1,000); beyond it `publish` fails with `queue_full`. */
+  maxQueuedPublishes?: number;
+  /** Socket send buffer above which queued publishes wait, bytes (default 1 MiB). */
+  maxBufferedAmount?: number;
+  /** Refresh the token this long before its `exp`, ms (default 30,000; at most half its remaining life). */
+  refreshBefore?: number;
+  /** Bound of one SSE line or event, bytes (default 2 MiB). */
+  maxEventBytes?: number;
+  /** Random source of the jitter (tests). */
+  random?: () => number;
+}
+
+/** `connected`. */
+export interface ConnectedEvent {
+  transport: Transport;
+}
+
+/** `disconnected`: after a connection ended, or when the client stops trying. */
+export interface DisconnectedEvent {
+  code: number;
+  reason: string;
+  /** False when the client will not reconnect by itself. */
+  reconnect: boolean;
+}
+
+/** `reconnecting`: a retry is scheduled after `delay` ms. */
+export interface ReconnectingEvent {
+  attempt: number;
+  delay: number;
+  code: number;
+  reason: string;
+  transport: Transport;
+}
+
+/** The events of a [`Client`]. */
+export interface ClientEvents {
+  connected: ConnectedEvent;
+  disconnected: DisconnectedEvent;
+  reconnecting: ReconnectingEvent;
+  error: CorecastError;
+}
+
+interface Pending {
+  resolve(f: ServerFrame): void;
+  reject(e: CorecastError): void;
+  timer: ReturnType<typeof setTimeout>;
+  /** Subscribes are re-sent after a reconnect, so a lost reply is no failure. */
+  subscribe: boolean;
+}
+
+interface QueuedPublish {
+  channel: string;
+  data: Data;
+  resolve(r: { subscribers: number }): void;
+  reject(e: CorecastError): void;
+}
+
+type Verdict = "reconnect" | "new-token" | "stop";
+
+const PROBE_ID = "corecast-client-probe";
+
+/**
+ * A corecast connection speaking the JSON control protocol, which
+ * reconnects by itself and restores every subscription from its last
+ * delivered position. See the package README.
+ */
+export class Client extends Emitter<ClientEvents> {
+  /** `connecting` also while waiting to reconnect. */
+  state: "disconnected" | "connecting" | "connected" = "disconnected";
+  /** The transport in use (or tried next). */
+  transport: Transport;
+  private readonly o: Required<Omit<ClientOptions, "token" | "WebSocket" | "fetch" | "httpUrl" | "publishKey">>;
+  private readonly subs = new Map<string, Subscription>();
+  private readonly pending = new Map<number, Pending>();
+  private readonly queue: QueuedPublish[] = [];
+  private readonly sse = new Map<string, SseStream>();
+  private ws: WebSocketLike | undefined;
+  private gen = 0;
+  private wanted = false;
+  private attempt = 0;
+  private everOpened = false;
+  private failures = 0;
+  private nextId = 1;
+  private lastSeen = 0;
+  private probeAt = 0;
+  private refusal: number | undefined;
+  private cachedToken: string | undefined;
+  private tokenFresh = false;
+  private timers: Record<"reconnect" | "idle" | "refresh" | "drain" | "connect", ReturnType<typeof setTimeout> | undefined> = {
+    reconnect: undefined,
+    idle: undefined,
+    refresh: undefined,
+    drain: undefined,
+    connect: undefined,
+  };
+
+  constructor(
+    readonly url: string,
+    private readonly options: ClientOptions = {},
+  ) {
+    super();
+    this.o = {
+      transports: options.transports ?? ["websocket", "sse"],
+      fallbackAfter: options.fallbackAfter ?? 3,
+      minReconnectDelay: options.minReconnectDelay ?? DEFAULT_BACKOFF.minReconnectDelay,
+      maxReconnectDelay: options.maxReconnectDelay ?? DEFAULT_BACKOFF.maxReconnectDelay,
+      pingInterval: options.pingInterval ?? 25_000,
+      pongTimeout: options.pongTimeout ?? 10_000,
+      connectTimeout: options.connectTimeout ?? 10_000,
+      requestTimeout: options.requestTimeout ?? 10_000,
+      maxPendingRequests: options.maxPendingRequests ?? 1_000,
+      maxQueuedPublishes: options.maxQueuedPublishes ?? 1_000,
+      maxBufferedAmount: options.maxBufferedAmount ?? 1 << 20,
+      refreshBefore: options.refreshBefore ?? 30_000,
+      maxEventBytes: options.maxEventBytes ?? 2 << 20,
+      random: options.random ?? Math.random,
+    };
+    if (this.o.transports.length === 0) throw new Error("transports must name at least one transport");
+    this.transport = this.o.transports[0];
+  }
+
+  /** Connects (and keeps reconnecting) until `disconnect()`. */
+  connect(): void {
+    if (this.wanted) return;
+    this.wanted = true;
+    this.attempt = 0;
+    void this.open();
+  }
+
+  /** Closes the connection and stops reconnecting; subscriptions are kept for a later `connect()`. */
+  disconnect(): void {
+    this.wanted = false;
+    if (this.state === "disconnected") return;
+    this.lost(1000, "client disconnect", "stop");
+  }
+
+  /** The subscription to `channel` (one per channel: a second call returns the first). */
+  subscribe(channel: string, opts: SubscribeOptions = {}): Subscription {
+    const known = this.subs.get(channel);
+    if (known) return known;
+    const sub = new Subscription(channel, this.host, opts.presence === true, opts.since);
+    this.subs.set(channel, sub);
+    if (this.state === "connected") this.startSubscription(sub);
+    return sub;
+  }
+
+  /** The subscriptions, by channel. */
+  subscriptions(): Map<string, Subscription> {
+    return new Map(this.subs);
+  }
+
+  /**
+   * Publishes `data` (a string: text; bytes: binary) and resolves with the
+   * server's count of local subscribers. Waits in a bounded queue while
+   * disconnected; a publish whose reply is lost with the connection fails
+   * with `disconnected` and is not resent (it may or may not have been
+   * published).
+   */
+  publish(channel: string, data: Data): Promise<{ subscribers: number }> {
+    return new Promise((resolve, reject) => {
+      if (this.queue.length >= this.o.maxQueuedPublishes) {
+        reject(new CorecastError("queue_full", `${this.o.maxQueuedPublishes} publishes already queued`));
+        return;
+      }
+      this.queue.push({ channel, data, resolve, reject });
+      this.drain();
+    });
+  }
+
+  // The narrow interface subscriptions call back through.
+  private readonly host = {
+    presence: (channel: string) => this.presence(channel),
+    history: (channel: string, opts: { limit?: number; since?: number }) => this.history(channel, opts),
+    unsubscribe: (sub: Subscription) => this.unsubscribe(sub),
+  };
+
+  private async presence(channel: string): Promise<PresenceSnapshot> {
+    await this.whenConnected();
+    const f =
+      this.transport === "sse"
+        ? await this.httpJson(`/presence/${encodeURIComponent(channel)}`)
+        : await this.request({ op: "presence", channel });
+    return { channel, members: f.members ?? [], count: f.count ?? 0 };
+  }
+
+  private async history(channel: string, opts: { limit?: number; since?: number }): Promise<HistoryPage> {
+    const q = new URLSearchParams();
+    if (opts.since !== undefined) q.set("since", String(opts.since));
+    if (opts.limit !== undefined) q.set("limit", String(opts.limit));
+    const body = (await this.httpJson(`/history/${encodeURIComponent(channel)}?${q}`)) as unknown as {
+      epoch: string | null;
+      offset: number;
+      messages: { offset: number; data?: string; data_base64?: string }[];
+    };
+    const epoch = body.epoch ?? undefined;
+    const messages = body.messages.map((m) => ({ channel, data: frameData(m), offset: m.offset, epoch }));
+    return { channel, epoch: body.epoch, offset: body.offset, messages };
+  }
+
+  private async unsubscribe(sub: Subscription): Promise<void> {
+    if (this.subs.get(sub.channel) !== sub) return;
+    this.subs.delete(sub.channel);
+    this.sse.get(sub.channel)?.abort();
+    this.sse.delete(sub.channel);
+    if (this.state === "connected" && this.ws) {
+      try {
+        await this.request({ op: "unsubscribe", channel: sub.channel });
+      } catch {
+        // Gone with the connection: unsubscribed all the same.
+      }
+    }
+    sub.end();
+  }
+
+  // ---- connecting ------------------------------------------------------
+
+  private async open(): Promise<void> {
+    this.state = "connecting";
+    const gen = ++this.gen;
+    let token: string | undefined;
+    try {
+      token = await this.tokenForConnect();
+    } catch (e) {
+      if (gen !== this.gen) return;
+      const err = e instanceof CorecastError ? e : new CorecastError("token", `token callback failed: ${String(e)}`);
+      this.emit("error", err);
+      return this.lost(4001, err.message, err.code === "closed" ? "stop" : "reconnect");
+    }
+    if (gen !== this.gen || !this.wanted) return;
+    this.timers.connect = setTimeout(() => this.failed(1006, "connect timeout", "reconnect"), this.o.connectTimeout);
+    if (this.transport === "sse") return this.openSse(gen);
+    this.openWebSocket(gen, token);
+  }
+
+  private openWebSocket(gen: number, token: string | undefined): void {
+    const WS = this.options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    if (!WS) {
+      this.emit("error", new CorecastError("closed", "no WebSocket implementation: pass the WebSocket option (e.g. the ws package)"));
+      return this.lost(1006, "no WebSocket implementation", "stop");
+    }
+    let ws: WebSocketLike;
+    try {
+      ws = new WS(withToken(this.url, token));
+    } catch (e) {
+      this.emit("error", new CorecastError("closed", `cannot open ${this.url}: ${String(e)}`));
+      return this.lost(1006, "invalid URL", "stop");
+    }
+    this.ws = ws;
+    this.refusal = undefined;
+    ws.binaryType = "arraybuffer";
+    ws.onopen = () => gen === this.gen && this.opened();
+    ws.onmessage = (ev) => gen === this.gen && this.onText(ev.data);
+    ws.onerror = (ev) => {
+      // `ws` reports a refused upgrade as "Unexpected server response: 401";
+      // browsers do not tell the status at all.
+      const m = /Unexpected server response: (\d{3})/.exec(String((ev as { message?: unknown })?.message ?? ""));
+      if (gen === this.gen && m) this.refusal = Number(m[1]);
+    };
+    ws.onclose = (ev) => gen === this.gen && this.closed(ev.code, ev.reason);
+  }
+
+  private async tokenForConnect(): Promise<string | undefined> {
+    const src = this.options.token;
+    this.tokenFresh = false;
+    if (src === undefined) return undefined;
+    if (typeof src === "string") {
+      const exp = tokenExp(src);
+      if (exp !== undefined && exp * 1000 <= Date.now()) {
+        throw new CorecastError("closed", "the token has expired and there is no token callback to renew it");
+      }
+      return src;
+    }
+    const exp = this.cachedToken ? tokenExp(this.cachedToken) : undefined;
+    if (this.cachedToken && (exp === undefined || exp * 1000 - Date.now() > 1000)) return this.cachedToken;
+    this.cachedToken = await src();
+    this.tokenFresh = true;
+    return this.cachedToken;
+  }
+
+  private async currentToken(): Promise<string | undefined> {
+    const src = this.options.token;
+    if (typeof src !== "function") return src;
+    return this.cachedToken ?? this.tokenForConnect();
+  }
+
+  private opened(): void {
+    clearTimeout(this.timers.connect);
+    this.state = "connected";
+    this.attempt = 0;
+    this.failures = 0;
+    this.everOpened = true;
+    this.lastSeen = Date.now();
+    this.probeAt = 0;
+    for (const sub of this.subs.values()) this.startSubscription(sub);
+    this.emit("connected", { transport: this.transport });
+    this.drain();
+    this.armIdle();
+    this.armRefresh();
+  }
+
+  /** A WebSocket closed (before or after it opened). */
+  private closed(code: number, reason: string): void {
+    if (this.state === "connected") return this.lost(code, reason, closeVerdict(code, reason));
+    if (this.refusal === undefined) return this.failed(code, reason || "connection failed", "reconnect");
+    let v = refusalVerdict(this.refusal);
+    // A token just fetched from the callback was refused: asking again
+    // would loop; the application must look.
+    if (v === "new-token" && (this.tokenFresh || typeof this.options.token !== "function")) v = "stop";
+    return this.failed(code, `upgrade refused: HTTP ${this.refusal}`, v);
+  }
+
+  /** A connect attempt failed: count it towards the transport fallback. */
+  private failed(code: number, reason: string, v: Verdict): void {
+    this.failures++;
+    const next = this.o.transports[(this.o.transports.indexOf(this.transport) + 1) % this.o.transports.length];
+    if (!this.everOpened && this.failures >= this.o.fallbackAfter && next !== this.transport) {
+      // A network that never let this transport through (a proxy that
+      // strips Upgrade): try the next one.
+      this.transport = next;
+      this.failures = 0;
+      this.attempt = 0;
+    }
+    this.lost(code, reason, v);
+  }
+
+  /** Tears the connection down and decides whether and when to come back. */
+  private lost(code: number, reason: string, verdict: Verdict): void {
+    const wasConnected = this.state === "connected";
+    this.teardown();
+    if (verdict === "new-token") {
+      if (typeof this.options.token === "function") {
+        this.cachedToken = undefined;
+        verdict = "reconnect";
+      } else {
+        verdict = "stop";
+      }
+    }
+    const reconnect = this.wanted && verdict === "reconnect";
+    if (!reconnect) {
+      this.wanted = false;
+      this.state = "disconnected";
+      for (const q of this.queue.splice(0)) q.reject(new CorecastError("closed", `not connected: ${reason}`));
+      if (verdict === "stop" && code !== 1000) this.emit("error", new CorecastError("closed", `not reconnecting: ${code} ${reason}`));
+    } else {
+      this.state = "connecting";
+    }
+    if (wasConnected || !reconnect) this.emit("disconnected", { code, reason, reconnect });
+    if (reconnect) this.scheduleReconnect(code, reason);
+  }
+
+  private scheduleReconnect(code: number, reason: string): void {
+    const attempt = this.attempt++;
+    const delay = backoffDelay(attempt, this.o, this.o.random);
+    this.emit("reconnecting", { attempt, delay, code, reason, transport: this.transport });
+    this.timers.reconnect = setTimeout(() => void this.open(), delay);
+  }
+
+  private teardown(): void {
+    this.gen++;
+    for (const t of Object.values(this.timers)) clearTimeout(t);
+    const ws = this.ws;
+    this.ws = undefined;
+    if (ws) {
+      ws.onopen = ws.onmessage = ws.onerror = ws.onclose = null;
+      try {
+        ws.close(1000, "client disconnect");
+      } catch {
+        // Already closing.
+      }
+    }
+    for (const s of this.sse.values()) s.abort();
+    this.sse.clear();
+    for (const sub of this.subs.values()) sub.detach();
+    for (const [id, p] of this.pending) {
+      clearTimeout(p.timer);
+      this.pending.delete(id);
+      if (!p.subscribe) p.reject(new CorecastError("disconnected", "the connection was lost before the reply"));
+    }
+  }
+
+  // ---- frames ----------------------------------------------------------
+
+  private onText(data: unknown): void {
+    this.lastSeen = Date.now();
+    if (typeof data !== "string") return;
+    const f = parseFrame(data);
+    if (!f) {
+      this.emit("error", new CorecastError("bad_frame", `not a protocol frame: ${data.slice(0, 80)}`));
+      return;
+    }
+    if (f.id === PROBE_ID) return;
+    if (typeof f.channel === "string" && !["error", "published", "presence"].includes(f.type)) {
+      this.subs.get(f.channel)?.handle(f);
+    }
+    if (typeof f.id === "number" && this.pending.has(f.id)) return this.settle(f.id, f);
+    if (f.type === "error") this.emit("error", new CorecastError(f.code ?? "error", f.message ?? "server error"));
+  }
+
+  private settle(id: number, f: ServerFrame): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    clearTimeout(p.timer);
+    if (f.type === "error") p.reject(new CorecastError(f.code ?? "error", f.message ?? "server error"));
+    else p.resolve(f);
+    this.drain();
+  }
+
+  /** Sends a request with an id and resolves with its reply. */
+  private request(req: Record<string, unknown>, subscribe = false): Promise<ServerFrame> {
+    return new Promise((resolve, reject) => {
+      const ws = this.ws;
+      if (this.state !== "connected" || !ws) {
+        reject(new CorecastError("disconnected", "not connected"));
+        return;
+      }
+      if (!subscribe && this.pending.size >= this.o.maxPendingRequests) {
+        reject(new CorecastError("queue_full", `${this.o.maxPendingRequests} requests already awaiting a reply`));
+        return;
+      }
+      const id = this.nextId++;
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new CorecastError("timeout", `no reply to ${String(req.op)} within ${this.o.requestTimeout} ms`));
+      }, this.o.requestTimeout);
+      this.pending.set(id, { resolve, reject, timer, subscribe });
+      ws.send(JSON.stringify({ ...req, id }));
+    });
+  }
+
+  private startSubscription(sub: Subscription): void {
+    if (this.transport === "sse") return this.openSseStream(sub, this.gen);
+    this.request(sub.subscribeRequest(), true).catch((err: CorecastError) => {
+      if (err.code === "disconnected") return;
+      sub.fail(err);
+      if (err.code === "unavailable" || err.code === "timeout") return; // retried at the next reconnect
+      if (this.subs.get(sub.channel) === sub) this.subs.delete(sub.channel);
+      sub.end();
+    });
+  }
+
+  private drain(): void {
+    if (this.state !== "connected" || this.timers.drain !== undefined) return;
+    while (this.queue.length > 0) {
+      if (this.transport === "sse") {
+        const q = this.queue.shift() as QueuedPublish;
+        this.httpPublish(q.channel, q.data).then(q.resolve, q.reject);
+        continue;
+      }
+      const ws = this.ws;
+      if (!ws || this.pending.size >= this.o.maxPendingRequests) return;
+      if (ws.bufferedAmount > this.o.maxBufferedAmount) {
+        // The socket's buffer is full: look again shortly.
+        this.timers.drain = setTimeout(() => {
+          this.timers.drain = undefined;
+          this.drain();
+        }, 20);
+        return;
+      }
+      const q = this.queue.shift() as QueuedPublish;
+      this.request({ op: "publish", channel: q.channel, ...dataMembers(q.data) }).then(
+        (f) => q.resolve({ subscribers: f.subscribers ?? 0 }),
+        q.reject,
+      );
+    }
+  }
+
+  // ---- liveness and token refresh -------------------------------------
+
+  private armIdle(): void {
+    const { pingInterval, pongTimeout } = this.o;
+    if (pingInterval <= 0) return;
+    const gen = this.gen;
+    const tick = Math.max(10, Math.min(pingInterval, pongTimeout) / 2);
+    this.timers.idle = setTimeout(() => {
+      if (gen !== this.gen) return;
+      if (this.idleCheck()) this.armIdle();
+    }, tick);
+  }
+
+  /** Probes a silent connection; false when it was given up. */
+  private idleCheck(): boolean {
+    const now = Date.now();
+    if (this.probeAt > 0 && this.lastSeen >= this.probeAt) this.probeAt = 0;
+    if (this.probeAt > 0 && now - this.probeAt >= this.o.pongTimeout) {
+      this.lost(1006, `no answer within ${this.o.pongTimeout} ms`, "reconnect");
+      return false;
+    }
+    if (this.probeAt === 0 && now - this.lastSeen >= this.o.pingInterval) {
+      this.probeAt = now;
+      if (this.transport === "websocket") {
+        // The server has no ping op: it answers an unknown one with a
+        // bad_request error that echoes the id, which is all we need.
+        this.ws?.send(JSON.stringify({ op: "ping", id: PROBE_ID }));
+      }
+    }
+    return true;
+  }
+
+  private armRefresh(): void {
+    const src = this.options.token;
+    const exp = this.cachedToken ? tokenExp(this.cachedToken) : undefined;
+    if (typeof src !== "function" || exp === undefined || this.transport !== "websocket") return;
+    const gen = this.gen;
+    this.timers.refresh = setTimeout(() => void this.refresh(gen, src), refreshDelay(exp, Date.now(), this.o.refreshBefore));
+  }
+
+  private async refresh(gen: number, src: () => Promise<string>): Promise<void> {
+    try {
+      const token = await src();
+      if (gen !== this.gen) return;
+      await this.request({ op: "refresh", token });
+      this.cachedToken = token;
+      this.armRefresh();
+    } catch (e) {
+      // The server keeps the old deadline; at exp it closes with 4001 and
+      // the client reconnects with a token from the callback.
+      if (gen === this.gen) this.emit("error", e instanceof CorecastError ? e : new CorecastError("token", String(e)));
+    }
+  }
+
+  // ---- HTTP and SSE ----------------------------------------------------
+
+  private whenConnected(): Promise<void> {
+    if (this.state === "connected") return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.off("connected", on);
+        reject(new CorecastError("disconnected", "not connected"));
+      }, this.o.requestTimeout);
+      const on = () => {
+        clearTimeout(timer);
+        this.off("connected", on);
+        resolve();
+      };
+      this.on("connected", on);
+    });
+  }
+
+  private fetchFn(): typeof fetch {
+    const f = this.options.fetch ?? globalThis.fetch;
+    if (!f) throw new CorecastError("http", "no fetch implementation");
+    return f;
+  }
+
+  /** The HTTP base URL: `ws(s)://host/prefix/ws` → `http(s)://host/prefix`. */
+  httpBase(): string {
+    if (this.options.httpUrl) return this.options.httpUrl.replace(/\/$/, "");
+    const u = new URL(this.url);
+    u.protocol = u.protocol === "wss:" ? "https:" : u.protocol === "ws:" ? "http:" : u.protocol;
+    return `${u.origin}${u.pathname.replace(/\/ws\/?$/, "").replace(/\/$/, "")}`;
+  }
+
+  private async authHeaders(): Promise<Record<string, string>> {
+    const token = await this.currentToken();
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  }
+
+  private async httpJson(path: string): Promise<ServerFrame> {
+    const res = await this.fetchFn()(this.httpBase() + path, { headers: await this.authHeaders(), cache: "no-store" });
+    const text = await res.text();
+    if (!res.ok) throw new CorecastError("http", `GET ${path}: HTTP ${res.status} ${text.slice(0, 200)}`);
+    return JSON.parse(text) as ServerFrame;
+  }
+
+  private async httpPublish(channel: string, data: Data): Promise<{ subscribers: number }> {
+    if (typeof data !== "string") throw new CorecastError("bad_request", "binary publish needs the WebSocket transport");
+    const headers: Record<string, string> = { "Content-Type": "text/plain; charset=utf-8" };
+    if (this.options.publishKey) headers.Authorization = `Bearer ${this.options.publishKey}`;
+    const res = await this.fetchFn()(`${this.httpBase()}/publish/${encodeURIComponent(channel)}`, { method: "POST", headers, body: data });
+    const text = await res.text();
+    if (!res.ok) throw new CorecastError("http", `POST /publish: HTTP ${res.status} ${text.slice(0, 200)}`);
+    return { subscribers: (JSON.parse(text) as { subscribers?: number }).subscribers ?? 0 };
+  }
+
+  /** SSE "connection": one stream per subscription; connected when all are open. */
+  private openSse(gen: number): void {
+    if (this.subs.size === 0) return this.opened();
+    for (const sub of this.subs.values()) this.openSseStream(sub, gen);
+  }
+
+  private openSseStream(sub: Subscription, gen: number): void {
+    void this.authHeaders().then((auth) => {
+      if (gen !== this.gen || this.subs.get(sub.channel) !== sub) return;
+      const headers: Record<string, string> = { Accept: "text/event-stream", ...auth };
+      const at = sub.position();
+      if (at) headers["Last-Event-ID"] = eventId(sub.channel, at);
+      const url = `${this.httpBase()}/sse?channel=${encodeURIComponent(sub.channel)}`;
+      const stream = new SseStream(this.fetchFn(), url, headers, this.o.maxEventBytes, {
+        open: () => {
+          if (gen !== this.gen) return;
+          this.lastSeen = Date.now();
+          sub.openedSse();
+          const allOpen = [...this.subs.values()].every((s) => s.state === "subscribed");
+          if (this.state !== "connected" && allOpen) this.opened();
+        },
+        event: (ev) => gen === this.gen && this.onSseEvent(sub, ev),
+        end: (reason, status) => {
+          if (gen !== this.gen) return;
+          if (this.state === "connected") return this.lost(1006, reason, status ? refusalVerdict(status) : "reconnect");
+          this.failed(1006, reason, status ? refusalVerdict(status) : "reconnect");
+        },
+      });
+      this.sse.set(sub.channel, stream);
+    });
+  }
+
+  private onSseEvent(sub: Subscription, ev: SseEvent): void {
+    this.lastSeen = Date.now();
+    const at = parseEventId(ev.id, sub.channel);
+    if (ev.event === "gap") {
+      const body = safeJson(ev.data) as { epoch?: string; offset?: number } | undefined;
+      const pos = body && typeof body.epoch === "string" && typeof body.offset === "number" ? { epoch: body.epoch, offset: body.offset } : at;
+      if (pos) sub.gapSse(pos);
+      return;
+    }
+    if (ev.event === "message") sub.deliverSse(ev.data, at);
+  }
+}
+
+/** `url` with `?token=` (browsers cannot set headers on a WebSocket upgrade). */
+export function withToken(url: string, token: string | undefined): string {
+  if (!token) return url;
+  const u = new URL(url);
+  u.searchParams.set("token", token);
+  return u.toString();
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}

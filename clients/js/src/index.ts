@@ -1,0 +1,40 @@
+/**
+ * corecast-client: a TypeScript client for corecast's JSON protocol
+ * (`GET /ws`), with exact resume across reconnects and an SSE fallback.
+ *
+ * Layout: `client.ts` (connection state machine: reconnect, tokens,
+ * liveness, queues), `subscription.ts` (per-channel position, dedup,
+ * events), `protocol.ts` (frames and close-code verdicts, no I/O),
+ * `sse.ts` (event-stream parser and the SSE transport), `backoff.ts`,
+ * `token.ts`, `emitter.ts`, `errors.ts`.
+ */
+export { Client, withToken } from "./client.js";
+export type {
+  ClientEvents,
+  ClientOptions,
+  ConnectedEvent,
+  DisconnectedEvent,
+  ReconnectingEvent,
+  Transport,
+  WebSocketConstructor,
+  WebSocketLike,
+} from "./client.js";
+export { Subscription } from "./subscription.js";
+export type {
+  GapEvent,
+  HistoryPage,
+  Message,
+  PresenceEvent,
+  SubscribeOptions,
+  SubscribedEvent,
+  SubscriptionEvents,
+} from "./subscription.js";
+export { CorecastError } from "./errors.js";
+export { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";
+export type { BackoffBounds } from "./backoff.js";
+export { closeVerdict, refusalVerdict } from "./protocol.js";
+export type { Data, Position, PresenceMember, PresenceSnapshot } from "./protocol.js";
+export { SseParser, parseEventId } from "./sse.js";
+export type { SseEvent } from "./sse.js";
+export { tokenExp } from "./token.js";
+export type { TokenSource } from "./token.js";
