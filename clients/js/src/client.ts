@@ -151,6 +151,7 @@ export class Client extends Emitter<ClientEvents> {
   private refusal: number | undefined;
   private cachedToken: string | undefined;
   private tokenFresh = false;
+  private attemptToken: string | undefined;
   private timers: Record<"reconnect" | "idle" | "refresh" | "drain" | "connect", ReturnType<typeof setTimeout> | undefined> = {
     reconnect: undefined,
     idle: undefined,
@@ -312,6 +313,7 @@ export class Client extends Emitter<ClientEvents> {
     }
     this.ws = ws;
     this.refusal = undefined;
+    this.attemptToken = token;
     ws.binaryType = "arraybuffer";
     ws.onopen = () => gen === this.gen && this.opened();
     ws.onmessage = (ev) => gen === this.gen && this.onText(ev.data);
@@ -366,12 +368,42 @@ export class Client extends Emitter<ClientEvents> {
   /** A WebSocket closed (before or after it opened). */
   private closed(code: number, reason: string): void {
     if (this.state === "connected") return this.lost(code, reason, closeVerdict(code, reason));
-    if (this.refusal === undefined) return this.failed(code, reason || "connection failed", "reconnect");
+    if (this.refusal === undefined) {
+      void this.probeRefusal(this.gen, code, reason);
+      return;
+    }
     let v = refusalVerdict(this.refusal);
     // A token just fetched from the callback was refused: asking again
     // would loop; the application must look.
     if (v === "new-token" && (this.tokenFresh || typeof this.options.token !== "function")) v = "stop";
     return this.failed(code, `upgrade refused: HTTP ${this.refusal}`, v);
+  }
+
+  /**
+   * Browsers do not tell why an upgrade failed. The server checks the
+   * token before it looks at the upgrade headers, so the same URL fetched
+   * as plain HTTP answers the refusal's status (401, 403, 429, 503) — or
+   * 400/426 when only the upgrade was the problem (a proxy that strips
+   * it). Unknowable when the server is down or the page is cross-origin
+   * (fetch fails): then it is a transient failure.
+   */
+  private async probeRefusal(gen: number, code: number, reason: string): Promise<void> {
+    const fetchFn = this.options.fetch ?? globalThis.fetch;
+    try {
+      if (fetchFn) {
+        const u = new URL(withToken(this.url, this.attemptToken));
+        u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+        const res = await fetchFn(u.toString(), { cache: "no-store", credentials: "omit" });
+        void res.body?.cancel();
+        const st = res.status;
+        if (st === 429 || st === 503 || (st >= 401 && st < 500 && st !== 426)) this.refusal = st;
+      }
+    } catch {
+      // Down, or cross-origin without CORS: nothing learnt.
+    }
+    if (gen !== this.gen) return;
+    if (this.refusal !== undefined) return this.closed(code, reason);
+    this.failed(code, reason || "connection failed", "reconnect");
   }
 
   /** A connect attempt failed: count it towards the transport fallback. */
