@@ -37,6 +37,15 @@ npm pack --dry-run --json 2>/dev/null | node -e '
   }
   console.log(`npm pack: ${files.length} files`);
 '
+# What a user gets: the packed tarball installs into an empty project
+# (no dependencies to fetch) and imports with its types.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+npm pack --silent --pack-destination "$tmp" >/dev/null
+(cd "$tmp" && npm init -y >/dev/null && npm install --no-audit --no-fund --silent ./corecast-client-*.tgz &&
+    test -f node_modules/corecast-client/dist/index.d.ts &&
+    node --input-type=module -e 'import { Client } from "corecast-client"; if (typeof Client !== "function") process.exit(1);')
+echo "npm pack: the tarball installs and imports"
 node --test --test-concurrency=1 --test-reporter=spec test/unit.test.mjs test/client.test.mjs
 cd ../../tests/browser
 node --test --test-concurrency=1 --test-reporter=spec client.test.mjs
