@@ -11,7 +11,7 @@ import {
   type PresenceSnapshot,
   type ServerFrame,
 } from "./protocol.js";
-import { eventId, parseEventId, SseStream, type SseEvent } from "./sse.js";
+import { eventId, parseEventId, SseStream } from "./sse.js";
 import { Subscription, type HistoryPage, type SubscribeOptions } from "./subscription.js";
 import { refreshDelay, tokenExp, type TokenSource } from "./token.js";
 
@@ -139,6 +139,7 @@ export class Client extends Emitter<ClientEvents> {
   private readonly pending = new Map<number, Pending>();
   private readonly queue: QueuedPublish[] = [];
   private readonly sse = new Map<string, SseStream>();
+  private readonly sseOpen = new Set<string>();
   private ws: WebSocketLike | undefined;
   private gen = 0;
   private wanted = false;
@@ -268,6 +269,7 @@ export class Client extends Emitter<ClientEvents> {
     this.subs.delete(sub.channel);
     this.sse.get(sub.channel)?.abort();
     this.sse.delete(sub.channel);
+    this.sseOpen.delete(sub.channel);
     if (this.state === "connected" && this.ws) {
       try {
         await this.request({ op: "unsubscribe", channel: sub.channel });
@@ -467,6 +469,7 @@ export class Client extends Emitter<ClientEvents> {
     }
     for (const s of this.sse.values()) s.abort();
     this.sse.clear();
+    this.sseOpen.clear();
     for (const sub of this.subs.values()) sub.detach();
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
@@ -681,37 +684,41 @@ export class Client extends Emitter<ClientEvents> {
       if (gen !== this.gen || this.subs.get(sub.channel) !== sub) return;
       const headers: Record<string, string> = { Accept: "text/event-stream", ...auth };
       const at = sub.position();
+      sub.subscribeRequest(); // marks a resume when there is a position
       if (at) headers["Last-Event-ID"] = eventId(sub.channel, at);
       const url = `${this.httpBase()}/sse?channel=${encodeURIComponent(sub.channel)}`;
+      // The server's `close` event (code, reason) precedes the end of a stream it ends.
+      let close: { code: number; reason: string } | undefined;
       const stream = new SseStream(this.fetchFn(), url, headers, this.o.maxEventBytes, {
         open: () => {
           if (gen !== this.gen) return;
           this.lastSeen = Date.now();
-          sub.openedSse();
-          const allOpen = [...this.subs.values()].every((s) => s.state === "subscribed");
+          this.sseOpen.add(sub.channel);
+          const allOpen = [...this.subs.keys()].every((c) => this.sseOpen.has(c));
           if (this.state !== "connected" && allOpen) this.opened();
         },
-        event: (ev) => gen === this.gen && this.onSseEvent(sub, ev),
+        event: (ev) => {
+          if (gen !== this.gen) return;
+          this.lastSeen = Date.now();
+          const f = parseFrame(ev.data);
+          if (ev.event === "close" && f) close = { code: Number(f.code ?? 1006), reason: String(f.reason ?? "") };
+          else if (f) sub.handleSse(ev.event, f, parseEventId(ev.id, sub.channel));
+        },
         end: (reason, status) => {
           if (gen !== this.gen) return;
-          if (this.state === "connected") return this.lost(1006, reason, status ? refusalVerdict(status) : "reconnect");
-          this.failed(1006, reason, status ? refusalVerdict(status) : "reconnect");
+          const v: Verdict = close ? closeVerdict(close.code, close.reason) : status ? refusalVerdict(status) : "reconnect";
+          const why = close ? `${close.reason} (SSE close ${close.code})` : reason;
+          if (this.state === "connected") return this.lost(close?.code ?? 1006, why, v);
+          this.failed(1006, why, v);
         },
       });
       this.sse.set(sub.channel, stream);
+    }).catch((e: unknown) => {
+      // No fetch, or the token callback failed: like a failed connect.
+      if (gen !== this.gen) return;
+      this.emit("error", e instanceof CorecastError ? e : new CorecastError("token", String(e)));
+      this.failed(1006, String(e), "reconnect");
     });
-  }
-
-  private onSseEvent(sub: Subscription, ev: SseEvent): void {
-    this.lastSeen = Date.now();
-    const at = parseEventId(ev.id, sub.channel);
-    if (ev.event === "gap") {
-      const body = safeJson(ev.data) as { epoch?: string; offset?: number } | undefined;
-      const pos = body && typeof body.epoch === "string" && typeof body.offset === "number" ? { epoch: body.epoch, offset: body.offset } : at;
-      if (pos) sub.gapSse(pos);
-      return;
-    }
-    if (ev.event === "message") sub.deliverSse(ev.data, at);
   }
 }
 
@@ -721,12 +728,4 @@ export function withToken(url: string, token: string | undefined): string {
   const u = new URL(url);
   u.searchParams.set("token", token);
   return u.toString();
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
 }

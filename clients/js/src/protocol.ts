@@ -28,6 +28,7 @@ export interface ServerFrame {
   subscribers?: number;
   code?: string;
   message?: string;
+  reason?: string;
   exp?: number;
   user?: string;
   info?: unknown;

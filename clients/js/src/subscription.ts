@@ -216,25 +216,20 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     this.emit("gap", { channel: this.channel, epoch: f.epoch, offset: f.offset, reason: "server" });
   }
 
-  /** A message from the SSE transport, whose id carries the epoch (internal). */
-  deliverSse(data: string, at: Position | undefined): void {
-    if (at && this.pos && this.pos.epoch !== at.epoch) {
+  /**
+   * An event of the SSE transport (internal): its data is the JSON
+   * protocol's object, its id `{channel}:{epoch}:{offset}` (`at`). A resume
+   * the server could not cover is answered by a `gap` alone, instead of
+   * `subscribed`.
+   */
+  handleSse(event: string, f: ServerFrame, at: Position | undefined): void {
+    if (event === "gap" && this.state === "pending" && this.resuming) {
+      return this.onSubscribed({ ...f, type: "subscribed", recovered: false });
+    }
+    if (event === "message" && at && this.pos && this.pos.epoch !== at.epoch) {
       // A new epoch nobody announced: the old positions are void.
       this.onGap({ type: "gap", epoch: at.epoch, offset: at.offset - 1 });
     }
-    if (at && !this.pos) this.pos = { epoch: at.epoch, offset: at.offset - 1 };
-    this.onMessage({ type: "message", data, offset: at?.offset });
-  }
-
-  /** A gap from the SSE transport (internal). */
-  gapSse(at: Position): void {
-    this.onGap({ type: "gap", epoch: at.epoch, offset: at.offset });
-  }
-
-  /** The SSE stream is open (internal). */
-  openedSse(): void {
-    this.state = "subscribed";
-    const resumed = this.pos !== undefined;
-    this.emit("subscribed", { channel: this.channel, resumed, epoch: this.pos?.epoch, offset: this.pos?.offset });
+    if (event === "subscribed" || event === "gap" || event === "message") this.handle({ ...f, type: event });
   }
 }

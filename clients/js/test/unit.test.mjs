@@ -50,3 +50,36 @@ test("tokenExp reads a JWT's exp without verifying it", () => {
   assert.equal(tokenExp(signToken("s".repeat(32), { exp: 1234567890, sub: "ü" })), 1234567890);
   assert.equal(tokenExp("not-a-jwt"), undefined);
 });
+
+test("SSE events (the /sse wire: JSON protocol objects as data) drive a subscription like WebSocket frames", async () => {
+  const { Subscription } = await import("../dist/index.js");
+  const host = {};
+  const run = (since, stream) => {
+    const sub = new Subscription("news", host, false, since);
+    const seen = [];
+    for (const ev of ["subscribed", "recovered", "gap", "message"]) sub.on(ev, (v) => seen.push([ev, v.offset, v.reason ?? v.data]));
+    sub.subscribeRequest();
+    for (const e of new SseParser(1 << 16).push(stream)) sub.handleSse(e.event, JSON.parse(e.data), parseEventId(e.id, "news"));
+    return { seen, pos: sub.position(), dups: sub.duplicatesDropped };
+  };
+  const fresh = run(undefined,
+    "event: subscribed\nid: news:E1:41\ndata: {\"type\":\"subscribed\",\"channel\":\"news\",\"epoch\":\"E1\",\"offset\":41}\n\n" +
+    ": heartbeat\n\n" +
+    "event: message\nid: news:E1:42\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":42,\"data\":\"hello\"}\n\n" +
+    "event: message\nid: news:E1:42\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":42,\"data\":\"hello\"}\n\n" +
+    "event: gap\nid: news:E1:60\ndata: {\"type\":\"gap\",\"channel\":\"news\",\"epoch\":\"E1\",\"offset\":60}\n\n" +
+    "event: message\nid: news:E1:61\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":61,\"data\":\"later\"}\n\n");
+  assert.deepEqual(fresh.seen, [["subscribed", 41, undefined], ["message", 42, "hello"], ["gap", 60, "server"], ["message", 61, "later"]]);
+  assert.deepEqual(fresh.pos, { epoch: "E1", offset: 61 });
+  assert.equal(fresh.dups, 1);
+  // A resume the server covered: subscribed (recovered) and the replay.
+  const covered = run({ epoch: "E1", offset: 41 },
+    "event: subscribed\nid: news:E1:42\ndata: {\"type\":\"subscribed\",\"channel\":\"news\",\"recovered\":true,\"epoch\":\"E1\",\"offset\":42}\n\n" +
+    "event: message\nid: news:E1:42\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":42,\"data\":\"missed\"}\n\n");
+  assert.deepEqual(covered.seen, [["subscribed", 42, undefined], ["recovered", 42, undefined], ["message", 42, "missed"]]);
+  // One it could not cover: a gap alone, which is the resume's answer.
+  const lost = run({ epoch: "OLD", offset: 5 },
+    "event: gap\nid: news:E2:9\ndata: {\"type\":\"gap\",\"channel\":\"news\",\"epoch\":\"E2\",\"offset\":9}\n\n");
+  assert.deepEqual(lost.seen, [["subscribed", 9, undefined], ["gap", 9, "not_recovered"]]);
+  assert.deepEqual(lost.pos, { epoch: "E2", offset: 9 });
+});
