@@ -43,7 +43,7 @@ async function startClient(page, url, options) {
     for (const ev of ["connected", "disconnected", "reconnecting"]) {
       client.on(ev, (e) => seen.events.push([ev, e]));
     }
-    const sub = client.subscribe("live");
+    const sub = (window.sub = client.subscribe("live"));
     sub.on("message", (m) => seen.messages.push([m.offset, m.data]));
     for (const ev of ["subscribed", "recovered", "gap", "error"]) {
       sub.on(ev, (e) => seen.events.push([ev, e]));
@@ -56,6 +56,8 @@ async function startClient(page, url, options) {
 
 const count = (page, ev) => page.evaluate((ev) => window.seen.events.filter(([e]) => e === ev).length, ev);
 const messages = (page) => page.evaluate(() => window.seen.messages);
+
+const dropped = (page) => page.evaluate(() => window.sub.duplicatesDropped);
 
 function assertExactlyOnce(got, sent) {
   assert.equal(got.length, sent.length, `received ${got.length} of ${sent.length}`);
@@ -89,6 +91,7 @@ test("Chromium: subscribe, receive, and resume across connections the server cut
     }
     await until(async () => (await messages(page)).length >= sent.length, "every message in the page");
     assertExactlyOnce(await messages(page), sent);
+    assert.equal(await dropped(page), 0);
     assert.ok((await count(page, "recovered")) >= 3);
     assert.equal(await count(page, "gap"), 0);
   });
@@ -129,6 +132,7 @@ test("Chromium: the server is killed and restarted on its port (Redis history) w
     await loop;
     await until(async () => (await messages(page)).length >= sent.length, "every message in the page", 15_000);
     assertExactlyOnce(await messages(page), sent);
+    assert.equal(await dropped(page), 0);
     const recovered = await page.evaluate(() => window.seen.events.filter(([e]) => e === "recovered").map(([, v]) => v));
     assert.equal(recovered.length, 1);
     assert.equal(await count(page, "gap"), 0);

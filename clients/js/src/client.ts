@@ -360,7 +360,8 @@ export class Client extends Emitter<ClientEvents> {
     this.everOpened = true;
     this.lastSeen = Date.now();
     this.probeAt = 0;
-    for (const sub of this.subs.values()) this.startSubscription(sub);
+    // Over SSE the streams are the subscriptions, already open.
+    if (this.transport === "websocket") for (const sub of this.subs.values()) this.startSubscription(sub);
     this.emit("connected", { transport: this.transport });
     this.drain();
     this.armIdle();
@@ -460,7 +461,10 @@ export class Client extends Emitter<ClientEvents> {
     const ws = this.ws;
     this.ws = undefined;
     if (ws) {
-      ws.onopen = ws.onmessage = ws.onerror = ws.onclose = null;
+      ws.onopen = ws.onmessage = ws.onclose = null;
+      // Not null: `ws` (Node) reports closing a socket that is still
+      // connecting as an error event, and throws it when nobody listens.
+      ws.onerror = () => {};
       try {
         ws.close(1000, "client disconnect");
       } catch {

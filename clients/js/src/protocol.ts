@@ -116,10 +116,13 @@ export function closeVerdict(code: number, reason: string): "reconnect" | "new-t
  * What to do after an upgrade the server refused with HTTP `status`
  * (known only where the WebSocket implementation tells it, e.g. `ws`):
  * `401` is a refused token (retry once with a fresh one from a callback),
- * `429` and `503` are "later", and any other 4xx will not change by itself.
+ * `429` and `5xx` are "later", `400` and `426` mean the upgrade itself did
+ * not get through (a proxy that strips it: a transport failure, which
+ * counts towards the SSE fallback), and any other 4xx (`403` grants or
+ * origin, `404` path) will not change by itself.
  */
 export function refusalVerdict(status: number): "reconnect" | "new-token" | "stop" {
   if (status === 401) return "new-token";
-  if (status === 429 || status >= 500) return "reconnect";
+  if (status === 400 || status === 426 || status === 429 || status >= 500) return "reconnect";
   return "stop";
 }

@@ -54,6 +54,7 @@ test("resume across connections the server cuts: every message once, in order", 
   assert.deepEqual(got.map((m) => m.data), Array.from({ length: total }, (_, i) => `m${i + 1}`));
   assert.deepEqual(got.map((m) => m.offset), Array.from({ length: total }, (_, i) => i + 1));
   assert.deepEqual(gaps, []);
+  assert.equal(sub.duplicatesDropped, 0, "the server resumed exactly: nothing to drop");
   assert.ok(reconnects >= 4, `the server cut the connection ${reconnects} times`);
   const s = await stats(server);
   assert.ok(s.recoveries >= 4, `recoveries ${s.recoveries}`);
@@ -250,4 +251,29 @@ test("idle detection: a frozen server is given up after pongTimeout, then resume
   await publish(server, "idle", "after");
   await until(() => got.length === 2, "the message after the freeze");
   assert.deepEqual(got.map((m) => m.data), ["before", "after"]);
+});
+
+test("connect timeout: a peer that accepts but never answers the upgrade is abandoned and retried", async (t) => {
+  // A TCP listener that holds connections without a word (a stalled
+  // server or a black-holing middlebox).
+  const held = new Set();
+  const { createServer } = await import("node:net");
+  const hole = createServer((s) => {
+    held.add(s);
+    s.on("close", () => held.delete(s));
+  });
+  await new Promise((r) => hole.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => {
+    for (const s of held) s.destroy();
+    hole.close(r);
+  }));
+  const c = new Client(`ws://127.0.0.1:${hole.address().port}/ws`, { WebSocket, connectTimeout: 150, minReconnectDelay: 10, maxReconnectDelay: 20, transports: ["websocket"] });
+  t.after(() => c.disconnect());
+  const tries = [];
+  c.on("reconnecting", (r) => tries.push(r));
+  c.connect();
+  await until(() => tries.length >= 3, "three abandoned connects");
+  assert.ok(tries.every((r) => r.reason === "connect timeout" && r.transport === "websocket"), JSON.stringify(tries));
+  c.disconnect();
+  assert.equal(c.state, "disconnected");
 });

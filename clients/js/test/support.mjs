@@ -89,12 +89,12 @@ export async function startCorecast(args = [], port = 0) {
       return server.kill("SIGKILL");
     },
   };
+  // In Redis mode, publishes before the Redis link is up are only buffered
+  // (202): wait until the instance says it can deliver.
+  if (args.includes("--redis-url")) {
+    await until(async () => (await fetch(`${server.http}/readyz`).catch(() => ({ status: 0 }))).status === 200, "/readyz");
+  }
   return server;
-}
-
-/** Starts corecast with `args` on a free port, retrying if the port was taken meanwhile. */
-export async function startOnFreePort(args) {
-  return startCorecast(args, 0);
 }
 
 /** redis-server on a free port, no persistence: { port, url, stop() }. */

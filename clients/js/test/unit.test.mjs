@@ -25,8 +25,8 @@ test("close codes: what reconnects, what asks for a new token, what stops", () =
   for (const code of [1002, 1003, 1007, 4000, 4100]) assert.equal(closeVerdict(code, ""), "stop", `${code}`);
   assert.equal(closeVerdict(4001, "token expired"), "new-token");
   assert.equal(refusalVerdict(401), "new-token");
-  for (const s of [400, 403, 404, 426]) assert.equal(refusalVerdict(s), "stop", `${s}`);
-  for (const s of [429, 502, 503]) assert.equal(refusalVerdict(s), "reconnect", `${s}`);
+  for (const s of [403, 404, 405]) assert.equal(refusalVerdict(s), "stop", `${s}`);
+  for (const s of [400, 426, 429, 502, 503]) assert.equal(refusalVerdict(s), "reconnect", `${s}`);
 });
 
 test("SSE parser: fields, multi-line data, CRLF split across chunks, comments, bounds", () => {
