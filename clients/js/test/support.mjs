@@ -72,9 +72,11 @@ export async function startCorecast(args = [], port = 0) {
     if (exited) throw new Error(`corecast exited:\n${log}`);
     return /addr=(127\.0\.0\.1:\d+)/.exec(log)?.[1];
   }, "corecast to listen");
+  const listeningAt = Date.now();
   const bound = Number(addr.split(":")[1]);
   const server = {
     addr,
+    listeningAt,
     port: bound,
     url: `ws://${addr}/ws`,
     http: `http://${addr}`,
