@@ -277,3 +277,29 @@ test("connect timeout: a peer that accepts but never answers the upgrade is aban
   c.disconnect();
   assert.equal(c.state, "disconnected");
 });
+
+test("maxPendingRequests: past it publishes wait in the queue and other requests fail at once", async (t) => {
+  const server = await startCorecast(["--presence-channels", "*"]);
+  t.after(() => {
+    server.proc.kill("SIGCONT");
+    return server.stop();
+  });
+  const c = client(server, { maxPendingRequests: 2, pingInterval: 0 });
+  t.after(() => c.disconnect());
+  const sub = c.subscribe("pending");
+  const got = collect(sub);
+  c.connect();
+  await nextEvent(sub, "subscribed");
+  // A frozen server answers nothing: two publishes await replies, the
+  // third waits unsent in the queue, a presence read is refused.
+  server.proc.kill("SIGSTOP");
+  const settled = [];
+  const pubs = ["p1", "p2", "p3"].map((d) => c.publish("pending", d).then((a) => settled.push([d, a.subscribers])));
+  await assert.rejects(sub.presence(), (e) => e.code === "queue_full" && /2 requests/.test(e.message));
+  assert.deepEqual(settled, []);
+  server.proc.kill("SIGCONT");
+  await Promise.all(pubs);
+  assert.deepEqual(settled, [["p1", 1], ["p2", 1], ["p3", 1]]);
+  await until(() => got.length === 3, "the three messages");
+  assert.deepEqual(got.map((m) => m.data), ["p1", "p2", "p3"]);
+});
