@@ -346,10 +346,14 @@ export class Client extends Emitter<ClientEvents> {
     return this.cachedToken;
   }
 
+  /** The token for an HTTP request (history, presence, SSE). */
   private async currentToken(): Promise<string | undefined> {
     const src = this.options.token;
     if (typeof src !== "function") return src;
-    return this.cachedToken ?? this.tokenForConnect();
+    const exp = this.cachedToken ? tokenExp(this.cachedToken) : undefined;
+    if (this.cachedToken && (exp === undefined || exp * 1000 - Date.now() > 1000)) return this.cachedToken;
+    this.cachedToken = await src();
+    return this.cachedToken;
   }
 
   private opened(): void {
@@ -534,10 +538,18 @@ export class Client extends Emitter<ClientEvents> {
 
   private startSubscription(sub: Subscription): void {
     if (this.transport === "sse") return this.openSseStream(sub, this.gen);
+    const gen = this.gen;
     this.request(sub.subscribeRequest(), true).catch((err: CorecastError) => {
       if (err.code === "disconnected") return;
       sub.fail(err);
-      if (err.code === "unavailable" || err.code === "timeout") return; // retried at the next reconnect
+      if (err.code === "unavailable" || err.code === "timeout") {
+        // Redis unreachable (or slow) for now: ask again after a while on
+        // this connection (and at every reconnect anyway).
+        setTimeout(() => {
+          if (gen === this.gen && this.subs.get(sub.channel) === sub && sub.state === "pending") this.startSubscription(sub);
+        }, backoffDelay(2, this.o, this.o.random));
+        return;
+      }
       if (this.subs.get(sub.channel) === sub) this.subs.delete(sub.channel);
       sub.end();
     });

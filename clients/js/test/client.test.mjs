@@ -303,3 +303,28 @@ test("maxPendingRequests: past it publishes wait in the queue and other requests
   await until(() => got.length === 3, "the three messages");
   assert.deepEqual(got.map((m) => m.data), ["p1", "p2", "p3"]);
 });
+
+test("a subscribe refused as unavailable (Redis down) is asked again until Redis is back", async (t) => {
+  const { startRedis } = await import("./support.mjs");
+  let redis = await startRedis();
+  t.after(() => redis.stop());
+  const server = await startCorecast(["--redis-url", redis.url, "--history-size", "100", "--redis-command-timeout", "300ms"]);
+  t.after(() => server.stop());
+  const c = client(server, { pingInterval: 0, minReconnectDelay: 50, maxReconnectDelay: 100 });
+  t.after(() => c.disconnect());
+  c.connect();
+  await nextEvent(c, "connected");
+  const port = redis.port;
+  await redis.stop();
+  const sub = c.subscribe("while-down");
+  const err = await nextEvent(sub, "error", 10_000);
+  assert.equal(err.code, "unavailable");
+  assert.equal(sub.state, "pending");
+  redis = await startRedis(port);
+  await nextEvent(sub, "subscribed", 15_000);
+  const got = collect(sub);
+  await until(async () => (await fetch(`${server.http}/readyz`)).status === 200, "corecast ready again");
+  await publish(server, "while-down", "back");
+  await until(() => got.length === 1, "a message after Redis came back");
+  assert.equal(got[0].data, "back");
+});

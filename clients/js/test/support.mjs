@@ -99,9 +99,9 @@ export async function startCorecast(args = [], port = 0) {
   return server;
 }
 
-/** redis-server on a free port, no persistence: { port, url, stop() }. */
-export async function startRedis() {
-  const port = await freePort();
+/** redis-server on a free port (or `port`), no persistence: { port, url, stop() }. */
+export async function startRedis(port) {
+  port ??= await freePort();
   const proc = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
     stdio: "ignore",
   });
