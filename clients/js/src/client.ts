@@ -1,4 +1,4 @@
-import { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";
+import { backoffDelay } from "./backoff.js";
 import { Emitter } from "./emitter.js";
 import { CorecastError } from "./errors.js";
 import {
@@ -11,69 +11,11 @@ import {
   type PresenceSnapshot,
   type ServerFrame,
 } from "./protocol.js";
+import { resolveOptions, type Bounds, type ClientOptions, type Transport, type WebSocketConstructor, type WebSocketLike } from "./options.js";
+import { getJson, httpBase, postPublish, upgradeRefusal, withToken } from "./http.js";
 import { eventId, parseEventId, SseStream } from "./sse.js";
 import { Subscription, type HistoryPage, type SubscribeOptions } from "./subscription.js";
-import { refreshDelay, tokenExp, type TokenSource } from "./token.js";
-
-/** The part of the WebSocket API the client uses (browsers, Node ≥ 22, `ws`). */
-export interface WebSocketLike {
-  readonly bufferedAmount: number;
-  binaryType: string;
-  onopen: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
-  send(data: string): void;
-  close(code?: number, reason?: string): void;
-}
-
-/** A WebSocket constructor: the global one, or e.g. `ws`'s default export. */
-export type WebSocketConstructor = new (url: string) => WebSocketLike;
-
-/** The transports, in the order they are tried. */
-export type Transport = "websocket" | "sse";
-
-/** Client options; every bound has a default (see README "Bounds"). */
-export interface ClientOptions {
-  /** A token (JWT, sent as `?token=`), or a callback that returns a fresh one. */
-  token?: TokenSource;
-  /** The WebSocket implementation (default: `globalThis.WebSocket`). */
-  WebSocket?: WebSocketConstructor;
-  /** `fetch` for history, presence over SSE, HTTP publish and SSE (default: global). */
-  fetch?: typeof fetch;
-  /** Base URL of the HTTP API (default: the WebSocket URL with http(s) and without `/ws`). */
-  httpUrl?: string;
-  /** `--publish-key`, for publishing over HTTP while on SSE. */
-  publishKey?: string;
-  /** Transports allowed, first preferred (default `["websocket", "sse"]`). */
-  transports?: Transport[];
-  /** Failed connects, before any succeeded, after which the next transport is tried (default 3). */
-  fallbackAfter?: number;
-  /** Cap of the first reconnect delay, ms (default 500). */
-  minReconnectDelay?: number;
-  /** Largest reconnect delay, ms (default 30,000). */
-  maxReconnectDelay?: number;
-  /** Probe the connection after this much silence, ms (default 25,000; 0 = never). */
-  pingInterval?: number;
-  /** Reconnect when a probe gets no answer in this long, ms (default 10,000). */
-  pongTimeout?: number;
-  /** A connect attempt that has not opened in this long is abandoned, ms (default 10,000). */
-  connectTimeout?: number;
-  /** Replies not received in this long fail with `timeout`, ms (default 10,000). */
-  requestTimeout?: number;
-  /** Requests awaiting a reply at once (default 1,000); more publishes wait in the queue. */
-  maxPendingRequests?: number;
-  /** Publishes waiting to be sent (default 1,000); beyond it `publish` fails with `queue_full`. */
-  maxQueuedPublishes?: number;
-  /** Socket send buffer above which queued publishes wait, bytes (default 1 MiB). */
-  maxBufferedAmount?: number;
-  /** Refresh the token this long before its `exp`, ms (default 30,000; at most half its remaining life). */
-  refreshBefore?: number;
-  /** Bound of one SSE line or event, bytes (default 2 MiB). */
-  maxEventBytes?: number;
-  /** Random source of the jitter (tests). */
-  random?: () => number;
-}
+import { refreshDelay, tokenExp } from "./token.js";
 
 /** `connected`. */
 export interface ConnectedEvent {
@@ -134,7 +76,7 @@ export class Client extends Emitter<ClientEvents> {
   state: "disconnected" | "connecting" | "connected" = "disconnected";
   /** The transport in use (or tried next). */
   transport: Transport;
-  private readonly o: Required<Omit<ClientOptions, "token" | "WebSocket" | "fetch" | "httpUrl" | "publishKey">>;
+  private readonly o: Bounds;
   private readonly subs = new Map<string, Subscription>();
   private readonly pending = new Map<number, Pending>();
   private readonly queue: QueuedPublish[] = [];
@@ -166,22 +108,7 @@ export class Client extends Emitter<ClientEvents> {
     private readonly options: ClientOptions = {},
   ) {
     super();
-    this.o = {
-      transports: options.transports ?? ["websocket", "sse"],
-      fallbackAfter: options.fallbackAfter ?? 3,
-      minReconnectDelay: options.minReconnectDelay ?? DEFAULT_BACKOFF.minReconnectDelay,
-      maxReconnectDelay: options.maxReconnectDelay ?? DEFAULT_BACKOFF.maxReconnectDelay,
-      pingInterval: options.pingInterval ?? 25_000,
-      pongTimeout: options.pongTimeout ?? 10_000,
-      connectTimeout: options.connectTimeout ?? 10_000,
-      requestTimeout: options.requestTimeout ?? 10_000,
-      maxPendingRequests: options.maxPendingRequests ?? 1_000,
-      maxQueuedPublishes: options.maxQueuedPublishes ?? 1_000,
-      maxBufferedAmount: options.maxBufferedAmount ?? 1 << 20,
-      refreshBefore: options.refreshBefore ?? 30_000,
-      maxEventBytes: options.maxEventBytes ?? 2 << 20,
-      random: options.random ?? Math.random,
-    };
+    this.o = resolveOptions(options);
     if (this.o.transports.length === 0) throw new Error("transports must name at least one transport");
     this.transport = this.o.transports[0];
   }
@@ -386,28 +313,10 @@ export class Client extends Emitter<ClientEvents> {
     return this.failed(code, `upgrade refused: HTTP ${this.refusal}`, v);
   }
 
-  /**
-   * Browsers do not tell why an upgrade failed. The server checks the
-   * token before it looks at the upgrade headers, so the same URL fetched
-   * as plain HTTP answers the refusal's status (401, 403, 429, 503) — or
-   * 400/426 when only the upgrade was the problem (a proxy that strips
-   * it). Unknowable when the server is down or the page is cross-origin
-   * (fetch fails): then it is a transient failure.
-   */
+  /** Learns why an upgrade failed, where the WebSocket implementation did not say. */
   private async probeRefusal(gen: number, code: number, reason: string): Promise<void> {
     const fetchFn = this.options.fetch ?? globalThis.fetch;
-    try {
-      if (fetchFn) {
-        const u = new URL(withToken(this.url, this.attemptToken));
-        u.protocol = u.protocol === "wss:" ? "https:" : "http:";
-        const res = await fetchFn(u.toString(), { cache: "no-store", credentials: "omit" });
-        void res.body?.cancel();
-        const st = res.status;
-        if (st === 429 || st === 503 || (st >= 401 && st < 500 && st !== 426)) this.refusal = st;
-      }
-    } catch {
-      // Down, or cross-origin without CORS: nothing learnt.
-    }
+    if (fetchFn) this.refusal = await upgradeRefusal(fetchFn, this.url, this.attemptToken);
     if (gen !== this.gen) return;
     if (this.refusal !== undefined) return this.closed(code, reason);
     this.failed(code, reason || "connection failed", "reconnect");
@@ -659,12 +568,9 @@ export class Client extends Emitter<ClientEvents> {
     return f;
   }
 
-  /** The HTTP base URL: `ws(s)://host/prefix/ws` → `http(s)://host/prefix`. */
+  /** The HTTP API's base URL (`httpUrl`, or derived from the WebSocket URL). */
   httpBase(): string {
-    if (this.options.httpUrl) return this.options.httpUrl.replace(/\/$/, "");
-    const u = new URL(this.url);
-    u.protocol = u.protocol === "wss:" ? "https:" : u.protocol === "ws:" ? "http:" : u.protocol;
-    return `${u.origin}${u.pathname.replace(/\/ws\/?$/, "").replace(/\/$/, "")}`;
+    return httpBase(this.url, this.options.httpUrl);
   }
 
   private async authHeaders(): Promise<Record<string, string>> {
@@ -673,20 +579,11 @@ export class Client extends Emitter<ClientEvents> {
   }
 
   private async httpJson(path: string): Promise<ServerFrame> {
-    const res = await this.fetchFn()(this.httpBase() + path, { headers: await this.authHeaders(), cache: "no-store" });
-    const text = await res.text();
-    if (!res.ok) throw new CorecastError("http", `GET ${path}: HTTP ${res.status} ${text.slice(0, 200)}`);
-    return JSON.parse(text) as ServerFrame;
+    return getJson(this.fetchFn(), this.httpBase() + path, await this.authHeaders());
   }
 
-  private async httpPublish(channel: string, data: Data): Promise<{ subscribers: number }> {
-    if (typeof data !== "string") throw new CorecastError("bad_request", "binary publish needs the WebSocket transport");
-    const headers: Record<string, string> = { "Content-Type": "text/plain; charset=utf-8" };
-    if (this.options.publishKey) headers.Authorization = `Bearer ${this.options.publishKey}`;
-    const res = await this.fetchFn()(`${this.httpBase()}/publish/${encodeURIComponent(channel)}`, { method: "POST", headers, body: data });
-    const text = await res.text();
-    if (!res.ok) throw new CorecastError("http", `POST /publish: HTTP ${res.status} ${text.slice(0, 200)}`);
-    return { subscribers: (JSON.parse(text) as { subscribers?: number }).subscribers ?? 0 };
+  private httpPublish(channel: string, data: Data): Promise<{ subscribers: number }> {
+    return postPublish(this.fetchFn(), this.httpBase(), channel, data, this.options.publishKey);
   }
 
   /** SSE "connection": one stream per subscription; connected when all are open. */
@@ -736,12 +633,4 @@ export class Client extends Emitter<ClientEvents> {
       this.failed(1006, String(e), "reconnect");
     });
   }
-}
-
-/** `url` with `?token=` (browsers cannot set headers on a WebSocket upgrade). */
-export function withToken(url: string, token: string | undefined): string {
-  if (!token) return url;
-  const u = new URL(url);
-  u.searchParams.set("token", token);
-  return u.toString();
 }

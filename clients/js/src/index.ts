@@ -5,20 +5,15 @@
  * Layout: `client.ts` (connection state machine: reconnect, tokens,
  * liveness, queues), `subscription.ts` (per-channel position, dedup,
  * events), `protocol.ts` (frames and close-code verdicts, no I/O),
- * `sse.ts` (event-stream parser and the SSE transport), `backoff.ts`,
+ * `options.ts` (options and their defaults),
+ * `sse.ts` (event-stream parser and the SSE transport), `http.ts` (base
+ * URL, JSON reads, HTTP publish, upgrade refusals), `backoff.ts`,
  * `token.ts`, `emitter.ts`, `errors.ts`.
  */
-export { Client, withToken } from "./client.js";
-export type {
-  ClientEvents,
-  ClientOptions,
-  ConnectedEvent,
-  DisconnectedEvent,
-  ReconnectingEvent,
-  Transport,
-  WebSocketConstructor,
-  WebSocketLike,
-} from "./client.js";
+export { Client } from "./client.js";
+export { httpBase, withToken } from "./http.js";
+export type { ClientEvents, ConnectedEvent, DisconnectedEvent, ReconnectingEvent } from "./client.js";
+export type { ClientOptions, Transport, WebSocketConstructor, WebSocketLike } from "./options.js";
 export { Subscription } from "./subscription.js";
 export type {
   GapEvent,
