@@ -76,6 +76,8 @@ export class Client extends Emitter<ClientEvents> {
   state: "disconnected" | "connecting" | "connected" = "disconnected";
   /** The transport in use (or tried next). */
   transport: Transport;
+  /** Liveness probes sent on silent connections, and answers received. */
+  readonly probes = { sent: 0, answered: 0 };
   private readonly o: Bounds;
   private readonly subs = new Map<string, Subscription>();
   private readonly pending = new Map<number, Pending>();
@@ -405,7 +407,10 @@ export class Client extends Emitter<ClientEvents> {
       this.emit("error", new CorecastError("bad_frame", `not a protocol frame: ${data.slice(0, 80)}`));
       return;
     }
-    if (f.id === PROBE_ID) return;
+    if (f.id === PROBE_ID) {
+      this.probes.answered++;
+      return;
+    }
     if (typeof f.channel === "string" && !["error", "published", "presence"].includes(f.type)) {
       this.subs.get(f.channel)?.handle(f);
     }
@@ -517,6 +522,7 @@ export class Client extends Emitter<ClientEvents> {
         // The server has no ping op: it answers an unknown one with a
         // bad_request error that echoes the id, which is all we need.
         this.ws?.send(JSON.stringify({ op: "ping", id: PROBE_ID }));
+        this.probes.sent++;
       }
     }
     return true;

@@ -328,3 +328,18 @@ test("a subscribe refused as unavailable (Redis down) is asked again until Redis
   await until(() => got.length === 1, "a message after Redis came back");
   assert.equal(got[0].data, "back");
 });
+
+test("idle probes on a quiet but live connection are answered: no spurious reconnect", async (t) => {
+  const server = await startCorecast(["--ping-interval", "0"]);
+  t.after(() => server.stop());
+  const c = client(server, { pingInterval: 100, pongTimeout: 150 });
+  t.after(() => c.disconnect());
+  const disconnects = [];
+  c.on("disconnected", (d) => disconnects.push(d));
+  c.connect();
+  await nextEvent(c, "connected");
+  await until(() => c.probes.answered >= 5, "five probes answered", 10_000);
+  assert.ok(c.probes.sent - c.probes.answered <= 1);
+  assert.deepEqual(disconnects, []);
+  assert.equal(c.state, "connected");
+});
