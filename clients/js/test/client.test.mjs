@@ -34,13 +34,20 @@ test("resume across connections the server cuts: every message once, in order", 
   const got = collect(sub);
   const gaps = [];
   sub.on("gap", (g) => gaps.push(g));
+  // A second channel, restored beside the first after every cut.
+  const other = c.subscribe("feed.other");
+  const gotOther = collect(other);
+  other.on("gap", (g) => gaps.push(g));
   c.connect();
-  await nextEvent(sub, "subscribed");
+  await Promise.all([nextEvent(sub, "subscribed"), nextEvent(other, "subscribed")]);
   // Four rounds: 50 messages while connected, then (the server cuts the
   // silent client after 1 s) 25 more while it is away.
   let n = 0;
   const send = async (k) => {
-    for (let i = 0; i < k; i++) await publish(server, "feed", `m${++n}`);
+    for (let i = 0; i < k; i++) {
+      await publish(server, "feed", `m${++n}`);
+      if (n % 5 === 0) await publish(server, "feed.other", `o${n / 5}`);
+    }
   };
   for (let round = 0; round < 4; round++) {
     await send(50);
@@ -53,8 +60,10 @@ test("resume across connections the server cuts: every message once, in order", 
   await until(() => got.length >= total, `${total} messages (have ${got.length})`, 15_000);
   assert.deepEqual(got.map((m) => m.data), Array.from({ length: total }, (_, i) => `m${i + 1}`));
   assert.deepEqual(got.map((m) => m.offset), Array.from({ length: total }, (_, i) => i + 1));
+  await until(() => gotOther.length >= total / 5, "the second channel's messages");
+  assert.deepEqual(gotOther.map((m) => m.data), Array.from({ length: total / 5 }, (_, i) => `o${i + 1}`));
   assert.deepEqual(gaps, []);
-  assert.equal(sub.duplicatesDropped, 0, "the server resumed exactly: nothing to drop");
+  assert.equal(sub.duplicatesDropped + other.duplicatesDropped, 0, "the server resumed exactly: nothing to drop");
   assert.ok(reconnects >= 4, `the server cut the connection ${reconnects} times`);
   const s = await stats(server);
   assert.ok(s.recoveries >= 4, `recoveries ${s.recoveries}`);
@@ -342,4 +351,38 @@ test("idle probes on a quiet but live connection are answered: no spurious recon
   assert.ok(c.probes.sent - c.probes.answered <= 1);
   assert.deepEqual(disconnects, []);
   assert.equal(c.state, "connected");
+});
+
+test("since from storage: a new client resumes where an earlier one stopped (page reload)", async (t) => {
+  const server = await startCorecast(["--history-size", "100"]);
+  t.after(() => server.stop());
+  const first = client(server, { pingInterval: 0 });
+  const sub1 = first.subscribe("stored");
+  const got1 = collect(sub1);
+  first.connect();
+  await nextEvent(sub1, "subscribed");
+  for (const d of ["a", "b"]) await publish(server, "stored", d);
+  await until(() => got1.length === 2, "a and b");
+  const saved = JSON.parse(JSON.stringify(sub1.position()));
+  first.disconnect();
+  for (const d of ["c", "d"]) await publish(server, "stored", d);
+  const second = client(server, { pingInterval: 0 });
+  t.after(() => second.disconnect());
+  const sub2 = second.subscribe("stored", { since: saved });
+  const got2 = collect(sub2);
+  const recovered = nextEvent(sub2, "recovered");
+  second.connect();
+  assert.equal((await recovered).resumed, true);
+  await until(() => got2.length === 2, "c and d");
+  assert.deepEqual(got2.map((m) => [m.offset, m.data]), [[3, "c"], [4, "d"]]);
+  // A position from another epoch (a restarted server): subscribed, then gap.
+  const third = client(server, { pingInterval: 0 });
+  t.after(() => third.disconnect());
+  const sub3 = third.subscribe("stored", { since: { epoch: "gone", offset: 2 } });
+  const gap = nextEvent(sub3, "gap");
+  third.connect();
+  const g = await gap;
+  assert.equal(g.reason, "not_recovered");
+  assert.equal(g.offset, 4);
+  assert.deepEqual(sub3.position(), { epoch: saved.epoch, offset: 4 });
 });
