@@ -268,8 +268,8 @@ export class Client extends Emitter<ClientEvents> {
       }
       return src;
     }
-    const exp = this.cachedToken ? tokenExp(this.cachedToken) : undefined;
-    if (this.cachedToken && (exp === undefined || exp * 1000 - Date.now() > 1000)) return this.cachedToken;
+    const cached = this.usableCachedToken();
+    if (cached) return cached;
     this.cachedToken = await src();
     this.tokenFresh = true;
     return this.cachedToken;
@@ -279,10 +279,14 @@ export class Client extends Emitter<ClientEvents> {
   private async currentToken(): Promise<string | undefined> {
     const src = this.options.token;
     if (typeof src !== "function") return src;
-    const exp = this.cachedToken ? tokenExp(this.cachedToken) : undefined;
-    if (this.cachedToken && (exp === undefined || exp * 1000 - Date.now() > 1000)) return this.cachedToken;
-    this.cachedToken = await src();
+    this.cachedToken = this.usableCachedToken() ?? (await src());
     return this.cachedToken;
+  }
+
+  /** The callback's last token, unless it expires within a second. */
+  private usableCachedToken(): string | undefined {
+    const exp = this.cachedToken ? tokenExp(this.cachedToken) : undefined;
+    return exp === undefined || exp * 1000 - Date.now() > 1000 ? this.cachedToken : undefined;
   }
 
   private opened(): void {
