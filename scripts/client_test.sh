@@ -18,7 +18,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-if [ ! -x clients/js/node_modules/.bin/tsc ] || [ ! -d clients/js/node_modules/ws ]; then
+# npm ci when node_modules is missing or older than the lockfile.
+stamp=clients/js/node_modules/.package-lock.json
+if [ ! -f "$stamp" ] || [ clients/js/package-lock.json -nt "$stamp" ]; then
     (cd clients/js && npm ci --no-audit --no-fund --silent)
 fi
 if [ ! -d tests/browser/node_modules/playwright-core ]; then
@@ -27,6 +29,9 @@ fi
 cargo build --quiet --bin corecast
 cd clients/js
 npm run --silent build
+# The issue's API, its names a contract, type-checked against the built
+# declarations, with the DOM's WebSocket and the ws package's.
+node_modules/.bin/tsc -p test/types
 # The package holds the built ESM and its declarations, the README and
 # package.json: no sources, tests or lockfile.
 npm pack --dry-run --json 2>/dev/null | node -e '

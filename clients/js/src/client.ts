@@ -247,14 +247,14 @@ export class Client extends Emitter<ClientEvents> {
     this.attemptToken = token;
     ws.binaryType = "arraybuffer";
     ws.onopen = () => gen === this.gen && this.opened();
-    ws.onmessage = (ev) => gen === this.gen && this.onText(ev.data);
-    ws.onerror = (ev) => {
+    ws.onmessage = (ev: { data: unknown }) => gen === this.gen && this.onText(ev.data);
+    ws.onerror = (ev: { message?: unknown }) => {
       // `ws` reports a refused upgrade as "Unexpected server response: 401";
       // browsers do not tell the status at all.
-      const m = /Unexpected server response: (\d{3})/.exec(String((ev as { message?: unknown })?.message ?? ""));
+      const m = /Unexpected server response: (\d{3})/.exec(String(ev?.message ?? ""));
       if (gen === this.gen && m) this.refusal = Number(m[1]);
     };
-    ws.onclose = (ev) => gen === this.gen && this.closed(ev.code, ev.reason);
+    ws.onclose = (ev: { code: number; reason: string }) => gen === this.gen && this.closed(ev.code, ev.reason);
   }
 
   private async tokenForConnect(): Promise<string | undefined> {

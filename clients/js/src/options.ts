@@ -2,14 +2,25 @@
 import { DEFAULT_BACKOFF } from "./backoff.js";
 import type { TokenSource } from "./token.js";
 
-/** The part of the WebSocket API the client uses (browsers, Node ≥ 22, `ws`). */
+/**
+ * The part of the WebSocket API the client uses (browsers, Node ≥ 22, `ws`).
+ * The handlers' event parameters are `any` on purpose: each implementation
+ * types its events differently (DOM `Event`, `ws`'s own), and a handler
+ * parameter narrower than `any` would make their constructors unassignable
+ * to this option under `strictFunctionTypes`. The client reads only
+ * `data`, `code`, `reason` and `message` from them.
+ */
 export interface WebSocketLike {
   readonly bufferedAmount: number;
   binaryType: string;
-  onopen: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  onopen: ((ev: any) => void) | null;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  onmessage: ((ev: any) => void) | null;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  onclose: ((ev: any) => void) | null;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  onerror: ((ev: any) => void) | null;
   send(data: string): void;
   close(code?: number, reason?: string): void;
 }
