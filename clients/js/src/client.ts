@@ -607,7 +607,7 @@ export class Client extends Emitter<ClientEvents> {
       if (gen !== this.gen || this.subs.get(sub.channel) !== sub) return;
       const headers: Record<string, string> = { Accept: "text/event-stream", ...auth };
       const at = sub.position();
-      sub.subscribeRequest(); // marks a resume when there is a position
+      sub.beginSubscribe();
       if (at) headers["Last-Event-ID"] = eventId(sub.channel, at);
       const url = `${this.httpBase()}/sse?channel=${encodeURIComponent(sub.channel)}`;
       // The server's `close` event (code, reason) precedes the end of a stream it ends.

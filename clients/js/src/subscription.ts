@@ -121,9 +121,14 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     return this.host.unsubscribe(this);
   }
 
+  /** A (re)subscribe starts: it resumes when there is a position (internal). */
+  beginSubscribe(): void {
+    this.resuming = this.pos !== undefined;
+  }
+
   /** The subscribe request for the current position (internal). */
   subscribeRequest(): Record<string, unknown> {
-    this.resuming = this.pos !== undefined;
+    this.beginSubscribe();
     const req: Record<string, unknown> = { op: "subscribe", channel: this.channel };
     if (this.pos) req.since = { epoch: this.pos.epoch, offset: this.pos.offset };
     if (this.presenceEvents) req.presence = true;

@@ -58,7 +58,7 @@ test("SSE events (the /sse wire: JSON protocol objects as data) drive a subscrip
     const sub = new Subscription("news", host, false, since);
     const seen = [];
     for (const ev of ["subscribed", "recovered", "gap", "message"]) sub.on(ev, (v) => seen.push([ev, v.offset, v.reason ?? v.data]));
-    sub.subscribeRequest();
+    sub.beginSubscribe();
     for (const e of new SseParser(1 << 16).push(stream)) sub.handleSse(e.event, JSON.parse(e.data), parseEventId(e.id, "news"));
     return { seen, pos: sub.position(), dups: sub.duplicatesDropped };
   };
