@@ -386,3 +386,89 @@ test("since from storage: a new client resumes where an earlier one stopped (pag
   assert.equal(g.offset, 4);
   assert.deepEqual(sub3.position(), { epoch: saved.epoch, offset: 4 });
 });
+
+test("slow consumer: cut with 1008 \"slow consumer\", the client reconnects and resumes without loss", async (t) => {
+  const server = await startCorecast([
+    "--history-size", "100000", "--history-max-bytes", "64MiB",
+    "--max-outbound-queue", "256KiB", "--slow-consumer-grace", "100ms", "--ping-interval", "0",
+  ]);
+  t.after(() => server.stop());
+  // A TCP proxy whose server-to-client direction can be stopped: the
+  // client then reads nothing, as a stuck consumer would.
+  const { createServer, connect } = await import("node:net");
+  const ups = new Set();
+  let paused = false;
+  const proxy = createServer((down) => {
+    const up = connect(server.port, "127.0.0.1");
+    ups.add(up);
+    down.pipe(up);
+    if (!paused) up.pipe(down);
+    const end = () => {
+      ups.delete(up);
+      up.destroy();
+      down.destroy();
+    };
+    up.on("close", end).on("error", end);
+    down.on("close", end).on("error", end);
+    up.down = down;
+  });
+  await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => {
+    for (const u of ups) u.destroy();
+    proxy.close(r);
+  }));
+  const c = new Client(`ws://127.0.0.1:${proxy.address().port}/ws`, { WebSocket, pingInterval: 0, minReconnectDelay: 20, maxReconnectDelay: 50 });
+  t.after(() => c.disconnect());
+  const sub = c.subscribe("slow");
+  const got = collect(sub);
+  const gaps = [];
+  sub.on("gap", (g) => gaps.push(g));
+  c.connect();
+  await nextEvent(sub, "subscribed");
+  paused = true;
+  for (const up of ups) {
+    up.unpipe(up.down);
+    up.pause();
+  }
+  // Kernel buffers (the proxy's receive window can grow to tcp_rmem's
+  // maximum) absorb megabytes first; publish until the server's queue for
+  // the client passes the bound, then wait for the cut (after the grace).
+  // The queue then holds about the bound: within what a resume replays
+  // (2 x --max-outbound-queue).
+  // Random, so that permessage-deflate (which ws offers) cannot shrink it.
+  const { randomBytes } = await import("node:crypto");
+  const payload = () => randomBytes(48 * 1024).toString("base64");
+  let n = 0;
+  const queued = async () => {
+    const st = await stats(server);
+    return st.outbound_bytes > 256 * 1024 || st.slow_consumer_disconnects > 0;
+  };
+  while (!(await queued())) {
+    await publish(server, "slow", `${++n}:${payload()}`);
+    if (n > 5_000) throw new Error("the server's queue never grew");
+  }
+  await until(async () => (await stats(server)).slow_consumer_disconnects === 1, "the slow-consumer cut");
+  const log = [];
+  for (const ev of ["subscribed", "gap", "error"]) sub.on(ev, (e) => log.push([ev, e]));
+  for (const ev of ["connected", "reconnecting", "error"]) c.on(ev, (e) => log.push([ev, e]));
+  const closed = nextEvent(c, "disconnected", 10_000);
+  paused = false;
+  for (const up of ups) up.pipe(up.down);
+  const resubscribed = nextEvent(sub, "subscribed", 15_000);
+  const d = await closed;
+  assert.equal(d.code, 1008);
+  assert.match(d.reason, /slow consumer/);
+  assert.equal(d.reconnect, true);
+  const again = await resubscribed;
+  assert.equal(again.recovered, true, JSON.stringify(log));
+  for (let i = 0; i < 5; i++) await publish(server, "slow", `${++n}:${payload()}`);
+  await until(() => got.length >= n, `all ${n} messages`, 15_000).catch(async (e) => {
+    const st = await stats(server);
+    const pick = Object.fromEntries(Object.entries(st).filter(([k]) => /outbound|slow|recover|backpress|paused|conn|deliver|history_gaps/.test(k)));
+    throw new Error(`${e.message}: have ${got.length}; ${JSON.stringify(log)}; ${JSON.stringify(pick)}`);
+  });
+  assert.deepEqual(got.map((m) => Number(String(m.data).split(":")[0])), Array.from({ length: n }, (_, i) => i + 1));
+  assert.deepEqual(gaps, []);
+  assert.equal(sub.duplicatesDropped, 0);
+  t.diagnostic(`${n} messages of 64 KiB; cut after ${n - 5}; ${(await stats(server)).recovered_messages} recovered by the resume`);
+});
