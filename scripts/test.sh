@@ -8,7 +8,9 @@
 # check, the import-graph and size check, clippy -D warnings, every cargo
 # test of the workspace (benches run once) and the doc tests, the embedding
 # example, Autobahn
-# against the committed baseline, headless-browser tests, a fuzz smoke run
+# against the committed baseline, headless-browser tests, the TypeScript
+# client (clients/js: built, packed, tested in Node and Chromium against the
+# real binary; scripts/client_test.sh), a fuzz smoke run
 # of every target, deployment-file checks, and the performance gate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,6 +74,9 @@ scripts/autobahn.sh
 
 step "headless Chromium: status page and browser WebSocket interop"
 scripts/browser_test.sh
+
+step "clients/js: TypeScript client (npm ci, build, npm pack, node tests, headless Chromium)"
+scripts/client_test.sh
 
 step "fuzz smoke (every target, ${FUZZ_SECONDS:-5}s each)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-5}"

@@ -1,0 +1,85 @@
+// Pure parts of the client, no server: backoff bounds, close-code
+// verdicts, the SSE parser and event ids, JWT exp.
+import test from "node:test";
+import assert from "node:assert/strict";
+import { backoffDelay, closeVerdict, DEFAULT_BACKOFF, parseEventId, refusalVerdict, SseParser, tokenExp } from "../dist/index.js";
+import { signToken } from "./support.mjs";
+
+test("backoff: full jitter within [0, min(max, min * 2^attempt)), documented defaults", () => {
+  assert.deepEqual(DEFAULT_BACKOFF, { minReconnectDelay: 500, maxReconnectDelay: 30_000 });
+  const almostOne = () => 0.999999;
+  const caps = [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000];
+  caps.forEach((cap, attempt) => {
+    assert.equal(backoffDelay(attempt, DEFAULT_BACKOFF, () => 0), 0);
+    const hi = backoffDelay(attempt, DEFAULT_BACKOFF, almostOne);
+    assert.ok(hi < cap && hi >= cap - 1, `attempt ${attempt}: ${hi} vs cap ${cap}`);
+  });
+  // Huge attempt counts do not overflow to Infinity or NaN.
+  assert.equal(backoffDelay(10_000, DEFAULT_BACKOFF, almostOne), 29_999);
+});
+
+test("close codes: what reconnects, what asks for a new token, what stops", () => {
+  for (const code of [1000, 1001, 1006, 1009, 1011, 1012, 1013]) assert.equal(closeVerdict(code, ""), "reconnect", `${code}`);
+  assert.equal(closeVerdict(1008, "slow consumer"), "reconnect");
+  assert.equal(closeVerdict(1008, "this connection may not publish here"), "stop");
+  for (const code of [1002, 1003, 1007, 4000, 4100]) assert.equal(closeVerdict(code, ""), "stop", `${code}`);
+  assert.equal(closeVerdict(4001, "token expired"), "new-token");
+  assert.equal(refusalVerdict(401), "new-token");
+  for (const s of [403, 404, 405]) assert.equal(refusalVerdict(s), "stop", `${s}`);
+  for (const s of [400, 426, 429, 502, 503]) assert.equal(refusalVerdict(s), "reconnect", `${s}`);
+});
+
+test("SSE parser: fields, multi-line data, CRLF split across chunks, comments, bounds", () => {
+  const p = new SseParser(64);
+  assert.deepEqual(p.push(": heartbeat\n\nid: a:e1:7\ndata: one\r"), []);
+  assert.deepEqual(p.push("\ndata: two\r\n\r\n"), [{ event: "message", data: "one\ntwo", id: "a:e1:7" }]);
+  assert.deepEqual(p.push("event: gap\nid: a:e1:9\ndata: {}\n\n"), [{ event: "gap", data: "{}", id: "a:e1:9" }]);
+  // The id persists to later events (last event ID), as in the spec.
+  assert.deepEqual(p.push("data:x\n\n"), [{ event: "message", data: "x", id: "a:e1:9" }]);
+  assert.throws(() => p.push("data: " + "y".repeat(100)), /over 64 bytes/);
+});
+
+test("event ids are read from the right (channel names may contain ':')", () => {
+  assert.deepEqual(parseEventId("room:1:abc:42", "room:1"), { epoch: "abc", offset: 42 });
+  assert.equal(parseEventId("other:abc:42", "room:1"), undefined);
+  assert.equal(parseEventId("room:abc:x", "room"), undefined);
+  assert.equal(parseEventId(undefined, "room"), undefined);
+});
+
+test("tokenExp reads a JWT's exp without verifying it", () => {
+  assert.equal(tokenExp(signToken("s".repeat(32), { exp: 1234567890, sub: "ü" })), 1234567890);
+  assert.equal(tokenExp("not-a-jwt"), undefined);
+});
+
+test("SSE events (the /sse wire: JSON protocol objects as data) drive a subscription like WebSocket frames", async () => {
+  const { Subscription } = await import("../dist/index.js");
+  const host = {};
+  const run = (since, stream) => {
+    const sub = new Subscription("news", host, false, since);
+    const seen = [];
+    for (const ev of ["subscribed", "recovered", "gap", "message"]) sub.on(ev, (v) => seen.push([ev, v.offset, v.reason ?? v.data]));
+    sub.beginSubscribe();
+    for (const e of new SseParser(1 << 16).push(stream)) sub.handleSse(e.event, JSON.parse(e.data), parseEventId(e.id, "news"));
+    return { seen, pos: sub.position(), dups: sub.duplicatesDropped };
+  };
+  const fresh = run(undefined,
+    "event: subscribed\nid: news:E1:41\ndata: {\"type\":\"subscribed\",\"channel\":\"news\",\"epoch\":\"E1\",\"offset\":41}\n\n" +
+    ": heartbeat\n\n" +
+    "event: message\nid: news:E1:42\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":42,\"data\":\"hello\"}\n\n" +
+    "event: message\nid: news:E1:42\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":42,\"data\":\"hello\"}\n\n" +
+    "event: gap\nid: news:E1:60\ndata: {\"type\":\"gap\",\"channel\":\"news\",\"epoch\":\"E1\",\"offset\":60}\n\n" +
+    "event: message\nid: news:E1:61\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":61,\"data\":\"later\"}\n\n");
+  assert.deepEqual(fresh.seen, [["subscribed", 41, undefined], ["message", 42, "hello"], ["gap", 60, "server"], ["message", 61, "later"]]);
+  assert.deepEqual(fresh.pos, { epoch: "E1", offset: 61 });
+  assert.equal(fresh.dups, 1);
+  // A resume the server covered: subscribed (recovered) and the replay.
+  const covered = run({ epoch: "E1", offset: 41 },
+    "event: subscribed\nid: news:E1:42\ndata: {\"type\":\"subscribed\",\"channel\":\"news\",\"recovered\":true,\"epoch\":\"E1\",\"offset\":42}\n\n" +
+    "event: message\nid: news:E1:42\ndata: {\"type\":\"message\",\"channel\":\"news\",\"offset\":42,\"data\":\"missed\"}\n\n");
+  assert.deepEqual(covered.seen, [["subscribed", 42, undefined], ["recovered", 42, undefined], ["message", 42, "missed"]]);
+  // One it could not cover: a gap alone, which is the resume's answer.
+  const lost = run({ epoch: "OLD", offset: 5 },
+    "event: gap\nid: news:E2:9\ndata: {\"type\":\"gap\",\"channel\":\"news\",\"epoch\":\"E2\",\"offset\":9}\n\n");
+  assert.deepEqual(lost.seen, [["subscribed", 9, undefined], ["gap", 9, "not_recovered"]]);
+  assert.deepEqual(lost.pos, { epoch: "E2", offset: 9 });
+});
