@@ -98,6 +98,17 @@ pub struct Stats {
     /// WebSockets closed with 4001 because their token expired without a
     /// refresh.
     pub token_expirations: u64,
+    /// Fetches of the `--token-jwks-url` key set, each attempt.
+    pub token_jwks_fetches: u64,
+    /// Of those, failed ones (unreachable, timed out, not 200, over the
+    /// size or key bound, not a key set, no usable key): the keys held
+    /// stay in use.
+    pub token_jwks_failures: u64,
+    /// Keys taken from the last good key set (gauge).
+    pub token_jwks_keys: u64,
+    /// Tokens refused (401) for a `kid` no held key has; each may ask for
+    /// a refresh, at most one per `--token-jwks-refresh`.
+    pub token_jwks_unknown_kid: u64,
     /// Successful `{"op":"refresh"}` token refreshes.
     pub token_refreshes: u64,
     /// Refusal log lines (bad purge tokens, refused upgrades, bad publish

@@ -158,6 +158,34 @@ fn tls(o: &mut String, s: &Stats) {
         "result",
         &[("ok", s.tls_reloads), ("failed", s.tls_reload_failures)],
     );
+    jwks(o, s);
+}
+
+/// The `--token-jwks-url` key set: fetches, keys, unknown `kid`s.
+fn jwks(o: &mut String, s: &Stats) {
+    labelled(
+        o,
+        "corecast_token_jwks_fetches_total",
+        "Fetches of the --token-jwks-url key set, by outcome (`failed`: the held keys stay).",
+        "counter",
+        "result",
+        &[
+            ("ok", s.token_jwks_fetches - s.token_jwks_failures),
+            ("failed", s.token_jwks_failures),
+        ],
+    );
+    gauge(
+        o,
+        "corecast_token_jwks_keys",
+        "Keys taken from the last good key set.",
+        s.token_jwks_keys,
+    );
+    counter(
+        o,
+        "corecast_token_jwks_unknown_kid_total",
+        "Tokens refused for a kid no held key has.",
+        s.token_jwks_unknown_kid,
+    );
 }
 
 /// Messages, deliveries, bytes and writes.

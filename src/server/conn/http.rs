@@ -300,7 +300,7 @@ async fn channel_read(
     let (Route::History(channel) | Route::Presence(channel)) = *route else {
         unreachable!("only history and presence routes are reads of a channel");
     };
-    if let Err((status, message)) = auth::authorize_upgrade(&w.cfg.auth, req, Some(channel)) {
+    if let Err((status, message)) = w.authorize(req, Some(channel)) {
         w.hub.borrow_mut().stats.auth_failures += 1;
         log::refused(log::Refusal::Upgrade, "channel read refused", message);
         return Err(HttpError { status, message });
