@@ -42,6 +42,16 @@ pub struct Stats {
     /// no common cipher; the alert sent), the handshake deadline, or the
     /// peer leaving half way.
     pub tls_handshake_failures: u64,
+    /// TLS connections closed before their handshake because
+    /// `--tls-max-handshakes` were under way.
+    pub tls_handshakes_refused: u64,
+    /// Established TLS connections ended by a TLS error (a bad or
+    /// oversized record, more than 32 key updates without data between
+    /// them): rustls's alert sent, then the close.
+    pub tls_errors: u64,
+    /// TLS connections that sent records after their `close_notify`
+    /// (not read; the connection closed).
+    pub tls_after_close_notify: u64,
     /// Certificate reloads (SIGHUP) that took effect.
     pub tls_reloads: u64,
     /// Certificate reloads refused (a file missing or bad): the old

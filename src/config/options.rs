@@ -74,6 +74,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.tls.keys = paths(v);
             Ok(())
         };
+    "tls-max-handshakes", CORECAST_TLS_MAX_HANDSHAKES, "N", "1024",
+        "TLS handshakes under way at once on --listen; more connections are closed before theirs, unanswered, and counted (tls_handshakes_refused), so a handshake storm costs bounded memory (0 = unbounded)"
+        => |c, v| set_num(&mut c.tls.max_handshakes, v);
     "cpu", CORECAST_CPU, "N", -,
         "CPU to pin the worker to (default: first CPU the process may use)"
         => |c, v| {

@@ -141,13 +141,25 @@ fn tls(o: &mut String, s: &Stats) {
     labelled(
         o,
         "corecast_tls_handshakes_total",
-        "TLS handshakes on --listen, by outcome (`failed`: ended before completing).",
+        "TLS handshakes on --listen, by outcome (`failed`: ended before completing; `refused`: over --tls-max-handshakes).",
         "counter",
         "result",
         &[
             ("full", s.tls_handshakes.saturating_sub(s.tls_resumed)),
             ("resumed", s.tls_resumed),
             ("failed", s.tls_handshake_failures),
+            ("refused", s.tls_handshakes_refused),
+        ],
+    );
+    labelled(
+        o,
+        "corecast_tls_errors_total",
+        "Established TLS connections closed for what the client sent, by kind.",
+        "counter",
+        "kind",
+        &[
+            ("protocol", s.tls_errors),
+            ("after_close_notify", s.tls_after_close_notify),
         ],
     );
     labelled(

@@ -31,8 +31,18 @@ use crate::server::{endpoints, publish};
 pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
     let fd = sock.fd;
     let mut sock = Stream::plain(sock);
-    if ctx.role == Listener::Public {
-        sock.tls = w.tls.as_ref().map(|t| Session::new(t.config()));
+    if let (Listener::Public, Some(tls)) = (ctx.role, &w.tls) {
+        let Some(slot) = tls.begin_handshake() else {
+            // Over --tls-max-handshakes: closed before any TLS work.
+            w.hub.borrow_mut().stats.tls_handshakes_refused += 1;
+            log::refused(
+                log::Refusal::Tls,
+                "connection refused",
+                "too many tls handshakes",
+            );
+            return;
+        };
+        sock.tls = Some(Session::new(tls.config(), slot));
     }
     let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
     let registered = match per_ip {

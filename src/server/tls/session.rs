@@ -13,21 +13,25 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
-use std::io::{self, BufRead, IoSlice};
+use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use rustls::{HandshakeKind, ServerConfig, ServerConnection};
 
+use super::edge::HandshakeSlot;
 use crate::log;
 use crate::server::iovec::advance_position;
+use crate::server::sys;
 use crate::server::worker::Worker;
 use crate::tls;
+use crate::tls::records::{self, Fed};
 
 /// Most slices handed to rustls in one vectored write (a batch longer
 /// than this is encrypted in more calls).
@@ -44,6 +48,9 @@ pub struct Session {
     waiter: Cell<Option<Waker>>,
     /// The handshake is not over (counted once when it ends either way).
     handshaking: Cell<bool>,
+    /// Its place among the worker's pending handshakes
+    /// (`--tls-max-handshakes`), given back when the handshake ends.
+    slot: Cell<Option<HandshakeSlot>>,
     /// Bytes came from the peer (its first ones are checked for plain
     /// HTTP).
     greeted: Cell<bool>,
@@ -51,26 +58,16 @@ pub struct Session {
     peer_closed: Cell<bool>,
 }
 
-/// What a read came to, besides plaintext.
-enum Fed {
-    /// Plaintext (or nothing yet) and the session goes on.
-    Open,
-    /// The peer sent `close_notify`: the end of its stream.
-    Closed,
-}
-
 impl Session {
-    /// A fresh server-side session under `cfg`.
-    pub fn new(cfg: Arc<ServerConfig>) -> Rc<Session> {
-        // Fails only for a configuration rustls cannot serve (checked when
-        // it was built: the same config made sessions before).
-        let mut conn = ServerConnection::new(cfg).expect("a configuration that serves");
-        conn.set_buffer_limit(Some(tls::BUFFER_LIMIT));
+    /// A fresh server-side session under `cfg`, holding `slot` until its
+    /// handshake ends.
+    pub fn new(cfg: Arc<ServerConfig>, slot: HandshakeSlot) -> Rc<Session> {
         Rc::new(Session {
-            conn: RefCell::new(conn),
+            conn: RefCell::new(records::session(cfg)),
             wr: Cell::new(None),
             waiter: Cell::new(None),
             handshaking: Cell::new(true),
+            slot: Cell::new(Some(slot)),
             greeted: Cell::new(false),
             peer_closed: Cell::new(false),
         })
@@ -117,13 +114,21 @@ impl Session {
             match self.feed(w, &cipher, buf) {
                 Ok(Fed::Open) if buf.len() == before => continue,
                 Ok(Fed::Open) => return Ok(buf.len() - before),
-                Ok(Fed::Closed) => {
+                Ok(Fed::Closed { discarded }) => {
                     self.peer_closed.set(true);
+                    if discarded > 0 {
+                        // Writing after close_notify: not read, and the
+                        // connection ends like any other at its close.
+                        w.hub.borrow_mut().stats.tls_after_close_notify += 1;
+                        log!(Debug, "tls data after close_notify", bytes = discarded);
+                    }
                     return Ok(buf.len() - before);
                 }
                 Err(e) => {
-                    // The alert rustls queued (best effort).
+                    // The alert rustls queued (best effort), and a close
+                    // that does not lose it.
                     let _ = self.send_pending(wr).await;
+                    drain_after_alert(w, (rd, fd)).await;
                     return Err(e);
                 }
             }
@@ -140,34 +145,33 @@ impl Session {
         true
     }
 
-    /// Hands `cipher` to rustls, moving the plaintext it yields to `buf`.
-    fn feed(&self, w: &Worker, mut cipher: &[u8], buf: &mut BytesMut) -> io::Result<Fed> {
+    /// Hands `cipher` to rustls (`tls::records::feed`), moving the
+    /// plaintext it yields to `buf`; counts the handshake's end and a TLS
+    /// error.
+    fn feed(&self, w: &Worker, cipher: &[u8], buf: &mut BytesMut) -> io::Result<Fed> {
         let mut conn = self.conn.borrow_mut();
-        while !cipher.is_empty() {
-            if conn.read_tls(&mut cipher)? == 0 {
-                // After close_notify rustls takes no more; the rest is
-                // discarded.
-                break;
-            }
-            if let Err(e) = conn.process_new_packets() {
-                drop(conn);
+        let fed = records::feed(&mut conn, cipher, buf);
+        if self.handshaking.get() && !conn.is_handshaking() {
+            self.handshake_done(w, &conn);
+        }
+        drop(conn);
+        if let Err(e) = &fed {
+            log!(Debug, "tls error", error = e);
+            if self.handshaking.get() {
                 self.handshake_failed(w, "refused");
-                log!(Debug, "tls error", error = e);
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-            }
-            if self.handshaking.get() && !conn.is_handshaking() {
-                self.handshake_done(w, &conn);
-            }
-            if let Fed::Closed = take_plaintext(&mut conn, buf)? {
-                return Ok(Fed::Closed);
+            } else {
+                // Bad records, an oversized one, a key-update flood:
+                // rustls's alert goes out, then the close.
+                w.hub.borrow_mut().stats.tls_errors += 1;
             }
         }
-        Ok(Fed::Open)
+        fed
     }
 
     /// Counts a completed handshake.
     fn handshake_done(&self, w: &Worker, conn: &ServerConnection) {
         self.handshaking.set(false);
+        self.slot.take();
         let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
         let mut hub = w.hub.borrow_mut();
         hub.stats.tls_handshakes += 1;
@@ -185,6 +189,7 @@ impl Session {
     /// Counts a connection that ended before its handshake completed.
     fn handshake_failed(&self, w: &Worker, why: &str) {
         if self.handshaking.replace(false) {
+            self.slot.take();
             w.hub.borrow_mut().stats.tls_handshake_failures += 1;
             log!(Debug, "tls handshake failed", reason = why);
         }
@@ -269,23 +274,29 @@ impl Session {
     }
 }
 
-/// Moves the plaintext rustls decrypted to `buf`.
-fn take_plaintext(conn: &mut ServerConnection, buf: &mut BytesMut) -> io::Result<Fed> {
-    let mut reader = conn.reader();
-    loop {
-        match reader.fill_buf() {
-            Ok([]) => return Ok(Fed::Closed),
-            Ok(chunk) => {
-                let n = chunk.len();
-                buf.extend_from_slice(chunk);
-                reader.consume(n);
+/// Most input read and dropped after an alert ([`drain_after_alert`]).
+const DRAIN_BYTES: usize = 64 << 10;
+/// Longest wait for the peer's end of stream after an alert.
+const DRAIN_TIME: Duration = Duration::from_millis(200);
+
+/// Half-closes after an alert, then reads and drops what the peer still
+/// sends (within [`DRAIN_BYTES`] and [`DRAIN_TIME`]): closing with unread
+/// input would make the kernel answer with an RST, which can take the
+/// alert with it before the peer reads it.
+async fn drain_after_alert(w: &Worker, (rd, fd): (&mut TcpOwnedReadHalf, RawFd)) {
+    sys::shutdown_write(fd);
+    let drain = async {
+        let mut junk = BytesMut::new();
+        let mut total = 0;
+        while total < DRAIN_BYTES {
+            match w.read_more(rd, fd, &mut junk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Fed::Open),
-            // TCP's end without close_notify: the read that sees it says so.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(Fed::Open),
-            Err(e) => return Err(e),
+            junk.clear();
         }
-    }
+    };
+    let _ = monoio::time::timeout(DRAIN_TIME, drain).await;
 }
 
 /// The write half, held by one task; given back when dropped (also when
