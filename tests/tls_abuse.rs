@@ -228,7 +228,11 @@ fn client_hello(cfg: Arc<ClientConfig>) -> Vec<u8> {
 /// `n` connections that each send `hello` and then wait: handshakes the
 /// server starts and never sees finished (at most 1,000 connecting at a
 /// time, all held at once).
-async fn storm(addr: SocketAddr, n: usize, hello: &[u8]) -> Vec<tokio::net::TcpStream> {
+async fn storm(
+    (from, addr): (std::net::Ipv4Addr, SocketAddr),
+    n: usize,
+    hello: &[u8],
+) -> Vec<tokio::net::TcpStream> {
     let hello = Arc::new(hello.to_vec());
     let gate = Arc::new(tokio::sync::Semaphore::new(1000));
     let tasks: Vec<_> = (0..n)
@@ -236,9 +240,12 @@ async fn storm(addr: SocketAddr, n: usize, hello: &[u8]) -> Vec<tokio::net::TcpS
             let (hello, gate) = (hello.clone(), gate.clone());
             tokio::spawn(async move {
                 let _permit = gate.acquire().await.unwrap();
-                let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+                let sock = tokio::net::TcpSocket::new_v4().ok()?;
+                sock.bind(SocketAddr::new(from.into(), 0)).ok()?;
+                let mut s = sock.connect(addr).await.ok()?;
                 use tokio::io::AsyncWriteExt;
-                s.write_all(&hello).await.ok()?;
+                // A refused one may be reset before its hello is written.
+                let _ = s.write_all(&hello).await;
                 Some(s)
             })
         })
@@ -247,7 +254,16 @@ async fn storm(addr: SocketAddr, n: usize, hello: &[u8]) -> Vec<tokio::net::TcpS
     for t in tasks {
         held.extend(within("storm connects", t).await.unwrap());
     }
+    assert_eq!(held.len(), n, "every storm connection connected");
     held
+}
+
+/// Both storms, one after the other (each holds 10,000 descriptors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_handshakes_at_once_are_bounded() {
+    ensure_fd_limit(20_000);
+    storm_meets_the_handshake_bound().await;
+    storm_from_one_address_leaves_the_others_served().await;
 }
 
 /// 10,000 handshakes at once (a ClientHello each, then silence):
@@ -258,17 +274,14 @@ async fn storm(addr: SocketAddr, n: usize, hello: &[u8]) -> Vec<tokio::net::TcpS
 /// Every one of the 10,000 is accounted for: refused or failed.
 /// (Loopback addresses are exempt from the per-address bounds, so the
 /// storm meets this one.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_handshakes_at_once_are_bounded() {
-    ensure_fd_limit(20_000);
+async fn storm_meets_the_handshake_bound() {
     let (srv, pki) = tls_server("storm", |c| {
         c.tls.max_handshakes = 200;
         c.handshake_timeout = Duration::from_secs(2);
     });
     let (addr, admin, cfg) = (srv.addr, srv.admin.unwrap(), client_config(&pki.ca()));
     let hello = client_hello(cfg.clone());
-    let held = storm(addr, 10_000, &hello).await;
-    assert_eq!(held.len(), 10_000, "every storm connection connected");
+    let held = storm((std::net::Ipv4Addr::LOCALHOST, addr), 10_000, &hello).await;
     let s = wait_until_stat(admin, |s| {
         counter(s, "tls_handshakes_refused") + counter(s, "tls_handshake_failures") == 10_000
     })
@@ -300,4 +313,37 @@ fn try_healthz(addr: SocketAddr, cfg: Arc<ClientConfig>) -> Option<String> {
         tls.complete_io(&mut tcp).ok()?;
     }
     Some(Client { tcp, tls }.healthz())
+}
+
+/// A blocking socket connected to `addr` from `ip`.
+async fn tcp_from(ip: std::net::Ipv4Addr, addr: SocketAddr) -> std::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(SocketAddr::new(ip.into(), 0)).unwrap();
+    let tcp = within("connect", sock.connect(addr)).await.unwrap();
+    let tcp = tcp.into_std().unwrap();
+    tcp.set_nonblocking(false).unwrap();
+    tcp
+}
+
+/// The same storm from one address (127.0.0.3) that is not exempt from the
+/// per-address bounds: 256 connections admitted (and held: the deadline
+/// is a minute), the other 9,744 closed and counted, and a client from
+/// another address served at once while the storm holds its sockets.
+async fn storm_from_one_address_leaves_the_others_served() {
+    let (srv, pki) = tls_server("storm-one", |c| {
+        // The test's own requests (from 127.0.0.1) stay exempt.
+        c.peers.exempt = corecast::peers::parse_nets("127.0.0.1/32").unwrap();
+        c.handshake_timeout = Duration::from_secs(60);
+    });
+    let (addr, admin, cfg) = (srv.addr, srv.admin.unwrap(), client_config(&pki.ca()));
+    let hello = client_hello(cfg.clone());
+    let storm_ip = std::net::Ipv4Addr::new(127, 0, 0, 3);
+    let held = storm((storm_ip, addr), 10_000, &hello).await;
+    let s = wait_stat(admin, "per_ip_connections_rejected", |n| n == 10_000 - 256).await;
+    assert_eq!(counter(&s, "tls_handshakes_refused"), 0, "{s}");
+    let tcp = tcp_from(std::net::Ipv4Addr::new(127, 0, 0, 2), addr).await;
+    let status = blocking(move || Client::over(tcp, cfg).healthz()).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    drop(held);
+    wait_stat(admin, "connections", |n| n == 1).await;
 }
