@@ -1,7 +1,7 @@
 //! `--token-jwks-url` on the whole server (issue 31): a real identity
 //! provider in the test (`tests/jwks/provider.js`, Node's `crypto` — RSA
 //! keys published as a JWKS over HTTP, tokens signed with them), key
-//! rotation, the unknown-`kid` refresh's rate limit (fetches counted on
+//! rotation, the periodic refresh, the unknown-`kid` refresh's rate limit (fetches counted on
 //! both sides), a provider that is down, slow, malformed or too large
 //! (the cached keys keep working), a server that starts while the
 //! provider is down, and a provider that rotates every second.
@@ -254,4 +254,23 @@ async fn a_provider_rotating_every_second_is_followed_within_bounds() {
     );
     assert!(counter(&s, "token_jwks_unknown_kid") >= 1, "{s}");
     assert_eq!(get(srv.addr, "/healthz").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_set_is_fetched_periodically_without_any_token_asking() {
+    let p = Provider::start();
+    // Periodic fetches every 10 x 100 ms.
+    let srv = server(&p.url(), "100ms", "2s");
+    wait_stat(srv.addr, "token_jwks_fetches", |n| n == 1).await;
+    let kid = p.control("rotate").await;
+    let fetched = p.fetches().await;
+    wait_until("a periodic fetch after the rotation", || async {
+        p.fetches().await > fetched
+    })
+    .await;
+    wait_stat(srv.addr, "token_jwks_fetches", |n| n > fetched).await;
+    let token = p.token(Some(&kid)).await;
+    assert_eq!(upgrade(srv.addr, &token).await, 101);
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "token_jwks_unknown_kid"), 0, "{s}");
 }
