@@ -88,6 +88,7 @@ EXCEPTIONS = [
     (("pusher", "presence"), ("presence", "redis"), "Pusher presence channels keep their members through the same Redis scripts"),
     (("cache", "origin"), ("tls", "client"), "an https:// origin's bytes are TLS: the client reads and writes through tls::client's stream"),
     (("pusher", "webhook"), ("cache", "origin"), "webhooks are sent with the cache's pooled, bounded HTTP client"),
+    (("auth", "jwks"), ("cache", "origin"), "the identity provider's key set is fetched with the cache's bounded HTTP client"),
 ]
 
 

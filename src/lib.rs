@@ -59,8 +59,9 @@
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
-//! - `auth` → `http`, `secret`: publish keys, JWT (HS256) connection
-//!   tokens, `Origin` allow-list, token-bucket publish rates (sans-I/O).
+//! - `auth` → `http`, `secret`: publish keys, JWT connection tokens (HS256,
+//!   RS/ES with public keys; JWKS sets read and their refresh schedule),
+//!   `Origin` allow-list, token-bucket publish rates (sans-I/O).
 //! - `cache` → `http`, `secret`: the HTTP response cache in front of
 //!   `--origin`, sans-I/O — `Cache-Control` policy, keys, entry encoding,
 //!   the LRU memory store, chunked decoding, origin response heads.

@@ -210,6 +210,8 @@ pub enum Refusal {
     PublishKey,
     /// A connection or handshake over a per-IP limit.
     PerIp,
+    /// A TLS connection over `--tls-max-handshakes`.
+    Tls,
 }
 
 /// Interval of [`refused`] lines per kind.
@@ -219,8 +221,8 @@ thread_local! {
     /// Per worker thread (each worker owns its limiters, no locks):
     /// limiters by [`Refusal`] kind, lines suppressed in total, and the
     /// clock they run on.
-    static REFUSALS: std::cell::RefCell<([LogLimiter; 4], u64)> = const {
-        std::cell::RefCell::new(([LogLimiter::new(REFUSAL_LOG_INTERVAL_MS); 4], 0))
+    static REFUSALS: std::cell::RefCell<([LogLimiter; 5], u64)> = const {
+        std::cell::RefCell::new(([LogLimiter::new(REFUSAL_LOG_INTERVAL_MS); 5], 0))
     };
 }
 

@@ -42,6 +42,16 @@ pub struct Stats {
     /// no common cipher; the alert sent), the handshake deadline, or the
     /// peer leaving half way.
     pub tls_handshake_failures: u64,
+    /// TLS connections closed before their handshake because
+    /// `--tls-max-handshakes` were under way.
+    pub tls_handshakes_refused: u64,
+    /// Established TLS connections ended by a TLS error (a bad or
+    /// oversized record, more than 32 key updates without data between
+    /// them): rustls's alert sent, then the close.
+    pub tls_errors: u64,
+    /// TLS connections that sent records after their `close_notify`
+    /// (not read; the connection closed).
+    pub tls_after_close_notify: u64,
     /// Certificate reloads (SIGHUP) that took effect.
     pub tls_reloads: u64,
     /// Certificate reloads refused (a file missing or bad): the old
@@ -98,6 +108,17 @@ pub struct Stats {
     /// WebSockets closed with 4001 because their token expired without a
     /// refresh.
     pub token_expirations: u64,
+    /// Fetches of the `--token-jwks-url` key set, each attempt.
+    pub token_jwks_fetches: u64,
+    /// Of those, failed ones (unreachable, timed out, not 200, over the
+    /// size or key bound, not a key set, no usable key): the keys held
+    /// stay in use.
+    pub token_jwks_failures: u64,
+    /// Keys taken from the last good key set (gauge).
+    pub token_jwks_keys: u64,
+    /// Tokens refused (401) for a `kid` no held key has; each may ask for
+    /// a refresh, at most one per `--token-jwks-refresh`.
+    pub token_jwks_unknown_kid: u64,
     /// Successful `{"op":"refresh"}` token refreshes.
     pub token_refreshes: u64,
     /// Refusal log lines (bad purge tokens, refused upgrades, bad publish

@@ -121,6 +121,84 @@ fn point(x: &str, y: &str, len: usize) -> Option<Vec<u8>> {
     Some(p)
 }
 
+/// How many `--token-jwks-refresh` intervals apart periodic fetches are.
+pub const PERIOD_FACTOR: u64 = 10;
+/// The first retry after a failed fetch, at most (then doubling up to the
+/// period).
+pub const FIRST_RETRY_MS: u64 = 1000;
+
+/// When a key set is fetched, sans-I/O (milliseconds on the caller's
+/// clock): at once at start; then every `PERIOD_FACTOR` refresh
+/// intervals; after a failure with backoff (from `FIRST_RETRY_MS`, or the
+/// refresh interval if shorter, doubling up to the period); and early
+/// when a token names an unknown `kid`, but never sooner than one refresh
+/// interval after the previous fetch began — so a stream of tokens with
+/// made-up `kid`s costs the provider at most one fetch per interval.
+#[derive(Debug, Clone)]
+pub struct Refresh {
+    refresh_ms: u64,
+    last_ms: Option<u64>,
+    failures: u32,
+    wanted: bool,
+}
+
+impl Refresh {
+    /// A schedule with `refresh_ms` between unknown-`kid` fetches.
+    pub fn new(refresh_ms: u64) -> Refresh {
+        Refresh {
+            refresh_ms: refresh_ms.max(1),
+            last_ms: None,
+            failures: 0,
+            wanted: false,
+        }
+    }
+
+    /// The periodic interval.
+    pub fn period_ms(&self) -> u64 {
+        self.refresh_ms.saturating_mul(PERIOD_FACTOR)
+    }
+
+    /// A fetch begins at `now`.
+    pub fn started(&mut self, now: u64) {
+        self.last_ms = Some(now);
+        self.wanted = false;
+    }
+
+    /// The fetch that began last ended, well or not.
+    pub fn finished(&mut self, ok: bool) {
+        self.failures = if ok {
+            0
+        } else {
+            self.failures.saturating_add(1)
+        };
+    }
+
+    /// A token named an unknown `kid`: an early fetch is wanted. True when
+    /// this is news (the fetcher should look at its schedule again).
+    pub fn want(&mut self) -> bool {
+        !std::mem::replace(&mut self.wanted, true)
+    }
+
+    /// When the next fetch is due (0: now).
+    pub fn due_ms(&self) -> u64 {
+        let Some(last) = self.last_ms else {
+            return 0;
+        };
+        let wait = match self.failures {
+            0 => self.period_ms(),
+            n => {
+                let first = FIRST_RETRY_MS.min(self.refresh_ms);
+                (first << (n - 1).min(20)).min(self.period_ms())
+            }
+        };
+        let periodic = last.saturating_add(wait);
+        match self.wanted {
+            true => periodic.min(last.saturating_add(self.refresh_ms)),
+            false => periodic,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +238,36 @@ mod tests {
             (KeyKind::Rsa, KeyKind::P256)
         );
         assert_eq!(s.skipped, 7);
+    }
+
+    #[test]
+    fn fetches_are_periodic_early_for_unknown_kids_and_back_off() {
+        let mut r = Refresh::new(30_000);
+        assert_eq!(r.due_ms(), 0, "at once at start");
+        r.started(5);
+        r.finished(true);
+        assert_eq!(r.due_ms(), 5 + 300_000, "periodic");
+        // Unknown kids: one early fetch, not before the interval.
+        assert!(r.want() && !r.want());
+        assert_eq!(r.due_ms(), 5 + 30_000);
+        r.started(30_005);
+        assert_eq!(r.due_ms(), 30_005 + 300_000, "the wish is spent");
+        // Failures back off from 1 s, doubling, capped at the period.
+        let waits: Vec<u64> = (0..12)
+            .map(|_| {
+                r.finished(false);
+                r.due_ms() - 30_005
+            })
+            .collect();
+        assert_eq!(&waits[..4], [1000, 2000, 4000, 8000]);
+        assert_eq!(waits[11], 300_000);
+        r.finished(true);
+        assert_eq!(r.due_ms(), 30_005 + 300_000);
+        // A short interval shortens the first retry.
+        let mut quick = Refresh::new(200);
+        quick.started(0);
+        quick.finished(false);
+        assert_eq!(quick.due_ms(), 200);
     }
 
     #[test]

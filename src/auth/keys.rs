@@ -17,7 +17,8 @@ use super::error::TokenError;
 
 /// Smallest RSA modulus accepted, in bits (ring verifies 2048–8192).
 pub const MIN_RSA_BITS: usize = 2048;
-/// Most public keys a server holds (PEM files and, later, a JWKS).
+/// Most public keys read from PEM files, and most signature keys taken
+/// from one key set (`--token-jwks-url`).
 pub const MAX_PUBLIC_KEYS: usize = 32;
 
 const RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
@@ -216,7 +217,12 @@ impl<'a> TokenKeys<'a> {
 
     fn key(&self, kind: KeyKind, kid: Option<&str>) -> Result<&'a PublicKey, TokenError> {
         let mut family = self.public.iter().filter(|k| k.kind == kind);
-        let first = family.next().ok_or(TokenError::UnsupportedAlgorithm)?;
+        // A `kid` and no key of its family: a key set may not have it yet
+        // (rotation to a new key type, or not fetched yet).
+        let first = family.next().ok_or(match kid {
+            Some(_) => TokenError::UnknownKey,
+            None => TokenError::UnsupportedAlgorithm,
+        })?;
         let several = family.next().is_some();
         let named = |k: &&PublicKey| k.kid.as_deref() == kid;
         match (kid, several) {

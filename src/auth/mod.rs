@@ -11,7 +11,8 @@
 //! - `jwt`: a token's parts, signature (through `keys`) and claims.
 //! - `keys`: the keys, each bound to one algorithm family (no algorithm
 //!   confusion), PEM public keys.
-//! - `jwks`: JSON Web Key Sets read into public keys (what is skipped).
+//! - `jwks`: JSON Web Key Sets read into public keys (what is skipped),
+//!   and when to fetch one (`Refresh`; the fetching is `server::auth`'s).
 //! - `grants`: what a connection may do (channel patterns).
 //! - `error`: why a token is refused.
 //! - `bucket`: the token bucket.
@@ -111,6 +112,16 @@ pub struct AuthConfig {
     /// Public keys of connection tokens (`--token-public-key`). With
     /// neither these nor a secret, no token is required.
     pub token_public_keys: Vec<PublicKey>,
+    /// `--token-jwks-url`: an identity provider's key set (`http[s]://`,
+    /// checked as an origin URL), fetched and refreshed by the worker; its
+    /// keys join `token_public_keys`.
+    pub token_jwks_url: Option<String>,
+    /// `--token-jwks-refresh`: fewest time between two fetches of the key
+    /// set caused by tokens naming an unknown `kid`; ten times it is the
+    /// periodic refresh.
+    pub token_jwks_refresh: std::time::Duration,
+    /// `--token-jwks-timeout`: time for one fetch of the key set.
+    pub token_jwks_timeout: std::time::Duration,
     /// The claim that names the user instead of `sub`.
     pub token_user_claim: Option<String>,
     /// `aud` every token must carry (None = not checked).
@@ -133,6 +144,17 @@ pub fn authorize_upgrade(
     req: &crate::http::Request,
     channel: Option<&str>,
 ) -> Result<Grants, Refusal> {
+    authorize_upgrade_with(cfg, req, channel, |t| cfg.verify(t))
+}
+
+/// [`authorize_upgrade`] with the token checked by `verify` (the edge's,
+/// when keys also come from a JWKS it fetches).
+pub fn authorize_upgrade_with(
+    cfg: &AuthConfig,
+    req: &crate::http::Request,
+    channel: Option<&str>,
+    verify: impl FnOnce(&[u8]) -> Result<Grants, TokenError>,
+) -> Result<Grants, Refusal> {
     if !origin_allowed(&cfg.allowed_origins, req.origin.as_deref()) {
         return Err((403, "origin not allowed"));
     }
@@ -149,7 +171,7 @@ pub fn authorize_upgrade(
         .map(str::as_bytes)
         .or_else(|| req.authorization.as_deref().and_then(bearer))
         .ok_or((401, "missing token"))?;
-    let grants = cfg.verify(token).map_err(|e| (401, e.message()))?;
+    let grants = verify(token).map_err(|e| (401, e.message()))?;
     match channel {
         Some(c) if !grants.may_subscribe(c) => Err((403, "token does not grant this channel")),
         _ => Ok(grants),
@@ -176,18 +198,26 @@ fn publisher_grants(key: &Secret, req: &crate::http::Request) -> Result<Grants, 
 }
 
 impl AuthConfig {
-    /// Whether every WebSocket upgrade needs a token (a secret or a
-    /// public key is configured).
+    /// Whether every WebSocket upgrade needs a token (a secret, a
+    /// public key or a key set URL is configured).
     pub fn tokens_required(&self) -> bool {
-        self.token_secret.is_some() || !self.token_public_keys.is_empty()
+        self.token_secret.is_some()
+            || !self.token_public_keys.is_empty()
+            || self.token_jwks_url.is_some()
     }
 
     /// Verifies a connection token (at the upgrade or on refresh) with
     /// every configured key and check.
     pub fn verify(&self, token: &[u8]) -> Result<Grants, TokenError> {
+        self.verify_with(token, &self.token_public_keys)
+    }
+
+    /// [`AuthConfig::verify`] with `public` as the public keys (the
+    /// configured ones and a key set's, as the edge holds them).
+    pub fn verify_with(&self, token: &[u8], public: &[PublicKey]) -> Result<Grants, TokenError> {
         let keys = TokenKeys {
             secret: self.token_secret.as_ref().map(|s| s.0.as_bytes()),
-            public: &self.token_public_keys,
+            public,
         };
         let expected = Expected {
             audience: self.token_audience.as_deref(),

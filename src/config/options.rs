@@ -74,6 +74,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.tls.keys = paths(v);
             Ok(())
         };
+    "tls-max-handshakes", CORECAST_TLS_MAX_HANDSHAKES, "N", "1024",
+        "TLS handshakes under way at once on --listen; more connections are closed before theirs, unanswered, and counted (tls_handshakes_refused), so a handshake storm costs bounded memory (0 = unbounded)"
+        => |c, v| set_num(&mut c.tls.max_handshakes, v);
     "cpu", CORECAST_CPU, "N", -,
         "CPU to pin the worker to (default: first CPU the process may use)"
         => |c, v| {
@@ -247,6 +250,20 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.auth.token_public_keys = load_public_keys(v)?;
             Ok(())
         };
+    "token-jwks-url", CORECAST_TOKEN_JWKS_URL, "URL", -,
+        "http[s]://host[:port]/path of an identity provider's key set (JWKS): require a JWT on every WebSocket upgrade, checked with its RSA and EC signature keys (as --token-public-key's, at most 32, a set of at most 256 KiB); fetched by the worker without blocking it, refreshed every 10 x --token-jwks-refresh and when a token names an unknown `kid`; kept when the provider fails. Until the first set arrives such tokens are refused (401) and the fetch is retried with backoff (default: none)"
+        => |c, v| {
+            let v = v.trim();
+            v.parse::<crate::cache::origin::OriginUrl>()?;
+            c.auth.token_jwks_url = (!v.is_empty()).then(|| v.to_string());
+            Ok(())
+        };
+    "token-jwks-refresh", CORECAST_TOKEN_JWKS_REFRESH, "DURATION", "30s",
+        "fewest time between two fetches of the --token-jwks-url key set caused by tokens naming an unknown `kid` (those tokens are refused meanwhile, 401); the set is also fetched every 10 x this"
+        => |c, v| set_positive_duration(&mut c.auth.token_jwks_refresh, v);
+    "token-jwks-timeout", CORECAST_TOKEN_JWKS_TIMEOUT, "DURATION", "5s",
+        "time for one fetch of the --token-jwks-url key set (connect to last byte); a slower provider counts as failed and the cached keys stay in use"
+        => |c, v| set_positive_duration(&mut c.auth.token_jwks_timeout, v);
     "token-user-claim", CORECAST_TOKEN_USER_CLAIM, "CLAIM", "sub",
         "the token claim (a string) that names the user — in presence, logs and hooks — e.g. `email` for providers that cannot put the application's user id in `sub`; a token without it is refused"
         => |c, v| {
@@ -618,6 +635,13 @@ fn set_size(slot: &mut usize, v: &str) -> Result<(), String> {
 
 fn set_duration(slot: &mut Duration, v: &str) -> Result<(), String> {
     *slot = parse_duration(v)?;
+    Ok(())
+}
+
+fn set_positive_duration(slot: &mut Duration, v: &str) -> Result<(), String> {
+    *slot = Some(parse_duration(v)?)
+        .filter(|d| !d.is_zero())
+        .ok_or("must be more than 0")?;
     Ok(())
 }
 

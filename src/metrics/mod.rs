@@ -141,13 +141,25 @@ fn tls(o: &mut String, s: &Stats) {
     labelled(
         o,
         "corecast_tls_handshakes_total",
-        "TLS handshakes on --listen, by outcome (`failed`: ended before completing).",
+        "TLS handshakes on --listen, by outcome (`failed`: ended before completing; `refused`: over --tls-max-handshakes).",
         "counter",
         "result",
         &[
             ("full", s.tls_handshakes.saturating_sub(s.tls_resumed)),
             ("resumed", s.tls_resumed),
             ("failed", s.tls_handshake_failures),
+            ("refused", s.tls_handshakes_refused),
+        ],
+    );
+    labelled(
+        o,
+        "corecast_tls_errors_total",
+        "Established TLS connections closed for what the client sent, by kind.",
+        "counter",
+        "kind",
+        &[
+            ("protocol", s.tls_errors),
+            ("after_close_notify", s.tls_after_close_notify),
         ],
     );
     labelled(
@@ -157,6 +169,34 @@ fn tls(o: &mut String, s: &Stats) {
         "counter",
         "result",
         &[("ok", s.tls_reloads), ("failed", s.tls_reload_failures)],
+    );
+    jwks(o, s);
+}
+
+/// The `--token-jwks-url` key set: fetches, keys, unknown `kid`s.
+fn jwks(o: &mut String, s: &Stats) {
+    labelled(
+        o,
+        "corecast_token_jwks_fetches_total",
+        "Fetches of the --token-jwks-url key set, by outcome (`failed`: the held keys stay).",
+        "counter",
+        "result",
+        &[
+            ("ok", s.token_jwks_fetches - s.token_jwks_failures),
+            ("failed", s.token_jwks_failures),
+        ],
+    );
+    gauge(
+        o,
+        "corecast_token_jwks_keys",
+        "Keys taken from the last good key set.",
+        s.token_jwks_keys,
+    );
+    counter(
+        o,
+        "corecast_token_jwks_unknown_kid_total",
+        "Tokens refused for a kid no held key has.",
+        s.token_jwks_unknown_kid,
     );
 }
 

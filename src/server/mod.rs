@@ -68,6 +68,9 @@
 //!                  ▼  every folder
 //!   worker, publish, endpoints, formats, redis/mod.rs → resolve, sys, iovec
 //! ```
+//! - `auth/`: `jwks` (`--token-jwks-url`: the identity provider's key set
+//!   fetched, cached and refreshed by a task of its own; the worker checks
+//!   tokens against the keys it holds), through `cache::origin`'s client.
 //! - `tls/`: the listener's TLS (`--tls-cert`) — the configuration new
 //!   handshakes get and its reload on SIGHUP (`edge`), a connection's
 //!   rustls session (`session`): a byte transport under the HTTP phase
@@ -79,6 +82,7 @@
 //! a second wire under the same outbox, a sibling of `conn/websocket`'s
 //! writer with its own format in `formats`).
 
+mod auth;
 mod cache;
 mod conn;
 mod endpoints;
@@ -121,8 +125,8 @@ const TICK: Duration = Duration::from_millis(100);
 type WorkerTls = (Option<tls::edge::TlsEdge>, tls::client::ClientTls);
 
 /// The TLS client configurations of the process, built once at start for
-/// what corecast calls over TLS (`rediss://`, an `https://` origin or
-/// webhook); a bad `--redis-tls-ca`, or no system roots, is the start's
+/// what corecast calls over TLS (`rediss://`, an `https://` origin,
+/// webhook or key set); a bad `--redis-tls-ca`, or no system roots, is the start's
 /// error. Without `--redis-tls-ca` Redis and HTTP share one.
 fn client_tls(cfg: &Config) -> io::Result<tls::client::ClientTls> {
     let redis_tls = cfg.redis.first_url().is_some_and(|u| u.tls);
@@ -131,7 +135,8 @@ fn client_tls(cfg: &Config) -> io::Result<tls::client::ClientTls> {
             .pusher
             .apps
             .iter()
-            .any(|a| cfg.pusher.webhook_of(a).is_some_and(|u| u.tls));
+            .any(|a| cfg.pusher.webhook_of(a).is_some_and(|u| u.tls))
+        || (cfg.auth.token_jwks_url.as_deref()).is_some_and(|u| u.starts_with("https://"));
     let build = |ca| crate::tls::client::config(ca).map_err(io::Error::other);
     let system = match (http_tls, redis_tls && cfg.redis.tls_ca.is_none()) {
         (false, false) => None,
@@ -289,6 +294,13 @@ async fn worker_main(
         if !w.cfg.pusher.apps.is_empty() {
             monoio::spawn(pusher::occupancy::settle_loop(w.clone(), link.clone()));
         }
+    }
+    if w.jwks.is_some() {
+        let w = w.clone();
+        monoio::spawn(async move {
+            let jwks = w.jwks.as_ref().expect("checked");
+            auth::jwks::fetcher(jwks, &w.hub).await
+        });
     }
     for app in w.webhooks.apps() {
         let w = w.clone();

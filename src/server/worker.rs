@@ -21,6 +21,7 @@ use crate::peers::Peers;
 use crate::pusher::state::Session;
 use crate::pusher::PusherState;
 use crate::redis::envelope::Envelope;
+use crate::server::auth::jwks::JwksEdge;
 use crate::server::cache::CacheEdge;
 use crate::server::conn::park::Parking;
 use crate::server::conn::sock;
@@ -99,6 +100,8 @@ pub struct Worker {
     pub parking: Parking,
     /// TLS on the public listener (`--tls-cert`).
     pub tls: Option<TlsEdge>,
+    /// The identity provider's key set (`--token-jwks-url`).
+    pub jwks: Option<JwksEdge>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -130,6 +133,7 @@ impl Worker {
             inbound: Cell::new(0),
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             pusher_sessions: RefCell::default(),
+            jwks: JwksEdge::new(&cfg.auth, client.http.clone()),
             webhooks: Webhooks::new(&cfg, client.http),
             presence: RefCell::default(),
             parking: parking(&cfg),
@@ -147,6 +151,30 @@ impl Worker {
         if let Some(ip) = release_ip {
             self.peers.borrow_mut().release(ip, self.now_ms());
         }
+    }
+
+    /// Checks a connection token (at an upgrade or a refresh) with every
+    /// configured key, the key set's included (see `server::auth::jwks`).
+    pub fn verify_token(
+        &self,
+        token: &[u8],
+        stats: &mut crate::stats::Stats,
+    ) -> Result<crate::auth::Grants, crate::auth::TokenError> {
+        match &self.jwks {
+            Some(jwks) => jwks.verify(&self.cfg.auth, token, stats),
+            None => self.cfg.auth.verify(token),
+        }
+    }
+
+    /// `auth::authorize_upgrade` with [`Worker::verify_token`].
+    pub fn authorize(
+        &self,
+        req: &crate::http::Request,
+        channel: Option<&str>,
+    ) -> Result<crate::auth::Grants, crate::auth::Refusal> {
+        crate::auth::authorize_upgrade_with(&self.cfg.auth, req, channel, |t| {
+            self.verify_token(t, &mut self.hub.borrow_mut().stats)
+        })
     }
 
     /// Milliseconds since the worker started (a precise clock, unlike the

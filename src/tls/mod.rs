@@ -12,12 +12,17 @@
 //! server-side session cache for clients without tickets; no 0-RTT
 //! (early data is replayable), no client certificates.
 //!
+//! [`records`] is what a server session does with a client's bytes
+//! (rustls fed, plaintext out, `close_notify` told from errors), the part
+//! of the edge the fuzz target `tls_session` drives.
+//!
 //! [`client`] is the other direction: the one verifying client
 //! configuration for the servers corecast connects to (`rediss://`).
 
 pub mod client;
 pub mod error;
 pub mod load;
+pub mod records;
 mod settings;
 pub mod sni;
 

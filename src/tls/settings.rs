@@ -45,6 +45,9 @@ pub struct Files {
     pub certs: Vec<PathBuf>,
     /// PEM private keys (PKCS#8, PKCS#1 RSA or SEC1 EC), one per chain.
     pub keys: Vec<PathBuf>,
+    /// `--tls-max-handshakes`: handshakes under way at once; more
+    /// connections are closed before theirs (0 = unbounded).
+    pub max_handshakes: usize,
 }
 
 impl Files {
@@ -107,19 +110,32 @@ impl Settings {
             keys.push(load::certified_key(&cert, &key, &provider)?);
         }
         let resolver = sni::Resolver::new(keys)?;
-        let mut cfg = ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(TlsError::Rustls)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(resolver));
-        cfg.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
-        cfg.ticketer = self.tickets.clone();
-        cfg.session_storage = self.sessions.clone();
-        // Our cipher-suite order (AES-GCM, then ChaCha20-Poly1305), not
-        // the client's: both are fast here with ring's assembly.
-        cfg.ignore_client_order = true;
-        Ok(Arc::new(cfg))
+        config_with(Arc::new(resolver), Some(self))
     }
+}
+
+/// The configuration handshakes get, choosing certificates with
+/// `resolver`; `keep`: the settings whose ticket keys and session cache
+/// it uses (`None`: rustls's defaults, for a throwaway configuration).
+pub(super) fn config_with(
+    resolver: Arc<sni::Resolver>,
+    keep: Option<&Settings>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(TlsError::Rustls)?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    cfg.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    if let Some(s) = keep {
+        cfg.ticketer = s.tickets.clone();
+        cfg.session_storage = s.sessions.clone();
+    }
+    // Our cipher-suite order (AES-GCM, then ChaCha20-Poly1305), not
+    // the client's: both are fast here with ring's assembly.
+    cfg.ignore_client_order = true;
+    Ok(Arc::new(cfg))
 }
 
 #[cfg(test)]
@@ -148,6 +164,7 @@ mod tests {
     #[test]
     fn certificates_and_keys_pair_by_position() {
         let files = |c: &[&str], k: &[&str]| Files {
+            max_handshakes: 0,
             certs: c.iter().map(PathBuf::from).collect(),
             keys: k.iter().map(PathBuf::from).collect(),
         };

@@ -13,6 +13,7 @@ use crate::cache::response::Answer;
 use crate::http::{self, BodyPlan, HttpError, Method, Route};
 use crate::hub::ConnId;
 use crate::log;
+use crate::peers::PeerRefusal;
 use crate::server::cache::{self, Incoming};
 use crate::server::conn::sock::Sock;
 use crate::server::conn::stream::Stream;
@@ -31,47 +32,36 @@ use crate::server::{endpoints, publish};
 pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
     let fd = sock.fd;
     let mut sock = Stream::plain(sock);
-    if ctx.role == Listener::Public {
-        sock.tls = w.tls.as_ref().map(|t| Session::new(t.config()));
-    }
+    let tls = w.tls.as_ref().filter(|_| ctx.role == Listener::Public);
+    // A place among the handshakes under way first: over
+    // --tls-max-handshakes, closed before any TLS work.
+    let slot = match tls.map(|t| t.begin_handshake()) {
+        Some(None) => return refuse_tls(&w),
+        slot => slot.flatten(),
+    };
     let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
     let registered = match per_ip {
         Ok(_) => w.hub.borrow_mut().register(fd),
         Err(_) => None,
     };
     let Some(id) = registered else {
-        let message = if per_ip.is_err() {
-            w.hub.borrow_mut().stats.per_ip_connections_rejected += 1;
-            log::refused(
-                log::Refusal::PerIp,
-                "connection refused",
-                "too many connections from this address",
-            );
-            "too many connections from this address"
-        } else {
-            if per_ip == Ok(true) {
-                w.peers.borrow_mut().release(ctx.ip, w.now_ms());
-            }
-            w.hub.borrow_mut().stats.connections_rejected += 1;
-            "too many connections"
-        };
-        let err = HttpError {
-            status: 503,
-            message,
-        };
-        // A TLS connection is refused before its handshake (cheaply, under
-        // load): it gets no answer, only the close.
-        // Boxed: the write and the drain buffer would otherwise enlarge
-        // every task.
-        Box::pin(async {
-            if sock.can_answer() {
+        let err = refused(&w, per_ip, ctx.ip);
+        // A TLS connection is refused before its handshake, cheaply under
+        // load: no session is made for it (its place is given back now),
+        // no answer, only the close. Boxed: the write and the drain
+        // buffer would otherwise enlarge every task.
+        if tls.is_none() {
+            Box::pin(async {
                 let _ = sock.write_all(http::error_response(&err, false)).await;
-            }
-            sock.linger_close().await;
-        })
-        .await;
+                sock.linger_close().await;
+            })
+            .await;
+        }
         return;
     };
+    if let (Some(tls), Some(slot)) = (tls, slot) {
+        sock.tls = Some(Session::new(tls.config(), slot));
+    }
     let mut buf = BytesMut::new();
     let release_ip = (per_ip == Ok(true)).then_some(ctx.ip);
     // Boxed: the HTTP phase (with the cache and publish paths) is large and
@@ -88,6 +78,41 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }
     w.forget(id, release_ip);
+}
+
+/// Counts and logs a TLS connection over `--tls-max-handshakes`.
+fn refuse_tls(w: &Worker) {
+    w.hub.borrow_mut().stats.tls_handshakes_refused += 1;
+    log::refused(
+        log::Refusal::Tls,
+        "connection refused",
+        "too many tls handshakes",
+    );
+}
+
+/// Counts and logs a connection over the per-address bound or
+/// `--max-connections` (giving its address's place back in the latter
+/// case); the answer it gets.
+fn refused(w: &Worker, per_ip: Result<bool, PeerRefusal>, ip: IpAddr) -> HttpError {
+    let message = if per_ip.is_err() {
+        w.hub.borrow_mut().stats.per_ip_connections_rejected += 1;
+        log::refused(
+            log::Refusal::PerIp,
+            "connection refused",
+            "too many connections from this address",
+        );
+        "too many connections from this address"
+    } else {
+        if per_ip == Ok(true) {
+            w.peers.borrow_mut().release(ip, w.now_ms());
+        }
+        w.hub.borrow_mut().stats.connections_rejected += 1;
+        "too many connections"
+    };
+    HttpError {
+        status: 503,
+        message,
+    }
 }
 
 /// Which listener accepted a connection: with `--admin-listen`, the admin
@@ -300,7 +325,7 @@ async fn channel_read(
     let (Route::History(channel) | Route::Presence(channel)) = *route else {
         unreachable!("only history and presence routes are reads of a channel");
     };
-    if let Err((status, message)) = auth::authorize_upgrade(&w.cfg.auth, req, Some(channel)) {
+    if let Err((status, message)) = w.authorize(req, Some(channel)) {
         w.hub.borrow_mut().stats.auth_failures += 1;
         log::refused(log::Refusal::Upgrade, "channel read refused", message);
         return Err(HttpError { status, message });

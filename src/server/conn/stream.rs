@@ -85,10 +85,4 @@ impl Stream {
             let _ = tls.flush(&mut self.sock.wr).await;
         }
     }
-
-    /// Whether an HTTP answer may be written: plain, or TLS after its
-    /// handshake (a connection refused before it gets none).
-    pub fn can_answer(&self) -> bool {
-        self.tls.as_ref().is_none_or(|t| t.established())
-    }
 }

@@ -78,7 +78,7 @@ pub async fn upgrade(
     } else {
         channel.as_deref()
     };
-    let grants = match auth::authorize_upgrade(&w.cfg.auth, req, checked) {
+    let grants = match w.authorize(req, checked) {
         Ok(g) if status_feed => {
             // Read-only whatever the token grants, but not beyond its exp.
             if let Some(exp) = g.expires() {

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use crate::auth::{AuthConfig, Grants};
+use crate::auth::Grants;
 use crate::control::{self, ErrorCode};
 use crate::hub::{ConnId, Hub};
 use crate::server::history::recall;
@@ -34,7 +34,7 @@ pub fn on_control(
     opcode: OpCode,
     payload: &[u8],
 ) -> Option<Box<Deferred>> {
-    let (redis, auth) = (w.redis.as_deref(), &w.cfg.auth);
+    let redis = w.redis.as_deref();
     if opcode == OpCode::Binary {
         let msg = "binary frames are not part of the control protocol; use data_base64";
         hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
@@ -52,7 +52,7 @@ pub fn on_control(
         return early;
     }
     let reply = match env.request {
-        control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
+        control::Request::Refresh { token } => Some(refresh(w, hub, id, grants, &token, idv)),
         control::Request::Subscribe { channel, .. } | control::Request::Presence { channel }
             if !grants.may_subscribe(&channel) =>
         {
@@ -180,18 +180,18 @@ fn before_subscribe(
 /// `{"op":"refresh"}`: a valid token for the same channels moves the
 /// connection's expiry; anything else is refused and the old expiry stands.
 fn refresh(
+    w: &Worker,
     hub: &mut Hub,
-    auth: &AuthConfig,
     id: ConnId,
     grants: &Grants,
     token: &str,
     idv: Option<&serde_json::value::RawValue>,
 ) -> Bytes {
-    let (true, Grants::Token(current)) = (auth.tokens_required(), grants) else {
+    let (true, Grants::Token(current)) = (w.cfg.auth.tokens_required(), grants) else {
         let msg = "this connection holds no token to refresh";
         return control::error(ErrorCode::BadRequest, msg, idv);
     };
-    match auth.verify(token.as_bytes()) {
+    match w.verify_token(token.as_bytes(), &mut hub.stats) {
         Ok(Grants::Token(new)) if new.same_channels(current) => {
             let at = token_deadline(hub.now_ms(), new.exp);
             hub.set_token_expiry(id, at);

@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use rustls::ServerConfig;
@@ -12,9 +13,27 @@ use crate::log;
 use crate::stats::Stats;
 use crate::tls::{Files, Settings};
 
+thread_local! {
+    /// Handshakes under way on this worker thread (each worker its own;
+    /// a session never leaves the thread it started on).
+    static PENDING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A place among the worker's pending handshakes, given back when
+/// dropped (on the same thread: it is not `Send`).
+pub struct HandshakeSlot(PhantomData<*const ()>);
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        PENDING.with(|p| p.set(p.get() - 1));
+    }
+}
+
 /// TLS on the public listener.
 pub struct TlsEdge {
     settings: Settings,
+    /// Handshakes under way at most (`--tls-max-handshakes`).
+    max_pending: usize,
     current: RefCell<Arc<ServerConfig>>,
     /// The SIGHUP count last acted on (`runtime::reloads`).
     seen: Cell<u64>,
@@ -30,10 +49,23 @@ impl TlsEdge {
         let settings = Settings::new(files.clone()).map_err(io::Error::other)?;
         let current = settings.server_config().map_err(io::Error::other)?;
         Ok(Some(TlsEdge {
+            max_pending: files.max_handshakes,
             settings,
             current: RefCell::new(current),
             seen: Cell::new(crate::runtime::reloads()),
         }))
+    }
+
+    /// A place for one more handshake, or `None` when
+    /// `--tls-max-handshakes` are under way (0: unbounded).
+    pub fn begin_handshake(&self) -> Option<HandshakeSlot> {
+        PENDING.with(|p| {
+            if self.max_pending != 0 && p.get() >= self.max_pending {
+                return None;
+            }
+            p.set(p.get() + 1);
+            Some(HandshakeSlot(PhantomData))
+        })
     }
 
     /// The configuration a new connection's session starts with.

@@ -27,26 +27,64 @@ use std::ops::DerefMut;
 
 use monoio::io::{AsyncWriteRent, AsyncWriteRentExt};
 
+/// Record buffers kept between flushes, at most this many per worker
+/// thread...
+const SPARE_BUFFERS: usize = 4;
+/// ...each of at most this capacity (a flush of a full
+/// [`crate::tls::BUFFER_LIMIT`] of records fits).
+const SPARE_CAPACITY: usize = 64 * 1024;
+
+thread_local! {
+    /// The spare record buffers of this worker thread (each worker its
+    /// own: no locks). A flush takes one and gives it back, so the
+    /// steady state allocates none; an idle connection holds none.
+    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Writes every record `conn` holds (a client's: `client`) to `wr`,
-/// round after round until rustls has none left; the caller keeps other
-/// writers out while it runs.
+/// round after round until rustls has none left, through one buffer
+/// (a spare one when there is one); the caller keeps other writers out
+/// while it runs.
 pub(crate) async fn flush_records<C, D, W>(conn: &RefCell<C>, wr: &mut W) -> io::Result<()>
 where
     C: DerefMut<Target = rustls::ConnectionCommon<D>>,
     W: AsyncWriteRent,
 {
-    loop {
-        let mut out = Vec::new();
-        {
-            let mut conn = conn.borrow_mut();
-            while conn.wants_write() {
-                conn.write_tls(&mut out)?;
-            }
+    let mut out = SPARE.with_borrow_mut(Vec::pop).unwrap_or_default();
+    let result = loop {
+        if let Err(e) = take_records(conn, &mut out) {
+            break Err(e);
         }
         if out.is_empty() {
-            return Ok(());
+            break Ok(());
         }
-        let (res, _) = wr.write_all(out).await;
-        res?;
+        // The buffer goes to the kernel and comes back (ownership-passing
+        // I/O): the next round reuses it.
+        let (res, back) = wr.write_all(out).await;
+        out = back;
+        out.clear();
+        if let Err(e) = res {
+            break Err(e);
+        }
+    };
+    if out.capacity() <= SPARE_CAPACITY {
+        SPARE.with_borrow_mut(|spare| {
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(out);
+            }
+        });
     }
+    result
+}
+
+/// Appends every record rustls holds to `out`.
+fn take_records<C, D>(conn: &RefCell<C>, out: &mut Vec<u8>) -> io::Result<()>
+where
+    C: DerefMut<Target = rustls::ConnectionCommon<D>>,
+{
+    let mut conn = conn.borrow_mut();
+    while conn.wants_write() {
+        conn.write_tls(out)?;
+    }
+    Ok(())
 }

@@ -12,9 +12,9 @@
 //! state (keys, key schedule, the handshake's outcome), about 3.9 KB
 //! (BENCHMARKS.md), against about 8 KB for rustls's buffered connection.
 //!
-//! Bounded: incomplete ciphertext at most [`MAX_INCOMING`] (rustls
-//! refuses records over 16 KiB + 2 KiB and handshake messages over
-//! 64 KiB first); a write encrypts at most [`crate::tls::BUFFER_LIMIT`] of
+//! Bounded: incomplete ciphertext at most
+//! [`crate::tls::records::MAX_INCOMING`] (rustls refuses records over
+//! 16 KiB + 256 B and handshake messages over 64 KiB first); a write encrypts at most [`crate::tls::BUFFER_LIMIT`] of
 //! a batch before sending it; what rustls makes by itself (handshake
 //! flights, alerts, key updates, tickets) is sent before the reader reads
 //! again.
@@ -28,24 +28,17 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
-use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
 use rustls::{HandshakeKind, ServerConfig};
 
+use super::edge::HandshakeSlot;
 use crate::log;
+use crate::server::sys;
 use crate::server::worker::Worker;
 use crate::tls;
-
-/// Most ciphertext kept while a record (or a handshake message spread
-/// over records) is incomplete.
-pub const MAX_INCOMING: usize = 96 * 1024;
-/// Room for one record's header, content type, padding and tag.
-const RECORD_OVERHEAD: usize = 64;
-/// Largest plaintext in one record.
-const RECORD_PAYLOAD: usize = 16 * 1024;
+use crate::tls::records::{self, Fed, UnbufferedServerConnection};
 
 /// A TLS connection's state, shared by its reader and writer.
 pub struct Session {
@@ -64,44 +57,34 @@ pub struct Session {
     waiter: Cell<Option<Waker>>,
     /// The handshake is not over (counted once when it ends either way).
     handshaking: Cell<bool>,
+    /// Its place among the worker's pending handshakes
+    /// (`--tls-max-handshakes`), given back when the handshake ends.
+    slot: Cell<Option<HandshakeSlot>>,
     /// Bytes came from the peer (its first ones are checked for plain
     /// HTTP).
     greeted: Cell<bool>,
     /// The peer sent `close_notify`: its stream has ended.
     peer_closed: Cell<bool>,
-}
-
-/// What a read came to, besides plaintext.
-enum Fed {
-    /// Plaintext (or nothing yet) and the session goes on.
-    Open,
-    /// The peer sent `close_notify`: the end of its stream.
-    Closed,
-}
-
-/// What one step of rustls's state machine asks for next.
-enum Step {
-    /// Call it again.
-    Again,
-    /// Nothing more to do without more bytes from the peer.
-    Stop(Fed),
+    /// rustls refused the peer: the session is over, nothing may call it
+    /// again (it would refuse the same bytes twice).
+    failed: Cell<bool>,
 }
 
 impl Session {
-    /// A fresh server-side session under `cfg`.
-    pub fn new(cfg: Arc<ServerConfig>) -> Rc<Session> {
-        // Fails only for a configuration rustls cannot serve (checked when
-        // it was built: the same config made sessions before).
-        let conn = UnbufferedServerConnection::new(cfg).expect("a configuration that serves");
+    /// A fresh server-side session under `cfg`, holding `slot` until its
+    /// handshake ends.
+    pub fn new(cfg: Arc<ServerConfig>, slot: HandshakeSlot) -> Rc<Session> {
         Rc::new(Session {
-            conn: RefCell::new(conn),
+            conn: RefCell::new(records::session(cfg)),
             incoming: RefCell::new(BytesMut::new()),
             pending: RefCell::new(Vec::new()),
             wr: Cell::new(None),
             waiter: Cell::new(None),
             handshaking: Cell::new(true),
+            slot: Cell::new(Some(slot)),
             greeted: Cell::new(false),
             peer_closed: Cell::new(false),
+            failed: Cell::new(false),
         })
     }
 
@@ -120,6 +103,9 @@ impl Session {
         if self.peer_closed.get() {
             return Ok(0);
         }
+        if self.failed.get() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "tls: refused"));
+        }
         loop {
             let fed = self.feed(w, buf);
             if !self.pending.borrow().is_empty() {
@@ -129,19 +115,33 @@ impl Session {
                     sent?;
                 }
             }
-            match fed? {
-                Fed::Open if buf.len() == before => {}
-                Fed::Open => return Ok(buf.len() - before),
-                Fed::Closed => {
+            match fed {
+                Ok(Fed::Open) if buf.len() == before => {}
+                Ok(Fed::Open) => return Ok(buf.len() - before),
+                Ok(Fed::Closed { discarded }) => {
                     self.peer_closed.set(true);
+                    if discarded > 0 {
+                        // Writing after close_notify: not read, and the
+                        // connection ends like any other at its close.
+                        w.hub.borrow_mut().stats.tls_after_close_notify += 1;
+                        log!(Debug, "tls data after close_notify", bytes = discarded);
+                    }
                     return Ok(buf.len() - before);
                 }
+                Err(e) => {
+                    // The alert went out above: a close that does not
+                    // lose it.
+                    drain_after_alert(w, (rd, fd)).await;
+                    return Err(e);
+                }
             }
-            let mut cipher = self.incoming.take();
+            // Into a buffer of its own: the kept ciphertext stays in place
+            // for the writer's calls meanwhile (rustls must see it).
+            let mut cipher = BytesMut::new();
             let read = w.read_more(rd, fd, &mut cipher).await;
             let first = !self.greeted.replace(true);
             let plain_http = first && tls::looks_like_plain_http(&cipher);
-            self.incoming.replace(cipher);
+            self.keep(cipher);
             match read {
                 Ok(0) => {
                     self.handshake_failed(w, "peer left");
@@ -164,51 +164,39 @@ impl Session {
         }
     }
 
-    /// Runs rustls over the ciphertext kept, moving the plaintext it
-    /// yields to `buf` and the records it makes to `pending`.
+    /// Runs rustls over the ciphertext kept (`tls::records::feed`),
+    /// moving the plaintext it yields to `buf` and the records it makes
+    /// to `pending`; counts the handshake's end and a TLS error.
     fn feed(&self, w: &Worker, buf: &mut BytesMut) -> io::Result<Fed> {
         let mut conn = self.conn.borrow_mut();
-        let mut incoming = self.incoming.borrow_mut();
-        let mut pending = self.pending.borrow_mut();
-        loop {
-            let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming);
-            let step = match state {
-                Ok(state) => on_state(state, buf, &mut pending),
-                Err(e) => Err(e),
-            };
-            incoming.advance(discard);
-            let step = match step {
-                Ok(step) => step,
-                Err(e) => {
-                    drop(incoming);
-                    alert(&mut conn, &mut pending);
-                    drop(conn);
-                    self.handshake_failed(w, "refused");
-                    log!(Debug, "tls error", error = e);
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-                }
-            };
-            if self.handshaking.get() && !conn.is_handshaking() {
-                self.handshake_done(w, &conn);
-            }
-            if let Step::Stop(fed) = step {
-                if incoming.is_empty() {
-                    // No capacity kept between records.
-                    *incoming = BytesMut::new();
-                } else if incoming.len() > MAX_INCOMING {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "tls: incomplete record too large",
-                    ));
-                }
-                return Ok(fed);
+        let fed = records::feed(
+            &mut conn,
+            &mut self.incoming.borrow_mut(),
+            buf,
+            &mut self.pending.borrow_mut(),
+        );
+        if self.handshaking.get() && !conn.is_handshaking() {
+            self.handshake_done(w, &conn);
+        }
+        drop(conn);
+        if let Err(e) = &fed {
+            self.failed.set(true);
+            log!(Debug, "tls error", error = e);
+            if self.handshaking.get() {
+                self.handshake_failed(w, "refused");
+            } else {
+                // Bad records, an oversized one, a key-update flood:
+                // rustls's alert goes out, then the close.
+                w.hub.borrow_mut().stats.tls_errors += 1;
             }
         }
+        fed
     }
 
     /// Counts a completed handshake.
     fn handshake_done(&self, w: &Worker, conn: &UnbufferedServerConnection) {
         self.handshaking.set(false);
+        self.slot.take();
         let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
         let mut hub = w.hub.borrow_mut();
         hub.stats.tls_handshakes += 1;
@@ -225,6 +213,7 @@ impl Session {
     /// Counts a connection that ended before its handshake completed.
     fn handshake_failed(&self, w: &Worker, why: &str) {
         if self.handshaking.replace(false) {
+            self.slot.take();
             w.hub.borrow_mut().stats.tls_handshake_failures += 1;
             log!(Debug, "tls handshake failed", reason = why);
         }
@@ -274,35 +263,20 @@ impl Session {
     /// Appends the records carrying `plain` to `pending` (after what
     /// rustls queued by itself).
     fn encrypt(&self, plain: &[u8]) -> io::Result<()> {
-        let mut conn = self.conn.borrow_mut();
-        let mut pending = self.pending.borrow_mut();
-        loop {
-            let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut []);
-            match state.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))? {
-                ConnectionState::EncodeTlsData(mut e) => encode(&mut e, &mut pending),
-                ConnectionState::TransmitTlsData(t) => t.done(),
-                ConnectionState::PeerClosed => self.peer_closed.set(true),
-                ConnectionState::WriteTraffic(mut traffic) => {
-                    let records = plain.len().div_ceil(RECORD_PAYLOAD).max(1);
-                    let at = pending.len();
-                    pending.resize(at + plain.len() + records * RECORD_OVERHEAD, 0);
-                    return match traffic.encrypt(plain, &mut pending[at..]) {
-                        Ok(n) => {
-                            pending.truncate(at + n);
-                            Ok(())
-                        }
-                        Err(e) => {
-                            pending.truncate(at);
-                            Err(encrypt_error(e))
-                        }
-                    };
-                }
-                other => {
-                    let e = format!("tls: cannot write in state {other:?}");
-                    return Err(io::Error::new(io::ErrorKind::BrokenPipe, e));
-                }
-            }
+        if self.failed.get() {
+            return Err(io::ErrorKind::BrokenPipe.into());
         }
+        let mut conn = self.conn.borrow_mut();
+        let mut incoming = self.incoming.borrow_mut();
+        if records::encrypt(
+            &mut conn,
+            &mut incoming,
+            plain,
+            &mut self.pending.borrow_mut(),
+        )? {
+            self.peer_closed.set(true);
+        }
+        Ok(())
     }
 
     /// Writes every record made so far.
@@ -319,24 +293,14 @@ impl Session {
 
     /// Queues `close_notify` (sent by the next flush).
     pub fn close_notify(&self) {
-        let mut conn = self.conn.borrow_mut();
-        let mut pending = self.pending.borrow_mut();
-        loop {
-            let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut []);
-            match state {
-                Ok(ConnectionState::EncodeTlsData(mut e)) => encode(&mut e, &mut pending),
-                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-                Ok(ConnectionState::WriteTraffic(mut traffic)) => {
-                    let at = pending.len();
-                    pending.resize(at + RECORD_OVERHEAD, 0);
-                    let n = traffic.queue_close_notify(&mut pending[at..]).unwrap_or(0);
-                    pending.truncate(at + n);
-                    return;
-                }
-                // Closed already, or never established: nothing to say.
-                _ => return,
-            }
+        if self.failed.get() {
+            return;
         }
+        records::close_notify(
+            &mut self.conn.borrow_mut(),
+            &mut self.incoming.borrow_mut(),
+            &mut self.pending.borrow_mut(),
+        );
     }
 
     /// [`Session::read`] whose wait may end quietly (`Ok(None)`: nothing
@@ -350,15 +314,26 @@ impl Session {
         wait: (Duration, &dyn Fn() -> Option<Duration>),
     ) -> io::Result<Option<usize>> {
         if self.parkable() && self.incoming.borrow().is_empty() {
-            let mut cipher = self.incoming.take();
+            let mut cipher = BytesMut::new();
             let got = w.read_more_or_quiet(rd, fd, &mut cipher, wait).await;
-            self.incoming.replace(cipher);
+            self.keep(cipher);
             // Some(0), the end of the stream: `read` sees it again.
             if got?.is_none() {
                 return Ok(None);
             }
         }
         self.read(w, (rd, fd), buf, None).await.map(Some)
+    }
+
+    /// Adds ciphertext just read to what is kept (without a copy when
+    /// nothing is: the usual case).
+    fn keep(&self, cipher: BytesMut) {
+        let mut incoming = self.incoming.borrow_mut();
+        if incoming.is_empty() {
+            *incoming = cipher;
+        } else {
+            incoming.extend_from_slice(&cipher);
+        }
     }
 
     /// Whether the connection may park with this session kept: its
@@ -409,70 +384,29 @@ thread_local! {
     static STAGE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(tls::BUFFER_LIMIT));
 }
 
-/// Handles one state of rustls's machine while reading.
-fn on_state(
-    state: ConnectionState<'_, '_, rustls::server::ServerConnectionData>,
-    buf: &mut BytesMut,
-    pending: &mut Vec<u8>,
-) -> Result<Step, rustls::Error> {
-    Ok(match state {
-        ConnectionState::ReadTraffic(mut traffic) => {
-            while let Some(record) = traffic.next_record() {
-                buf.extend_from_slice(record?.payload);
+/// Most input read and dropped after an alert ([`drain_after_alert`]).
+const DRAIN_BYTES: usize = 64 << 10;
+/// Longest wait for the peer's end of stream after an alert.
+const DRAIN_TIME: Duration = Duration::from_millis(200);
+
+/// Half-closes after an alert, then reads and drops what the peer still
+/// sends (within [`DRAIN_BYTES`] and [`DRAIN_TIME`]): closing with unread
+/// input would make the kernel answer with an RST, which can take the
+/// alert with it before the peer reads it.
+async fn drain_after_alert(w: &Worker, (rd, fd): (&mut TcpOwnedReadHalf, RawFd)) {
+    sys::shutdown_write(fd);
+    let drain = async {
+        let mut junk = BytesMut::new();
+        let mut total = 0;
+        while total < DRAIN_BYTES {
+            match w.read_more(rd, fd, &mut junk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
             }
-            Step::Again
+            junk.clear();
         }
-        ConnectionState::EncodeTlsData(mut e) => {
-            encode(&mut e, pending);
-            Step::Again
-        }
-        // Sent before the next read (the caller's job).
-        ConnectionState::TransmitTlsData(t) => {
-            t.done();
-            Step::Again
-        }
-        ConnectionState::BlockedHandshake | ConnectionState::WriteTraffic(_) => {
-            Step::Stop(Fed::Open)
-        }
-        ConnectionState::PeerClosed | ConnectionState::Closed => Step::Stop(Fed::Closed),
-        // Early data is off (`max_early_data_size` 0): never offered.
-        other => {
-            log!(Debug, "tls: unexpected state", state = log::Dbg(&other));
-            return Err(rustls::Error::General("unexpected tls state".into()));
-        }
-    })
-}
-
-/// Appends a record rustls made by itself to `pending`.
-fn encode(
-    e: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::ServerConnectionData>,
-    pending: &mut Vec<u8>,
-) {
-    let at = pending.len();
-    pending.resize(at + RECORD_PAYLOAD + RECORD_OVERHEAD, 0);
-    loop {
-        match e.encode(&mut pending[at..]) {
-            Ok(n) => return pending.truncate(at + n),
-            Err(EncodeError::InsufficientSize(s)) => pending.resize(at + s.required_size, 0),
-            Err(_) => return pending.truncate(at),
-        }
-    }
-}
-
-/// After an error: the alert rustls queued, if any, to `pending`.
-fn alert(conn: &mut UnbufferedServerConnection, pending: &mut Vec<u8>) {
-    for _ in 0..4 {
-        let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut []);
-        match state {
-            Ok(ConnectionState::EncodeTlsData(mut e)) => encode(&mut e, pending),
-            Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-            _ => return,
-        }
-    }
-}
-
-fn encrypt_error(e: EncryptError) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("tls: {e}"))
+    };
+    let _ = monoio::time::timeout(DRAIN_TIME, drain).await;
 }
 
 /// The write half, held by one task; given back when dropped (also when
