@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use crate::control;
 use crate::hub::{Delivery, Encoders, Format};
+use crate::sse;
 use crate::stats::CompressionStats;
 use crate::ws::deflate::{Deflater, Settings, MIN_WINDOW_BITS};
 use crate::ws::extension::Agreed;
@@ -45,6 +46,13 @@ pub const JSON_DEFLATE_SMALL: Format = Format::new(5);
 /// frames it — once per publish for every Pusher subscriber.
 pub const PUSHER: Format = Format::new(6);
 
+/// Server-Sent Events (`GET /sse`): each delivery an `event: message`
+/// whose data is the JSON protocol's envelope and whose id names its
+/// position (`crate::sse`), as one HTTP chunk — once per publish for every
+/// SSE subscriber. One-way: a heartbeat comment every `--sse-heartbeat`,
+/// no idle deadline.
+pub const SSE: Format = Format::new(7);
+
 /// Shared by the counters of every compressed format and the edge.
 pub type SharedCompressionStats = Rc<RefCell<CompressionStats>>;
 
@@ -69,8 +77,33 @@ pub fn negotiated(base: Format, agreed: Option<Agreed>) -> Format {
 }
 
 /// Every format's encoder, for `Hub::new`; the compressed ones only with
-/// `--compression`.
+/// `--compression`. SSE's heartbeat: [`with_sse`].
 pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders {
+    with_sse(plain_and_compressed(settings, stats), 0)
+}
+
+/// `encoders` with [`SSE`], its heartbeat every `heartbeat_ms` (0: none).
+pub fn with_sse(encoders: Encoders, heartbeat_ms: u64) -> Encoders {
+    encoders
+        .with(SSE, sse_message)
+        .keepalive_frame(SSE, sse::comment_chunk("heartbeat"))
+        .one_way(SSE, heartbeat_ms)
+}
+
+/// A delivery as an SSE `message` event (one chunk): the JSON protocol's
+/// envelope as its data, its position as its id when it has one.
+pub fn sse_message(d: &Delivery<'_>) -> Bytes {
+    let (head, body) = control::delivery_parts(d.channel, d.opcode, d.payload, d.offset);
+    let id = (d.offset != 0 && !d.epoch.is_empty()).then_some((d.channel, d.epoch, d.offset));
+    sse::event_chunk(&sse::Event {
+        id,
+        name: "message",
+        data: &[head.as_bytes(), body.as_bytes()],
+    })
+}
+
+/// The WebSocket formats' encoders.
+pub fn plain_and_compressed(settings: &Settings, stats: &SharedCompressionStats) -> Encoders {
     let mut encoders = Encoders::new()
         .with(PATH, |d: &Delivery<'_>| {
             encode_server_frame(d.opcode, d.payload)

@@ -47,6 +47,19 @@ pub struct Session {
     pub deflate: bool,
 }
 
+impl Session {
+    /// A Server-Sent Events stream's: its grants, and the address whose
+    /// per-IP count it holds.
+    pub fn stream(grants: Grants, release_ip: Option<IpAddr>) -> Session {
+        Session {
+            channel: None,
+            grants,
+            release_ip,
+            deflate: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Parked {
     fd: RawFd,

@@ -17,8 +17,9 @@ pub const CLOSE_HISTORY_GAP: u16 = 1012;
 pub fn apply(hub: &mut Hub, channel: &str, actions: Vec<Action>, skip: Option<u64>) {
     for a in actions {
         match a {
-            Action::Deliver(e) => {
-                hub.publish_at(channel, e.opcode, &e.payload, skip, e.offset);
+            Action::Deliver(e, epoch) => {
+                let at = (&*epoch, e.offset);
+                hub.publish_in(channel, e.opcode, &e.payload, skip, at);
             }
             Action::Gap { at, lost } => {
                 let at = At {

@@ -66,6 +66,11 @@ fn resume(w: &Rc<Worker>, id: ConnId) {
     let Some((fd, session)) = w.parking.take(id) else {
         return;
     };
+    let kind = w.hub.borrow().conn(id).map(crate::hub::Conn::kind);
+    if kind == Some(crate::hub::ConnKind::Ws(crate::server::formats::SSE)) {
+        // A parked event stream is resumed by its own edge.
+        return crate::server::sse::resume(w, id, fd, session);
+    }
     unpark(w, id);
     // What woke it, read here: its peer leaving (end of stream, or a lone
     // close frame) is answered without a task — idle connections mostly
