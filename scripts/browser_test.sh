@@ -19,4 +19,4 @@ log=target/browser/server.log
 start_corecast ./target/debug/corecast "$log"
 addr=$CORECAST_ADDR
 cd tests/browser
-CORECAST_ADDR="$addr" node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs
+CORECAST_ADDR="$addr" node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs sse.test.mjs
