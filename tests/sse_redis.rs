@@ -126,3 +126,32 @@ async fn without_history_a_stream_is_subscribed_once_redis_confirms() {
     );
     assert_eq!(next_text(&mut ws).await, "hello");
 }
+
+/// Redis restarted without persistence: a stream that stayed is told with
+/// one `gap` at offset 0 of the new epoch (its id moves there, so its next
+/// reconnect resumes in the new epoch), then gets the new messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_epoch_in_redis_is_a_gap_event() {
+    let mut redis = RedisServer::start(&[]).await;
+    let a = instance(redis.url("", ""), |c| c.history.size = 100);
+    wait_readyz(a.addr, 200).await;
+    let mut sse = Sse::open(a.addr, "/sse?channel=c", &[]).await;
+    let old = epoch_of(&sse.next_event().await.id.expect("an id"));
+    let mut http = HttpConn::connect(a.addr).await;
+    http.publish("c", "before").await;
+    assert_eq!(sse.next_event().await.id, Some(format!("c:{old}:1")));
+    redis.kill();
+    redis.restart().await;
+    wait_readyz(a.addr, 200).await;
+    HttpConn::connect(a.addr).await.publish("c", "after").await;
+    let gap = sse.next_event().await;
+    assert_eq!(gap.name, "gap");
+    let new = epoch_of(gap.id.as_deref().expect("an id"));
+    assert_ne!(new, old);
+    assert_eq!(gap.id, Some(format!("c:{new}:0")));
+    let m = sse.next_event().await;
+    assert_eq!(
+        (m.id.clone(), m.json()["data"].clone()),
+        (Some(format!("c:{new}:1")), json!("after"))
+    );
+}
