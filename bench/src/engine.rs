@@ -45,6 +45,7 @@ pub(crate) fn target_of(url: &WsUrl) -> Result<Target, BenchError> {
         authority: url.authority(),
         path: url.path.clone(),
         deflate: false,
+        sse: false,
     })
 }
 
