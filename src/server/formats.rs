@@ -302,6 +302,39 @@ mod tests {
     }
 
     #[test]
+    fn an_sse_event_is_encoded_once_and_shared_by_every_stream() {
+        let mut hub = hub();
+        let ids = [SSE, JSON, SSE].map(|f| subscriber(&mut hub, f));
+        assert_eq!(hub.publish("room", OpCode::Text, b"a\nb", None), 3);
+        let frames = ids.map(|id| first_frame(&mut hub, id));
+        assert_eq!(frames[0].as_ptr(), frames[2].as_ptr(), "one shared chunk");
+        // Without history: no id; the JSON envelope as the data line.
+        let body = "event: message\ndata: {\"type\":\"message\",\"channel\":\"room\",\"data\":\"a\\nb\"}\n\n";
+        assert_eq!(
+            &frames[0][..],
+            format!("{:x}\r\n{body}\r\n", body.len()).as_bytes()
+        );
+        // With a position: the id names it.
+        let d = Delivery {
+            channel: "a:b",
+            opcode: OpCode::Binary,
+            payload: &[1, 2],
+            offset: 9,
+            epoch: "e",
+        };
+        let chunk = sse_message(&d);
+        let text = std::str::from_utf8(&chunk).unwrap();
+        assert!(
+            text.contains("\r\nid: a:b:e:9\nevent: message\ndata: {"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""offset":9,"data_base64":"AQI="}"#),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn negotiated_formats_follow_the_server_window() {
         let agreed = |b| {
             Some(Agreed {
