@@ -29,6 +29,8 @@ pub struct Stats {
     pub sse_closed: u64,
     /// Server-Sent Events streams open now (gauge).
     pub sse_connections: u64,
+    /// Writes made to parked streams without running them (heartbeats).
+    pub parked_writes: u64,
     /// `GET /sse` requests refused (bad query or `Last-Event-ID`, too many
     /// channels, a refused token or channel), answered 4xx.
     pub sse_refused: u64,

@@ -536,3 +536,28 @@ impl Drop for Curl {
         let _ = self.child.wait();
     }
 }
+
+/// A parked stream's heartbeat goes out where the stream lies (one
+/// nonblocking send, no task): it stays parked between heartbeats, and a
+/// publish still resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_reach_parked_streams_without_waking_them() {
+    let srv = TestServer::start(|c| {
+        c.park_after = Duration::from_millis(100);
+        c.sse.heartbeat_ms = 300;
+    });
+    let addr = srv.addr;
+    let mut sse = Sse::open(addr, "/sse?channel=h", &[]).await;
+    assert_eq!(sse.next_event().await.name, "subscribed");
+    wait_stat(addr, "parked_connections", |n| n == 1).await;
+    let beat = chunk(": heartbeat\n\n");
+    for _ in 0..4 {
+        assert_eq!(sse.raw(beat.len()).await, beat.as_bytes());
+    }
+    let s = stats(addr).await;
+    assert!(counter(&s, "parked_writes") >= 3, "{s}");
+    assert_eq!(counter(&s, "parked_connections"), 1, "{s}");
+    assert_eq!(publish(addr, "h", "after").await, 1);
+    assert_eq!(sse.next_event().await.json()["data"], "after");
+    assert_eq!(sse.raw(beat.len()).await, beat.as_bytes());
+}

@@ -12,14 +12,17 @@
 //! - `stream`: the stream's task — the writer spawned, the peer watched
 //!   for its leaving, parking after `--park-after` of quiet, and resuming
 //!   a parked stream.
+//! - `parked`: a parked stream's heartbeat sent where it lies (one
+//!   nonblocking send), the stream parked again without a task.
 //! - `writer`: the hub's outbox drained to the socket; the WebSocket close
 //!   frame the hub queues last (slow consumer, shutdown, token expiry)
 //!   becomes a `close` event and the last chunk.
 //!
-//! Imports go one way: `open` → `stream` → `writer`, each through the
+//! Imports go one way: `open` → `stream` → `parked`, `writer`, each through the
 //! seams and `conn`'s socket, transport and parking.
 
 mod open;
+mod parked;
 mod stream;
 mod writer;
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 
+use super::parked::write_and_repark;
 use super::writer::writer;
 use crate::hub::{CloseReason, ConnId};
 use crate::log;
@@ -52,6 +53,10 @@ pub fn resume(w: &Rc<Worker>, id: ConnId, fd: RawFd, session: Session) {
         transport::close_parked(fd);
         return w.forget(id, session.release_ip);
     }
+    let session = match write_and_repark(w, (id, fd), session) {
+        Ok(()) => return,
+        Err(session) => session,
+    };
     match transport::resume(fd) {
         Ok(sock) => start(w, sock, id, session),
         Err(e) => {
