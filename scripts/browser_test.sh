@@ -20,4 +20,4 @@ start_corecast ./target/debug/corecast "$log"
 addr=$CORECAST_ADDR
 cd tests/browser
 CORECAST_ADDR="$addr" CORECAST_BIN=../../target/debug/corecast \
-    node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs tls.test.mjs
+    node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs tls.test.mjs sse.test.mjs

@@ -3,10 +3,8 @@
 # pinned dev tools from its lockfile (npm ci) when missing, type-checks and
 # builds it, checks that `npm pack` ships the build and only that, runs its
 # node:test tests against the real corecast binary (with redis-server),
-# then headless Chromium loading the built client (tests/browser/client.test.mjs).
-# The SSE transport's tests (clients/js/test/sse.test.mjs,
-# tests/browser/client_sse.test.mjs) need a server with GET /sse (issue 33
-# part 2) and join the two test lists below once it is merged.
+# then headless Chromium loading the built client (tests/browser/client.test.mjs),
+# the SSE transport's tests with both (test/sse.test.mjs, client_sse.test.mjs).
 # Installs Debian's chromium and redis-server, and playwright-core, when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +52,6 @@ npm pack --silent --pack-destination "$tmp" >/dev/null
     test -f node_modules/corecast-client/dist/index.d.ts &&
     node --input-type=module -e 'import { Client } from "corecast-client"; if (typeof Client !== "function") process.exit(1);')
 echo "npm pack: the tarball installs and imports"
-node --test --test-concurrency=1 --test-reporter=spec test/unit.test.mjs test/client.test.mjs
+node --test --test-concurrency=1 --test-reporter=spec test/unit.test.mjs test/client.test.mjs test/sse.test.mjs
 cd ../../tests/browser
-node --test --test-concurrency=1 --test-reporter=spec client.test.mjs
+node --test --test-concurrency=1 --test-reporter=spec client.test.mjs client_sse.test.mjs

@@ -224,6 +224,8 @@ pub enum Route<'a> {
     Cache(&'a str),
     /// `POST /cache/purge`.
     CachePurge,
+    /// `GET /sse?channel=...`: a Server-Sent Events stream.
+    Sse,
     /// `GET /app/{key}`: a Pusher protocol WebSocket.
     PusherWs(&'a str),
     /// `/apps/{rest}`: the Pusher HTTP API (`rest` = what follows
@@ -244,6 +246,7 @@ pub fn route<'a>(
             None => return Err(HttpError::new(404, "not found")),
         },
         "/ws" => (Route::WsMulti, method == Method::Get),
+        "/sse" => (Route::Sse, method == Method::Get),
         "/healthz" => (Route::Healthz, get),
         "/stats" => (Route::Stats, get),
         "/readyz" => (Route::Readyz, get),
@@ -347,6 +350,9 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
     match route {
         Ok(Route::WsChannel(_) | Route::WsMulti | Route::StatusWs | Route::PusherWs(_)) => {
             BodyPlan::Refuse(HttpError::new(400, "a WebSocket upgrade has no body"))
+        }
+        Ok(Route::Sse) => {
+            BodyPlan::Refuse(HttpError::new(400, "an event stream request has no body"))
         }
         Ok(Route::Publish(_) | Route::Cache(_) | Route::CachePurge | Route::PusherApi(_)) => {
             if n > limits.max_body_size {

@@ -37,7 +37,7 @@
 //! - [`ws`]: the sans-I/O RFC 6455 codec (also the load generator's).
 //! - [`log`](mod@log): the logfmt logger's level and output.
 //!
-//! `auth`, `cache`, `control`, `http`, `hub`, `redis` and `tls` are public but
+//! `auth`, `cache`, `control`, `http`, `hub`, `redis`, `sse` and `tls` are public but
 //! hidden from the docs: the fuzz targets (`fuzz/`), the microbenchmarks
 //! (`benches/`) and the integration tests (`tests/`) reach into their
 //! sans-I/O parts; they are not a stable API.
@@ -111,6 +111,10 @@
 //!   one for embedded mode and as Redis mode's cache of recent messages.
 //! - `metrics` → `stats` → `histogram`: counters per layer in one
 //!   snapshot, the Prometheus exposition, latency histograms.
+//! - `sse` → `channel`, `http`: Server-Sent Events (`GET /sse`), sans-I/O — the
+//!   request's channels and positions (`Last-Event-ID`, `since`), events
+//!   as HTTP chunks, their `{channel}:{epoch}:{offset}` ids; its edge is
+//!   `server::sse`, its deliveries the `server::formats::SSE` format.
 //! - `control`, `redis` → `history`, `presence`, [`ws`]: the JSON control
 //!   protocol of `GET /ws`; RESP (redis-protocol), commands, URLs, the
 //!   envelope of messages on Redis channels, the history, presence and
@@ -161,6 +165,8 @@ pub mod redis;
 pub mod runtime;
 pub(crate) mod secret;
 pub(crate) mod server;
+#[doc(hidden)]
+pub mod sse;
 pub(crate) mod stats;
 #[doc(hidden)]
 pub mod tls;

@@ -23,6 +23,17 @@ pub struct Stats {
     pub websockets_opened: u64,
     /// WebSockets that ended.
     pub websockets_closed: u64,
+    /// Server-Sent Events streams opened (`GET /sse`).
+    pub sse_opened: u64,
+    /// Server-Sent Events streams that ended.
+    pub sse_closed: u64,
+    /// Server-Sent Events streams open now (gauge).
+    pub sse_connections: u64,
+    /// Writes made to parked streams without running them (heartbeats).
+    pub parked_writes: u64,
+    /// `GET /sse` requests refused (bad query or `Last-Event-ID`, too many
+    /// channels, a refused token or channel), answered 4xx.
+    pub sse_refused: u64,
     /// Upgrades refused (bad handshake), by any reason.
     pub handshake_failures: u64,
     /// Request heads not completed within `handshake_timeout`.
@@ -417,6 +428,29 @@ pub struct PresenceStats {
     pub presence_refused: u64,
     /// Presence reads refused for `--presence-read-rate`.
     pub presence_reads_limited: u64,
+}
+
+impl Stats {
+    /// Counts an upgraded connection: a WebSocket, or a Server-Sent
+    /// Events stream (`sse`).
+    pub fn count_opened(&mut self, sse: bool) {
+        let n = if sse {
+            &mut self.sse_opened
+        } else {
+            &mut self.websockets_opened
+        };
+        *n += 1;
+    }
+
+    /// Counts the end of an upgraded connection (see `count_opened`).
+    pub fn count_closed(&mut self, sse: bool) {
+        let n = if sse {
+            &mut self.sse_closed
+        } else {
+            &mut self.websockets_closed
+        };
+        *n += 1;
+    }
 }
 
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.

@@ -166,3 +166,52 @@ async fn a_fresh_server_makes_its_compressor_at_the_first_compressed_message() {
         "{used} B: no deflate state made?"
     );
 }
+
+/// An open Server-Sent Events stream (`GET /sse`) on a blocking std
+/// socket, its first event read: as [`idle_ws`], nothing allocated on
+/// the client's side per connection.
+fn idle_sse(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.write_all(b"GET /sse?channel=idle HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut got = [0u8; 512];
+    let mut n = 0;
+    // The head, then the `subscribed` event's chunk.
+    while !got[..n].ends_with(b"\n\n\r\n") {
+        let k = s.read(&mut got[n..]).expect("read");
+        assert!(k > 0 && n + k < got.len(), "no complete first event");
+        n += k;
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200 "), "not a stream");
+    s
+}
+
+/// What an idle event stream costs, before and after it parks: the same
+/// measure as a WebSocket's (issue 33's idle memory per SSE connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_event_stream_costs_about_a_websocket() {
+    let _one = SERIAL.lock().await;
+    for park_ms in [0, 100] {
+        let srv = TestServer::start(|c| {
+            c.max_connections = 1000;
+            c.park_after = std::time::Duration::from_millis(park_ms);
+        });
+        let addr = srv.addr;
+        let parked = if park_ms == 0 { 0 } else { N as u64 + 10 };
+        let warm: Vec<_> = (0..10).map(|_| idle_sse(addr)).collect();
+        wait_stat(addr, "parked_connections", |n| n == parked.min(10)).await;
+        let before = LIVE.load(Ordering::Relaxed);
+        let sizes0: Vec<i64> = BY_SIZE.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let conns: Vec<_> = (0..N).map(|_| idle_sse(addr)).collect();
+        wait_stat(addr, "sse_connections", |n| n == N as u64 + 10).await;
+        wait_stat(addr, "parked_connections", |n| n == parked).await;
+        let (per, breakdown) = heap_report(before, &sizes0);
+        let what = if park_ms == 0 { "idle" } else { "parked" };
+        eprintln!("live heap per {what} event stream: {per:.0} B\n{breakdown}");
+        let bound = if park_ms == 0 { 1900.0 } else { 300.0 };
+        assert!(per < bound, "{per:.0} B per {what} stream\n{breakdown}");
+        drop(conns);
+        drop(warm);
+    }
+}

@@ -675,3 +675,58 @@ fn bad_files_stop_the_start_naming_the_file() {
     let e = start(&cert, &other_key);
     assert!(e.contains("other.key") && e.contains("key"), "{e}");
 }
+
+/// A Server-Sent Events stream over TLS: `curl -N` over https gets the
+/// head and the `subscribed` event, then a message published over https,
+/// then — at shutdown — the `close` event, through the TLS write half.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_over_https() {
+    use std::io::BufRead;
+    let pki = Pki::new("sse");
+    let srv = tls_server(&[pki.localhost()], |_| {});
+    let ca = pki.ca();
+    let cacert = ca.to_str().unwrap().to_string();
+    let base = format!("https://localhost:{}", srv.addr.port());
+    let mut child = Command::new("curl")
+        .args(["-N", "-sS", "--cacert", &cacert])
+        .arg(format!("{base}/sse?channel=t"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl runs");
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let line = || tokio::task::block_in_place(|| lines.recv_timeout(DEADLINE)).expect("a line");
+    assert_eq!(line(), "event: subscribed");
+    assert_eq!(line(), r#"data: {"type":"subscribed","channel":"t"}"#);
+    assert_eq!(line(), "");
+    let answer = tokio::task::spawn_blocking(move || {
+        curl(&[
+            "--cacert",
+            &cacert,
+            "--data",
+            "over tls",
+            &format!("{base}/publish/t"),
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(answer.contains("\"subscribers\":1"), "{answer}");
+    assert_eq!(line(), "event: message");
+    assert_eq!(
+        line(),
+        r#"data: {"type":"message","channel":"t","data":"over tls"}"#
+    );
+    assert_eq!(line(), "");
+    srv.stop();
+    assert_eq!(line(), "event: close");
+    assert!(line().contains(r#""code":1001"#));
+    let _ = child.kill();
+    let _ = child.wait();
+}

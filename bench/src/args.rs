@@ -55,6 +55,9 @@ BROADCAST:
   --pusher-app ID:KEY:SECRET  the Pusher app (--via pusher)
   --deflate              subscribers offer permessage-deflate (server context
                          takeover off) and inflate compressed frames
+  --sse                  subscribers are Server-Sent Events streams
+                         (GET /sse?channel=CHANNEL) instead of WebSockets;
+                         needs --via http
   --json-payload         pad messages with realistic JSON, not `.` (what
                          compression figures need)
   --cluster              the URLs are instances of one cluster (sharing Redis):
@@ -302,6 +305,8 @@ pub struct BroadcastOpts {
     pub deflate: bool,
     /// Pad messages with realistic JSON instead of `.`.
     pub json_payload: bool,
+    /// Subscribers are Server-Sent Events streams (`GET /sse`).
+    pub sse: bool,
     /// The app, with `--via pusher`.
     pub pusher: Option<PusherApp>,
 }
@@ -486,6 +491,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
         via: Via::Ws,
         cluster: false,
         deflate: false,
+        sse: false,
         json_payload: false,
         pusher: None,
     };
@@ -506,6 +512,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
             "--cluster" => o.cluster = true,
             "--deflate" => o.deflate = true,
             "--json-payload" => o.json_payload = true,
+            "--sse" => o.sse = true,
             "--pusher-app" => o.pusher = Some(PusherApp::parse(v)?),
             _ => return Err(format!("unknown option `{flag}` for broadcast")),
         }
@@ -532,6 +539,9 @@ fn check_broadcast(o: &BroadcastOpts) -> Result<(), String> {
     }
     if (o.via == Via::Pusher) != o.pusher.is_some() {
         return Err("--via pusher and --pusher-app go together".into());
+    }
+    if o.sse && (o.via != Via::Http || o.deflate) {
+        return Err("--sse needs --via http (streams cannot publish) and no --deflate".into());
     }
     if o.via == Via::Pusher && o.deflate {
         return Err("--deflate: the Pusher protocol is never compressed".into());

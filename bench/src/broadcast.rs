@@ -193,6 +193,10 @@ fn find(hay: &[u8], needle: &[u8]) -> bool {
 /// says it is subscribed, or (Pusher) the subscribe to its URL's channel.
 fn first_frame(opts: &BroadcastOpts, idx: usize, mask: [u8; 4]) -> BytesMut {
     let mut out = BytesMut::new();
+    if opts.sse {
+        // A stream says nothing: its `subscribed` event is the sign.
+        return out;
+    }
     match &opts.pusher {
         Some(_) => {
             let url = &opts.urls[idx % opts.urls.len()];
@@ -219,6 +223,7 @@ fn targets(opts: &BroadcastOpts) -> Result<Vec<Target>, BenchError> {
         .map(|u| {
             target_of(u, &opts.common).map(|t| Target {
                 deflate: opts.deflate,
+                sse: opts.sse,
                 path: opts
                     .pusher
                     .as_ref()
@@ -262,7 +267,16 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
     let t0 = Instant::now() + LEAD_IN;
     let run_end = t0 + opts.warmup + opts.duration;
     let window_start = t0 + opts.warmup;
-    let pubs = publishers(&opts, &targets, &streams, t0, run_end)?;
+    // HTTP publishers connect to the URL's server (`--sse` takes `--via
+    // http`): their targets are the WebSocket ones.
+    let pub_targets: Vec<Target> = targets
+        .iter()
+        .map(|t| Target {
+            sse: false,
+            ..t.clone()
+        })
+        .collect();
+    let pubs = publishers(&opts, &pub_targets, &streams, t0, run_end)?;
     let fmt = Format {
         size: opts.size,
         enc,
@@ -297,7 +311,7 @@ pub async fn run(opts: BroadcastOpts) -> Result<BroadcastReport, BenchError> {
         .until_or(drain_deadline, || rec.borrow().unique >= expected)
         .await;
     let report = build_report(&opts, &rec.borrow(), &results, expected, &before, &after);
-    close_all(&streams, &rec, &signal).await;
+    close_all(&streams, (&rec, &signal), opts.sse).await;
     Ok(report)
 }
 
@@ -376,7 +390,7 @@ async fn connect_subscribers(
             opened.failures
         )));
     }
-    let shared = Shared::new(true);
+    let shared = Shared::for_streams(true, opts.sse);
     let mut rng = FastRng::new(sys::realtime_ns());
     let mut streams = Vec::with_capacity(opts.subscribers);
     for (idx, conn) in opened.conns.into_iter().flatten().enumerate() {
@@ -631,10 +645,21 @@ impl SeqTotals {
 
 /// Starts the close handshake on every subscriber and waits (bounded) for
 /// the server's replies.
-async fn close_all(streams: &[Rc<Link>], rec: &Rc<RefCell<Recorder>>, signal: &Signal) {
+async fn close_all(
+    streams: &[Rc<Link>],
+    (rec, signal): (&Rc<RefCell<Recorder>>, &Signal),
+    sse: bool,
+) {
     let mut rng = FastRng::new(sys::realtime_ns());
     let frame = close_frame(&mut rng);
     for s in streams {
+        // A Server-Sent Events stream ends at its client's FIN (the
+        // server then ends it); a WebSocket with the close handshake.
+        if sse {
+            // SAFETY: shutdown takes no pointers; the fd is the open stream's.
+            unsafe { libc::shutdown(s.fd(), libc::SHUT_WR) };
+            continue;
+        }
         let _ = s.send(&frame).await;
     }
     let n = streams.len();

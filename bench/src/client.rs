@@ -22,7 +22,7 @@ use monoio::net::TcpStream;
 
 use super::sys;
 use super::tls::{Tls, TlsTarget};
-use super::wire::{split_frames, FastRng, Frame, WireError};
+use super::wire::{split_events, split_frames, Event, FastRng, Frame, WireError};
 use corecast::ws::frame::encode_client_frame;
 use corecast::ws::handshake::{
     client_request, parse_server_response_offering, ClientHandshakeError,
@@ -50,6 +50,9 @@ pub struct Target {
     pub deflate: bool,
     /// Speak TLS (`wss://`).
     pub tls: Option<TlsTarget>,
+    /// A Server-Sent Events stream of the path's channel (`--sse`), not
+    /// a WebSocket.
+    pub sse: bool,
 }
 
 /// Why a connection attempt failed, grouped the way the report counts them.
@@ -210,6 +213,19 @@ pub async fn open_ws(
         if timestamps {
             sys::enable_rx_timestamps(stream.as_raw_fd())?;
         }
+        if target.sse {
+            if target.tls.is_some() {
+                return Err(ConnectError::Tls(
+                    "--sse streams are plain HTTP here".into(),
+                ));
+            }
+            let leftover = open_sse(&stream, target).await?;
+            let link = Link { stream, tls: None };
+            return Ok(WsConn {
+                link: Rc::new(link),
+                leftover,
+            });
+        }
         let (tls, early) = match &target.tls {
             Some(t) => {
                 let tls = Tls::new(t)?;
@@ -261,6 +277,34 @@ async fn tls_handshake(stream: &TcpStream, tls: &Tls) -> Result<Vec<u8>, Connect
             return Err(ConnectError::Closed);
         }
         tls.decrypt(&chunk[..n], &mut early).map_err(refused)?;
+    }
+}
+
+/// Requests `GET /sse?channel=C` for a `/ws/C` target; returns the bytes
+/// after the `200` head.
+async fn open_sse(stream: &TcpStream, target: &Target) -> Result<Vec<u8>, ConnectError> {
+    let channel = target.path.strip_prefix("/ws/").unwrap_or(&target.path);
+    let req = format!(
+        "GET /sse?channel={channel} HTTP/1.1\r\nHost: {}\r\n\r\n",
+        target.authority
+    );
+    send_all(stream, req.as_bytes()).await?;
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = recv_some(stream, &mut chunk).await?;
+        if n == 0 {
+            return Err(ConnectError::Closed);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let status = buf.get(9..12).and_then(|s| std::str::from_utf8(s).ok());
+            let status: u16 = status.and_then(|s| s.parse().ok()).unwrap_or(0);
+            if status != 200 {
+                return Err(ConnectError::Status(status));
+            }
+            return Ok(buf.split_off(end + 4));
+        }
     }
 }
 
@@ -380,14 +424,25 @@ pub struct Shared {
     /// Whether reads use `recvmsg` timestamps (only costs a few ns when
     /// off; kept as one code path).
     pub timestamps: bool,
+    /// The streams are Server-Sent Events (chunks), not WebSocket frames.
+    pub sse: bool,
 }
 
 impl Shared {
+    /// A fresh shared receive buffer for Server-Sent Events streams
+    /// (`sse`) or WebSockets.
+    pub fn for_streams(timestamps: bool, sse: bool) -> Rc<Shared> {
+        let mut shared = Rc::into_inner(Shared::new(timestamps)).expect("just made");
+        shared.sse = sse;
+        Rc::new(shared)
+    }
+
     /// A fresh shared receive buffer.
     pub fn new(timestamps: bool) -> Rc<Shared> {
         Rc::new(Shared {
             scratch: RefCell::new(vec![0; SCRATCH_LEN].into_boxed_slice()),
             timestamps,
+            sse: false,
         })
     }
 }
@@ -414,7 +469,13 @@ pub async fn receive_loop<S: FrameSink>(
     let (fd, stream) = (link.fd(), &link.stream);
     let mut owed = Owed::default();
     // Frames that came with the handshake response.
-    match consume(&carry, sink, &mut owed, None, sys::realtime_ns()) {
+    match consume(
+        shared.sse,
+        &carry,
+        sink,
+        &mut owed,
+        (None, sys::realtime_ns()),
+    ) {
         Ok(used) => drop(carry.drain(..used)),
         Err(e) => return ReadEnd::Wire(e),
     }
@@ -454,12 +515,21 @@ pub async fn receive_loop<S: FrameSink>(
 /// replies); returns the bytes used.
 #[inline]
 fn consume<S: FrameSink>(
+    sse: bool,
     bytes: &[u8],
     sink: &mut S,
     owed: &mut Owed,
-    kernel_ns: Option<u64>,
-    now_ns: u64,
+    (kernel_ns, now_ns): (Option<u64>, u64),
 ) -> Result<usize, WireError> {
+    if sse {
+        return split_events(bytes, MAX_FRAME, |e| match e {
+            Event::Data(payload) => sink.data(OpCode::Text, payload, kernel_ns, now_ns),
+            // Subscribed: ready, as a WebSocket's first pong says.
+            Event::Subscribed => sink.pong(),
+            Event::Other => {}
+            Event::End => owed.closed = Some(None),
+        });
+    }
     split_frames(bytes, MAX_FRAME, |f| match f {
         Frame::Data(op, payload) => sink.data(op, payload, kernel_ns, now_ns),
         Frame::Deflated(op, payload) => {
@@ -512,7 +582,8 @@ fn read_batch<S: FrameSink>(
         let filled = kept + n;
         let now_ns = sys::realtime_ns();
         let bytes = scratch.get(..filled).unwrap_or_default();
-        let used = consume(bytes, sink, owed, kernel_ns, now_ns).map_err(ReadEnd::Wire)?;
+        let used =
+            consume(shared.sse, bytes, sink, owed, (kernel_ns, now_ns)).map_err(ReadEnd::Wire)?;
         carry.clear();
         carry.extend_from_slice(bytes.get(used..).unwrap_or_default());
         if owed.closed.is_some() || n < room_len(kept) {
@@ -545,7 +616,8 @@ fn read_batch_tls<S: FrameSink>(
         let open = tls
             .decrypt(scratch.get(..n).unwrap_or_default(), carry)
             .map_err(ReadEnd::Io)?;
-        let used = consume(carry, sink, owed, kernel_ns, now_ns).map_err(ReadEnd::Wire)?;
+        let used =
+            consume(shared.sse, carry, sink, owed, (kernel_ns, now_ns)).map_err(ReadEnd::Wire)?;
         carry.drain(..used);
         if owed.closed.is_some() || n < SCRATCH_LEN {
             return Ok(Batch::Drained);

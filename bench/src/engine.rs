@@ -59,6 +59,7 @@ pub(crate) fn target_of(url: &WsUrl, common: &Common) -> Result<Target, BenchErr
         path: url.path.clone(),
         deflate: false,
         tls,
+        sse: false,
     })
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Flag/value pairs; switches get an empty value.
 pub fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
-    const SWITCHES: [&str; 8] = [
+    const SWITCHES: [&str; 9] = [
         "--json",
         "--quiet",
         "--legacy-driver",
@@ -15,6 +15,7 @@ pub fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
         "--unique",
         "--cluster",
         "--deflate",
+        "--sse",
         "--json-payload",
     ];
     let mut out = Vec::new();

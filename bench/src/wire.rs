@@ -41,6 +41,8 @@ pub enum WireError {
     Fragmented,
     /// A frame larger than the read buffer can hold.
     FrameTooLarge(u64),
+    /// A Server-Sent Events chunk whose size line is not hex.
+    BadChunk,
 }
 
 impl fmt::Display for WireError {
@@ -50,6 +52,7 @@ impl fmt::Display for WireError {
             Self::MaskedServerFrame => f.write_str("server sent a masked frame"),
             Self::Fragmented => f.write_str("server sent a fragmented message"),
             Self::FrameTooLarge(n) => write!(f, "frame of {n} bytes exceeds the read buffer"),
+            Self::BadChunk => write!(f, "an event-stream chunk size that is not hex"),
         }
     }
 }
@@ -84,6 +87,73 @@ pub fn split_frames(
         at += total;
     }
     Ok(at)
+}
+
+/// One Server-Sent Events chunk as the benchmark reads it (corecast
+/// sends one event per chunk: `crate::sse` in corecast).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A `message` event: its message as published (a text payload of
+    /// the hex stamp, which needs no JSON unescaping).
+    Data(&'a [u8]),
+    /// The `subscribed` event: the stream is subscribed.
+    Subscribed,
+    /// Anything else (a heartbeat comment, a `gap`).
+    Other,
+    /// The last chunk: the stream ended.
+    End,
+}
+
+/// Hands every complete chunk at the front of `buf` to `on_event` (as
+/// [`split_frames`] does frames); returns the bytes they took.
+pub fn split_events(
+    buf: &[u8],
+    max_chunk: usize,
+    mut on_event: impl FnMut(Event<'_>),
+) -> Result<usize, WireError> {
+    let mut at = 0usize;
+    while let Some(rest) = buf.get(at..) {
+        let Some(line) = rest.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let size = std::str::from_utf8(&rest[..line]).ok();
+        let size = size.and_then(|s| usize::from_str_radix(s, 16).ok());
+        let size = size.ok_or(WireError::BadChunk)?;
+        let total = line + 2 + size + 2;
+        if total > max_chunk {
+            return Err(WireError::FrameTooLarge(total as u64));
+        }
+        let Some(body) = rest.get(line + 2..total - 2) else {
+            break;
+        };
+        on_event(if size == 0 {
+            Event::End
+        } else {
+            classify_event(body)
+        });
+        at += total;
+    }
+    Ok(at)
+}
+
+/// A chunk's event: `message` with its `"data":"..."` string, or another.
+fn classify_event(body: &[u8]) -> Event<'_> {
+    let has = |needle: &[u8]| body.windows(needle.len()).position(|w| w == needle);
+    if has(b"event: subscribed\n").is_some() {
+        return Event::Subscribed;
+    }
+    if has(b"event: message\n").is_none() {
+        return Event::Other;
+    }
+    const KEY: &[u8] = b"\"data\":\"";
+    let Some(start) = has(KEY).map(|i| i + KEY.len()) else {
+        return Event::Other;
+    };
+    let rest = &body[start..];
+    match rest.iter().position(|&b| b == b'"') {
+        Some(end) => Event::Data(&rest[..end]),
+        None => Event::Other,
+    }
 }
 
 fn classify<'a>(h: &FrameHeader, payload: &'a [u8]) -> Result<Frame<'a>, WireError> {
@@ -237,6 +307,37 @@ pub fn parse_http_response(buf: &[u8]) -> Result<Option<(u16, usize)>, HttpRespo
 mod tests {
     use super::*;
     use corecast::ws::frame::{encode_client_frame, encode_server_frame};
+
+    /// Chunks as corecast sends them (its own encoder), split back.
+    #[test]
+    fn event_stream_chunks_split_into_events() {
+        use corecast::sse::{comment_chunk, event_chunk, Event as Ev};
+        let msg = event_chunk(&Ev {
+            id: Some(("c", "e", 3)),
+            name: "message",
+            data: &[br#"{"type":"message","channel":"c","offset":3,"data":"00ff"}"#],
+        });
+        let sub = event_chunk(&Ev {
+            id: None,
+            name: "subscribed",
+            data: &[br#"{"type":"subscribed","channel":"c"}"#],
+        });
+        let beat = comment_chunk("heartbeat");
+        let mut buf = [&sub[..], &beat[..], &msg[..], b"0\r\n\r\n"].concat();
+        let whole = buf.len();
+        buf.extend_from_slice(&msg[..5]);
+        let mut got = Vec::new();
+        let used = split_events(&buf, 1 << 16, |e| got.push(format!("{e:?}"))).unwrap();
+        assert_eq!(used, whole, "the partial chunk is left");
+        assert_eq!(
+            got,
+            ["Subscribed", "Other", "Data([48, 48, 102, 102])", "End"]
+        );
+        assert!(matches!(
+            split_events(b"zz\r\n", 1 << 16, |_| {}),
+            Err(WireError::BadChunk)
+        ));
+    }
 
     fn collect(buf: &[u8]) -> (Vec<String>, Result<usize, WireError>) {
         let mut seen = Vec::new();

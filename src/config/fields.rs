@@ -87,6 +87,8 @@ pub struct Config {
     pub pusher: crate::pusher::PusherConfig,
     /// Presence (`--presence-*`).
     pub presence: crate::presence::PresenceConfig,
+    /// Server-Sent Events (`--sse-*`).
+    pub sse: crate::sse::SseLimits,
     /// TLS on `listen` (`--tls-cert`, `--tls-key`; off while empty).
     pub tls: crate::tls::Files,
 }

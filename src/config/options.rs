@@ -173,6 +173,15 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "max-subscriptions", CORECAST_MAX_SUBSCRIPTIONS, "N", "64",
         "most channels one connection may subscribe to"
         => |c, v| set_num(&mut c.max_subscriptions, v);
+    "sse-heartbeat", CORECAST_SSE_HEARTBEAT, "DURATION", "15s",
+        "send a comment line on every Server-Sent Events stream (GET /sse) this often, so proxies and clients see it alive (0 = never)"
+        => |c, v| {
+            c.sse.heartbeat_ms = parse_duration(v)?.as_millis().try_into().unwrap_or(u64::MAX);
+            Ok(())
+        };
+    "sse-max-channels", CORECAST_SSE_MAX_CHANNELS, "N", "64",
+        "most channels one GET /sse may name (more is answered 400); also bounded by --max-subscriptions"
+        => |c, v| set_num(&mut c.sse.max_channels, v);
     "max-total-inbound", CORECAST_MAX_TOTAL_INBOUND, "BYTES", "128MiB",
         "input all connections of a worker may hold in partial WebSocket frames, fragmented messages and HTTP bodies being read; past it, a connection whose held input grows beyond 64 KiB is closed with 1013 (or answered 503)"
         => |c, v| set_size(&mut c.max_total_inbound, v);

@@ -41,8 +41,8 @@ pub struct Snapshot {
 /// What the edge does for a channel's local subscribers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Fan this message out.
-    Deliver(Entry),
+    /// Fan this message out (at this epoch).
+    Deliver(Entry, Rc<str>),
     /// Messages up to this position can no longer be delivered (`lost`):
     /// JSON subscribers are told, path-mode subscribers closed. Not
     /// `lost`: only the epoch changed (nothing of the new one is missing):
@@ -249,7 +249,12 @@ impl Relay {
         let at = (epoch, e.offset);
         self.history
             .store(channel, at, (e.opcode, e.payload.clone()), clock.0, clock.1);
-        out.push(Action::Deliver(e));
+        // The ring's own copy of the epoch (no allocation per message).
+        let epoch = self
+            .history
+            .peek(channel)
+            .map_or_else(|| Rc::from(epoch), |p| p.epoch);
+        out.push(Action::Deliver(e, epoch));
         true
     }
 

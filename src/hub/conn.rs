@@ -24,6 +24,16 @@ pub enum ConnKind {
     Ws(Format),
 }
 
+impl ConnKind {
+    /// The wire format of a WebSocket (or event stream); `None` for HTTP.
+    pub fn format(self) -> Option<Format> {
+        match self {
+            ConnKind::Ws(f) => Some(f),
+            ConnKind::Http => None,
+        }
+    }
+}
+
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnState {

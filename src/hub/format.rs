@@ -45,6 +45,10 @@ pub struct Delivery<'a> {
     pub payload: &'a [u8],
     /// Its offset in the channel's history (0: the channel has none).
     pub offset: u64,
+    /// The channel's history epoch at `offset` (empty: none, or not
+    /// known where it was published; Server-Sent Events name it in
+    /// their event ids).
+    pub epoch: &'a str,
 }
 
 /// Encodes a delivery into one complete server frame (or several frames
@@ -62,6 +66,10 @@ pub struct Encoders {
     /// Close code of each format's idle connections (`None`: the socket
     /// is shut without a close frame).
     idle_close: [Option<u16>; MAX_FORMATS],
+    /// Formats whose peers send nothing after their request (Server-Sent
+    /// Events): their keepalive is a heartbeat sent every so many ms
+    /// (0: none), answered by nothing, and they have no idle deadline.
+    one_way: [Option<u64>; MAX_FORMATS],
 }
 
 impl Default for Encoders {
@@ -71,6 +79,7 @@ impl Default for Encoders {
             going_away: [None; MAX_FORMATS],
             keepalive: std::array::from_fn(|_| None),
             idle_close: [None; MAX_FORMATS],
+            one_way: [None; MAX_FORMATS],
         }
     }
 }
@@ -134,6 +143,27 @@ impl Encoders {
     pub fn keepalive_frame(mut self, format: Format, frame: Bytes) -> Self {
         self.keepalive[format.slot()] = Some(frame);
         self
+    }
+
+    /// Makes `format` one-way: its peers send nothing after their request
+    /// (Server-Sent Events), so its keepalive frame is a heartbeat sent
+    /// every `every_ms` (0: never) whether or not anything answered, and
+    /// no idle deadline applies (a gone peer fails a write, or its socket
+    /// reports the end of stream).
+    pub fn one_way(mut self, format: Format, every_ms: u64) -> Self {
+        self.one_way[format.slot()] = Some(every_ms);
+        self
+    }
+
+    /// The heartbeat interval of a one-way `format` (`None`: two-way).
+    pub fn heartbeat_of(&self, format: Format) -> Option<u64> {
+        self.one_way[format.slot()]
+    }
+
+    /// Whether connections of `format` (`None`: plain HTTP) are one-way
+    /// streams (Server-Sent Events, counted apart from WebSockets).
+    pub fn is_one_way(&self, format: Option<Format>) -> bool {
+        format.is_some_and(|f| self.heartbeat_of(f).is_some())
     }
 
     /// Whether `format` has an encoder.

@@ -203,10 +203,11 @@ impl Hub {
             assert!(self.encoders.serves(format), "no encoder for {format:?}");
         }
         let now = self.now_ms;
+        let one_way = self.encoders.is_one_way(kind.format());
         if let Some(c) = self.conns.get_mut(id) {
             c.kind = kind;
             c.last_recv_ms = now;
-            self.stats.websockets_opened += 1;
+            self.stats.count_opened(one_way);
         }
     }
 
@@ -331,7 +332,8 @@ impl Hub {
                 .detach(&mut self.conns, &mut self.stats, cid, pos);
         }
         if conn.kind != ConnKind::Http {
-            self.stats.websockets_closed += 1;
+            self.stats
+                .count_closed(self.encoders.is_one_way(conn.kind.format()));
         }
         self.stats.connections_closed += 1;
         conn::wake(&mut conn);
@@ -353,19 +355,19 @@ impl Hub {
     ) -> usize {
         let room = self.history_room();
         let entry = (opcode, payload);
-        let offset = recall::record(&mut self.history, channel, entry, self.now_ms, room);
-        self.publish_at(channel, opcode, payload, sender, offset)
+        let at = recall::record(&mut self.history, channel, entry, self.now_ms, room);
+        let at = at.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
+        self.publish_in(channel, opcode, payload, sender, at)
     }
 
-    /// [`Hub::publish`] of a message whose history offset was assigned
-    /// elsewhere (Redis mode; 0 = none): not recorded here.
-    pub fn publish_at(
+    /// [`Hub::publish_at`] at `(epoch, offset)` (SSE ids name the epoch).
+    pub fn publish_in(
         &mut self,
         channel: &str,
         opcode: OpCode,
         payload: &[u8],
         sender: Option<u64>,
-        offset: u64,
+        (epoch, offset): (&str, u64),
     ) -> usize {
         self.stats.messages_in += 1;
         let Some(cid) = self.registry.lookup(channel) else {
@@ -386,6 +388,7 @@ impl Hub {
             opcode,
             payload,
             offset,
+            epoch,
         };
         let Hub {
             registry,

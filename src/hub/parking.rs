@@ -94,6 +94,10 @@ impl Parking<'_> {
             return false;
         }
         c.writer = Some(waker.waker);
+        // Empty queues keep their buffers (128 B after the first frame):
+        // a parked connection gives them back too.
+        c.queue.shrink_to_fit();
+        c.ctrl.shrink_to_fit();
         true
     }
 

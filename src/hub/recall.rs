@@ -67,22 +67,21 @@ pub(super) fn resume(
     }
 }
 
-/// Records a local publish in the channel's history; returns its offset
-/// (0 when history is off). `room`: what the memory budget leaves.
+/// Records a local publish in the channel's history; returns its
+/// position (`None` when history is off). `room`: what the memory budget
+/// leaves.
 pub(super) fn record(
     history: &mut History,
     channel: &str,
     (opcode, payload): (OpCode, &[u8]),
     now_ms: u64,
     room: usize,
-) -> u64 {
+) -> Option<Position> {
     // Internal channels (`!status`) and Pusher's are outside the client
     // charset: no client can resume them, so they keep no history.
     if !history.enabled() || !crate::channel::keeps_history(channel) {
-        return 0;
+        return None;
     }
     let payload = Bytes::copy_from_slice(payload);
-    history
-        .append(channel, opcode, payload, now_ms, room)
-        .offset
+    Some(history.append(channel, opcode, payload, now_ms, room))
 }

@@ -128,7 +128,8 @@ pub(super) fn sweep(
                 }
             }
         }
-        if let Some(why) = deadline_passed(conn, l, now) {
+        let heartbeat = heartbeat_of(conn, encoders);
+        if let Some(why) = deadline_passed(conn, l, now, heartbeat.is_some()) {
             match idle_close_code(conn, why, encoders) {
                 // Closed with a code: the close timeout still shuts a
                 // peer that does not answer.
@@ -140,13 +141,8 @@ pub(super) fn sweep(
             }
             continue;
         }
-        if wants_ping(conn, l, now) {
-            conn.ping_outstanding = true;
-            let format = match conn.kind {
-                ConnKind::Ws(f) => Some(f),
-                ConnKind::Http => None,
-            };
-            let ping = pings.frame_for(format);
+        if keepalive_due(conn, l, now, heartbeat) {
+            let ping = pings.frame_for(conn.kind.format());
             // Charged once, by the first connection that takes it.
             totals.charge(ping);
             conn.ctrl.push_back(ping.clone());
@@ -224,14 +220,50 @@ fn wants_ping(conn: &Conn, l: &HubLimits, now: u64) -> bool {
         && conn.ctrl.is_empty()
 }
 
-/// The deadline `conn` is under in its state, if it has passed.
-fn deadline_passed(conn: &Conn, l: &HubLimits, now: u64) -> Option<Expired> {
+/// The heartbeat interval of `conn`'s format if it is one-way (Server-Sent
+/// Events: its peer sends nothing after its request).
+fn heartbeat_of(conn: &Conn, encoders: &Encoders) -> Option<u64> {
+    conn.kind.format().and_then(|f| encoders.heartbeat_of(f))
+}
+
+/// Whether `conn` gets its keepalive now — a ping, or a one-way format's
+/// heartbeat (`heartbeat`: its interval) — and if so marks it sent.
+fn keepalive_due(conn: &mut Conn, l: &HubLimits, now: u64, heartbeat: Option<u64>) -> bool {
+    match heartbeat {
+        Some(every) if heartbeat_due(conn, every, now) => {
+            // Nothing will answer it; the next one is due `every` from
+            // now (a one-way connection's receive time is otherwise unused).
+            conn.last_recv_ms = now;
+            true
+        }
+        Some(_) => false,
+        None if wants_ping(conn, l, now) => {
+            conn.ping_outstanding = true;
+            true
+        }
+        None => false,
+    }
+}
+
+/// An open one-way connection whose last heartbeat (or its start) is
+/// `every` ms old (0: heartbeats off), with no control frame waiting.
+fn heartbeat_due(conn: &Conn, every: u64, now: u64) -> bool {
+    conn.state == ConnState::Open
+        && every > 0
+        && now.saturating_sub(conn.last_recv_ms) >= every
+        && conn.ctrl.is_empty()
+}
+
+/// The deadline `conn` is under in its state, if it has passed; a
+/// `one_way` connection has no idle deadline (its peer never speaks).
+fn deadline_passed(conn: &Conn, l: &HubLimits, now: u64, one_way: bool) -> Option<Expired> {
     let since = now.saturating_sub(conn.since_ms);
     match (conn.kind, conn.state) {
         (ConnKind::Http, _) if since >= l.handshake_timeout_ms => Some(Expired::Handshake),
         (ConnKind::Http, _) => None,
         (_, ConnState::Closing) if since >= l.close_timeout_ms => Some(Expired::Close),
         (_, ConnState::Closing) => None,
+        (_, ConnState::Open) if one_way => None,
         (_, ConnState::Open) => {
             let quiet = now.saturating_sub(conn.last_recv_ms);
             (l.idle_timeout_ms > 0 && quiet >= l.idle_timeout_ms).then_some(Expired::Idle)

@@ -10,8 +10,22 @@ use bytes::Bytes;
 use super::conn::ConnId;
 use super::registry::SubscribeError;
 use super::Hub;
+use crate::ws::OpCode;
 
 impl Hub {
+    /// [`Hub::publish`] of a message whose history offset was assigned
+    /// elsewhere (Redis mode; 0 = none): not recorded here.
+    pub fn publish_at(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<u64>,
+        offset: u64,
+    ) -> usize {
+        self.publish_in(channel, opcode, payload, sender, ("", offset))
+    }
+
     /// Subscribes `id` to `name` and sends it `ack` once the upstream
     /// (Redis) confirmed it delivers the channel, so a message published
     /// right after the acknowledgement cannot overtake the subscription.

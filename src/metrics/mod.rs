@@ -37,6 +37,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     deliveries(&mut o, s, g);
     pressure(&mut o, s, g);
     parking(&mut o, s);
+    sse(&mut o, s);
     refusals(&mut o, snap);
     compression(&mut o, &snap.compression);
     presence(&mut o, &snap.presence);
@@ -283,6 +284,28 @@ fn parking(o: &mut String, s: &Stats) {
         "corecast_parked_connections",
         "WebSockets parked now.",
         s.parked_connections,
+    );
+}
+
+/// Server-Sent Events streams (`GET /sse`).
+fn sse(o: &mut String, s: &Stats) {
+    gauge(
+        o,
+        "corecast_sse_connections",
+        "Server-Sent Events streams open now.",
+        s.sse_connections,
+    );
+    counter(
+        o,
+        "corecast_sse_opened_total",
+        "Server-Sent Events streams opened (GET /sse answered 200).",
+        s.sse_opened,
+    );
+    counter(
+        o,
+        "corecast_sse_refused_total",
+        "GET /sse requests refused (bad query or Last-Event-ID, too many channels, token, rate), and streams closed for sending input.",
+        s.sse_refused,
     );
 }
 

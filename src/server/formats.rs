@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use crate::control;
 use crate::hub::{Delivery, Encoders, Format};
+use crate::sse;
 use crate::stats::CompressionStats;
 use crate::ws::deflate::{Deflater, Settings, MIN_WINDOW_BITS};
 use crate::ws::extension::Agreed;
@@ -45,6 +46,13 @@ pub const JSON_DEFLATE_SMALL: Format = Format::new(5);
 /// frames it — once per publish for every Pusher subscriber.
 pub const PUSHER: Format = Format::new(6);
 
+/// Server-Sent Events (`GET /sse`): each delivery an `event: message`
+/// whose data is the JSON protocol's envelope and whose id names its
+/// position (`crate::sse`), as one HTTP chunk — once per publish for every
+/// SSE subscriber. One-way: a heartbeat comment every `--sse-heartbeat`,
+/// no idle deadline.
+pub const SSE: Format = Format::new(7);
+
 /// Shared by the counters of every compressed format and the edge.
 pub type SharedCompressionStats = Rc<RefCell<CompressionStats>>;
 
@@ -69,8 +77,33 @@ pub fn negotiated(base: Format, agreed: Option<Agreed>) -> Format {
 }
 
 /// Every format's encoder, for `Hub::new`; the compressed ones only with
-/// `--compression`.
+/// `--compression`. SSE's heartbeat: [`with_sse`].
 pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders {
+    with_sse(plain_and_compressed(settings, stats), 0)
+}
+
+/// `encoders` with [`SSE`], its heartbeat every `heartbeat_ms` (0: none).
+pub fn with_sse(encoders: Encoders, heartbeat_ms: u64) -> Encoders {
+    encoders
+        .with(SSE, sse_message)
+        .keepalive_frame(SSE, sse::comment_chunk("heartbeat"))
+        .one_way(SSE, heartbeat_ms)
+}
+
+/// A delivery as an SSE `message` event (one chunk): the JSON protocol's
+/// envelope as its data, its position as its id when it has one.
+pub fn sse_message(d: &Delivery<'_>) -> Bytes {
+    let (head, body) = control::delivery_parts(d.channel, d.opcode, d.payload, d.offset);
+    let id = (d.offset != 0 && !d.epoch.is_empty()).then_some((d.channel, d.epoch, d.offset));
+    sse::event_chunk(&sse::Event {
+        id,
+        name: "message",
+        data: &[head.as_bytes(), body.as_bytes()],
+    })
+}
+
+/// The WebSocket formats' encoders.
+pub fn plain_and_compressed(settings: &Settings, stats: &SharedCompressionStats) -> Encoders {
     let mut encoders = Encoders::new()
         .with(PATH, |d: &Delivery<'_>| {
             encode_server_frame(d.opcode, d.payload)
@@ -266,6 +299,39 @@ mod tests {
         // A short message goes plain to compressed subscribers too.
         hub.publish("room", OpCode::Text, b"short", None);
         assert_eq!(&first_frame(&mut hub, ids[0])[..], b"\x81\x05short");
+    }
+
+    #[test]
+    fn an_sse_event_is_encoded_once_and_shared_by_every_stream() {
+        let mut hub = hub();
+        let ids = [SSE, JSON, SSE].map(|f| subscriber(&mut hub, f));
+        assert_eq!(hub.publish("room", OpCode::Text, b"a\nb", None), 3);
+        let frames = ids.map(|id| first_frame(&mut hub, id));
+        assert_eq!(frames[0].as_ptr(), frames[2].as_ptr(), "one shared chunk");
+        // Without history: no id; the JSON envelope as the data line.
+        let body = "event: message\ndata: {\"type\":\"message\",\"channel\":\"room\",\"data\":\"a\\nb\"}\n\n";
+        assert_eq!(
+            &frames[0][..],
+            format!("{:x}\r\n{body}\r\n", body.len()).as_bytes()
+        );
+        // With a position: the id names it.
+        let d = Delivery {
+            channel: "a:b",
+            opcode: OpCode::Binary,
+            payload: &[1, 2],
+            offset: 9,
+            epoch: "e",
+        };
+        let chunk = sse_message(&d);
+        let text = std::str::from_utf8(&chunk).unwrap();
+        assert!(
+            text.contains("\r\nid: a:b:e:9\nevent: message\ndata: {"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""offset":9,"data_base64":"AQI="}"#),
+            "{text}"
+        );
     }
 
     #[test]

@@ -78,9 +78,12 @@
 //!
 //! No file imports one that imports it back (the script finds loops
 //! through folders too). The next edges have their places: `hooks/` (outgoing calls on connection and subscription events,
-//! through the seams, like `pusher/webhook`), `sse/` (Server-Sent Events:
-//! a second wire under the same outbox, a sibling of `conn/websocket`'s
-//! writer with its own format in `formats`).
+//! through the seams, like `pusher/webhook`).
+//! - `sse/`: Server-Sent Events (`GET /sse`) — a second wire under the
+//!   same outbox, a sibling of `conn/websocket`'s writer with its own
+//!   format in `formats` (`formats::SSE`); it reads and writes through
+//!   `conn/websocket/transport` and parks through `conn/park`, and the
+//!   HTTP router and the parked-connections poller hand it its streams.
 
 mod auth;
 mod cache;
@@ -95,6 +98,7 @@ mod publish;
 mod pusher;
 mod redis;
 mod resolve;
+mod sse;
 mod sys;
 mod tls;
 mod worker;

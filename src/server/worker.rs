@@ -118,7 +118,8 @@ impl Worker {
     pub fn with_tls(cfg: Config, (tls, client): (Option<TlsEdge>, ClientTls)) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg, client.redis);
         let compression = formats::SharedCompressionStats::default();
-        let encoders = formats::encoders(&cfg.compression, &compression);
+        let encoders = formats::plain_and_compressed(&cfg.compression, &compression);
+        let encoders = formats::with_sse(encoders, cfg.sse.heartbeat_ms);
         let relay = redis
             .as_ref()
             .filter(|l| l.keeps_history())
@@ -252,6 +253,7 @@ impl Worker {
         worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
         worker.outbound_bytes = hub.total_pending() as u64;
         worker.parked_connections = self.parking.count() as u64;
+        worker.sse_connections = worker.sse_opened.saturating_sub(worker.sse_closed);
         (worker.parks, worker.unparks) = self.parking.totals();
         worker.outbound_memory_bytes = hub.outbound_memory() as u64;
         worker.inbound_bytes = self.inbound.get() as u64;

@@ -24,7 +24,7 @@ const CLOCK: (u64, usize) = (0, usize::MAX);
 fn delivered(out: &[Action]) -> Vec<u64> {
     out.iter()
         .filter_map(|a| match a {
-            Action::Deliver(e) => Some(e.offset),
+            Action::Deliver(e, _) => Some(e.offset),
             Action::Gap { .. } => None,
         })
         .collect()
@@ -34,7 +34,7 @@ fn gaps(out: &[Action]) -> Vec<u64> {
     out.iter()
         .filter_map(|a| match a {
             Action::Gap { at, .. } => Some(at.offset),
-            Action::Deliver(_) => None,
+            Action::Deliver(..) => None,
         })
         .collect()
 }

@@ -8,13 +8,14 @@ use std::rc::Rc;
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::auth;
+use crate::auth::{self, Grants};
 use crate::cache::response::Answer;
 use crate::http::{self, BodyPlan, HttpError, Method, Route};
 use crate::hub::ConnId;
 use crate::log;
 use crate::peers::PeerRefusal;
 use crate::server::cache::{self, Incoming};
+use crate::server::conn::park::Session as Parked;
 use crate::server::conn::sock::Sock;
 use crate::server::conn::stream::Stream;
 use crate::server::conn::upgrade::{self, Upgrade};
@@ -24,7 +25,7 @@ use crate::server::presence::edge as presence_edge;
 use crate::server::pusher::api as pusher_api;
 use crate::server::tls::session::Session;
 use crate::server::worker::Worker;
-use crate::server::{endpoints, publish};
+use crate::server::{endpoints, publish, sse};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -67,9 +68,14 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
     // Boxed: the HTTP phase (with the cache and publish paths) is large and
     // short-lived; inline it would size every WebSocket's task for it.
     match Box::pin(http_phase(&w, &mut sock, (id, ctx), &mut buf)).await {
-        Ok(Some(up)) => {
+        Ok(Some(Handoff::Ws(up))) => {
             // Its own task ends (or parks) it in the worker's books.
             ws_conn::websocket(&w, sock, id, (up, release_ip), buf);
+            return;
+        }
+        Ok(Some(Handoff::Sse(grants))) => {
+            let session = Parked::stream(grants, release_ip);
+            sse::start(&w, sock, id, session);
             return;
         }
         // Boxed: TLS's flush would otherwise enlarge every task.
@@ -165,6 +171,16 @@ enum Next {
     Close,
     /// The connection upgraded.
     Upgrade(Upgrade),
+    /// The connection is an event stream now (`GET /sse`).
+    Sse(Grants),
+}
+
+/// What the HTTP phase hands a connection on to.
+enum Handoff {
+    /// A WebSocket.
+    Ws(Upgrade),
+    /// A Server-Sent Events stream with these grants.
+    Sse(Grants),
 }
 
 /// Serves plain HTTP requests until one upgrades, the peer leaves, or an
@@ -174,7 +190,7 @@ async fn http_phase(
     sock: &mut Stream,
     (id, ctx): (ConnId, ConnCtx),
     buf: &mut BytesMut,
-) -> io::Result<Option<Upgrade>> {
+) -> io::Result<Option<Handoff>> {
     loop {
         w.hub.borrow_mut().request_started(id);
         let Some(req) = read_head(w, sock, buf).await? else {
@@ -183,7 +199,8 @@ async fn http_phase(
         match serve(w, sock, (id, ctx), buf, &req).await? {
             Next::KeepAlive => {}
             Next::Close => return Ok(None),
-            Next::Upgrade(up) => return Ok(Some(up)),
+            Next::Upgrade(up) => return Ok(Some(Handoff::Ws(up))),
+            Next::Sse(grants) => return Ok(Some(Handoff::Sse(grants))),
         }
     }
 }
@@ -211,6 +228,7 @@ async fn read_head(
 }
 
 /// Routes one request and answers it.
+// long: the router, one arm per route
 async fn serve(
     w: &Rc<Worker>,
     sock: &mut Stream,
@@ -221,7 +239,7 @@ async fn serve(
     let route = route_for(w, &ctx, req);
     // The cache re-reads the head (query, Vary'd headers); only its
     // routes pay for the copy.
-    let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge))
+    let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge | Route::Sse))
         .then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
     buf.advance(req.head_len);
     w.hub.borrow_mut().stats.http_requests += 1;
@@ -248,6 +266,11 @@ async fn serve(
                 None => Next::Close,
             },
         );
+    }
+    if route == Route::Sse {
+        let head = head.unwrap_or_default();
+        let opened = sse::open(w, sock, (id, ctx.ip), req, &head).await?;
+        return Ok(opened.map_or(Next::Close, Next::Sse));
     }
     let head_only = req.method == Method::Head;
     let resp = match route {

@@ -53,6 +53,19 @@ pub struct Session {
 /// it (opaque here: a TLS session).
 pub type Kept = (RawFd, Option<Rc<dyn Any>>);
 
+impl Session {
+    /// A Server-Sent Events stream's: its grants, and the address whose
+    /// per-IP count it holds.
+    pub fn stream(grants: Grants, release_ip: Option<IpAddr>) -> Session {
+        Session {
+            channel: None,
+            grants,
+            release_ip,
+            deflate: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Parked {
     fd: RawFd,

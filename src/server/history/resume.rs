@@ -34,17 +34,40 @@ pub struct Deferred {
 
 /// Runs a deferred subscribe to the end (reply queued).
 pub async fn subscribe(w: &Rc<Worker>, id: ConnId, d: Deferred) {
-    let read = read_settled(w, &d.channel, d.since.as_ref()).await;
+    let since = d.since.as_ref().map(|s| (s.epoch.as_str(), s.offset));
+    let resumed = resume_from_redis(w, id, &d.channel, since).await;
     let mut hub = w.hub.borrow_mut();
     let idv = d.id.as_deref();
+    match resumed {
+        Ok(r) => send(&mut hub, id, &d.channel, r, idv),
+        Err((code, msg)) => {
+            hub.send_to(id, control::error(code, msg, idv));
+            refused(w, &mut hub, id, &d);
+        }
+    }
+}
+
+/// A subscribe of `id` to `channel` in Redis mode with history, resuming
+/// after `since` (epoch, offset): the read from Redis, local subscribers
+/// brought up to it, then the subscribe, in one step with the hub. The
+/// position and replay are for the caller to queue, in its own wire
+/// format (the JSON protocol's, or Server-Sent Events'), before anything
+/// live; `Err`: why it was not subscribed.
+pub async fn resume_from_redis(
+    w: &Rc<Worker>,
+    id: ConnId,
+    channel: &str,
+    since: Option<(&str, u64)>,
+) -> Result<Resume, (ErrorCode, &'static str)> {
+    let read = read_settled(w, channel, since.map(|s| s.1)).await;
+    let mut hub = w.hub.borrow_mut();
     let (Ok(snap), Some(relay)) = (read, &w.relay) else {
-        let msg = "history unavailable (redis); not subscribed, retry";
-        hub.send_to(id, control::error(ErrorCode::Unavailable, msg, idv));
-        return refused(w, &mut hub, id, &d);
+        return Err((
+            ErrorCode::Unavailable,
+            "history unavailable (redis); not subscribed, retry",
+        ));
     };
-    let channel = d.channel.as_str();
     let warm = hub.subscriber_count(channel) > 0;
-    let since = d.since.as_ref().map(|s| (s.epoch.as_str(), s.offset));
     let clock = (hub.now_ms(), hub.history_budget());
     let mut actions = Vec::new();
     let r = relay
@@ -52,21 +75,14 @@ pub async fn subscribe(w: &Rc<Worker>, id: ConnId, d: Deferred) {
         .resume(channel, since, snap, warm, clock, &mut actions);
     // Local subscribers first (the connection is not one yet).
     relay_edge::apply(&mut hub, channel, actions, None);
-    if let Err(e) = hub.subscribe(id, channel) {
-        let reply = match e {
-            SubscribeError::InvalidChannel => {
-                control::error(ErrorCode::InvalidChannel, "invalid channel name", idv)
-            }
-            SubscribeError::TooManySubscriptions => control::error(
-                ErrorCode::TooManySubscriptions,
-                "subscription limit reached",
-                idv,
-            ),
-        };
-        hub.send_to(id, reply);
-        return refused(w, &mut hub, id, &d);
-    }
-    send(&mut hub, id, channel, r, idv);
+    hub.subscribe(id, channel).map_err(|e| match e {
+        SubscribeError::InvalidChannel => (ErrorCode::InvalidChannel, "invalid channel name"),
+        SubscribeError::TooManySubscriptions => (
+            ErrorCode::TooManySubscriptions,
+            "subscription limit reached",
+        ),
+    })?;
+    Ok(bounded(&mut hub, r))
 }
 
 /// A deferred subscribe was refused: what `native::control` did for it before
@@ -84,18 +100,15 @@ fn refused(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, d: &Deferred) {
 const BEHIND_RETRIES: u32 = 50;
 const BEHIND_PAUSE: Duration = Duration::from_millis(10);
 
-/// Reads the channel's position (and with `since`, the range after it),
-/// again while this instance has yet to receive what the read shows.
-async fn read_settled(
-    w: &Worker,
-    channel: &str,
-    since: Option<&Since>,
-) -> Result<Snapshot, String> {
+/// Reads the channel's position (and with `since`, the range after that
+/// offset), again while this instance has yet to receive what the read
+/// shows.
+async fn read_settled(w: &Worker, channel: &str, since: Option<u64>) -> Result<Snapshot, String> {
     let link = w.redis.as_ref().expect("deferred only in redis mode");
     let relay = w.relay.as_ref().ok_or("history off")?;
     let mut tries = 0;
     loop {
-        let from = since.map_or(0, |s| relay.borrow().read_from(channel, s.offset));
+        let from = since.map_or(0, |s| relay.borrow().read_from(channel, s));
         let snap = read_history(link, channel, from).await?;
         let warm = w.hub.borrow().subscriber_count(channel) > 0;
         let behind = since.is_some() && relay.borrow().behind(channel, warm, &snap);
@@ -107,7 +120,10 @@ async fn read_settled(
     }
 }
 
-fn send(hub: &mut Hub, id: ConnId, channel: &str, mut r: Resume, idv: Option<&RawValue>) {
+/// A resume's replay past twice `--max-outbound-queue` is not attempted
+/// (it would only get the subscriber cut as slow): not recovered. Counts
+/// the recovery.
+fn bounded(hub: &mut Hub, mut r: Resume) -> Resume {
     let max_replay = hub.limits().max_outbound_queue.saturating_mul(2);
     let bytes: usize = r.replay.iter().map(|e| e.payload.len() + 96).sum();
     if bytes > max_replay {
@@ -122,6 +138,10 @@ fn send(hub: &mut Hub, id: ConnId, channel: &str, mut r: Resume, idv: Option<&Ra
         Some(false) => hub.stats.recoveries_failed += 1,
         None => {}
     }
+    r
+}
+
+fn send(hub: &mut Hub, id: ConnId, channel: &str, r: Resume, idv: Option<&RawValue>) {
     let at = At {
         epoch: &r.position.epoch,
         offset: r.position.offset,

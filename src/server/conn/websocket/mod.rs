@@ -36,7 +36,7 @@ mod frames;
 mod parked;
 mod reader;
 mod task;
-mod transport;
+pub mod transport;
 mod writer;
 
 use std::rc::Rc;

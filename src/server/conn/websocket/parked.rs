@@ -67,6 +67,11 @@ fn resume(w: &Rc<Worker>, id: ConnId) {
     let Some((parked, session)) = w.parking.take(id) else {
         return;
     };
+    let kind = w.hub.borrow().conn(id).map(crate::hub::Conn::kind);
+    if kind == Some(crate::hub::ConnKind::Ws(crate::server::formats::SSE)) {
+        // A parked event stream is resumed by its own edge.
+        return crate::server::sse::resume(w, id, parked, session);
+    }
     unpark(w, id);
     if parked.1.is_some() {
         // TLS: what woke it is ciphertext, for its task's session to read.
