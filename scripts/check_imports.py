@@ -88,6 +88,10 @@ EXCEPTIONS = [
     (("pusher", "presence"), ("presence", "redis"), "Pusher presence channels keep their members through the same Redis scripts"),
     (("cache", "origin"), ("tls", "client"), "an https:// origin's bytes are TLS: the client reads and writes through tls::client's stream"),
     (("pusher", "webhook"), ("cache", "origin"), "webhooks are sent with the cache's pooled, bounded HTTP client"),
+    (("hooks",), ("cache", "origin"), "hook calls go through the cache's pooled, bounded HTTP client (and its FIFO slots)"),
+    (("conn", "upgrade"), ("hooks",), "the connect hook decides an upgrade before the 101"),
+    (("conn", "websocket"), ("hooks", "session"), "a hook-admitted WebSocket gets its welcome (connected frame, server-side channels)"),
+    (("native",), ("hooks",), "the JSON protocol's subscribe, publish and rpc ask their hooks"),
 ]
 
 

@@ -63,6 +63,7 @@ impl Default for Config {
             pusher: Default::default(),
             presence: Default::default(),
             tls: Default::default(),
+            proxy: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {

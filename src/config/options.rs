@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::fields::Config;
+use crate::hooks::HookKind;
 use crate::hub::SlowConsumerPolicy;
 use crate::secret::Secret;
 
@@ -462,6 +463,39 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
         "webhook events waiting per app, for each of two kinds (channel_occupied/vacated; member and client events); beyond it the kind's oldest are dropped (counted)"
         => |c, v| set_num(&mut c.pusher.webhook_queue, v);
+    "proxy-connect", CORECAST_PROXY_CONNECT, "URL", -,
+        "POST each WebSocket upgrade without a token to this backend URL before the 101 (Centrifugo's connect proxy: cookies and --proxy-http-headers forwarded; result user/expire_at/info/channels/data, error -> 401/403, down or slow -> 503)"
+        => |c, v| c.proxy.set_url(HookKind::Connect, v);
+    "proxy-subscribe", CORECAST_PROXY_SUBSCRIBE, "URL", -,
+        "ask this backend URL before each JSON subscribe (Centrifugo's subscribe proxy); error -> error reply with its code, disconnect -> close"
+        => |c, v| c.proxy.set_url(HookKind::Subscribe, v);
+    "proxy-publish", CORECAST_PROXY_PUBLISH, "URL", -,
+        "ask this backend URL before each JSON publish (Centrifugo's publish proxy; result data replaces the message); connect-hook users may publish only through it"
+        => |c, v| c.proxy.set_url(HookKind::Publish, v);
+    "proxy-rpc", CORECAST_PROXY_RPC, "URL", -,
+        "answer the JSON op rpc through this backend URL (Centrifugo's RPC proxy)"
+        => |c, v| c.proxy.set_url(HookKind::Rpc, v);
+    "proxy-refresh", CORECAST_PROXY_REFRESH, "URL", -,
+        "ask this backend URL when a connect-hook connection reaches its expire_at: extend it or close it (4001)"
+        => |c, v| c.proxy.set_url(HookKind::Refresh, v);
+    "proxy-http-headers", CORECAST_PROXY_HTTP_HEADERS, "LIST", "cookie,authorization,user-agent,origin,x-forwarded-for",
+        "request headers of the upgrade forwarded to the connect hook"
+        => |c, v| c.proxy.set_http_headers(v);
+    "proxy-static-headers", CORECAST_PROXY_STATIC_HEADERS, "LIST", -,
+        "header lines added to every hook request, comma-separated `Name: value` (e.g. a shared secret the backend checks)"
+        => |c, v| c.proxy.set_static_headers(v);
+    "proxy-timeout", CORECAST_PROXY_TIMEOUT, "DURATION", "1s",
+        "time for one hook call, waiting for a slot included; over it the client is refused (unavailable / 503)"
+        => |c, v| set_duration(&mut c.proxy.timeout, v);
+    "proxy-concurrency", CORECAST_PROXY_CONCURRENCY, "N", "64",
+        "calls of one hook in flight at once; more wait (within --proxy-timeout)"
+        => |c, v| set_num(&mut c.proxy.concurrency, v);
+    "proxy-max-connections", CORECAST_PROXY_MAX_CONNECTIONS, "N", "32",
+        "connections to one backend origin (hooks on the same host:port share them), in flight and kept alive"
+        => |c, v| set_num(&mut c.proxy.max_connections, v);
+    "proxy-max-body", CORECAST_PROXY_MAX_BODY, "BYTES", "64KiB",
+        "largest hook answer body; a larger one fails the call (the client is refused)"
+        => |c, v| set_size(&mut c.proxy.max_body, v);
     "presence-channels", CORECAST_PRESENCE_CHANNELS, "PATTERNS", -,
         "channels with presence (who is subscribed, per user; join/leave events): a comma list of names and prefixes ending in * (`room-*,lobby`; `*` = all); unset = presence off"
         => |c, v| c.presence.set_patterns(v);

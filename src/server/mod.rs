@@ -73,9 +73,14 @@
 //!   rustls session (`session`): a byte transport under the HTTP phase
 //!   (`conn::stream`) and under `conn/websocket/transport`'s calls.
 //!
+//! - `hooks/`: calls to the application's backend (`--proxy-*`) through
+//!   the cache's origin client — `connect` (at the upgrade, before the
+//!   `101`; `conn::upgrade` calls it), `session` (a hook-admitted
+//!   connection's welcome; the JSON protocol's subscribe, publish and
+//!   rpc), `refresh`.
+//!
 //! No file imports one that imports it back (the script finds loops
-//! through folders too). The next edges have their places: `hooks/` (outgoing calls on connection and subscription events,
-//! through the seams, like `pusher/webhook`), `sse/` (Server-Sent Events:
+//! through folders too). The next edge has its place: `sse/` (Server-Sent Events:
 //! a second wire under the same outbox, a sibling of `conn/websocket`'s
 //! writer with its own format in `formats`).
 
@@ -84,6 +89,7 @@ mod conn;
 mod endpoints;
 pub mod formats;
 mod history;
+mod hooks;
 mod iovec;
 mod native;
 mod presence;
@@ -127,6 +133,7 @@ type WorkerTls = (Option<tls::edge::TlsEdge>, tls::client::ClientTls);
 fn client_tls(cfg: &Config) -> io::Result<tls::client::ClientTls> {
     let redis_tls = cfg.redis.first_url().is_some_and(|u| u.tls);
     let http_tls = cfg.cache.origin.as_ref().is_some_and(|u| u.tls)
+        || cfg.proxy.urls.iter().flatten().any(|u| u.tls)
         || cfg
             .pusher
             .apps

@@ -26,6 +26,7 @@ use crate::server::conn::park::Parking;
 use crate::server::conn::sock;
 use crate::server::formats;
 use crate::server::history::relay as relay_edge;
+use crate::server::hooks::HookEdge;
 use crate::server::pusher::webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::sys;
@@ -95,6 +96,8 @@ pub struct Worker {
     pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
     /// Pusher webhooks' queues (`--pusher-webhook`).
     pub webhooks: Webhooks,
+    /// Hooks to the application's backend (`--proxy-*`), when any is on.
+    pub hooks: Option<Rc<HookEdge>>,
     /// Parked WebSockets (`--park-after`).
     pub parking: Parking,
     /// TLS on the public listener (`--tls-cert`).
@@ -130,6 +133,7 @@ impl Worker {
             inbound: Cell::new(0),
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             pusher_sessions: RefCell::default(),
+            hooks: HookEdge::new(&cfg, client.http.clone()).map(Rc::new),
             webhooks: Webhooks::new(&cfg, client.http),
             presence: RefCell::default(),
             parking: parking(&cfg),
@@ -204,6 +208,12 @@ impl Worker {
             total: &self.inbound,
             held: 0,
         }
+    }
+
+    /// The hooks, if the connect hook is on.
+    pub fn connect_hook(&self) -> Option<&HookEdge> {
+        let edge = self.hooks.as_deref()?;
+        edge.has(crate::hooks::HookKind::Connect).then_some(edge)
     }
 
     /// Whether the worker's write backlog is over `--publish-backpressure`.

@@ -194,10 +194,7 @@ async fn serve(
     req: &http::Request,
 ) -> io::Result<Next> {
     let route = route_for(w, &ctx, req);
-    // The cache re-reads the head (query, Vary'd headers); only its
-    // routes pay for the copy.
-    let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge))
-        .then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
+    let head = wants_head(w, &route).then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
     buf.advance(req.head_len);
     w.hub.borrow_mut().stats.http_requests += 1;
     // Decided for every route before anything is answered: a body is read
@@ -218,7 +215,7 @@ async fn serve(
     };
     if let Some(target) = upgrade::upgrade_target(&route) {
         return Ok(
-            match upgrade::upgrade(w, sock, (id, ctx.ip), req, target).await? {
+            match upgrade::upgrade(w, sock, (id, ctx.ip), (req, head.as_deref()), target).await? {
                 Some(up) => Next::Upgrade(up),
                 None => Next::Close,
             },
@@ -265,6 +262,17 @@ async fn serve(
     };
     write_answer(sock, resp).await?;
     Ok(after_answer(sock, keep_alive, plan).await)
+}
+
+/// Whether `route` needs the raw head: the cache re-reads it (query,
+/// Vary'd headers), and so does the connect hook (cookies, allow-listed
+/// headers); only their routes pay for the copy.
+fn wants_head(w: &Worker, route: &Result<Route<'_>, HttpError>) -> bool {
+    match route {
+        Ok(Route::Cache(_) | Route::CachePurge) => true,
+        Ok(r) => w.connect_hook().is_some() && upgrade::upgrade_target(r).is_some(),
+        Err(_) => false,
+    }
 }
 
 /// `POST /publish/{channel}`: the publish key, the body, the publish;

@@ -1,0 +1,1 @@
+//! The refresh hook (not yet).
