@@ -2,9 +2,20 @@
 //! hook's `connected` frame and server-side channels), and subscribe,
 //! publish and rpc asked of the backend before they are done.
 
-use crate::hub::{ConnId, Hub};
+use std::rc::Rc;
+
+use serde_json::value::RawValue;
+
+use crate::auth::Grants;
+use crate::control::{Envelope, Request};
+use crate::hooks::reply::{self, PublishResult, RpcResult, SubscribeResult};
+use crate::hooks::{frames, request, Answer, HookKind};
+use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
 use crate::server::hooks::connect::Welcome;
+use crate::server::hooks::Failure;
+use crate::server::worker::Worker;
+use crate::ws::OpCode;
 
 /// Queues a hook-admitted connection's first frame and subscribes it to
 /// the channels the backend listed (checked names; at most
@@ -23,4 +34,124 @@ pub fn welcome(hub: &mut Hub, id: ConnId, welcome: Welcome) {
             );
         }
     }
+}
+
+/// A JSON request waiting for its hook: the request, and who sent it.
+pub struct HookCall {
+    /// The request.
+    pub env: Envelope,
+    /// The connection's serial (its client id).
+    pub serial: u64,
+    /// What the connection may do (its user).
+    pub grants: Grants,
+}
+
+/// Whether `req` is asked of a hook first: a subscribe or publish the
+/// grants allow (a forbidden one is refused without asking), any rpc.
+pub fn applies(w: &Worker, grants: &Grants, req: &Request) -> bool {
+    let Some(h) = w.hooks.as_deref() else {
+        return false;
+    };
+    match req {
+        Request::Subscribe { channel, .. } => {
+            h.has(HookKind::Subscribe) && grants.may_subscribe(channel)
+        }
+        Request::Publish { channel, .. } => h.has(HookKind::Publish) && grants.may_publish(channel),
+        Request::Rpc { .. } => h.has(HookKind::Rpc),
+        _ => false,
+    }
+}
+
+/// Asks the backend about `call`; the request to carry out (a publish's
+/// payload replaced by the hook's `data`), or `None` when it is done —
+/// answered (rpc), refused (error reply), failed (`unavailable`) or the
+/// connection closed (`disconnect`).
+pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope, u64, Grants)> {
+    let edge = w.hooks.clone()?;
+    let HookCall {
+        env,
+        serial,
+        grants,
+    } = call;
+    let client = crate::pusher::socket_id(w.pusher.borrow().tag, serial);
+    let user = grants.subject().unwrap_or("");
+    let idv = env.id.as_deref();
+    let env = match &env.request {
+        Request::Subscribe { channel, .. } => {
+            let body = request::subscribe(&client, user, channel);
+            let a = edge.call(
+                HookKind::Subscribe,
+                &[],
+                &body,
+                reply::parse::<SubscribeResult>,
+            );
+            settle(w, id, a.await, idv)?;
+            env
+        }
+        Request::Publish {
+            channel,
+            opcode,
+            payload,
+        } => {
+            let body = request::publish(&client, user, channel, (*opcode, payload));
+            let a = edge.call(HookKind::Publish, &[], &body, reply::parse::<PublishResult>);
+            let r = settle(w, id, a.await, idv)?;
+            rewritten(env, r)
+        }
+        Request::Rpc { method, data } => {
+            let data = data.clone().and_then(|d| RawValue::from_string(d).ok());
+            let body = request::rpc(&client, user, method, data.as_deref());
+            let a = edge.call(HookKind::Rpc, &[], &body, reply::parse::<RpcResult>);
+            let r = settle(w, id, a.await, idv)?;
+            let frame = frames::rpc(idv, r.data.as_deref());
+            w.hub.borrow_mut().send_to(id, frame);
+            return None;
+        }
+        _ => env,
+    };
+    Some((env, serial, grants))
+}
+
+/// The publish with the hook's `data` instead of the client's: a JSON
+/// string as its text, any other JSON as its text form.
+fn rewritten(mut env: Envelope, r: PublishResult) -> Envelope {
+    let (
+        Some(data),
+        Request::Publish {
+            opcode, payload, ..
+        },
+    ) = (r.data, &mut env.request)
+    else {
+        return env;
+    };
+    let text = serde_json::from_str::<String>(data.get()).unwrap_or_else(|_| data.get().into());
+    *opcode = OpCode::Text;
+    *payload = text.into_bytes();
+    env
+}
+
+/// The result to go on with, or `None` after answering the client: the
+/// backend's `error` passed on, its `disconnect` closing the connection,
+/// a failed call as `unavailable`.
+fn settle<T>(
+    w: &Worker,
+    id: ConnId,
+    outcome: Result<Answer<T>, Failure>,
+    idv: Option<&RawValue>,
+) -> Option<T> {
+    let mut hub = w.hub.borrow_mut();
+    match outcome {
+        Ok(Answer::Result(r)) => return Some(r),
+        Ok(Answer::Error { code, message }) => {
+            hub.send_to(id, frames::refused(code, &message, idv));
+        }
+        Ok(Answer::Disconnect { code, reason }) => {
+            log!(Debug, "backend disconnects", conn = id, code = code);
+            hub.close(id, code, &reason, CloseReason::Protocol);
+        }
+        Err(f) => {
+            hub.send_to(id, frames::unavailable(f.message(), idv));
+        }
+    }
+    None
 }

@@ -18,7 +18,31 @@ use crate::server::publish::{route_publish, Published};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
-pub use crate::server::history::resume::{subscribe as subscribe_deferred, Deferred};
+use crate::server::history::resume;
+use crate::server::hooks::session as hooks_session;
+
+pub use control::Deferred;
+
+/// Runs a deferred request to the end (replies queued).
+pub async fn subscribe_deferred(w: &Rc<Worker>, id: ConnId, d: Deferred) {
+    let call = match d {
+        Deferred::Resume(r) => return resume::subscribe(w, id, r).await,
+        Deferred::Hook(call) => call,
+    };
+    let Some((env, serial, grants)) = hooks_session::run(w, id, call).await else {
+        return;
+    };
+    let later = {
+        let mut hub = w.hub.borrow_mut();
+        control::handle(w, &mut hub, (id, serial, &grants), env)
+    };
+    if let Some(d) = later {
+        // Only a resume: the request was approved, it is not asked again.
+        if let Deferred::Resume(r) = *d {
+            Box::pin(resume::subscribe(w, id, r)).await;
+        }
+    }
+}
 
 /// A data message from connection `id` (`serial`; its path-mode
 /// `channel`, its `grants`): a publish in path mode, a request in the

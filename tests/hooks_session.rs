@@ -1,0 +1,155 @@
+//! The JSON protocol's hooks against a real backend
+//! (`tests/python/hook_backend.py`): subscribe allowed, refused with the
+//! backend's code, or closed with its code; publish rewritten and
+//! refused; rpc round trips; a slow backend answered `unavailable`.
+
+mod common;
+mod hooks_support;
+
+use common::*;
+use futures_util::SinkExt;
+use hooks_support::*;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+async fn call(ws: &mut Ws, request: Value) -> Value {
+    ws.send(Message::text(request.to_string()))
+        .await
+        .expect("send");
+    next_json(ws).await
+}
+
+/// A cookie-admitted client (user `42`), its `connected` frame read.
+async fn admitted(addr: std::net::SocketAddr) -> (Ws, String) {
+    let mut ws = ws_with_cookie(addr, "/ws", "good-42").await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(hello["type"], "connected");
+    (ws, hello["client"].as_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_hook_allows_refuses_and_disconnects() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| backend.configure(c, &["connect", "subscribe"]));
+    let (mut ws, client) = admitted(srv.addr).await;
+    let r = call(&mut ws, json!({"op":"subscribe","channel":"doc","id":1})).await;
+    assert_eq!(r, json!({"type":"subscribed","channel":"doc","id":1}));
+    let seen = backend.seen().await;
+    let body = &seen["last"]["/subscribe"]["body"];
+    assert_eq!(
+        (&body["user"], &body["channel"], &body["client"]),
+        (&json!("42"), &json!("doc"), &json!(client))
+    );
+    assert_eq!(publish(srv.addr, "doc", "v2").await, 1);
+    assert_eq!(next_json(&mut ws).await["data"], "v2");
+
+    let r = call(&mut ws, json!({"op":"subscribe","channel":"secret","id":2})).await;
+    assert_eq!(
+        r,
+        json!({"type":"error","code":"refused","backend_code":403,"message":"not a member","id":2})
+    );
+    assert_eq!(
+        publish(srv.addr, "secret", "x").await,
+        0,
+        "a refused subscribe subscribes nothing"
+    );
+
+    ws.send(Message::text(
+        json!({"op":"subscribe","channel":"kick"}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let close = match next_msg(&mut ws).await {
+        Message::Close(Some(f)) => (u16::from(f.code), f.reason.to_string()),
+        other => panic!("expected a close, got {other:?}"),
+    };
+    assert_eq!(close, (4999, "kicked by backend".to_string()));
+    let s = stats(srv.addr).await;
+    let sub = hook_stats(&s, "subscribe");
+    assert_eq!(
+        (sub["requests"].as_u64(), sub["refusals"].as_u64()),
+        (Some(3), Some(2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_hook_rewrites_and_refuses() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| backend.configure(c, &["connect", "publish"]));
+    let (mut publisher, _) = admitted(srv.addr).await;
+    let mut reader = ws_with_cookie(srv.addr, "/ws/rewrite", "good-9").await;
+    let r = call(
+        &mut publisher,
+        json!({"op":"publish","channel":"rewrite","data":"hi","id":1}),
+    )
+    .await;
+    assert_eq!(
+        r,
+        json!({"type":"published","channel":"rewrite","subscribers":1,"id":1})
+    );
+    assert_eq!(next_text(&mut reader).await, "rewritten: hi");
+    let seen = backend.seen().await;
+    assert_eq!(seen["last"]["/publish"]["body"]["data"], "hi");
+
+    let mut denied = ws_with_cookie(srv.addr, "/ws/deny", "good-9").await;
+    let r = call(
+        &mut publisher,
+        json!({"op":"publish","channel":"deny","data":"no","id":2}),
+    )
+    .await;
+    assert_eq!(r["code"], "refused");
+    assert_eq!(
+        (&r["backend_code"], &r["message"]),
+        (&json!(4003), &json!("not allowed to post"))
+    );
+    // The refused message went nowhere: the next one is the first seen.
+    assert_eq!(publish(srv.addr, "deny", "from the server").await, 1);
+    assert_eq!(next_text(&mut denied).await, "from the server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_round_trips_through_the_backend() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| backend.configure(c, &["connect", "rpc"]));
+    let (mut ws, _) = admitted(srv.addr).await;
+    let r = call(
+        &mut ws,
+        json!({"op":"rpc","method":"sum","data":{"a":1,"b":2},"id":7}),
+    )
+    .await;
+    assert_eq!(r, json!({"type":"rpc","id":7,"data":{"sum":3,"user":"42"}}));
+    let r = call(&mut ws, json!({"op":"rpc","method":"nope","id":"x"})).await;
+    assert_eq!(
+        r,
+        json!({"type":"error","code":"refused","backend_code":404,"message":"no such method","id":"x"})
+    );
+    // Without --proxy-rpc, rpc is a bad request.
+    let plain = TestServer::start(|_| {});
+    let mut ws = ws_connect(plain.addr, "/ws").await;
+    let r = call(&mut ws, json!({"op":"rpc","method":"sum","id":1})).await;
+    assert_eq!(
+        (&r["type"], &r["code"]),
+        (&json!("error"), &json!("bad_request"))
+    );
+}
+
+/// A subscribe whose backend is over `--proxy-timeout` is answered
+/// `unavailable` (not subscribed); the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscribe_hook_is_unavailable_not_a_hang() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| {
+        backend.configure(c, &["subscribe"]);
+        c.proxy.timeout = std::time::Duration::from_millis(300);
+    });
+    let mut ws = ws_connect(srv.addr, "/ws").await;
+    let r = call(&mut ws, json!({"op":"subscribe","channel":"slow","id":1})).await;
+    assert_eq!(
+        r,
+        json!({"type":"error","code":"unavailable","message":"backend timed out","id":1})
+    );
+    let r = call(&mut ws, json!({"op":"subscribe","channel":"fine","id":2})).await;
+    assert_eq!(r["type"], "subscribed");
+    let s = stats(srv.addr).await;
+    assert_eq!(hook_stats(&s, "subscribe")["timeouts"], 1);
+}
