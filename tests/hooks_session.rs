@@ -153,3 +153,37 @@ async fn a_slow_subscribe_hook_is_unavailable_not_a_hang() {
     let s = stats(srv.addr).await;
     assert_eq!(hook_stats(&s, "subscribe")["timeouts"], 1);
 }
+
+/// A connection the connect hook gave an `expire_at` (2 s) is asked
+/// about before it: extended again and again it outlives the first
+/// expiry; `expired` closes it with 4001; without a refresh hook it
+/// closes at its `expire_at`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refresh_hook_extends_or_expires() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| {
+        backend.configure(c, &["connect", "refresh"]);
+        c.proxy.timeout = std::time::Duration::from_millis(500);
+    });
+    let mut gone = ws_with_cookie(srv.addr, "/ws/ticker", "short-gone").await;
+    assert_eq!(expect_close(&mut gone).await, 4001);
+    let seen = backend.seen().await;
+    assert_eq!(seen["last"]["/refresh"]["body"]["user"], "gone");
+
+    let started = std::time::Instant::now();
+    let mut kept = ws_with_cookie(srv.addr, "/ws/ticker", "short-keep").await;
+    wait_until("three refreshes of the kept one", || async {
+        backend.seen().await["refreshes"].as_u64() >= Some(4)
+    })
+    .await;
+    assert!(
+        started.elapsed() > std::time::Duration::from_secs(2),
+        "past the first expire_at"
+    );
+    assert_eq!(publish(srv.addr, "ticker", "still here").await, 1);
+    assert_eq!(next_text(&mut kept).await, "still here");
+
+    let plain = TestServer::start(|c| backend.configure(c, &["connect"]));
+    let mut short = ws_with_cookie(plain.addr, "/ws/ticker", "short-x").await;
+    assert_eq!(expect_close(&mut short).await, 4001);
+}

@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 
+use super::refresh::Plan;
 use super::{Failure, HookEdge};
 use crate::auth::Grants;
 use crate::hooks::reply::{self, ConnectResult};
@@ -19,6 +20,8 @@ pub struct Welcome {
     pub frame: Option<Bytes>,
     /// Channels the backend subscribed it to.
     pub channels: Vec<String>,
+    /// With `--proxy-refresh` and an `expire_at`: whom to ask, when.
+    pub refresh: Option<Plan>,
 }
 
 /// An admitted connection: what it may do, and its welcome.
@@ -59,11 +62,16 @@ fn admitted(edge: &HookEdge, client: &str, r: ConnectResult, json: bool) -> Admi
     let frame = json.then(|| frames::connected(client, &r.user, r.data.as_deref()));
     let publish = edge.has(HookKind::Publish);
     let info = r.info.map(|i| i.get().to_string());
+    let refresh = (edge.has(HookKind::Refresh) && r.expire_at > 0).then(|| Plan {
+        user: r.user.clone(),
+        exp: r.expire_at,
+    });
     Admitted {
         grants: Grants::from_hook(r.user, info, r.expire_at, publish),
         welcome: Box::new(Welcome {
             frame,
             channels: r.channels,
+            refresh,
         }),
     }
 }

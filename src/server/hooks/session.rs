@@ -13,14 +13,19 @@ use crate::hooks::{frames, request, Answer, HookKind};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
 use crate::server::hooks::connect::Welcome;
+use crate::server::hooks::refresh::refresh_loop;
 use crate::server::hooks::Failure;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
-/// Queues a hook-admitted connection's first frame and subscribes it to
+/// Queues a hook-admitted connection's first frame, subscribes it to
 /// the channels the backend listed (checked names; at most
-/// `--max-subscriptions`).
-pub fn welcome(hub: &mut Hub, id: ConnId, welcome: Welcome) {
+/// `--max-subscriptions`), and starts its refresh loop if it has one.
+pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, welcome: Welcome) {
+    if let Some(plan) = welcome.refresh {
+        let serial = hub.conn(id).map_or(0, |c| c.serial());
+        monoio::spawn(refresh_loop(w.clone(), (id, serial), plan));
+    }
     if let Some(frame) = welcome.frame {
         hub.send_to(id, frame);
     }

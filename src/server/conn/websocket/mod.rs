@@ -96,7 +96,7 @@ pub fn websocket(
             }
         }
         if let Some(welcome) = welcome {
-            hooks_session::welcome(&mut hub, id, *welcome);
+            hooks_session::welcome(w, &mut hub, id, *welcome);
         }
     }
     if kind == ConnKind::Ws(formats::PUSHER) {
