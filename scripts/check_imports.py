@@ -92,6 +92,7 @@ EXCEPTIONS = [
     (("conn", "upgrade"), ("hooks",), "the connect hook decides an upgrade before the 101"),
     (("conn", "websocket"), ("hooks", "session"), "a hook-admitted WebSocket gets its welcome (connected frame, server-side channels)"),
     (("native",), ("hooks",), "the JSON protocol's subscribe, publish and rpc ask their hooks"),
+    (("conn", "http"), ("hooks", "api"), "the HTTP router answers the server API (/api/...)"),
 ]
 
 

@@ -229,6 +229,8 @@ pub enum Route<'a> {
     /// `/apps/{rest}`: the Pusher HTTP API (`rest` = what follows
     /// `/apps/`; the API routes it further).
     PusherApi(&'a str),
+    /// `/api/{rest}`: the server API (`disconnect`, `subscribe`, ...).
+    ServerApi(&'a str),
 }
 
 /// Routes a method and path; errors carry their status (404, 405, 400).
@@ -261,6 +263,11 @@ pub fn route<'a>(
                 (Route::Presence(channel(c)?), get)
             } else if let Some(key) = path.strip_prefix("/app/") {
                 (Route::PusherWs(key), method == Method::Get)
+            } else if let Some(rest) = path.strip_prefix("/api/") {
+                (
+                    Route::ServerApi(rest),
+                    matches!(method, Method::Get | Method::Head | Method::Post),
+                )
             } else if let Some(rest) = path.strip_prefix("/apps/") {
                 (
                     Route::PusherApi(rest),
@@ -348,7 +355,13 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
         Ok(Route::WsChannel(_) | Route::WsMulti | Route::StatusWs | Route::PusherWs(_)) => {
             BodyPlan::Refuse(HttpError::new(400, "a WebSocket upgrade has no body"))
         }
-        Ok(Route::Publish(_) | Route::Cache(_) | Route::CachePurge | Route::PusherApi(_)) => {
+        Ok(
+            Route::Publish(_)
+            | Route::Cache(_)
+            | Route::CachePurge
+            | Route::PusherApi(_)
+            | Route::ServerApi(_),
+        ) => {
             if n > limits.max_body_size {
                 BodyPlan::Refuse(HttpError::new(413, "request body too large"))
             } else {

@@ -5,6 +5,8 @@
 //! cache's pooled origin client.
 //!
 //! # Layout
+//! - `api`: the server API's commands (`/api/disconnect`, ...) and their
+//!   control-channel form.
 //! - `kind`: the five hooks (connect, subscribe, publish, rpc, refresh).
 //! - `config`: [`HookConfig`] — URLs, forwarded and static headers,
 //!   timeout, concurrency, pool and answer-size bounds.
@@ -17,6 +19,7 @@
 //! - `stats`: requests, refusals, errors, timeouts and latency per hook,
 //!   as `/stats` JSON and `/metrics` lines.
 
+pub mod api;
 mod config;
 pub mod frames;
 mod kind;

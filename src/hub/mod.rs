@@ -25,7 +25,7 @@
 //!
 //! `upstream` is the facade's second file: the `impl Hub` methods an
 //! upstream (Redis) uses — the interest log and subscribe acknowledgements
-//! that wait for its confirmation.
+//! that wait for its confirmation; `subs` a third (a connection's channels).
 
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -45,6 +45,7 @@ mod pacer;
 mod parking;
 mod recall;
 mod registry;
+mod subs;
 mod timers;
 mod upstream;
 

@@ -19,6 +19,7 @@ use crate::server::conn::stream::Stream;
 use crate::server::conn::upgrade::{self, Upgrade};
 use crate::server::conn::websocket as ws_conn;
 use crate::server::history::{recall, resume};
+use crate::server::hooks::api as hooks_api;
 use crate::server::presence::edge as presence_edge;
 use crate::server::pusher::api as pusher_api;
 use crate::server::tls::session::Session;
@@ -237,14 +238,12 @@ async fn serve(
                 }
             }
         }
-        Route::PusherApi(rest) => {
+        Route::PusherApi(_) | Route::ServerApi(_) => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);
             };
-            // Boxed: the API's future is short-lived and large.
-            Box::pin(pusher_api::respond(w, rest, req, &body))
-                .await
-                .into()
+            // Boxed: the APIs' futures are short-lived and large.
+            Box::pin(api_answer(w, &route, req, &body)).await.into()
         }
         Route::Cache(_) | Route::CachePurge => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
@@ -262,6 +261,15 @@ async fn serve(
     };
     write_answer(sock, resp).await?;
     Ok(after_answer(sock, keep_alive, plan).await)
+}
+
+/// The Pusher HTTP API's or the server API's answer.
+async fn api_answer(w: &Worker, route: &Route<'_>, req: &http::Request, body: &[u8]) -> Vec<u8> {
+    match *route {
+        Route::PusherApi(rest) => pusher_api::respond(w, rest, req, body).await,
+        Route::ServerApi(rest) => hooks_api::respond(w, rest, req, body).await,
+        _ => unreachable!("only API routes"),
+    }
 }
 
 /// Whether `route` needs the raw head: the cache re-reads it (query,

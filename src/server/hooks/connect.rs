@@ -70,7 +70,9 @@ fn admitted(edge: &HookEdge, client: &str, r: ConnectResult, json: bool) -> Admi
         grants: Grants::from_hook(r.user, info, r.expire_at, publish),
         welcome: Box::new(Welcome {
             frame,
-            channels: r.channels,
+            // A path-mode connection has its one channel by its URL: its
+            // messages carry no channel name to tell others apart.
+            channels: if json { r.channels } else { Vec::new() },
             refresh,
         }),
     }

@@ -13,10 +13,13 @@
 //! - `connect`: the connect hook at the upgrade.
 //! - `session`: subscribe, publish and rpc of the JSON protocol.
 //! - `refresh`: the refresh loop of connections with an `expire_at`.
+//! - `users`: connections by user; `api`: the server API on them.
 
+pub mod api;
 pub mod connect;
 pub mod refresh;
 pub mod session;
+pub mod users;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

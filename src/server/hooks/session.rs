@@ -41,6 +41,22 @@ pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, welcome: Welcome) {
     }
 }
 
+/// Records a native WebSocket's user (a token's `sub` or the connect
+/// hook's `user`) for the server API; anonymous ones are not recorded.
+pub fn register_user(w: &Worker, hub: &Hub, id: ConnId, grants: &Grants) {
+    let Some(user) = grants.subject() else { return };
+    if hub.conn(id).is_some() {
+        w.users
+            .borrow_mut()
+            .add(user, id, crate::auth::unix_now_ms());
+    }
+}
+
+/// A native WebSocket ended: out of the server API's index.
+pub fn forget_user(w: &Worker, id: ConnId) {
+    w.users.borrow_mut().remove(id);
+}
+
 /// A JSON request waiting for its hook: the request, and who sent it.
 pub struct HookCall {
     /// The request.

@@ -87,8 +87,9 @@ pub fn on_data(
     None
 }
 
-/// What ends with the connection: its presence memberships (a no-op if
-/// it had none).
+/// What ends with the connection: its presence memberships and its
+/// entry among the users (no-ops if it had none).
 pub fn close(w: &Rc<Worker>, id: ConnId) {
     presence_edge::close(w, id);
+    hooks_session::forget_user(w, id);
 }

@@ -95,6 +95,9 @@ pub fn websocket(
                 hub.close(id, 1008, "subscription refused", CloseReason::Protocol);
             }
         }
+        if kind != ConnKind::Ws(formats::PUSHER) {
+            hooks_session::register_user(w, &hub, id, &grants);
+        }
         if let Some(welcome) = welcome {
             hooks_session::welcome(w, &mut hub, id, *welcome);
         }
