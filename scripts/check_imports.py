@@ -93,6 +93,7 @@ EXCEPTIONS = [
     (("conn", "websocket"), ("hooks", "session"), "a hook-admitted WebSocket gets its welcome (connected frame, server-side channels)"),
     (("native",), ("hooks",), "the JSON protocol's subscribe, publish and rpc ask their hooks"),
     (("conn", "http"), ("hooks", "api"), "the HTTP router answers the server API (/api/...)"),
+    (("pusher", "api"), ("hooks", "api"), "the Pusher API's terminate_connections is the server API's disconnect"),
 ]
 
 

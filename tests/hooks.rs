@@ -198,3 +198,67 @@ async fn a_connect_storm_is_bounded_by_the_pool() {
     assert!(counter(&s, "proxy_backend_connections_opened") <= 4, "{s}");
     assert_eq!(counter(&s, "connections"), 201);
 }
+
+/// The README's example backend (its Python block, run as written but on
+/// a free port) drives corecast through all five hooks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_backend_works_as_documented() {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("import http.server, json, time")
+        .expect("the README's backend");
+    let code = &readme[start..start + readme[start..].find("```").unwrap()];
+    let listen = r#"http.server.ThreadingHTTPServer(("127.0.0.1", 9000), Handler).serve_forever()"#;
+    assert!(
+        code.contains(listen),
+        "the README's backend listens on 9000"
+    );
+    let code = code.replace(
+        listen,
+        "srv = http.server.ThreadingHTTPServer((\"127.0.0.1\", 0), Handler)\n\
+         print(\"port\", srv.server_address[1], flush=True)\nsrv.serve_forever()",
+    );
+    let backend = Backend::from_source(&code);
+    let srv = TestServer::start(|c| {
+        backend.configure(c, &["connect", "subscribe", "publish", "rpc", "refresh"])
+    });
+    let r = upgrade_with_cookie(srv.addr, "nobody").await;
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (401, Some("log in first"))
+    );
+    let mut ws = ws_with_cookie(srv.addr, "/ws", "abc").await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(
+        (&hello["user"], &hello["data"]),
+        (&json!("42"), &json!({"motd":"welcome back"}))
+    );
+    let r = ask(&mut ws, json!({"op":"subscribe","channel":"doc.1","id":1})).await;
+    assert_eq!(r["type"], "subscribed");
+    // The publisher is a subscriber: its (rewritten) message and the ack.
+    let first = ask(
+        &mut ws,
+        json!({"op":"publish","channel":"doc.1","data":"  hi  ","id":2}),
+    )
+    .await;
+    let second = next_json(&mut ws).await;
+    let message = [&first, &second]
+        .into_iter()
+        .find(|m| m["type"] == "message");
+    assert_eq!(
+        message.expect("the message")["data"],
+        "hi",
+        "{first} {second}"
+    );
+    let r = ask(&mut ws, json!({"op":"rpc","method":"time","id":3})).await;
+    assert!(r["data"]["now"].as_f64().is_some(), "{r}");
+    let r = publish(srv.addr, "user.42", "to the user").await;
+    assert_eq!(r, 1, "subscribed to user.42 by the connect result");
+}
+
+async fn ask(ws: &mut Ws, req: serde_json::Value) -> serde_json::Value {
+    use futures_util::SinkExt;
+    let text = tokio_tungstenite::tungstenite::Message::text(req.to_string());
+    ws.send(text).await.expect("send");
+    next_json(ws).await
+}

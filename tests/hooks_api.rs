@@ -171,3 +171,38 @@ async fn in_redis_mode_the_api_acts_on_every_instance() {
     assert_eq!(expect_close(&mut on_a).await, 4005);
     assert_eq!(expect_close(&mut on_b).await, 4005);
 }
+
+/// The Pusher HTTP API's `terminate_connections` closes every connection
+/// signed in as the user (4005), through the server API's disconnect;
+/// others stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_terminate_connections_closes_the_users_connections() {
+    use common::pusher::{api_request, auth, connect, now, send};
+    let srv = TestServer::start(|c| c.pusher.add_apps("1:key1:secret1").unwrap());
+    let signin = |id: &str, user: &str| {
+        let ud = format!(r#"{{"id":"{user}"}}"#);
+        let signed = auth("key1", "secret1", &format!("{id}::user::{ud}"));
+        json!({"event":"pusher:signin","data":{"auth":signed,"user_data":ud}})
+    };
+    let (mut u1, id1) = connect(srv.addr, "key1").await;
+    send(&mut u1, signin(&id1, "u1")).await;
+    assert_eq!(next_json(&mut u1).await["event"], "pusher:signin_success");
+    let (mut u2, id2) = connect(srv.addr, "key1").await;
+    send(&mut u2, signin(&id2, "u2")).await;
+    assert_eq!(next_json(&mut u2).await["event"], "pusher:signin_success");
+
+    let path = "/apps/1/users/u1/terminate_connections";
+    let r = http_raw(
+        srv.addr,
+        &api_request(("1", "key1", "secret1"), "POST", (path, ""), b"{}", now()),
+    )
+    .await;
+    assert_eq!((r.status, r.json()), (200, json!({})));
+    assert_eq!(expect_close(&mut u1).await, 4005);
+    send(&mut u2, json!({"event":"pusher:ping","data":{}})).await;
+    assert_eq!(
+        next_json(&mut u2).await["event"],
+        "pusher:pong",
+        "u2 untouched"
+    );
+}

@@ -56,6 +56,14 @@ impl Command {
     }
 }
 
+/// The users-index key of a Pusher connection signed in as `user` on app
+/// `app_id` (`pusher:signin`): `POST /apps/{id}/users/{user}/terminate_connections`
+/// disconnects it like `/api/disconnect` does a native user. The NUL
+/// keeps it apart from native users.
+pub fn pusher_user(app_id: &str, user: &str) -> String {
+    format!("\0pusher\0{app_id}\0{user}")
+}
+
 /// A request the API refuses: status and reason.
 pub type Refusal = (u16, &'static str);
 

@@ -273,9 +273,10 @@ impl Worker {
 
 impl Worker {
     /// Whether this instance takes server API commands from the control
-    /// channel: the API needs the publish key.
+    /// channel: the API needs the publish key; the Pusher API's
+    /// `terminate_connections` is one too.
     fn hears_commands(&self) -> bool {
-        self.cfg.auth.publish_key.is_some()
+        self.cfg.auth.publish_key.is_some() || !self.cfg.pusher.apps.is_empty()
     }
 
     /// A server API command heard on the control channel: carried out on

@@ -22,8 +22,22 @@ pub struct Backend {
 impl Backend {
     pub fn start() -> Backend {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/hook_backend.py");
-        let mut child = Command::new("python3")
-            .arg(script)
+        Backend::spawn(Command::new("python3").arg(script))
+    }
+
+    /// A backend from Python source that prints `port N` when it listens
+    /// (its access log is not shown).
+    pub fn from_source(code: &str) -> Backend {
+        Backend::spawn(
+            Command::new("python3")
+                .arg("-c")
+                .arg(code)
+                .stderr(Stdio::null()),
+        )
+    }
+
+    fn spawn(cmd: &mut Command) -> Backend {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 runs (the hooks' test backend needs it)");

@@ -48,8 +48,9 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
     }
 }
 
-/// Acts here, or on every instance through Redis.
-async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
+/// Acts here, or on every instance through Redis (also the Pusher API's
+/// `terminate_connections`).
+pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
     let Some(link) = &w.redis else {
         let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), cmd);
         return Ok(serde_json::json!({ "connections": n }));
