@@ -130,6 +130,15 @@ async fn a_failing_backend_fails_closed_and_harms_nobody_else() {
         "{text}"
     );
     assert!(text.contains("corecast_proxy_connect_duration_seconds_count"));
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("valid Prometheus text");
+    let errors = scrape.samples.iter().find(|x| {
+        x.metric == "corecast_proxy_errors_total" && x.labels.get("hook") == Some("connect")
+    });
+    assert!(
+        matches!(errors.map(|e| &e.value), Some(prometheus_parse::Value::Counter(v)) if *v == 2.0),
+        "{errors:?}"
+    );
     assert_eq!(publish(addr, "news", "still fine").await, 1);
     assert_eq!(next_json(&mut good).await["data"], "still fine");
 }

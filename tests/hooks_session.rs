@@ -107,6 +107,35 @@ async fn publish_hook_rewrites_and_refuses() {
     assert_eq!(next_text(&mut denied).await, "from the server");
 }
 
+/// `skip_history`: the message is delivered but not kept (embedded mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_hook_skip_history_keeps_it_out_of_history() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| {
+        backend.configure(c, &["publish"]);
+        c.history.size = 16;
+    });
+    let mut reader = ws_connect(srv.addr, "/ws/ephemeral").await;
+    let mut publisher = ws_connect(srv.addr, "/ws").await;
+    let r = call(
+        &mut publisher,
+        json!({"op":"publish","channel":"ephemeral","data":"gone","id":1}),
+    )
+    .await;
+    assert_eq!(r["type"], "published");
+    assert_eq!(next_text(&mut reader).await, "gone");
+    assert_eq!(publish(srv.addr, "ephemeral", "kept").await, 1);
+    assert_eq!(next_text(&mut reader).await, "kept");
+    let h = get(srv.addr, "/history/ephemeral").await.json();
+    let kept: Vec<&Value> = h["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["data"])
+        .collect();
+    assert_eq!(kept, [&json!("kept")], "{h}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpc_round_trips_through_the_backend() {
     let backend = Backend::start();

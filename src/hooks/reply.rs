@@ -123,7 +123,8 @@ pub struct PublishResult {
     /// Replaces the message: a JSON string is published as its text,
     /// any other JSON as its text form.
     pub data: Option<Box<RawValue>>,
-    /// Do not keep the message in the channel's history.
+    /// Do not keep the message in the channel's history (embedded mode;
+    /// in Redis mode it is kept).
     #[serde(default)]
     pub skip_history: bool,
 }

@@ -70,6 +70,8 @@ def publish(req, headers):
         return {"error": {"code": 4003, "message": "not allowed to post"}}
     if ch == "rewrite":
         return {"result": {"data": "rewritten: " + req.get("data", "")}}
+    if ch == "ephemeral":
+        return {"result": {"skip_history": True}}
     return {"result": {}}
 
 

@@ -117,7 +117,12 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
             let body = request::publish(&client, user, channel, (*opcode, payload));
             let a = edge.call(HookKind::Publish, &[], &body, reply::parse::<PublishResult>);
             let r = settle(w, id, a.await, idv)?;
-            rewritten(env, r)
+            let skip = r.skip_history && w.redis.is_none();
+            let env = rewritten(env, r);
+            if skip {
+                return publish_unrecorded(w, (id, serial), env);
+            }
+            env
         }
         Request::Rpc { method, data } => {
             let data = data.clone().and_then(|d| RawValue::from_string(d).ok());
@@ -131,6 +136,28 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
         _ => env,
     };
     Some((env, serial, grants))
+}
+
+/// A publish whose hook said `skip_history` (embedded mode): fanned out
+/// without a history offset, acknowledged as any publish.
+fn publish_unrecorded<T>(w: &Worker, (id, serial): (ConnId, u64), env: Envelope) -> Option<T> {
+    let Request::Publish {
+        channel,
+        opcode,
+        payload,
+    } = &env.request
+    else {
+        return None;
+    };
+    let mut hub = w.hub.borrow_mut();
+    let n = hub.publish_at(channel, *opcode, payload, Some(serial), 0);
+    if let Some(i) = env.id.as_deref() {
+        hub.send_to(
+            id,
+            crate::control::ack("published", channel, Some(n), Some(i)),
+        );
+    }
+    None
 }
 
 /// The publish with the hook's `data` instead of the client's: a JSON
