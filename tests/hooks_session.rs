@@ -216,3 +216,32 @@ async fn refresh_hook_extends_or_expires() {
     let mut short = ws_with_cookie(plain.addr, "/ws/ticker", "short-x").await;
     assert_eq!(expect_close(&mut short).await, 4001);
 }
+
+/// Path mode (`/ws/{channel}`) cannot go around the hooks: its channel is
+/// asked of the subscribe hook before the `101`, and with a publish hook
+/// it may not publish (it has no way to carry a refusal: close 1008).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_mode_goes_through_the_hooks() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| backend.configure(c, &["subscribe", "publish"]));
+    let req = format!(
+        "GET /ws/secret HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {RFC_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    let r = http_raw(srv.addr, req.as_bytes()).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (403, json!({"error":"not a member","code":403}))
+    );
+    let seen = backend.seen().await;
+    assert_eq!(seen["last"]["/subscribe"]["body"]["channel"], "secret");
+
+    let mut ws = ws_connect(srv.addr, "/ws/doc").await;
+    ws.send(Message::text("hello")).await.unwrap();
+    assert_eq!(expect_close(&mut ws).await, 1008);
+    assert_eq!(
+        backend.seen().await["requests"].get("/publish"),
+        None,
+        "not asked: refused"
+    );
+}

@@ -5,6 +5,7 @@ use std::io;
 use std::net::IpAddr;
 
 use crate::auth::{self, Grants};
+use crate::hooks::HookKind;
 use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
@@ -118,6 +119,20 @@ pub async fn upgrade(
     accept(w, sock, id, req, up).await
 }
 
+/// With `--proxy-subscribe`, a path-mode upgrade's channel is asked of
+/// the subscribe hook (the status feed's is not).
+async fn channel_hook(w: &Worker, id: ConnId, up: &Upgrade) -> Result<(), Vec<u8>> {
+    let edge = w.hooks.as_deref().filter(|e| e.has(HookKind::Subscribe));
+    let channel = up.channel.as_deref().filter(|c| *c != STATUS_CHANNEL);
+    let (Some(edge), Some(channel), ConnKind::Ws(formats::PATH)) = (edge, channel, up.kind) else {
+        return Ok(());
+    };
+    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
+    let client = pusher::socket_id(w.pusher.borrow().tag, serial);
+    let user = up.grants.subject().unwrap_or("");
+    connect_hook::admit_channel(edge, &client, user, channel).await
+}
+
 /// Whether tokens are on and the upgrade carries one (`?token=` or
 /// `Authorization: Bearer`).
 fn carries_token(cfg: &auth::AuthConfig, req: &http::Request) -> bool {
@@ -173,7 +188,8 @@ async fn hooked_upgrade(
     }
 }
 
-/// Writes the `101` (or refuses a bad handshake).
+/// Writes the `101` (or refuses a bad handshake, or a channel the
+/// subscribe hook refuses).
 async fn accept(
     w: &Worker,
     sock: &mut Stream,
@@ -181,6 +197,11 @@ async fn accept(
     req: &http::Request,
     up: Upgrade,
 ) -> io::Result<Option<Upgrade>> {
+    if let Err(refusal) = channel_hook(w, id, &up).await {
+        w.hub.borrow_mut().stats.auth_failures += 1;
+        sock.write_all(refusal).await?;
+        return Ok(None);
+    }
     match &req.upgrade {
         Ok(accept) => {
             let agreed = req.deflate.filter(|_| w.cfg.compression.enabled);

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::refresh::Plan;
 use super::{Failure, HookEdge};
 use crate::auth::Grants;
-use crate::hooks::reply::{self, ConnectResult};
+use crate::hooks::reply::{self, ConnectResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
 use crate::http;
 
@@ -45,16 +45,35 @@ pub async fn admit(
     let body = request::connect(client);
     let max = edge.max_channels;
     let parse = |b: &[u8]| reply::parse_connect(b, max);
-    match edge.call(HookKind::Connect, &forwarded, &body, parse).await {
-        Ok(Answer::Result(r)) => Ok(admitted(edge, client, r, json)),
+    let r = refused(edge.call(HookKind::Connect, &forwarded, &body, parse).await)?;
+    Ok(admitted(edge, client, r, json))
+}
+
+/// A path-mode upgrade's channel (`/ws/{channel}`), asked of the
+/// subscribe hook before the `101` as a JSON subscribe is: a refusal is
+/// the upgrade's answer, as the connect hook's.
+pub async fn admit_channel(
+    edge: &HookEdge,
+    client: &str,
+    user: &str,
+    channel: &str,
+) -> Result<(), Vec<u8>> {
+    let body = request::subscribe(client, user, channel);
+    let parse = reply::parse::<SubscribeResult>;
+    refused(edge.call(HookKind::Subscribe, &[], &body, parse).await).map(|_| ())
+}
+
+/// The result, or the upgrade's refusal: `error` 401 → `401`, any other
+/// `error` or a `disconnect` → `403`, a failed call → `503`.
+fn refused<T>(outcome: Result<Answer<T>, Failure>) -> Result<T, Vec<u8>> {
+    match outcome {
+        Ok(Answer::Result(r)) => Ok(r),
         Ok(Answer::Error { code, message }) => {
             let status = if code == 401 { 401 } else { 403 };
             Err(refusal(status, &message, Some(code)))
         }
         Ok(Answer::Disconnect { code, reason }) => Err(refusal(403, &reason, Some(code.into()))),
-        Err(f @ Failure::Timeout) | Err(f @ Failure::Failed(_)) => {
-            Err(refusal(503, f.message(), None))
-        }
+        Err(f) => Err(refusal(503, f.message(), None)),
     }
 }
 

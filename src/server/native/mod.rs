@@ -62,7 +62,7 @@ pub fn on_data(
         let who = (id, serial, grants);
         return control::on_control(w, hub, who, opcode, payload);
     };
-    if !grants.may_publish(c) {
+    if !grants.may_publish(c) || publish_hooked(w) {
         hub.stats.publish_forbidden += 1;
         hub.close(
             id,
@@ -85,6 +85,15 @@ pub fn on_data(
         hub.close(id, 1013, "publish buffer full", CloseReason::Overloaded);
     }
     None
+}
+
+/// With `--proxy-publish` every publish is asked of the backend; path
+/// mode has no way to carry its refusal, so it may not publish at all
+/// (the JSON protocol's publish goes through the hook).
+fn publish_hooked(w: &Worker) -> bool {
+    w.hooks
+        .as_deref()
+        .is_some_and(|h| h.has(crate::hooks::HookKind::Publish))
 }
 
 /// What ends with the connection: its presence memberships and its
