@@ -45,7 +45,10 @@ async fn publish_keyed(addr: SocketAddr, channel: &str, text: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_api_acts_on_a_users_connections() {
     let backend = Backend::start();
-    let srv = TestServer::start(|c| keyed(c, &backend));
+    let srv = TestServer::start(|c| {
+        keyed(c, &backend);
+        c.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    });
     let addr = srv.addr;
     let mut json_ws = ws_with_cookie(addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut json_ws).await["type"], "connected");
@@ -69,6 +72,10 @@ async fn the_server_api_acts_on_a_users_connections() {
     assert!(list
         .iter()
         .all(|c| c["connected_since_ms"].as_u64() > Some(0)));
+    // The admin listener serves the API too.
+    let admin = srv.admin.expect("an admin listener");
+    let r = api(admin, "GET", "/api/connections?user=42", json!({})).await;
+    assert_eq!(r.json()["connections"].as_array().map(Vec::len), Some(2));
 
     let r = api(
         addr,

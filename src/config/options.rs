@@ -489,10 +489,10 @@ pub const OPTIONS: &[OptionSpec] = options! {
         => |c, v| set_duration(&mut c.proxy.timeout, v);
     "proxy-concurrency", CORECAST_PROXY_CONCURRENCY, "N", "64",
         "calls of one hook in flight at once; more wait (within --proxy-timeout)"
-        => |c, v| set_num(&mut c.proxy.concurrency, v);
+        => |c, v| crate::hooks::at_least_one(&mut c.proxy.concurrency, v);
     "proxy-max-connections", CORECAST_PROXY_MAX_CONNECTIONS, "N", "32",
         "connections to one backend origin (hooks on the same host:port share them), in flight and kept alive"
-        => |c, v| set_num(&mut c.proxy.max_connections, v);
+        => |c, v| crate::hooks::at_least_one(&mut c.proxy.max_connections, v);
     "proxy-max-body", CORECAST_PROXY_MAX_BODY, "BYTES", "64KiB",
         "largest hook answer body; a larger one fails the call (the client is refused)"
         => |c, v| set_size(&mut c.proxy.max_body, v);

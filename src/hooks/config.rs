@@ -19,7 +19,7 @@ pub struct HookConfig {
     /// Time for a whole hook call, the wait for a slot included (default 1 s).
     pub timeout: Duration,
     /// Requests of one hook in flight at once; more wait within the
-    /// timeout (default 64).
+    /// timeout (default 64; at least 1).
     pub concurrency: usize,
     /// Connections to one backend origin (host and port), in flight and
     /// kept alive (default 32).
@@ -78,6 +78,18 @@ impl HookConfig {
     }
 }
 
+/// Sets a count that must be at least 1 (0 would refuse every call).
+pub fn at_least_one(slot: &mut usize, v: &str) -> Result<(), String> {
+    match v.trim().parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => {
+            *slot = n;
+            Ok(())
+        }
+        Err(e) => Err(format!("{e}")),
+    }
+}
+
 /// RFC 9110 5.6.2 `token`: what a header name may be.
 fn is_token(s: &str) -> bool {
     !s.is_empty()
@@ -101,6 +113,15 @@ mod tests {
         assert_eq!(c.static_headers[1], ("X-Env".into(), "prod".into()));
         assert!(c.set_static_headers("X-A: a\r\nX-B: b").is_err());
         assert!(c.set_static_headers("no colon").is_err());
+    }
+
+    #[test]
+    fn counts_are_at_least_one() {
+        let mut n = 5;
+        assert!(at_least_one(&mut n, "0").is_err());
+        assert!(at_least_one(&mut n, "x").is_err());
+        at_least_one(&mut n, " 8 ").unwrap();
+        assert_eq!(n, 8);
     }
 
     #[test]

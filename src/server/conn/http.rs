@@ -112,7 +112,10 @@ impl Listener {
         match self {
             _ if !split => true,
             Listener::Public => !admin,
-            Listener::Admin => admin || matches!(route, Route::Healthz | Route::Readyz),
+            // The server API (publish key) is served on both.
+            Listener::Admin => {
+                admin || matches!(route, Route::Healthz | Route::Readyz | Route::ServerApi(_))
+            }
         }
     }
 }
