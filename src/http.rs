@@ -263,11 +263,6 @@ pub fn route<'a>(
                 (Route::Presence(channel(c)?), get)
             } else if let Some(key) = path.strip_prefix("/app/") {
                 (Route::PusherWs(key), method == Method::Get)
-            } else if let Some(rest) = path.strip_prefix("/api/") {
-                (
-                    Route::ServerApi(rest),
-                    matches!(method, Method::Get | Method::Head | Method::Post),
-                )
             } else if let Some(rest) = path.strip_prefix("/apps/") {
                 (
                     Route::PusherApi(rest),
@@ -282,6 +277,23 @@ pub fn route<'a>(
         return Err(HttpError::new(405, "method not allowed"));
     }
     Ok(route)
+}
+
+/// The server API's routes (`POST /api/disconnect`, `/api/subscribe`,
+/// `/api/unsubscribe`, `GET /api/connections`), for a path nothing else
+/// serves: the edge asks only with a publish key configured, after the
+/// cache (whose default prefix is `/api/` too) had its turn.
+pub fn server_api_route(method: Method, path: &str) -> Option<Result<Route<'_>, HttpError>> {
+    let name = path.strip_prefix("/api/")?;
+    let allowed = match name {
+        "disconnect" | "subscribe" | "unsubscribe" => method == Method::Post,
+        "connections" => matches!(method, Method::Get | Method::Head),
+        _ => return None,
+    };
+    Some(match allowed {
+        true => Ok(Route::ServerApi(name)),
+        false => Err(HttpError::new(405, "method not allowed")),
+    })
 }
 
 /// Path of the cache's purge endpoint.
@@ -483,6 +495,18 @@ pub fn handshake_error(e: &HandshakeError) -> HttpError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_api_routes_are_four_exact_paths() {
+        let r = server_api_route(Method::Post, "/api/disconnect");
+        assert_eq!(r, Some(Ok(Route::ServerApi("disconnect"))));
+        let r = server_api_route(Method::Get, "/api/connections");
+        assert_eq!(r, Some(Ok(Route::ServerApi("connections"))));
+        let r = server_api_route(Method::Get, "/api/subscribe");
+        assert_eq!(r, Some(Err(HttpError::new(405, "method not allowed"))));
+        assert_eq!(server_api_route(Method::Get, "/api/users/7"), None);
+        assert_eq!(server_api_route(Method::Post, "/apix/disconnect"), None);
+    }
 
     const UPGRADE: &[u8] = b"GET /ws/news?x=1 HTTP/1.1\r\nHost: a\r\nUpgrade: WebSocket\r\n\
         Connection: keep-alive, Upgrade\r\nSec-WebSocket-Version: 13\r\n\

@@ -126,6 +126,10 @@ async fn the_server_api_acts_on_a_users_connections() {
     );
     let r = api(addr, "POST", "/api/reboot", json!({"user":"42"})).await;
     assert_eq!(r.status, 404);
+    // Without a publish key the API is not routed at all.
+    let plain = TestServer::start(|_| {});
+    let r = api(plain.addr, "POST", "/api/disconnect", json!({"user":"42"})).await;
+    assert_eq!(r.status, 404);
     wait_until("42's entries gone with its connections", || async {
         let r = api(addr, "GET", "/api/connections?user=42", json!({})).await;
         r.json()["connections"]

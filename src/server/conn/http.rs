@@ -346,7 +346,13 @@ fn route_for<'a>(
     let root = w.cfg.root_channel.as_deref();
     let cache_routes = w.cache.as_ref().map(|c| c.routes());
     let split = w.cfg.admin_listen.is_some();
-    http::route_with_cache(req.method, &req.path, root, cache_routes).and_then(|r| {
+    let route = match http::route_with_cache(req.method, &req.path, root, cache_routes) {
+        Err(e) if e.status == 404 && w.cfg.auth.publish_key.is_some() => {
+            http::server_api_route(req.method, &req.path).unwrap_or(Err(e))
+        }
+        other => other,
+    };
+    route.and_then(|r| {
         if ctx.role.serves(split, &r) {
             Ok(r)
         } else {
