@@ -128,6 +128,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn server_api_routes_are_four_exact_paths() {
+        let r = crate::http::server_api_route(crate::http::Method::Post, "/api/disconnect");
+        assert_eq!(r, Some(Ok(crate::http::Route::ServerApi("disconnect"))));
+        let r = crate::http::server_api_route(crate::http::Method::Get, "/api/connections");
+        assert_eq!(r, Some(Ok(crate::http::Route::ServerApi("connections"))));
+        let r = crate::http::server_api_route(crate::http::Method::Get, "/api/subscribe");
+        assert_eq!(
+            r,
+            Some(Err(crate::http::HttpError {
+                status: 405,
+                message: "method not allowed"
+            }))
+        );
+        assert_eq!(
+            crate::http::server_api_route(crate::http::Method::Get, "/api/users/7"),
+            None
+        );
+        assert_eq!(
+            crate::http::server_api_route(crate::http::Method::Post, "/apix/disconnect"),
+            None
+        );
+    }
+
+    #[test]
     fn commands_parse_and_round_trip() {
         let c = parse("subscribe", br#"{"user":"42","channel":"doc.9"}"#).unwrap();
         assert_eq!(
