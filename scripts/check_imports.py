@@ -93,6 +93,12 @@ EXCEPTIONS = [
     (("cache", "origin"), ("tls", "client"), "an https:// origin's bytes are TLS: the client reads and writes through tls::client's stream"),
     (("pusher", "webhook"), ("cache", "origin"), "webhooks are sent with the cache's pooled, bounded HTTP client"),
     (("auth", "jwks"), ("cache", "origin"), "the identity provider's key set is fetched with the cache's bounded HTTP client"),
+    (("hooks",), ("cache", "origin"), "hook calls go through the cache's pooled, bounded HTTP client (and its FIFO slots)"),
+    (("conn", "upgrade"), ("hooks",), "the connect hook decides an upgrade before the 101"),
+    (("conn", "websocket"), ("hooks", "session"), "a hook-admitted WebSocket gets its welcome (connected frame, server-side channels)"),
+    (("native",), ("hooks",), "the JSON protocol's subscribe, publish and rpc ask their hooks"),
+    (("conn", "http"), ("hooks", "api"), "the HTTP router answers the server API (/api/...)"),
+    (("pusher", "api"), ("hooks", "api"), "the Pusher API's terminate_connections is the server API's disconnect"),
 ]
 
 

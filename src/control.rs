@@ -9,6 +9,7 @@
 //! {"op":"publish","channel":"news","data_base64":"AAEC"}
 //! {"op":"subscribe","channel":"room-1","presence":true,"id":5}
 //! {"op":"presence","channel":"room-1","id":6}
+//! {"op":"rpc","method":"sum","data":{"a":1,"b":2},"id":7}
 //! ```
 //! Server → client:
 //! ```json
@@ -24,7 +25,10 @@
 //! {"type":"join","channel":"room-1","user":"ana","info":{"name":"Ana"}}
 //! {"type":"leave","channel":"room-1","user":"ana"}
 //! {"type":"presence","channel":"room-1","members":[{"user":"ana","connections":1}],"count":1,"id":6}
+//! {"type":"rpc","id":7,"data":{"sum":3}}
 //! ```
+//! `rpc` is answered by `--proxy-rpc` (`crate::hooks`), as are the
+//! hooks' other frames (`connected`, `refused` errors).
 //! Presence (`--presence-channels`) is described in `crate::presence`.
 //! With `--history-size`, every delivery carries its `offset`, and a
 //! subscribe answers with the channel's `epoch` and latest `offset`; one
@@ -78,6 +82,14 @@ pub enum Request {
     Refresh {
         /// The new token.
         token: String,
+    },
+    /// A call answered by the rpc hook (`--proxy-rpc`):
+    /// `{"op":"rpc","method":"sum","data":{...},"id":7}`.
+    Rpc {
+        /// The method's name.
+        method: String,
+        /// `data` as sent (raw JSON text), if any.
+        data: Option<String>,
     },
 }
 
@@ -161,8 +173,10 @@ pub struct ControlError {
 struct Wire<'a> {
     op: Option<&'a str>,
     channel: Option<String>,
-    data: Option<String>,
+    /// Raw: a publish's is a string, an rpc's any JSON.
+    data: Option<&'a RawValue>,
     data_base64: Option<&'a str>,
+    method: Option<String>,
     token: Option<String>,
     since: Option<Since>,
     presence: Option<bool>,
@@ -191,6 +205,16 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
             None => Err(fail(ErrorCode::BadRequest, "missing \"token\"", id)),
         };
     }
+    if wire.op == Some("rpc") {
+        let Some(method) = wire.method else {
+            return Err(fail(ErrorCode::BadRequest, "missing \"method\"", id));
+        };
+        let data = wire.data.map(|d| d.get().to_string());
+        return Ok(Envelope {
+            request: Request::Rpc { method, data },
+            id,
+        });
+    }
     let Some(channel) = wire.channel else {
         return Err(fail(ErrorCode::BadRequest, "missing \"channel\"", id));
     };
@@ -209,10 +233,13 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
         Some("presence") => Request::Presence { channel },
         Some("unsubscribe") => Request::Unsubscribe { channel },
         Some("publish") => match (wire.data, wire.data_base64) {
-            (Some(d), None) => Request::Publish {
-                channel,
-                opcode: OpCode::Text,
-                payload: d.into_bytes(),
+            (Some(d), None) => match serde_json::from_str::<String>(d.get()) {
+                Ok(d) => Request::Publish {
+                    channel,
+                    opcode: OpCode::Text,
+                    payload: d.into_bytes(),
+                },
+                Err(_) => return Err(fail(ErrorCode::BadRequest, "\"data\" must be a string", id)),
             },
             (None, Some(b)) => match base64::engine::general_purpose::STANDARD.decode(b) {
                 Ok(payload) => Request::Publish {
@@ -386,6 +413,25 @@ mod tests {
     fn json_of(frame: &Bytes) -> serde_json::Value {
         let hdr = if frame[1] & 0x7f == 126 { 4 } else { 2 };
         serde_json::from_slice(&frame[hdr..]).unwrap()
+    }
+
+    /// `rpc` carries any JSON as `data`; a publish's `data` must still
+    /// be a string.
+    #[test]
+    fn rpc_parses_and_publish_data_stays_a_string() {
+        let e = parse(br#"{"op":"rpc","method":"sum","data":{"a":[1,2]},"id":7}"#).unwrap();
+        let want = Request::Rpc {
+            method: "sum".into(),
+            data: Some(r#"{"a":[1,2]}"#.into()),
+        };
+        assert_eq!(e.request, want);
+        let e = parse(br#"{"op":"rpc","id":1}"#).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (ErrorCode::BadRequest, "missing \"method\"")
+        );
+        let e = parse(br#"{"op":"publish","channel":"a","data":{"x":1}}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
     }
 
     #[test]

@@ -231,6 +231,8 @@ pub enum Route<'a> {
     /// `/apps/{rest}`: the Pusher HTTP API (`rest` = what follows
     /// `/apps/`; the API routes it further).
     PusherApi(&'a str),
+    /// `/api/{rest}`: the server API (`disconnect`, `subscribe`, ...).
+    ServerApi(&'a str),
 }
 
 /// Routes a method and path; errors carry their status (404, 405, 400).
@@ -278,6 +280,23 @@ pub fn route<'a>(
         return Err(HttpError::new(405, "method not allowed"));
     }
     Ok(route)
+}
+
+/// The server API's routes (`POST /api/disconnect`, `/api/subscribe`,
+/// `/api/unsubscribe`, `GET /api/connections`), for a path nothing else
+/// serves: the edge asks only with a publish key configured, after the
+/// cache (whose default prefix is `/api/` too) had its turn.
+pub fn server_api_route(method: Method, path: &str) -> Option<Result<Route<'_>, HttpError>> {
+    let name = path.strip_prefix("/api/")?;
+    let allowed = match name {
+        "disconnect" | "subscribe" | "unsubscribe" => method == Method::Post,
+        "connections" => matches!(method, Method::Get | Method::Head),
+        _ => return None,
+    };
+    Some(match allowed {
+        true => Ok(Route::ServerApi(name)),
+        false => Err(HttpError::new(405, "method not allowed")),
+    })
 }
 
 /// Path of the cache's purge endpoint.
@@ -354,7 +373,13 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
         Ok(Route::Sse) => {
             BodyPlan::Refuse(HttpError::new(400, "an event stream request has no body"))
         }
-        Ok(Route::Publish(_) | Route::Cache(_) | Route::CachePurge | Route::PusherApi(_)) => {
+        Ok(
+            Route::Publish(_)
+            | Route::Cache(_)
+            | Route::CachePurge
+            | Route::PusherApi(_)
+            | Route::ServerApi(_),
+        ) => {
             if n > limits.max_body_size {
                 BodyPlan::Refuse(HttpError::new(413, "request body too large"))
             } else {

@@ -55,7 +55,7 @@
 //!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
 //!   keepalive, graceful shutdown. Its own Layout section draws who may
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
-//! - [`config`] → `auth`, `cache`, `http`, `hub`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `hooks`, `http`, `hub`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
@@ -85,6 +85,11 @@
 //!   cache and ticket keys (kept across SIGHUP reloads), errors as one
 //!   enum; and `tls::client`, the one verifying client configuration for
 //!   `rediss://`. Its edge is `server::tls`.
+//! - `hooks` → `auth`, `cache` (origin URLs), `channel`, `http`,
+//!   `histogram`, [`ws`]: hooks to the application's backend
+//!   (`--proxy-*`), sans-I/O — Centrifugo's HTTP proxy requests and
+//!   answers, the JSON frames they add, per-hook counters. Its edge is
+//!   `server::hooks`.
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -148,6 +153,8 @@ pub mod control;
 pub(crate) mod histogram;
 #[doc(hidden)]
 pub mod history;
+#[doc(hidden)]
+pub mod hooks;
 #[doc(hidden)]
 pub mod http;
 #[doc(hidden)]

@@ -66,10 +66,26 @@ impl Grants {
         Grants::ReadOnly
     }
 
-    /// The token's `exp`, if a token was used.
+    /// What a connection the connect hook admitted may do: subscribe
+    /// to any channel (a subscribe hook decides per channel), publish
+    /// only when `publish` (a publish hook decides per message). `user`
+    /// (empty: anonymous), `info` and `exp` (0: never) are the hook's.
+    pub fn from_hook(user: String, info: Option<String>, exp: u64, publish: bool) -> Grants {
+        let all = || vec!["*".to_string()];
+        let subject = Some(user).filter(|u| !u.is_empty());
+        let publish = if publish { all() } else { Vec::new() };
+        Grants::Token(Box::new(TokenGrants::new(
+            (subject, info, exp),
+            all(),
+            publish,
+        )))
+    }
+
+    /// The token's `exp`, if a token (or a connect hook's `expire_at`)
+    /// sets one.
     pub fn expires(&self) -> Option<u64> {
         match self {
-            Grants::Token(t) => Some(t.exp),
+            Grants::Token(t) => Some(t.exp).filter(|&e| e > 0),
             _ => None,
         }
     }

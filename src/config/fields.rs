@@ -91,4 +91,6 @@ pub struct Config {
     pub sse: crate::sse::SseLimits,
     /// TLS on `listen` (`--tls-cert`, `--tls-key`; off while empty).
     pub tls: crate::tls::Files,
+    /// Hooks to the application's backend (`--proxy-*`).
+    pub proxy: crate::hooks::HookConfig,
 }

@@ -7,10 +7,12 @@
 //! defaults and the parser all read it, so a default cannot be documented in
 //! one place and different in another. Settings are grouped by the layer
 //! that owns them; adding an option is a field in that layer's struct and
-//! one table entry.
+//! one table entry; the value syntaxes the setters share (sizes,
+//! durations, switches) are in `values.rs`.
 
 mod fields;
 mod options;
+mod values;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -21,7 +23,8 @@ pub use crate::hub::SlowConsumerPolicy;
 use crate::log::Level;
 pub use crate::secret::Secret;
 pub use fields::Config;
-pub use options::{help_text, markdown_table, parse_duration, parse_size, OptionSpec, OPTIONS};
+pub use options::{help_text, markdown_table, OptionSpec, OPTIONS};
+pub use values::{parse_duration, parse_size};
 
 impl Default for Config {
     /// Every layer's settings zeroed, then every documented default from
@@ -64,6 +67,7 @@ impl Default for Config {
             presence: Default::default(),
             tls: Default::default(),
             sse: Default::default(),
+            proxy: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {

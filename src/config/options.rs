@@ -2,9 +2,9 @@
 //! placeholder, default, help, setter), and the `--help` text and README
 //! table generated from it.
 
-use std::time::Duration;
-
 use super::fields::Config;
+use super::values::*;
+use crate::hooks::HookKind;
 use crate::hub::SlowConsumerPolicy;
 use crate::secret::Secret;
 
@@ -488,6 +488,39 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "pusher-webhook-queue", CORECAST_PUSHER_WEBHOOK_QUEUE, "N", "10000",
         "webhook events waiting per app, for each of two kinds (channel_occupied/vacated; member and client events); beyond it the kind's oldest are dropped (counted)"
         => |c, v| set_num(&mut c.pusher.webhook_queue, v);
+    "proxy-connect", CORECAST_PROXY_CONNECT, "URL", -,
+        "POST each WebSocket upgrade without a token to this backend URL before the 101 (Centrifugo's connect proxy: cookies and --proxy-http-headers forwarded; result user/expire_at/info/channels/data, error -> 401/403, down or slow -> 503)"
+        => |c, v| c.proxy.set_url(HookKind::Connect, v);
+    "proxy-subscribe", CORECAST_PROXY_SUBSCRIBE, "URL", -,
+        "ask this backend URL before each JSON subscribe (Centrifugo's subscribe proxy); error -> error reply with its code, disconnect -> close"
+        => |c, v| c.proxy.set_url(HookKind::Subscribe, v);
+    "proxy-publish", CORECAST_PROXY_PUBLISH, "URL", -,
+        "ask this backend URL before each JSON publish (Centrifugo's publish proxy; result data replaces the message); connect-hook users may publish only through it"
+        => |c, v| c.proxy.set_url(HookKind::Publish, v);
+    "proxy-rpc", CORECAST_PROXY_RPC, "URL", -,
+        "answer the JSON op rpc through this backend URL (Centrifugo's RPC proxy)"
+        => |c, v| c.proxy.set_url(HookKind::Rpc, v);
+    "proxy-refresh", CORECAST_PROXY_REFRESH, "URL", -,
+        "ask this backend URL when a connect-hook connection reaches its expire_at: extend it or close it (4001)"
+        => |c, v| c.proxy.set_url(HookKind::Refresh, v);
+    "proxy-http-headers", CORECAST_PROXY_HTTP_HEADERS, "LIST", "cookie,authorization,user-agent,origin,x-forwarded-for",
+        "request headers of the upgrade forwarded to the connect hook"
+        => |c, v| c.proxy.set_http_headers(v);
+    "proxy-static-headers", CORECAST_PROXY_STATIC_HEADERS, "LIST", -,
+        "header lines added to every hook request, comma-separated `Name: value` (e.g. a shared secret the backend checks)"
+        => |c, v| c.proxy.set_static_headers(v);
+    "proxy-timeout", CORECAST_PROXY_TIMEOUT, "DURATION", "1s",
+        "time for one hook call, waiting for a slot included; over it the client is refused (unavailable / 503)"
+        => |c, v| set_duration(&mut c.proxy.timeout, v);
+    "proxy-concurrency", CORECAST_PROXY_CONCURRENCY, "N", "64",
+        "calls of one hook in flight at once; more wait (within --proxy-timeout)"
+        => |c, v| crate::hooks::at_least_one(&mut c.proxy.concurrency, v);
+    "proxy-max-connections", CORECAST_PROXY_MAX_CONNECTIONS, "N", "32",
+        "connections to one backend origin (hooks on the same host:port share them), in flight and kept alive"
+        => |c, v| crate::hooks::at_least_one(&mut c.proxy.max_connections, v);
+    "proxy-max-body", CORECAST_PROXY_MAX_BODY, "BYTES", "64KiB",
+        "largest hook answer body; a larger one fails the call (the client is refused)"
+        => |c, v| set_size(&mut c.proxy.max_body, v);
     "presence-channels", CORECAST_PRESENCE_CHANNELS, "PATTERNS", -,
         "channels with presence (who is subscribed, per user; join/leave events): a comma list of names and prefixes ending in * (`room-*,lobby`; `*` = all); unset = presence off"
         => |c, v| c.presence.set_patterns(v);
@@ -600,93 +633,4 @@ pub fn help_text() -> String {
         "\nSizes take an optional KiB/MiB/GiB suffix; durations ms, s or m (bare = seconds).\n",
     );
     out
-}
-
-/// A comma-separated list of file paths (empty entries skipped); a path
-/// cannot contain a comma.
-fn paths(v: &str) -> Vec<std::path::PathBuf> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(std::path::PathBuf::from)
-        .collect()
-}
-
-fn non_empty_secret(v: &str) -> Result<Option<Secret>, String> {
-    if v.is_empty() {
-        return Err("must not be empty".into());
-    }
-    Ok(Some(Secret(v.to_string())))
-}
-
-fn parse_num(v: &str) -> Result<usize, String> {
-    v.trim().parse().map_err(|e| format!("{e}"))
-}
-
-fn set_num(slot: &mut usize, v: &str) -> Result<(), String> {
-    *slot = parse_num(v)?;
-    Ok(())
-}
-
-fn set_bool(slot: &mut bool, v: &str) -> Result<(), String> {
-    *slot = match v {
-        "1" | "true" | "yes" | "on" => true,
-        "0" | "false" | "no" | "off" | "" => false,
-        _ => return Err("expected true or false".into()),
-    };
-    Ok(())
-}
-
-fn set_size(slot: &mut usize, v: &str) -> Result<(), String> {
-    *slot = parse_size(v)?;
-    Ok(())
-}
-
-fn set_duration(slot: &mut Duration, v: &str) -> Result<(), String> {
-    *slot = parse_duration(v)?;
-    Ok(())
-}
-
-fn set_positive_duration(slot: &mut Duration, v: &str) -> Result<(), String> {
-    *slot = Some(parse_duration(v)?)
-        .filter(|d| !d.is_zero())
-        .ok_or("must be more than 0")?;
-    Ok(())
-}
-
-/// Parses `123`, `4KiB`, `16MiB`, `1GiB` (also `K`, `M`, `G`, `KB`…, all
-/// binary multiples), without overflowing.
-pub fn parse_size(v: &str) -> Result<usize, String> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let n: usize = num
-        .parse()
-        .map_err(|_| "expected a number of bytes".to_string())?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("unknown size unit `{unit}`")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| "size too large".to_string())
-}
-
-/// Parses `250ms`, `10s`, `2m`, or a bare number of seconds.
-pub fn parse_duration(v: &str) -> Result<Duration, String> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let n: u64 = num.parse().map_err(|_| "expected a duration".to_string())?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => n
-            .checked_mul(60)
-            .map(Duration::from_secs)
-            .ok_or_else(|| "duration too large".to_string()),
-        _ => Err(format!("unknown duration unit `{unit}`")),
-    }
 }

@@ -17,6 +17,7 @@
 //! - `conn`: one connection's entry ([`Conn`], [`ConnKind`], [`ConnState`]);
 //! - `registry`: channels, subscriber lists and the Redis interest log;
 //! - `outbox`: queues, slow-consumer policy, worker-wide budget, batches;
+//! - `pressure`: publishers waiting while a connection is over its bound;
 //! - `timers`: close reasons, deadlines and the keepalive sweep;
 //! - `pacer`: the fan-out write window;
 //! - `format`: wire-format ids and the edge's encoders ([`Encoders`]);
@@ -25,10 +26,10 @@
 //!
 //! `upstream` is the facade's second file: the `impl Hub` methods an
 //! upstream (Redis) uses — the interest log and subscribe acknowledgements
-//! that wait for its confirmation.
+//! that wait for its confirmation; `subs` a third (a connection's channels).
 
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use slab::Slab;
@@ -43,8 +44,10 @@ mod limits;
 mod outbox;
 mod pacer;
 mod parking;
+mod pressure;
 mod recall;
 mod registry;
+mod subs;
 mod timers;
 mod upstream;
 
@@ -599,33 +602,6 @@ impl Hub {
         if let Some(c) = self.conns.get_mut(id) {
             c.stalled_ms = 0;
         }
-    }
-
-    /// Whether publishers should pause: an open connection has more than
-    /// `--max-outbound-queue` unwritten. It either drains (its writes
-    /// progress) or is cut by the sweep once they stall for the grace
-    /// period, so the pause is bounded; a publisher's burst slows the
-    /// publisher (TCP flow control) instead of cutting its subscribers.
-    pub fn pressed(&self) -> bool {
-        self.totals.pressing > 0
-    }
-
-    /// A publisher's wait: ready once no connection is over its bound.
-    pub fn poll_unpressed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.totals.pressing == 0 {
-            return Poll::Ready(());
-        }
-        let waiters = &mut self.totals.waiters;
-        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-            // Wakers of readers that ended stay until the pause ends;
-            // bound them through a long pause by waking everyone (the
-            // live ones wait again) when they outnumber the connections.
-            if waiters.len() >= 2 * self.conns.len().max(16) {
-                waiters.drain(..).for_each(Waker::wake);
-            }
-            waiters.push(cx.waker().clone());
-        }
-        Poll::Pending
     }
 
     /// Nanoseconds since the hub was created (never 0, so 0 can mean "none").

@@ -117,6 +117,11 @@ impl Registry {
         self.by_name.get(name).copied()
     }
 
+    /// The name of channel `cid`.
+    pub(super) fn name(&self, cid: ChannelId) -> &Rc<str> {
+        &self.channels[cid].name
+    }
+
     /// The subscribers of channel `cid`.
     pub(super) fn subscribers(&self, cid: ChannelId) -> &[ConnId] {
         &self.channels[cid].subscribers

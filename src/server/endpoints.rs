@@ -56,8 +56,17 @@ pub fn respond(
 }
 
 /// `/stats`: every layer's counters plus current gauges, as one object.
+/// With hooks on, their counters are `proxy` (per hook) and
+/// `proxy_backend_connections_opened`.
 pub fn stats_json(w: &Worker) -> String {
-    serde_json::to_string(&w.snapshot()).expect("stats serialize")
+    let snap = w.snapshot();
+    let Some(hooks) = &w.hooks else {
+        return serde_json::to_string(&snap).expect("stats serialize");
+    };
+    let mut v = serde_json::to_value(&snap).expect("stats serialize");
+    v["proxy"] = crate::hooks::stats::json(&hooks.stats());
+    v["proxy_backend_connections_opened"] = hooks.backend_connects().into();
+    v.to_string()
 }
 
 /// `/metrics`: the Prometheus exposition of this worker.
@@ -70,7 +79,11 @@ pub fn metrics_text(w: &Worker) -> String {
         redis_enabled: w.redis.is_some(),
         ready: w.readiness().is_ok(),
     };
-    crate::metrics::render(&snap, &gauges)
+    let mut text = crate::metrics::render(&snap, &gauges);
+    if let Some(hooks) = &w.hooks {
+        crate::hooks::stats::render(&mut text, &hooks.stats());
+    }
+    text
 }
 
 /// Publishes one status sample to the status page's feed, if anyone

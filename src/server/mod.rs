@@ -75,15 +75,20 @@
 //!   handshakes get and its reload on SIGHUP (`edge`), a connection's
 //!   rustls session (`session`): a byte transport under the HTTP phase
 //!   (`conn::stream`) and under `conn/websocket/transport`'s calls.
+//! - `hooks/`: calls to the application's backend (`--proxy-*`) through
+//!   the cache's origin client — `connect` (at the upgrade, before the
+//!   `101`; `conn::upgrade` calls it), `session` (a hook-admitted
+//!   connection's welcome; the JSON protocol's subscribe, publish and
+//!   rpc), `refresh`.
 //!
-//! No file imports one that imports it back (the script finds loops
-//! through folders too). The next edges have their places: `hooks/` (outgoing calls on connection and subscription events,
-//! through the seams, like `pusher/webhook`).
 //! - `sse/`: Server-Sent Events (`GET /sse`) — a second wire under the
 //!   same outbox, a sibling of `conn/websocket`'s writer with its own
 //!   format in `formats` (`formats::SSE`); it reads and writes through
 //!   `conn/websocket/transport` and parks through `conn/park`, and the
 //!   HTTP router and the parked-connections poller hand it its streams.
+//!
+//! No file imports one that imports it back (the script finds loops
+//! through folders too).
 
 mod auth;
 mod cache;
@@ -91,6 +96,7 @@ mod conn;
 mod endpoints;
 pub mod formats;
 mod history;
+mod hooks;
 mod iovec;
 mod native;
 mod presence;
@@ -135,6 +141,7 @@ type WorkerTls = (Option<tls::edge::TlsEdge>, tls::client::ClientTls);
 fn client_tls(cfg: &Config) -> io::Result<tls::client::ClientTls> {
     let redis_tls = cfg.redis.first_url().is_some_and(|u| u.tls);
     let http_tls = cfg.cache.origin.as_ref().is_some_and(|u| u.tls)
+        || cfg.proxy.urls.iter().flatten().any(|u| u.tls)
         || cfg
             .pusher
             .apps

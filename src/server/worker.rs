@@ -16,6 +16,7 @@ use monoio::net::tcp::TcpOwnedReadHalf;
 use crate::config::Config;
 use crate::history::relay::{self, Fetch, Relay};
 use crate::history::Entry;
+use crate::hooks::api::CONTROL_CHANNEL;
 use crate::hub::Hub;
 use crate::peers::Peers;
 use crate::pusher::state::Session;
@@ -27,6 +28,8 @@ use crate::server::conn::park::Parking;
 use crate::server::conn::sock;
 use crate::server::formats;
 use crate::server::history::relay as relay_edge;
+use crate::server::hooks::users::{self, Users};
+use crate::server::hooks::HookEdge;
 use crate::server::pusher::webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
 use crate::server::sys;
@@ -96,6 +99,10 @@ pub struct Worker {
     pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
     /// Pusher webhooks' queues (`--pusher-webhook`).
     pub webhooks: Webhooks,
+    /// Hooks to the application's backend (`--proxy-*`), when any is on.
+    pub hooks: Option<Rc<HookEdge>>,
+    /// Native WebSockets by user (the server API).
+    pub users: RefCell<Users>,
     /// Parked WebSockets (`--park-after`).
     pub parking: Parking,
     /// TLS on the public listener (`--tls-cert`).
@@ -135,6 +142,8 @@ impl Worker {
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             pusher_sessions: RefCell::default(),
             jwks: JwksEdge::new(&cfg.auth, client.http.clone()),
+            hooks: HookEdge::new(&cfg, client.http.clone()).map(Rc::new),
+            users: RefCell::default(),
             webhooks: Webhooks::new(&cfg, client.http),
             presence: RefCell::default(),
             parking: parking(&cfg),
@@ -235,6 +244,12 @@ impl Worker {
         }
     }
 
+    /// The hooks, if the connect hook is on.
+    pub fn connect_hook(&self) -> Option<&HookEdge> {
+        let edge = self.hooks.as_deref()?;
+        edge.has(crate::hooks::HookKind::Connect).then_some(edge)
+    }
+
     /// Whether the worker's write backlog is over `--publish-backpressure`.
     pub fn over_backlog(&self) -> bool {
         self.hub.borrow().backlog() > self.cfg.publish_backpressure
@@ -286,10 +301,33 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Whether this instance takes server API commands from the control
+    /// channel: the API needs the publish key; the Pusher API's
+    /// `terminate_connections` is one too.
+    fn hears_commands(&self) -> bool {
+        self.cfg.auth.publish_key.is_some() || !self.cfg.pusher.apps.is_empty()
+    }
+
+    /// A server API command heard on the control channel: carried out on
+    /// this instance's connections (one that is not a command is logged).
+    fn heard_command(&self, payload: &[u8]) {
+        match crate::hooks::api::decode(payload) {
+            Some(cmd) => {
+                users::apply(&mut self.hub.borrow_mut(), &self.users.borrow(), &cmd);
+            }
+            None => crate::log!(Warn, "not a server API command on the control channel"),
+        }
+    }
+}
+
 /// The Redis link's view of the worker: delivery into the hub and the
 /// hub's interest log.
 impl Local for Worker {
     fn deliver(&self, channel: &str, opcode: OpCode, payload: &[u8], skip: Option<u64>) {
+        if channel == CONTROL_CHANNEL && self.hears_commands() {
+            return self.heard_command(payload);
+        }
         self.hub
             .borrow_mut()
             .publish(channel, opcode, payload, skip);
@@ -299,12 +337,22 @@ impl Local for Worker {
         self.hub.borrow_mut().track_interest();
     }
 
+    /// With the server API's control channel, which every instance with
+    /// a publish key (the API's) always hears.
     fn interest_snapshot(&self) -> Vec<Rc<str>> {
-        self.hub.borrow_mut().interest_snapshot()
+        let mut names = self.hub.borrow_mut().interest_snapshot();
+        if self.hears_commands() {
+            names.push(Rc::from(CONTROL_CHANNEL));
+        }
+        names
     }
 
     fn interest_resend(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>> {
-        self.hub.borrow_mut().interest_resend(keep)
+        let mut names = self.hub.borrow_mut().interest_resend(keep);
+        if self.hears_commands() && keep(CONTROL_CHANNEL) {
+            names.push(Rc::from(CONTROL_CHANNEL));
+        }
+        names
     }
 
     fn interest_reset(&self, channels: &[Rc<str>]) {
@@ -323,6 +371,10 @@ impl Local for Worker {
         self.hub.borrow_mut().interest_lost();
     }
     fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch> {
+        if channel == CONTROL_CHANNEL && self.hears_commands() {
+            self.heard_command(&env.payload);
+            return None;
+        }
         let (Some(relay), Some(at)) = (&self.relay, env.at) else {
             self.deliver(channel, env.opcode, &env.payload, skip);
             return None;

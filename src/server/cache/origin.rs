@@ -324,7 +324,7 @@ fn still_open(stream: &ClientStream) -> bool {
 /// slot is handed to the first entry directly (a newcomer cannot take it
 /// first), and a waiter dropped before it ran (its request timed out)
 /// leaves the queue, passing on a slot it had been handed.
-struct Slots {
+pub struct Slots {
     free: Cell<usize>,
     next_id: Cell<u64>,
     /// Waiting acquires in arrival order.
@@ -334,7 +334,8 @@ struct Slots {
 }
 
 impl Slots {
-    fn new(n: usize) -> Self {
+    /// `n` slots, all free.
+    pub fn new(n: usize) -> Self {
         Slots {
             free: Cell::new(n),
             next_id: Cell::new(0),
@@ -343,7 +344,9 @@ impl Slots {
         }
     }
 
-    fn acquire(&self) -> Acquire<'_> {
+    /// Waits for a free slot (in arrival order); the slot is freed when
+    /// the returned guard is dropped.
+    pub fn acquire(&self) -> Acquire<'_> {
         Acquire {
             slots: self,
             id: None,
@@ -365,7 +368,8 @@ impl Slots {
     }
 }
 
-struct Acquire<'a> {
+/// A wait for a slot ([`Slots::acquire`]).
+pub struct Acquire<'a> {
     slots: &'a Slots,
     /// Its entry, once it had to wait.
     id: Option<u64>,
@@ -419,7 +423,8 @@ impl Drop for Acquire<'_> {
     }
 }
 
-struct Slot<'a>(&'a Slots);
+/// A held slot, freed when dropped.
+pub struct Slot<'a>(&'a Slots);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {

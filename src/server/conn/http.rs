@@ -21,6 +21,7 @@ use crate::server::conn::stream::Stream;
 use crate::server::conn::upgrade::{self, Upgrade};
 use crate::server::conn::websocket as ws_conn;
 use crate::server::history::{recall, resume};
+use crate::server::hooks::api as hooks_api;
 use crate::server::presence::edge as presence_edge;
 use crate::server::pusher::api as pusher_api;
 use crate::server::tls::session::Session;
@@ -142,7 +143,10 @@ impl Listener {
         match self {
             _ if !split => true,
             Listener::Public => !admin,
-            Listener::Admin => admin || matches!(route, Route::Healthz | Route::Readyz),
+            // The server API (publish key) is served on both.
+            Listener::Admin => {
+                admin || matches!(route, Route::Healthz | Route::Readyz | Route::ServerApi(_))
+            }
         }
     }
 }
@@ -237,10 +241,7 @@ async fn serve(
     req: &http::Request,
 ) -> io::Result<Next> {
     let route = route_for(w, &ctx, req);
-    // The cache re-reads the head (query, Vary'd headers); only its
-    // routes pay for the copy.
-    let head = matches!(route, Ok(Route::Cache(_) | Route::CachePurge | Route::Sse))
-        .then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
+    let head = wants_head(w, &route).then(|| Bytes::copy_from_slice(&buf[..req.head_len]));
     buf.advance(req.head_len);
     w.hub.borrow_mut().stats.http_requests += 1;
     // Decided for every route before anything is answered: a body is read
@@ -261,7 +262,7 @@ async fn serve(
     };
     if let Some(target) = upgrade::upgrade_target(&route) {
         return Ok(
-            match upgrade::upgrade(w, sock, (id, ctx.ip), req, target).await? {
+            match upgrade::upgrade(w, sock, (id, ctx.ip), (req, head.as_deref()), target).await? {
                 Some(up) => Next::Upgrade(up),
                 None => Next::Close,
             },
@@ -288,14 +289,12 @@ async fn serve(
                 }
             }
         }
-        Route::PusherApi(rest) => {
+        Route::PusherApi(_) | Route::ServerApi(_) => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);
             };
-            // Boxed: the API's future is short-lived and large.
-            Box::pin(pusher_api::respond(w, rest, req, &body))
-                .await
-                .into()
+            // Boxed: the APIs' futures are short-lived and large.
+            Box::pin(api_answer(w, &route, req, &body)).await.into()
         }
         Route::Cache(_) | Route::CachePurge => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
@@ -313,6 +312,28 @@ async fn serve(
     };
     write_answer(sock, resp).await?;
     Ok(after_answer(sock, keep_alive, plan).await)
+}
+
+/// The Pusher HTTP API's or the server API's answer.
+async fn api_answer(w: &Worker, route: &Route<'_>, req: &http::Request, body: &[u8]) -> Vec<u8> {
+    match *route {
+        Route::PusherApi(rest) => pusher_api::respond(w, rest, req, body).await,
+        Route::ServerApi(rest) => hooks_api::respond(w, rest, req, body).await,
+        _ => unreachable!("only API routes"),
+    }
+}
+
+/// Whether `route` needs the raw head: the cache re-reads it (query,
+/// Vary'd headers), and so does the connect hook (cookies, allow-listed
+/// headers); only their routes pay for the copy.
+fn wants_head(w: &Worker, route: &Result<Route<'_>, HttpError>) -> bool {
+    match route {
+        // The cache re-reads the head (query, Vary'd headers), and so does
+        // an event stream (its token, Last-Event-ID).
+        Ok(Route::Cache(_) | Route::CachePurge | Route::Sse) => true,
+        Ok(r) => w.connect_hook().is_some() && upgrade::upgrade_target(r).is_some(),
+        Err(_) => false,
+    }
 }
 
 /// `POST /publish/{channel}`: the publish key, the body, the publish;
@@ -375,7 +396,13 @@ fn route_for<'a>(
     let root = w.cfg.root_channel.as_deref();
     let cache_routes = w.cache.as_ref().map(|c| c.routes());
     let split = w.cfg.admin_listen.is_some();
-    http::route_with_cache(req.method, &req.path, root, cache_routes).and_then(|r| {
+    let route = match http::route_with_cache(req.method, &req.path, root, cache_routes) {
+        Err(e) if e.status == 404 && w.cfg.auth.publish_key.is_some() => {
+            http::server_api_route(req.method, &req.path).unwrap_or(Err(e))
+        }
+        other => other,
+    };
+    route.and_then(|r| {
         if ctx.role.serves(split, &r) {
             Ok(r)
         } else {

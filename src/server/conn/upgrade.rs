@@ -5,6 +5,7 @@ use std::io;
 use std::net::IpAddr;
 
 use crate::auth::{self, Grants};
+use crate::hooks::HookKind;
 use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
@@ -13,6 +14,8 @@ use crate::pusher;
 use crate::server::conn::stream::Stream;
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
+use crate::server::hooks::connect::{self as connect_hook, Welcome};
+use crate::server::hooks::HookEdge;
 use crate::server::worker::Worker;
 
 /// An accepted upgrade.
@@ -26,6 +29,8 @@ pub struct Upgrade {
     pub grants: Grants,
     /// permessage-deflate was agreed: client messages may be compressed.
     pub deflate: bool,
+    /// What the connect hook gave it (first frame, server-side channels).
+    pub welcome: Option<Box<Welcome>>,
 }
 
 /// The mode and channel of an upgrading route; `None` for other routes.
@@ -45,11 +50,12 @@ pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
 
 /// Decides an upgrade request: writes the `101` and returns the upgrade,
 /// or answers with the refusal and returns `None` (the connection ends).
+/// `head`: the request's head, kept when the connect hook may need it.
 pub async fn upgrade(
     w: &Worker,
     sock: &mut Stream,
     (id, ip): (ConnId, IpAddr),
-    req: &http::Request,
+    (req, head): (&http::Request, Option<&[u8]>),
     (kind, channel): (ConnKind, Option<String>),
 ) -> io::Result<Option<Upgrade>> {
     let verdict = w.peers.borrow_mut().handshake(ip, w.now_ms());
@@ -73,6 +79,13 @@ pub async fn upgrade(
         return pusher_upgrade(w, sock, (id, req), key).await;
     }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
+    if let (Some(edge), Some(head)) = (w.connect_hook(), head) {
+        // Centrifugo's rule: a client that brings a token is checked as
+        // before; one without asks the backend (cookies).
+        if !status_feed && !carries_token(&w.cfg.auth, req) {
+            return hooked_upgrade(w, sock, (id, req), (kind, channel), (edge, head)).await;
+        }
+    }
     let checked = if status_feed {
         None
     } else {
@@ -101,11 +114,82 @@ pub async fn upgrade(
         channel,
         grants,
         deflate: false,
+        welcome: None,
     };
     accept(w, sock, id, req, up).await
 }
 
-/// Writes the `101` (or refuses a bad handshake).
+/// With `--proxy-subscribe`, a path-mode upgrade's channel is asked of
+/// the subscribe hook (the status feed's is not).
+async fn channel_hook(w: &Worker, id: ConnId, up: &Upgrade) -> Result<(), Vec<u8>> {
+    let edge = w.hooks.as_deref().filter(|e| e.has(HookKind::Subscribe));
+    let channel = up.channel.as_deref().filter(|c| *c != STATUS_CHANNEL);
+    let (Some(edge), Some(channel), ConnKind::Ws(formats::PATH)) = (edge, channel, up.kind) else {
+        return Ok(());
+    };
+    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
+    let client = pusher::socket_id(w.pusher.borrow().tag, serial);
+    let user = up.grants.subject().unwrap_or("");
+    connect_hook::admit_channel(edge, &client, user, channel).await
+}
+
+/// Whether tokens are on and the upgrade carries one (`?token=` or
+/// `Authorization: Bearer`).
+fn carries_token(cfg: &auth::AuthConfig, req: &http::Request) -> bool {
+    let query = req.query.as_deref();
+    cfg.tokens_required()
+        && (query.and_then(|q| auth::query_param(q, "token")).is_some()
+            || req
+                .authorization
+                .as_deref()
+                .and_then(auth::bearer)
+                .is_some())
+}
+
+/// An upgrade the connect hook decides (after the `Origin` allow-list):
+/// the backend's refusal is the answer, or its user, info, expiry,
+/// channels and data go with the `101`.
+async fn hooked_upgrade(
+    w: &Worker,
+    sock: &mut Stream,
+    (id, req): (ConnId, &http::Request),
+    (kind, channel): (ConnKind, Option<String>),
+    (edge, head): (&HookEdge, &[u8]),
+) -> io::Result<Option<Upgrade>> {
+    if !auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
+        w.hub.borrow_mut().stats.auth_failures += 1;
+        let err = HttpError {
+            status: 403,
+            message: "origin not allowed",
+        };
+        refuse(sock, &err).await?;
+        return Ok(None);
+    }
+    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
+    let client = pusher::socket_id(w.pusher.borrow().tag, serial);
+    let json = kind == ConnKind::Ws(formats::JSON);
+    match connect_hook::admit(edge, &client, head, json).await {
+        Ok(a) => {
+            let up = Upgrade {
+                kind,
+                channel,
+                grants: a.grants,
+                deflate: false,
+                welcome: Some(a.welcome),
+            };
+            accept(w, sock, id, req, up).await
+        }
+        Err(refusal) => {
+            w.hub.borrow_mut().stats.auth_failures += 1;
+            log::refused(log::Refusal::Upgrade, "upgrade refused", "connect hook");
+            sock.write_all(refusal).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Writes the `101` (or refuses a bad handshake, or a channel the
+/// subscribe hook refuses).
 async fn accept(
     w: &Worker,
     sock: &mut Stream,
@@ -113,6 +197,11 @@ async fn accept(
     req: &http::Request,
     up: Upgrade,
 ) -> io::Result<Option<Upgrade>> {
+    if let Err(refusal) = channel_hook(w, id, &up).await {
+        w.hub.borrow_mut().stats.auth_failures += 1;
+        sock.write_all(refusal).await?;
+        return Ok(None);
+    }
     match &req.upgrade {
         Ok(accept) => {
             let agreed = req.deflate.filter(|_| w.cfg.compression.enabled);
@@ -170,6 +259,7 @@ async fn pusher_upgrade(
         channel: None,
         grants: Grants::read_only(),
         deflate: false,
+        welcome: None,
     };
     // Pusher reports errors in-band, once the WebSocket is open, so
     // pusher-js sees the code and decides on reconnecting; the verdict

@@ -11,12 +11,22 @@ use crate::auth::Grants;
 use crate::control::{self, ErrorCode};
 use crate::hub::{ConnId, Hub};
 use crate::server::history::recall;
-use crate::server::history::resume::Deferred;
+use crate::server::history::resume;
+use crate::server::hooks::session::{self as hooks_session, HookCall};
 use crate::server::presence::edge::{self as presence_edge, Identity};
 use crate::server::publish::{route_publish, Published};
 use crate::server::redis::RedisLink;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
+
+/// A request the reader waits for before it reads on (requests stay in
+/// order): a subscribe's read from Redis, or a hook's call.
+pub enum Deferred {
+    /// A subscribe in Redis mode with history.
+    Resume(resume::Deferred),
+    /// A subscribe, publish or rpc asked of the backend first.
+    Hook(HookCall),
+}
 
 /// The hub's coarse time at which a token with `exp` (seconds since the
 /// epoch) expires; the sweep closes the connection then.
@@ -34,7 +44,6 @@ pub fn on_control(
     opcode: OpCode,
     payload: &[u8],
 ) -> Option<Box<Deferred>> {
-    let redis = w.redis.as_deref();
     if opcode == OpCode::Binary {
         let msg = "binary frames are not part of the control protocol; use data_base64";
         hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
@@ -47,11 +56,34 @@ pub fn on_control(
             return None;
         }
     };
+    if hooks_session::applies(w, grants, &env.request) {
+        let grants = grants.clone();
+        return Some(Box::new(Deferred::Hook(HookCall {
+            env,
+            serial,
+            grants,
+        })));
+    }
+    handle(w, hub, (id, serial, grants), env)
+}
+
+/// One parsed request (asked of its hook already, if it has one).
+pub fn handle(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (id, serial, grants): (ConnId, u64, &Grants),
+    env: control::Envelope,
+) -> Option<Box<Deferred>> {
+    let redis = w.redis.as_deref();
     let idv = env.id.as_deref();
     if let Some(early) = before_subscribe(w, hub, (id, serial, grants), &env) {
         return early;
     }
     let reply = match env.request {
+        control::Request::Rpc { .. } => {
+            let msg = "rpc needs a backend (--proxy-rpc)";
+            Some(control::error(ErrorCode::BadRequest, msg, idv))
+        }
         control::Request::Refresh { token } => Some(refresh(w, hub, id, grants, &token, idv)),
         control::Request::Subscribe { channel, .. } | control::Request::Presence { channel }
             if !grants.may_subscribe(&channel) =>
@@ -169,12 +201,12 @@ fn before_subscribe(
     // Presence does not wait for the history read.
     presence_edge::join(w, hub, id, &who, channel, *presence);
     let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
-    Some(Some(Box::new(Deferred {
+    Some(Some(Box::new(Deferred::Resume(resume::Deferred {
         channel,
         since,
         id,
         fresh,
-    })))
+    }))))
 }
 
 /// `{"op":"refresh"}`: a valid token for the same channels moves the

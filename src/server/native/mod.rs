@@ -18,7 +18,31 @@ use crate::server::publish::{route_publish, Published};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
-pub use crate::server::history::resume::{subscribe as subscribe_deferred, Deferred};
+use crate::server::history::resume;
+use crate::server::hooks::session as hooks_session;
+
+pub use control::Deferred;
+
+/// Runs a deferred request to the end (replies queued).
+pub async fn subscribe_deferred(w: &Rc<Worker>, id: ConnId, d: Deferred) {
+    let call = match d {
+        Deferred::Resume(r) => return resume::subscribe(w, id, r).await,
+        Deferred::Hook(call) => call,
+    };
+    let Some((env, serial, grants)) = hooks_session::run(w, id, call).await else {
+        return;
+    };
+    let later = {
+        let mut hub = w.hub.borrow_mut();
+        control::handle(w, &mut hub, (id, serial, &grants), env)
+    };
+    if let Some(d) = later {
+        // Only a resume: the request was approved, it is not asked again.
+        if let Deferred::Resume(r) = *d {
+            Box::pin(resume::subscribe(w, id, r)).await;
+        }
+    }
+}
 
 /// A data message from connection `id` (`serial`; its path-mode
 /// `channel`, its `grants`): a publish in path mode, a request in the
@@ -38,7 +62,7 @@ pub fn on_data(
         let who = (id, serial, grants);
         return control::on_control(w, hub, who, opcode, payload);
     };
-    if !grants.may_publish(c) {
+    if !grants.may_publish(c) || publish_hooked(w) {
         hub.stats.publish_forbidden += 1;
         hub.close(
             id,
@@ -63,8 +87,18 @@ pub fn on_data(
     None
 }
 
-/// What ends with the connection: its presence memberships (a no-op if
-/// it had none).
+/// With `--proxy-publish` every publish is asked of the backend; path
+/// mode has no way to carry its refusal, so it may not publish at all
+/// (the JSON protocol's publish goes through the hook).
+fn publish_hooked(w: &Worker) -> bool {
+    w.hooks
+        .as_deref()
+        .is_some_and(|h| h.has(crate::hooks::HookKind::Publish))
+}
+
+/// What ends with the connection: its presence memberships and its
+/// entry among the users (no-ops if it had none).
 pub fn close(w: &Rc<Worker>, id: ConnId) {
     presence_edge::close(w, id);
+    hooks_session::forget_user(w, id);
 }

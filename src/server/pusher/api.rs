@@ -2,18 +2,21 @@
 //! `batch_events` (published through the publish seam, so Redis mode
 //! carries them to every instance), `GET channels`, `channels/{name}` and
 //! `channels/{name}/users` (every instance's in Redis mode:
-//! `occupancy`, `presence`). Every request must
+//! `occupancy`, `presence`), and `POST users/{id}/terminate_connections`
+//! (the server API's disconnect). Every request must
 //! carry Pusher's query-string signature (`pusher::sign::verify_api`).
 
 use serde_json::{json, Map, Value};
 
 use crate::auth::unix_now;
+use crate::hooks::api::Command;
 use crate::http::{self, Method, Request};
 use crate::hub::EXCLUDE_ALWAYS;
 use crate::log;
 use crate::pusher::api::{self, Event};
 use crate::pusher::sign::{self, ApiRequest};
 use crate::pusher::{internal_channel, local_serial, App, ChannelKind};
+use crate::server::hooks::api as hooks_api;
 use crate::server::publish::{route_publish, wait_for_backlog, Published};
 use crate::server::pusher::occupancy as pusher_occupancy;
 use crate::server::pusher::presence as pusher_presence;
@@ -85,6 +88,9 @@ async fn call_api(
             Ok(events) => publish(w, (index, app), events, keep_alive).await,
             Err(e) => error(e.answer().0, e.answer().1, keep_alive),
         },
+        (Method::Post, c) if c.ends_with("/terminate_connections") => {
+            terminate(w, app, c, keep_alive).await
+        }
         (Method::Get, "channels") => channels(w, app, query, keep_alive).await,
         (Method::Get, c) => match c.strip_prefix("channels/") {
             Some(name) => match name.strip_suffix("/users") {
@@ -94,6 +100,27 @@ async fn call_api(
             None => error(404, "not found", keep_alive),
         },
         _ => error(404, "not found", keep_alive),
+    }
+}
+
+/// `POST users/{user_id}/terminate_connections`: every connection signed
+/// in as the user is closed (on every instance in Redis mode), as the
+/// server API's `/api/disconnect` closes a native user's (code 4005:
+/// pusher-js does not reconnect on 4000-4099).
+async fn terminate(w: &Worker, app: &App, call: &str, keep_alive: bool) -> Vec<u8> {
+    let user = call
+        .strip_prefix("users/")
+        .and_then(|c| c.strip_suffix("/terminate_connections"))
+        .filter(|u| !u.is_empty() && !u.contains('/'));
+    let Some(user) = user else {
+        return error(404, "not found", keep_alive);
+    };
+    let cmd = Command::Disconnect {
+        user: crate::hooks::api::pusher_user(&app.id, user),
+    };
+    match hooks_api::carry_out(w, &cmd).await {
+        Ok(_) => answer(200, &json!({}), keep_alive),
+        Err((status, message)) => error(status, message, keep_alive),
     }
 }
 

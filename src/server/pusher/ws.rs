@@ -303,6 +303,11 @@ fn signin(w: &Worker, hub: &mut Hub, (s, id): (&mut Session, ConnId), auth: &str
         send(hub, id, &protocol::error(Some(code::UNAUTHORIZED), message));
         return hub.close(id, code::UNAUTHORIZED, message, CloseReason::Protocol);
     };
+    // The server API's users index: terminate_connections finds it there.
+    let key = crate::hooks::api::pusher_user(&app.id, &user);
+    w.users
+        .borrow_mut()
+        .add(&key, id, crate::auth::unix_now_ms());
     s.user = Some(user);
     let data = serde_json::json!({ "user_data": user_data }).to_string();
     send(

@@ -100,7 +100,7 @@ fn admit(
         w.hub.borrow_mut().stats.auth_failures += 1;
         HttpError { status, message }
     };
-    let grants = auth::authorize_upgrade(&w.cfg.auth, req, None).map_err(refused)?;
+    let grants = w.authorize(req, None).map_err(refused)?;
     // A stream is one connection: its channels are its subscriptions.
     let max = w.cfg.sse.max_channels.min(w.cfg.max_subscriptions);
     let sub = sse::parse_request(req.query.as_deref(), sse::last_event_id(head), max);

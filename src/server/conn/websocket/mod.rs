@@ -48,6 +48,7 @@ use crate::server::conn::park::Session;
 use crate::server::conn::stream::Stream;
 use crate::server::conn::upgrade::Upgrade;
 use crate::server::formats;
+use crate::server::hooks::session as hooks_session;
 use crate::server::native::control;
 use crate::server::pusher::ws as pusher_ws;
 use crate::server::worker::Worker;
@@ -72,6 +73,7 @@ pub fn websocket(
         channel,
         grants,
         deflate,
+        welcome,
     } = up;
     if deflate {
         count_compressed(w, true);
@@ -92,6 +94,12 @@ pub fn websocket(
                 // Only possible with max_subscriptions = 0.
                 hub.close(id, 1008, "subscription refused", CloseReason::Protocol);
             }
+        }
+        if kind != ConnKind::Ws(formats::PUSHER) {
+            hooks_session::register_user(w, &hub, id, &grants);
+        }
+        if let Some(welcome) = welcome {
+            hooks_session::welcome(w, &mut hub, id, *welcome);
         }
     }
     if kind == ConnKind::Ws(formats::PUSHER) {

@@ -1,0 +1,137 @@
+//! The hooks' options (`--proxy-*`).
+
+use std::time::Duration;
+
+use super::kind::HookKind;
+use crate::cache::origin::OriginUrl;
+
+/// The hooks' settings; every default is the options table's
+/// (`config::OPTIONS`).
+#[derive(Debug, Clone, Default)]
+pub struct HookConfig {
+    /// Each hook's URL by [`HookKind::index`] (`None`: that hook is off).
+    pub urls: [Option<OriginUrl>; 5],
+    /// Request headers of the upgrade forwarded to the connect hook
+    /// (lowercase names; default `cookie,authorization,user-agent,origin,x-forwarded-for`).
+    pub http_headers: Vec<String>,
+    /// Header lines added to every hook request (`Name: value`, checked).
+    pub static_headers: Vec<(String, String)>,
+    /// Time for a whole hook call, the wait for a slot included (default 1 s).
+    pub timeout: Duration,
+    /// Requests of one hook in flight at once; more wait within the
+    /// timeout (default 64; at least 1).
+    pub concurrency: usize,
+    /// Connections to one backend origin (host and port), in flight and
+    /// kept alive (default 32).
+    pub max_connections: usize,
+    /// Largest answer body; a larger one is a failed call (default 64 KiB).
+    pub max_body: usize,
+}
+
+impl HookConfig {
+    /// The URL of `kind`, if that hook is on.
+    pub fn url(&self, kind: HookKind) -> Option<&OriginUrl> {
+        self.urls[kind.index()].as_ref()
+    }
+
+    /// Whether any hook is on.
+    pub fn any(&self) -> bool {
+        self.urls.iter().any(Option::is_some)
+    }
+
+    /// Sets `kind`'s URL from an option's value (`http[s]://host[:port]/path`).
+    pub fn set_url(&mut self, kind: HookKind, v: &str) -> Result<(), String> {
+        self.urls[kind.index()] = Some(v.parse()?);
+        Ok(())
+    }
+
+    /// `--proxy-http-headers`: a comma-separated list of header names.
+    pub fn set_http_headers(&mut self, v: &str) -> Result<(), String> {
+        let names: Vec<String> = v
+            .split(',')
+            .map(|n| n.trim().to_ascii_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(bad) = names.iter().find(|n| !is_token(n)) {
+            return Err(format!("invalid header name `{bad}`"));
+        }
+        self.http_headers = names;
+        Ok(())
+    }
+
+    /// `--proxy-static-headers`: comma-separated `Name: value` pairs; a
+    /// value may not hold a comma, CR or LF.
+    pub fn set_static_headers(&mut self, v: &str) -> Result<(), String> {
+        let mut out = Vec::new();
+        for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = pair
+                .split_once(':')
+                .ok_or_else(|| "expected Name: value".to_string())?;
+            let (name, value) = (name.trim(), value.trim());
+            if !is_token(name) || value.bytes().any(|b| b < 0x20 && b != b'\t') {
+                return Err("invalid static header".into());
+            }
+            out.push((name.to_string(), value.to_string()));
+        }
+        self.static_headers = out;
+        Ok(())
+    }
+}
+
+/// Sets a count that must be at least 1 (0 would refuse every call).
+pub fn at_least_one(slot: &mut usize, v: &str) -> Result<(), String> {
+    match v.trim().parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => {
+            *slot = n;
+            Ok(())
+        }
+        Err(e) => Err(format!("{e}")),
+    }
+}
+
+/// RFC 9110 5.6.2 `token`: what a header name may be.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_lists_are_checked() {
+        let mut c = HookConfig::default();
+        c.set_http_headers("Cookie, X-Real-IP,,").unwrap();
+        assert_eq!(c.http_headers, ["cookie", "x-real-ip"]);
+        assert!(c.set_http_headers("bad header").is_err());
+        c.set_static_headers("X-Secret: s3cr3t, X-Env:prod")
+            .unwrap();
+        assert_eq!(c.static_headers[0], ("X-Secret".into(), "s3cr3t".into()));
+        assert_eq!(c.static_headers[1], ("X-Env".into(), "prod".into()));
+        assert!(c.set_static_headers("X-A: a\r\nX-B: b").is_err());
+        assert!(c.set_static_headers("no colon").is_err());
+    }
+
+    #[test]
+    fn counts_are_at_least_one() {
+        let mut n = 5;
+        assert!(at_least_one(&mut n, "0").is_err());
+        assert!(at_least_one(&mut n, "x").is_err());
+        at_least_one(&mut n, " 8 ").unwrap();
+        assert_eq!(n, 8);
+    }
+
+    #[test]
+    fn urls_by_hook() {
+        let mut c = HookConfig::default();
+        assert!(!c.any());
+        c.set_url(HookKind::Rpc, "http://127.0.0.1:9/rpc").unwrap();
+        assert!(c.any());
+        assert_eq!(c.url(HookKind::Rpc).unwrap().base_path, "/rpc");
+        assert!(c.url(HookKind::Connect).is_none());
+        assert!(c.set_url(HookKind::Connect, "ftp://x").is_err());
+    }
+}

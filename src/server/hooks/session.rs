@@ -1,0 +1,205 @@
+//! The hooks of a JSON connection's session: its welcome (the connect
+//! hook's `connected` frame and server-side channels), and subscribe,
+//! publish and rpc asked of the backend before they are done.
+
+use std::rc::Rc;
+
+use serde_json::value::RawValue;
+
+use crate::auth::Grants;
+use crate::control::{Envelope, Request};
+use crate::hooks::reply::{self, PublishResult, RpcResult, SubscribeResult};
+use crate::hooks::{frames, request, Answer, HookKind};
+use crate::hub::{CloseReason, ConnId, Hub};
+use crate::log;
+use crate::server::hooks::connect::Welcome;
+use crate::server::hooks::refresh::refresh_loop;
+use crate::server::hooks::Failure;
+use crate::server::worker::Worker;
+use crate::ws::OpCode;
+
+/// Queues a hook-admitted connection's first frame, subscribes it to
+/// the channels the backend listed (checked names; at most
+/// `--max-subscriptions`), and starts its refresh loop if it has one.
+pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, welcome: Welcome) {
+    if let Some(plan) = welcome.refresh {
+        let serial = hub.conn(id).map_or(0, |c| c.serial());
+        monoio::spawn(refresh_loop(w.clone(), (id, serial), plan));
+    }
+    if let Some(frame) = welcome.frame {
+        hub.send_to(id, frame);
+    }
+    for c in &welcome.channels {
+        if hub.subscribe(id, c).is_err() {
+            log!(
+                Debug,
+                "server-side subscription refused",
+                conn = id,
+                channel = c
+            );
+        }
+    }
+}
+
+/// Records a native WebSocket's user (a token's `sub` or the connect
+/// hook's `user`) for the server API; anonymous ones are not recorded.
+pub fn register_user(w: &Worker, hub: &Hub, id: ConnId, grants: &Grants) {
+    let Some(user) = grants.subject() else { return };
+    if hub.conn(id).is_some() {
+        w.users
+            .borrow_mut()
+            .add(user, id, crate::auth::unix_now_ms());
+    }
+}
+
+/// A native WebSocket ended: out of the server API's index.
+pub fn forget_user(w: &Worker, id: ConnId) {
+    w.users.borrow_mut().remove(id);
+}
+
+/// A JSON request waiting for its hook: the request, and who sent it.
+pub struct HookCall {
+    /// The request.
+    pub env: Envelope,
+    /// The connection's serial (its client id).
+    pub serial: u64,
+    /// What the connection may do (its user).
+    pub grants: Grants,
+}
+
+/// Whether `req` is asked of a hook first: a subscribe or publish the
+/// grants allow (a forbidden one is refused without asking), any rpc.
+pub fn applies(w: &Worker, grants: &Grants, req: &Request) -> bool {
+    let Some(h) = w.hooks.as_deref() else {
+        return false;
+    };
+    match req {
+        Request::Subscribe { channel, .. } => {
+            h.has(HookKind::Subscribe) && grants.may_subscribe(channel)
+        }
+        Request::Publish { channel, .. } => h.has(HookKind::Publish) && grants.may_publish(channel),
+        Request::Rpc { .. } => h.has(HookKind::Rpc),
+        _ => false,
+    }
+}
+
+/// Asks the backend about `call`; the request to carry out (a publish's
+/// payload replaced by the hook's `data`), or `None` when it is done —
+/// answered (rpc), refused (error reply), failed (`unavailable`) or the
+/// connection closed (`disconnect`).
+pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope, u64, Grants)> {
+    let edge = w.hooks.clone()?;
+    let HookCall {
+        env,
+        serial,
+        grants,
+    } = call;
+    let client = crate::pusher::socket_id(w.pusher.borrow().tag, serial);
+    let user = grants.subject().unwrap_or("");
+    let idv = env.id.as_deref();
+    let env = match &env.request {
+        Request::Subscribe { channel, .. } => {
+            let body = request::subscribe(&client, user, channel);
+            let a = edge.call(
+                HookKind::Subscribe,
+                &[],
+                &body,
+                reply::parse::<SubscribeResult>,
+            );
+            settle(w, id, a.await, idv)?;
+            env
+        }
+        Request::Publish {
+            channel,
+            opcode,
+            payload,
+        } => {
+            let body = request::publish(&client, user, channel, (*opcode, payload));
+            let a = edge.call(HookKind::Publish, &[], &body, reply::parse::<PublishResult>);
+            let r = settle(w, id, a.await, idv)?;
+            let skip = r.skip_history && w.redis.is_none();
+            let env = rewritten(env, r);
+            if skip {
+                return publish_unrecorded(w, (id, serial), env);
+            }
+            env
+        }
+        Request::Rpc { method, data } => {
+            let data = data.clone().and_then(|d| RawValue::from_string(d).ok());
+            let body = request::rpc(&client, user, method, data.as_deref());
+            let a = edge.call(HookKind::Rpc, &[], &body, reply::parse::<RpcResult>);
+            let r = settle(w, id, a.await, idv)?;
+            let frame = frames::rpc(idv, r.data.as_deref());
+            w.hub.borrow_mut().send_to(id, frame);
+            return None;
+        }
+        _ => env,
+    };
+    Some((env, serial, grants))
+}
+
+/// A publish whose hook said `skip_history` (embedded mode): fanned out
+/// without a history offset, acknowledged as any publish.
+fn publish_unrecorded<T>(w: &Worker, (id, serial): (ConnId, u64), env: Envelope) -> Option<T> {
+    let Request::Publish {
+        channel,
+        opcode,
+        payload,
+    } = &env.request
+    else {
+        return None;
+    };
+    let mut hub = w.hub.borrow_mut();
+    let n = hub.publish_at(channel, *opcode, payload, Some(serial), 0);
+    if let Some(i) = env.id.as_deref() {
+        hub.send_to(
+            id,
+            crate::control::ack("published", channel, Some(n), Some(i)),
+        );
+    }
+    None
+}
+
+/// The publish with the hook's `data` instead of the client's: a JSON
+/// string as its text, any other JSON as its text form.
+fn rewritten(mut env: Envelope, r: PublishResult) -> Envelope {
+    let (
+        Some(data),
+        Request::Publish {
+            opcode, payload, ..
+        },
+    ) = (r.data, &mut env.request)
+    else {
+        return env;
+    };
+    let text = serde_json::from_str::<String>(data.get()).unwrap_or_else(|_| data.get().into());
+    *opcode = OpCode::Text;
+    *payload = text.into_bytes();
+    env
+}
+
+/// The result to go on with, or `None` after answering the client: the
+/// backend's `error` passed on, its `disconnect` closing the connection,
+/// a failed call as `unavailable`.
+fn settle<T>(
+    w: &Worker,
+    id: ConnId,
+    outcome: Result<Answer<T>, Failure>,
+    idv: Option<&RawValue>,
+) -> Option<T> {
+    let mut hub = w.hub.borrow_mut();
+    match outcome {
+        Ok(Answer::Result(r)) => return Some(r),
+        Ok(Answer::Error { code, message }) => {
+            hub.send_to(id, frames::refused(code, &message, idv));
+        }
+        Ok(Answer::Disconnect { code, reason }) => {
+            log!(Debug, "backend disconnects", conn = id, code = code);
+            hub.close(id, code, &reason, CloseReason::Protocol);
+        }
+        Err(f) => {
+            hub.send_to(id, frames::unavailable(f.message(), idv));
+        }
+    }
+    None
+}

@@ -1,0 +1,107 @@
+//! The worker's connections by user (a token's `sub` or the connect
+//! hook's `user`), for the server API. One entry per native WebSocket
+//! with a user, added at the upgrade and removed when it ends: bounded by
+//! `--max-connections`.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::control;
+use crate::hooks::api::{Command, CLOSE_DISCONNECTED};
+use crate::hub::{CloseReason, ConnId, Hub};
+use crate::server::formats;
+
+/// Connections by user.
+#[derive(Debug, Default)]
+pub struct Users {
+    by_user: HashMap<Rc<str>, Vec<(ConnId, u64)>>,
+    by_conn: HashMap<ConnId, Rc<str>>,
+}
+
+impl Users {
+    /// Connection `id` of `user`, connected at `since_ms` (unix ms).
+    pub fn add(&mut self, user: &str, id: ConnId, since_ms: u64) {
+        let user: Rc<str> = Rc::from(user);
+        self.by_user
+            .entry(user.clone())
+            .or_default()
+            .push((id, since_ms));
+        self.by_conn.insert(id, user);
+    }
+
+    /// Connection `id` ended (a no-op if it had no user).
+    pub fn remove(&mut self, id: ConnId) {
+        let Some(user) = self.by_conn.remove(&id) else {
+            return;
+        };
+        if let Some(list) = self.by_user.get_mut(&user) {
+            list.retain(|&(c, _)| c != id);
+            if list.is_empty() {
+                self.by_user.remove(&user);
+            }
+        }
+    }
+
+    /// The connections of `user` and when each connected.
+    pub fn of(&self, user: &str) -> Vec<(ConnId, u64)> {
+        self.by_user.get(user).cloned().unwrap_or_default()
+    }
+}
+
+/// Carries out `cmd` on this worker's connections of its user; how many
+/// it acted on. Subscribe and unsubscribe act on JSON (`/ws`)
+/// connections, which are told (`subscribed` / `unsubscribed`, no `id`);
+/// a path-mode connection has a single channel by its URL.
+pub fn apply(hub: &mut Hub, users: &Users, cmd: &Command) -> usize {
+    let mut n = 0;
+    for (id, _) in users.of(cmd.user()) {
+        let json = hub.conn(id).is_some_and(|c| is_json(c.kind()));
+        let done = match cmd {
+            Command::Disconnect { .. } => {
+                let why = "disconnected by the server API";
+                hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
+                true
+            }
+            Command::Subscribe { channel, .. } if json => {
+                let fresh = hub.subscribe(id, channel).is_ok();
+                fresh && hub.send_to(id, control::ack("subscribed", channel, None, None))
+            }
+            Command::Unsubscribe { channel, .. } if json => {
+                let left = hub.unsubscribe(id, channel);
+                left && hub.send_to(id, control::ack("unsubscribed", channel, None, None))
+            }
+            _ => false,
+        };
+        n += usize::from(done);
+    }
+    n
+}
+
+fn is_json(kind: crate::hub::ConnKind) -> bool {
+    let json = [
+        formats::JSON,
+        formats::JSON_DEFLATE,
+        formats::JSON_DEFLATE_SMALL,
+    ];
+    matches!(kind, crate::hub::ConnKind::Ws(f) if json.contains(&f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_leave_with_their_connections() {
+        let mut u = Users::default();
+        u.add("ana", 1, 10);
+        u.add("ana", 2, 20);
+        u.add("bo", 3, 30);
+        assert_eq!(u.of("ana"), [(1, 10), (2, 20)]);
+        u.remove(1);
+        u.remove(2);
+        u.remove(9);
+        assert!(u.of("ana").is_empty());
+        assert!(!u.by_user.contains_key("ana"), "no empty lists kept");
+        assert_eq!(u.of("bo"), [(3, 30)]);
+    }
+}

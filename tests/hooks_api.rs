@@ -1,0 +1,219 @@
+//! The server API (`/api/...`, with the publish key) on users admitted
+//! by the connect hook (`tests/python/hook_backend.py`): list, subscribe,
+//! unsubscribe and disconnect a user's connections — on one instance,
+//! and on two in Redis mode through the control channel.
+
+mod common;
+mod hooks_support;
+mod redis_support;
+
+use std::net::SocketAddr;
+
+use common::*;
+use hooks_support::*;
+use redis_support::{instance, wait_readyz, RedisServer};
+use serde_json::{json, Value};
+
+const KEY: &str = "pk-123";
+
+fn keyed(cfg: &mut corecast::config::Config, backend: &Backend) {
+    backend.configure(cfg, &["connect"]);
+    cfg.auth.publish_key = Some(corecast::config::Secret(KEY.into()));
+}
+
+async fn api(addr: SocketAddr, method: &str, path: &str, body: Value) -> HttpResponse {
+    let body = body.to_string();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    http_raw(addr, req.as_bytes()).await
+}
+
+async fn publish_keyed(addr: SocketAddr, channel: &str, text: &str) -> Value {
+    let req = format!(
+        "POST /publish/{channel} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Length: {}\r\n\r\n{text}",
+        text.len()
+    );
+    let r = http_raw(addr, req.as_bytes()).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_api_acts_on_a_users_connections() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| {
+        keyed(c, &backend);
+        c.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    });
+    let addr = srv.addr;
+    let mut json_ws = ws_with_cookie(addr, "/ws", "good-42").await;
+    assert_eq!(next_json(&mut json_ws).await["type"], "connected");
+    let mut path_ws = ws_with_cookie(addr, "/ws/room", "good-42").await;
+    let mut other = ws_with_cookie(addr, "/ws", "good-7").await;
+    assert_eq!(next_json(&mut other).await["type"], "connected");
+
+    // Without the key: refused.
+    let r = http_raw(
+        addr,
+        get_request("/api/connections?user=42", false).as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    let r = api(addr, "GET", "/api/connections?user=42", json!({})).await;
+    let list = r.json()["connections"].as_array().unwrap().clone();
+    assert_eq!(list.len(), 2, "{list:?}");
+    let mut channels: Vec<Value> = list.iter().map(|c| c["channels"].clone()).collect();
+    channels.sort_by_key(|c| c.to_string());
+    assert_eq!(channels, [json!(["news"]), json!(["room"])]);
+    assert!(list
+        .iter()
+        .all(|c| c["connected_since_ms"].as_u64() > Some(0)));
+    // The admin listener serves the API too.
+    let admin = srv.admin.expect("an admin listener");
+    let r = api(admin, "GET", "/api/connections?user=42", json!({})).await;
+    assert_eq!(r.json()["connections"].as_array().map(Vec::len), Some(2));
+
+    let r = api(
+        addr,
+        "POST",
+        "/api/subscribe",
+        json!({"user":"42","channel":"extra"}),
+    )
+    .await;
+    assert_eq!(
+        r.json(),
+        json!({"connections": 1}),
+        "only the JSON connection"
+    );
+    assert_eq!(
+        next_json(&mut json_ws).await,
+        json!({"type":"subscribed","channel":"extra"})
+    );
+    assert_eq!(publish_keyed(addr, "extra", "x").await["subscribers"], 1);
+    assert_eq!(next_json(&mut json_ws).await["data"], "x");
+    let r = api(
+        addr,
+        "POST",
+        "/api/unsubscribe",
+        json!({"user":"42","channel":"news"}),
+    )
+    .await;
+    assert_eq!(r.json(), json!({"connections": 1}));
+    assert_eq!(
+        next_json(&mut json_ws).await,
+        json!({"type":"unsubscribed","channel":"news"})
+    );
+    assert_eq!(
+        publish_keyed(addr, "news", "n").await["subscribers"],
+        1,
+        "user 7's only"
+    );
+
+    let r = api(addr, "POST", "/api/disconnect", json!({"user":"42"})).await;
+    assert_eq!(r.json(), json!({"connections": 2}));
+    assert_eq!(expect_close(&mut json_ws).await, 4005);
+    assert_eq!(expect_close(&mut path_ws).await, 4005);
+    assert_eq!(next_json(&mut other).await["data"], "n", "user 7 untouched");
+
+    let r = api(addr, "POST", "/api/subscribe", json!({"user":"42"})).await;
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (400, Some("missing \"channel\""))
+    );
+    let r = api(addr, "POST", "/api/reboot", json!({"user":"42"})).await;
+    assert_eq!(r.status, 404);
+    // Without a publish key the API is not routed at all.
+    let plain = TestServer::start(|_| {});
+    let r = api(plain.addr, "POST", "/api/disconnect", json!({"user":"42"})).await;
+    assert_eq!(r.status, 404);
+    wait_until("42's entries gone with its connections", || async {
+        let r = api(addr, "GET", "/api/connections?user=42", json!({})).await;
+        r.json()["connections"]
+            .as_array()
+            .is_some_and(|l| l.is_empty())
+    })
+    .await;
+}
+
+/// Two instances on one `redis-server`: a command sent to either acts
+/// on the user's connections on both, exactly once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_redis_mode_the_api_acts_on_every_instance() {
+    let backend = Backend::start();
+    let redis = RedisServer::start(&[]).await;
+    let a = instance(redis.url("", ""), |c| keyed(c, &backend));
+    let b = instance(redis.url("", ""), |c| keyed(c, &backend));
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    // Both instances hear the control channel.
+    wait_until(
+        "both instances subscribed to the control channel",
+        || async {
+            let r = api(a.addr, "POST", "/api/disconnect", json!({"user":"nobody"})).await;
+            r.json()["instances"] == 2
+        },
+    )
+    .await;
+    let mut on_a = ws_with_cookie(a.addr, "/ws", "good-42").await;
+    assert_eq!(next_json(&mut on_a).await["type"], "connected");
+    let mut on_b = ws_with_cookie(b.addr, "/ws", "good-42").await;
+    assert_eq!(next_json(&mut on_b).await["type"], "connected");
+
+    let r = api(
+        b.addr,
+        "POST",
+        "/api/subscribe",
+        json!({"user":"42","channel":"doc"}),
+    )
+    .await;
+    assert_eq!(r.json(), json!({"instances": 2}));
+    for ws in [&mut on_a, &mut on_b] {
+        assert_eq!(
+            next_json(ws).await,
+            json!({"type":"subscribed","channel":"doc"})
+        );
+    }
+    let r = api(a.addr, "POST", "/api/disconnect", json!({"user":"42"})).await;
+    assert_eq!(r.json(), json!({"instances": 2}));
+    assert_eq!(expect_close(&mut on_a).await, 4005);
+    assert_eq!(expect_close(&mut on_b).await, 4005);
+}
+
+/// The Pusher HTTP API's `terminate_connections` closes every connection
+/// signed in as the user (4005), through the server API's disconnect;
+/// others stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pusher_terminate_connections_closes_the_users_connections() {
+    use common::pusher::{api_request, auth, connect, now, send};
+    let srv = TestServer::start(|c| c.pusher.add_apps("1:key1:secret1").unwrap());
+    let signin = |id: &str, user: &str| {
+        let ud = format!(r#"{{"id":"{user}"}}"#);
+        let signed = auth("key1", "secret1", &format!("{id}::user::{ud}"));
+        json!({"event":"pusher:signin","data":{"auth":signed,"user_data":ud}})
+    };
+    let (mut u1, id1) = connect(srv.addr, "key1").await;
+    send(&mut u1, signin(&id1, "u1")).await;
+    assert_eq!(next_json(&mut u1).await["event"], "pusher:signin_success");
+    let (mut u2, id2) = connect(srv.addr, "key1").await;
+    send(&mut u2, signin(&id2, "u2")).await;
+    assert_eq!(next_json(&mut u2).await["event"], "pusher:signin_success");
+
+    let path = "/apps/1/users/u1/terminate_connections";
+    let r = http_raw(
+        srv.addr,
+        &api_request(("1", "key1", "secret1"), "POST", (path, ""), b"{}", now()),
+    )
+    .await;
+    assert_eq!((r.status, r.json()), (200, json!({})));
+    assert_eq!(expect_close(&mut u1).await, 4005);
+    send(&mut u2, json!({"event":"pusher:ping","data":{}})).await;
+    assert_eq!(
+        next_json(&mut u2).await["event"],
+        "pusher:pong",
+        "u2 untouched"
+    );
+}
