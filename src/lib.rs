@@ -55,10 +55,15 @@
 //!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
 //!   keepalive, graceful shutdown. Its own Layout section draws who may
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
-//! - [`config`] → `auth`, `cache`, `http`, `hub`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
+//! - `namespace` → `auth`, `http`: channel namespaces
+//!   (`chat:room-1` is in `chat`), sans-I/O — the compact `--namespace`
+//!   form and TOML tables as written (`spec`), the resolved table, and
+//!   the subscribe/publish checks every edge makes (unknown namespace,
+//!   `publish`, `subscribe`, anonymous connections, user channels).
 //! - `auth` → `http`, `secret`: publish keys, JWT (HS256) connection
 //!   tokens, `Origin` allow-list, token-bucket publish rates (sans-I/O).
 //! - `cache` → `http`, `secret`: the HTTP response cache in front of
@@ -149,6 +154,8 @@ pub mod http;
 pub mod hub;
 pub mod log;
 pub(crate) mod metrics;
+#[doc(hidden)]
+pub mod namespace;
 #[doc(hidden)]
 pub mod peers;
 #[doc(hidden)]

@@ -89,4 +89,6 @@ pub struct Config {
     pub presence: crate::presence::PresenceConfig,
     /// TLS on `listen` (`--tls-cert`, `--tls-key`; off while empty).
     pub tls: crate::tls::Files,
+    /// Channel namespaces (`--namespace`, `[namespaces.NAME]`).
+    pub namespaces: crate::namespace::Namespaces,
 }

@@ -10,6 +10,7 @@
 //! one table entry.
 
 mod fields;
+mod namespaces;
 mod options;
 
 use std::fmt;
@@ -63,6 +64,7 @@ impl Default for Config {
             pusher: Default::default(),
             presence: Default::default(),
             tls: Default::default(),
+            namespaces: Default::default(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -117,6 +119,13 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
         ConfigError(format!("{origin}: line {line}: {}", e.message()))
     })?;
     for (key, value) in &table {
+        if let (true, toml::Value::Table(t)) = (key == "namespaces", value) {
+            cfg.namespaces
+                .specs
+                .add_toml(t, text, origin)
+                .map_err(ConfigError)?;
+            continue;
+        }
         let opt = OPTIONS
             .iter()
             .find(|o| o.flag == key)
@@ -213,6 +222,7 @@ impl Config {
         if let Some(early) = apply_flags(&mut cfg, rest)? {
             return Ok(early);
         }
+        cfg.resolve_namespaces().map_err(ConfigError)?;
         cfg.validate()?;
         Ok(match sub.as_str() {
             "check-config" => Command::CheckConfig(Box::new(cfg)),
@@ -682,14 +692,5 @@ mod tests {
         ] {
             assert!(Config::from_args(bad, |_| None).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn sizes_and_durations_parse() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("2k").unwrap(), 2048);
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert!(parse_duration("5h").is_err());
     }
 }

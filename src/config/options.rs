@@ -489,6 +489,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.presence.read_rate = v.trim().parse().map_err(|e| format!("{e}"))?;
             Ok(())
         };
+    "namespace", CORECAST_NAMESPACE, "NS:KEY=VALUE,...", -,
+        "define channel namespaces (a channel `chat:room-1` is in namespace `chat`) in one line: `chat:history-size=100,presence=true,feed:publish=server` (`NAME:` starts a namespace, `key=value` items follow it); repeat the flag for more; the keys are those of a TOML `[namespaces.NAME]` table (see Namespaces). Once any namespace is defined, channels of other namespaces are refused (default: none; `:` means nothing)"
+        => |c, v| c.namespaces.specs.add_compact(v, "--namespace");
 };
 
 /// `--token-public-key`: every key of every listed PEM file (read at
@@ -655,5 +658,19 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
             .map(Duration::from_secs)
             .ok_or_else(|| "duration too large".to_string()),
         _ => Err(format!("unknown duration unit `{unit}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2k").unwrap(), 2048);
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5h").is_err());
     }
 }
