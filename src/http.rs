@@ -117,8 +117,8 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, Htt
     let target = req.path.unwrap_or("/");
     let target = target.split('#').next().unwrap_or("/");
     let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), Some(q.to_string())),
-        None => (target.to_string(), None),
+        Some((p, q)) => (channel_path(p), Some(q.to_string())),
+        None => (channel_path(target), None),
     };
     let authorization = header(req.headers, "authorization").map(<[u8]>::to_vec);
     let origin = header(req.headers, "origin").map(<[u8]>::to_vec);
@@ -356,6 +356,20 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
             }
         }
         Ok(_) | Err(_) => BodyPlan::Close,
+    }
+}
+
+/// A path, with `%23` read as `#` in the channel routes' paths: a user
+/// channel (`notifications:#42`) is written `/publish/notifications:%2342`
+/// (a raw `#` would start the URL's fragment). Other paths (the cache's,
+/// forwarded to the origin) are kept as sent.
+fn channel_path(path: &str) -> String {
+    let channel_route = ["/ws/", "/publish/", "/history/", "/presence/"]
+        .iter()
+        .any(|p| path.starts_with(p));
+    match channel_route && path.contains("%23") {
+        true => path.replace("%23", "#"),
+        false => path.to_string(),
     }
 }
 

@@ -56,6 +56,14 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
     if std::str::from_utf8(body).is_err() {
         return error(400, "body must be UTF-8 text");
     }
+    if let Err(refusal) = w
+        .cfg
+        .namespaces
+        .table
+        .server_may_publish(channel, body.len())
+    {
+        return error(refusal.status(), refusal.message());
+    }
     if !wait_for_backlog(w).await {
         return error(503, "server overloaded, retry later");
     }

@@ -300,7 +300,9 @@ async fn channel_read(
     let (Route::History(channel) | Route::Presence(channel)) = *route else {
         unreachable!("only history and presence routes are reads of a channel");
     };
-    if let Err((status, message)) = auth::authorize_upgrade(&w.cfg.auth, req, Some(channel)) {
+    let table = &w.cfg.namespaces.table;
+    let verdict = crate::namespace::authorize_upgrade(table, &w.cfg.auth, req, Some(channel));
+    if let Err((status, message)) = verdict {
         w.hub.borrow_mut().stats.auth_failures += 1;
         log::refused(log::Refusal::Upgrade, "channel read refused", message);
         return Err(HttpError { status, message });

@@ -73,12 +73,13 @@ pub async fn upgrade(
         return pusher_upgrade(w, sock, (id, req), key).await;
     }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
-    let checked = if status_feed {
-        None
-    } else {
-        channel.as_deref()
+    let checked = channel.as_deref();
+    let table = &w.cfg.namespaces.table;
+    let verdict = match status_feed {
+        true => auth::authorize_upgrade(&w.cfg.auth, req, None),
+        false => crate::namespace::authorize_upgrade(table, &w.cfg.auth, req, checked),
     };
-    let grants = match auth::authorize_upgrade(&w.cfg.auth, req, checked) {
+    let grants = match verdict {
         Ok(g) if status_feed => {
             // Read-only whatever the token grants, but not beyond its exp.
             if let Some(exp) = g.expires() {

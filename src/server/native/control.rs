@@ -10,6 +10,7 @@ use bytes::Bytes;
 use crate::auth::{AuthConfig, Grants};
 use crate::control::{self, ErrorCode};
 use crate::hub::{ConnId, Hub};
+use crate::namespace::Refusal;
 use crate::server::history::recall;
 use crate::server::history::resume::Deferred;
 use crate::server::presence::edge::{self as presence_edge, Identity};
@@ -48,20 +49,15 @@ pub fn on_control(
         }
     };
     let idv = env.id.as_deref();
+    if let Some(refusal) = namespace_gate(w, hub, (id, grants), &env.request) {
+        hub.send_to(id, control::error(refusal.0, refusal.1, idv));
+        return None;
+    }
     if let Some(early) = before_subscribe(w, hub, (id, serial, grants), &env) {
         return early;
     }
     let reply = match env.request {
         control::Request::Refresh { token } => Some(refresh(hub, auth, id, grants, &token, idv)),
-        control::Request::Subscribe { channel, .. } | control::Request::Presence { channel }
-            if !grants.may_subscribe(&channel) =>
-        {
-            Some(forbidden(idv))
-        }
-        control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
-            hub.stats.publish_forbidden += 1;
-            Some(forbidden(idv))
-        }
         control::Request::Subscribe {
             channel,
             since,
@@ -141,9 +137,6 @@ fn before_subscribe(
     else {
         return None;
     };
-    if !grants.may_subscribe(channel) {
-        return None;
-    }
     let who = Identity::of(w, grants, serial);
     if let Err(code) = presence_edge::admit(w, &who, channel, *presence) {
         hub.send_to(id, presence_edge::refusal(code, env.id.as_deref()));
@@ -210,10 +203,37 @@ fn refresh(
     }
 }
 
-fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
-    control::error(
-        ErrorCode::Forbidden,
-        "this connection is not granted this channel (token or publish key)",
-        id,
-    )
+/// Whether the connection may subscribe to (or query) or publish on the
+/// request's channel: its grants, and with namespaces its namespace's
+/// rules (`namespace::Table`); the error to answer if not.
+fn namespace_gate(
+    w: &Worker,
+    hub: &mut Hub,
+    (id, grants): (ConnId, &Grants),
+    request: &control::Request,
+) -> Option<(ErrorCode, &'static str)> {
+    let table = &w.cfg.namespaces.table;
+    let verdict = match request {
+        control::Request::Subscribe { channel, .. } | control::Request::Presence { channel } => {
+            table.may_subscribe(grants, w.cfg.auth.tokens_required(), channel)
+        }
+        control::Request::Publish {
+            channel, payload, ..
+        } => {
+            let subscribed = !table.is_empty() && hub.is_subscribed(id, channel);
+            let verdict = table.may_publish(grants, (channel, payload.len()), subscribed);
+            if verdict.is_err() {
+                hub.stats.publish_forbidden += 1;
+            }
+            verdict
+        }
+        _ => Ok(()),
+    };
+    let refusal = verdict.err()?;
+    let code = match refusal {
+        Refusal::UnknownChannel => ErrorCode::UnknownChannel,
+        Refusal::Forbidden(_) => ErrorCode::Forbidden,
+        Refusal::TooLarge => ErrorCode::MessageTooLarge,
+    };
+    Some((code, refusal.message()))
 }

@@ -38,14 +38,16 @@ pub fn on_data(
         let who = (id, serial, grants);
         return control::on_control(w, hub, who, opcode, payload);
     };
-    if !grants.may_publish(c) {
+    // A path-mode connection is subscribed to its channel.
+    let table = &w.cfg.namespaces.table;
+    if let Err(refusal) = table.may_publish(grants, (c, payload.len()), true) {
         hub.stats.publish_forbidden += 1;
-        hub.close(
-            id,
-            1008,
-            "this connection may not publish here",
-            CloseReason::Protocol,
-        );
+        let (code, why) = match refusal {
+            crate::namespace::Refusal::TooLarge => (1009, refusal.message()),
+            _ if table.is_empty() => (1008, "this connection may not publish here"),
+            _ => (1008, refusal.message()),
+        };
+        hub.close(id, code, why, CloseReason::Protocol);
         return None;
     }
     let outcome = route_publish(hub, redis, c, opcode, payload, serial, false);

@@ -1,0 +1,295 @@
+//! Channel namespaces, whole server, in embedded and in Redis mode: a
+//! channel of a namespace that is not configured is refused everywhere
+//! (JSON, path mode, HTTP publish, history, presence); `publish`,
+//! `subscribe` (token, anyone, user channels), `allow-anonymous` and
+//! `max-message-size` per namespace.
+
+mod common;
+mod redis_support;
+
+use std::net::SocketAddr;
+
+use common::*;
+use corecast::auth::sign_token;
+use corecast::config::Secret;
+use futures_util::SinkExt;
+use redis_support::RedisServer;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+const SECRET: &str = "namespace-test-secret-0123456789abcdef";
+
+/// The two modes every test runs in: embedded, then Redis.
+async fn modes() -> (RedisServer, [Option<corecast::redis::RedisUrl>; 2]) {
+    let redis = RedisServer::start(&[]).await;
+    let url = redis.url("", "");
+    (redis, [None, Some(url)])
+}
+
+/// A server in `redis`'s mode with these namespaces (and tokens
+/// required when `tokens`), ready (in Redis mode: connected).
+async fn server(
+    redis: &Option<corecast::redis::RedisUrl>,
+    namespaces: &str,
+    tokens: bool,
+) -> TestServer {
+    let (redis, namespaces) = (redis.clone(), namespaces.to_string());
+    let s = TestServer::start(move |c| {
+        c.redis.url = redis;
+        if tokens {
+            c.auth.token_secret = Some(Secret(SECRET.into()));
+        }
+        c.namespaces.specs.add_compact(&namespaces, "test").unwrap();
+    });
+    let addr = s.addr;
+    wait_until("ready", || async move {
+        get(addr, "/readyz").await.status == 200
+    })
+    .await;
+    s
+}
+
+fn token(sub: &str, subscribe: &str, publish: &str) -> String {
+    let claims = format!(
+        r#"{{"exp":9999999999,"sub":"{sub}","subscribe":{subscribe},"publish":{publish}}}"#
+    );
+    sign_token(&claims, SECRET.as_bytes())
+}
+
+async fn send(ws: &mut Ws, v: Value) {
+    ws.send(Message::text(v.to_string())).await.expect("send");
+}
+
+/// Sends a request with `id` 1 and returns the reply.
+async fn ask(ws: &mut Ws, mut v: Value) -> Value {
+    v["id"] = json!(1);
+    send(ws, v).await;
+    let reply = next_json(ws).await;
+    assert_eq!(reply["id"], 1, "{reply}");
+    reply
+}
+
+async fn subscribe(ws: &mut Ws, channel: &str) -> Value {
+    ask(ws, json!({"op":"subscribe","channel":channel})).await
+}
+
+async fn publish(ws: &mut Ws, channel: &str, data: &str) -> Value {
+    ask(ws, json!({"op":"publish","channel":channel,"data":data})).await
+}
+
+fn error_code(reply: &Value) -> &str {
+    assert_eq!(reply["type"], "error", "{reply}");
+    reply["code"].as_str().unwrap_or_default()
+}
+
+/// A JSON publish by a subscriber of the channel: its ack (in embedded
+/// mode after its own delivery, in Redis mode before) and the message.
+async fn publish_echoed(ws: &mut Ws, channel: &str, data: &str) {
+    send(
+        ws,
+        json!({"op":"publish","channel":channel,"data":data,"id":1}),
+    )
+    .await;
+    let mut got = [next_json(ws).await, next_json(ws).await];
+    got.sort_by_key(|v| v["type"] != "published");
+    assert_eq!(got[0]["type"], "published", "{got:?}");
+    assert_eq!(
+        got[1],
+        json!({"type":"message","channel":channel,"data":data})
+    );
+}
+
+async fn expect_message(ws: &mut Ws, channel: &str, data: &str) {
+    let m = next_json(ws).await;
+    assert_eq!(m, json!({"type":"message","channel":channel,"data":data}));
+}
+
+/// The status of an upgrade request (101 when accepted).
+async fn upgrade_status(addr: SocketAddr, path: &str) -> u16 {
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {RFC_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    http_raw(addr, req.as_bytes()).await.status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfigured_namespace_is_refused_everywhere() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(mode, "chat:presence=true", false).await;
+        let mut ws = ws_connect(s.addr, "/ws").await;
+        for op in ["subscribe", "presence"] {
+            let r = ask(&mut ws, json!({"op":op,"channel":"other:x"})).await;
+            assert_eq!(error_code(&r), "unknown_channel", "{op}");
+        }
+        assert_eq!(
+            error_code(&publish(&mut ws, "other:x", "m").await),
+            "unknown_channel"
+        );
+        for path in ["/history/other:x", "/presence/other:x"] {
+            assert_eq!(get(s.addr, path).await.status, 404, "{path}");
+        }
+        assert_eq!(post(s.addr, "/publish/other:x", b"m").await.status, 404);
+        assert_eq!(upgrade_status(s.addr, "/ws/other:x").await, 404);
+        // The configured namespace and the default one work.
+        assert_eq!(subscribe(&mut ws, "chat:a").await["type"], "subscribed");
+        assert_eq!(subscribe(&mut ws, "plain").await["type"], "subscribed");
+        assert_eq!(upgrade_status(s.addr, "/ws/chat:b").await, 101);
+        assert_eq!(get(s.addr, "/presence/chat:a").await.status, 200);
+        publish_echoed(&mut ws, "chat:a", "hello").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_namespaces_a_colon_means_nothing() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(mode, "", false).await;
+        let mut ws = ws_connect(s.addr, "/ws").await;
+        assert_eq!(subscribe(&mut ws, "other:x").await["type"], "subscribed");
+        publish_echoed(&mut ws, "other:x", "m").await;
+        assert_eq!(post(s.addr, "/publish/other:y", b"m").await.status, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_only_and_subscriber_publishing() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(mode, "feed:publish=server,room:publish=subscribers", false).await;
+        let mut ws = ws_connect(s.addr, "/ws").await;
+        assert_eq!(
+            subscribe(&mut ws, "feed:prices").await["type"],
+            "subscribed"
+        );
+        assert_eq!(
+            error_code(&publish(&mut ws, "feed:prices", "x").await),
+            "forbidden"
+        );
+        let mut path = RawWs::connect(s.addr, "/ws/feed:prices").await;
+        path.send(0x81, b"from a client").await;
+        path.expect_close(1008).await;
+        assert_eq!(
+            post(s.addr, "/publish/feed:prices", b"tick").await.status,
+            200
+        );
+        expect_message(&mut ws, "feed:prices", "tick").await;
+        // Subscribers only: refused before subscribing, allowed after.
+        assert_eq!(
+            error_code(&publish(&mut ws, "room:1", "x").await),
+            "forbidden"
+        );
+        assert_eq!(subscribe(&mut ws, "room:1").await["type"], "subscribed");
+        publish_echoed(&mut ws, "room:1", "hi").await;
+        let st = stats(s.addr).await;
+        assert_eq!(counter(&st, "publish_forbidden"), 3, "{st}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_channels_belong_to_their_user() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(mode, "notifications:subscribe=user,publish=server", true).await;
+        let t = token("42", r#"["plain"]"#, "[]");
+        let mut ws = ws_connect(s.addr, &format!("/ws?token={t}")).await;
+        let mine = subscribe(&mut ws, "notifications:#42").await;
+        assert_eq!(mine["type"], "subscribed", "{mine}");
+        let theirs = subscribe(&mut ws, "notifications:#43").await;
+        assert_eq!(error_code(&theirs), "forbidden");
+        assert_eq!(
+            error_code(&subscribe(&mut ws, "notifications:all").await),
+            "forbidden"
+        );
+        // The server publishes to the user, `#` written %23 in the URL.
+        let r = post(s.addr, "/publish/notifications:%2342", b"you have mail").await;
+        assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+        expect_message(&mut ws, "notifications:#42", "you have mail").await;
+        let other = format!("/ws/notifications:%2343?token={t}");
+        assert_eq!(upgrade_status(s.addr, &other).await, 403);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_connections_reach_only_namespaces_that_allow_them() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(
+            mode,
+            "public:subscribe=anyone,allow-anonymous=true,private:",
+            true,
+        )
+        .await;
+        let mut anon = ws_connect(s.addr, "/ws").await;
+        assert_eq!(
+            subscribe(&mut anon, "public:news").await["type"],
+            "subscribed"
+        );
+        assert_eq!(
+            error_code(&subscribe(&mut anon, "private:x").await),
+            "forbidden"
+        );
+        assert_eq!(
+            error_code(&subscribe(&mut anon, "plain").await),
+            "forbidden"
+        );
+        assert_eq!(
+            error_code(&publish(&mut anon, "public:news", "x").await),
+            "forbidden"
+        );
+        assert_eq!(upgrade_status(s.addr, "/ws/public:news").await, 101);
+        assert_eq!(upgrade_status(s.addr, "/ws/private:x").await, 403);
+        assert_eq!(upgrade_status(s.addr, "/ws/plain").await, 403);
+        // A token that does not list the channel: `anyone` admits it.
+        let t = token("7", r#"["private:x"]"#, "[]");
+        let mut user = ws_connect(s.addr, &format!("/ws?token={t}")).await;
+        assert_eq!(
+            subscribe(&mut user, "public:news").await["type"],
+            "subscribed"
+        );
+        assert_eq!(
+            subscribe(&mut user, "private:x").await["type"],
+            "subscribed"
+        );
+        assert_eq!(
+            error_code(&subscribe(&mut user, "private:y").await),
+            "forbidden"
+        );
+        assert_eq!(post(s.addr, "/publish/public:news", b"n").await.status, 200);
+        expect_message(&mut anon, "public:news", "n").await;
+        expect_message(&mut user, "public:news", "n").await;
+    }
+    // Without a namespace allowing it, a missing token is refused as before.
+    let s = server(&None, "private:", true).await;
+    assert_eq!(upgrade_status(s.addr, "/ws").await, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_may_lower_the_message_size() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(mode, "small:max-message-size=8", false).await;
+        let mut ws = ws_connect(s.addr, "/ws").await;
+        assert_eq!(subscribe(&mut ws, "small:a").await["type"], "subscribed");
+        let r = publish(&mut ws, "small:a", "123456789").await;
+        assert_eq!(error_code(&r), "message_too_large");
+        assert_eq!(
+            post(s.addr, "/publish/small:a", b"123456789").await.status,
+            413
+        );
+        assert_eq!(
+            post(s.addr, "/publish/small:a", b"12345678").await.status,
+            200
+        );
+        expect_message(&mut ws, "small:a", "12345678").await;
+        let mut path = RawWs::connect(s.addr, "/ws/small:b").await;
+        path.send(0x81, b"123456789").await;
+        path.expect_close(1009).await;
+        // The default namespace keeps the global limit.
+        assert_eq!(
+            post(s.addr, "/publish/plain", b"123456789").await.status,
+            200
+        );
+    }
+}
