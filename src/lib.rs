@@ -59,7 +59,7 @@
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
-//! - `namespace` → `auth`, `http`: channel namespaces
+//! - `namespace` → `auth`, `history`, `http`: channel namespaces
 //!   (`chat:room-1` is in `chat`), sans-I/O — the compact `--namespace`
 //!   form and TOML tables as written (`spec`), the resolved table, and
 //!   the subscribe/publish checks every edge makes (unknown namespace,

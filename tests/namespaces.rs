@@ -293,3 +293,105 @@ async fn a_namespace_may_lower_the_message_size() {
         );
     }
 }
+
+/// Server with a global history too (`--history-size 4`).
+async fn server_with_history(
+    redis: &Option<corecast::redis::RedisUrl>,
+    namespaces: &str,
+) -> TestServer {
+    let (redis, namespaces) = (redis.clone(), namespaces.to_string());
+    let s = TestServer::start(move |c| {
+        c.redis.url = redis;
+        c.history.size = 4;
+        c.namespaces.specs.add_compact(&namespaces, "test").unwrap();
+    });
+    let addr = s.addr;
+    wait_until("ready", || async move {
+        get(addr, "/readyz").await.status == 200
+    })
+    .await;
+    s
+}
+
+async fn history_offsets(addr: SocketAddr, channel: &str) -> Vec<u64> {
+    let r = get(addr, &format!("/history/{channel}")).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{channel}: {:?}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let v = r.json();
+    let messages = v["messages"].as_array().expect("messages").iter();
+    messages
+        .map(|m| m["offset"].as_u64().expect("offset"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_is_kept_per_namespace() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        // Global history off; on (2 messages) in `chat` only.
+        let s = server(mode, "chat:history-size=2,feed:", false).await;
+        for channel in ["chat:a", "feed:a", "plain"] {
+            for n in 0..3 {
+                let r = post(
+                    s.addr,
+                    &format!("/publish/{channel}"),
+                    format!("m{n}").as_bytes(),
+                )
+                .await;
+                assert_eq!(r.status, 200, "{channel}");
+            }
+        }
+        assert_eq!(history_offsets(s.addr, "chat:a").await, [2, 3]);
+        assert_eq!(get(s.addr, "/history/feed:a").await.status, 404);
+        assert_eq!(get(s.addr, "/history/plain").await.status, 404);
+        let mut ws = ws_connect(s.addr, "/ws").await;
+        let with = subscribe(&mut ws, "chat:a").await;
+        assert_eq!(with["offset"], 3, "{with}");
+        assert!(with["epoch"].is_string(), "{with}");
+        let without = subscribe(&mut ws, "feed:a").await;
+        assert!(without.get("epoch").is_none(), "{without}");
+        // Resuming in `chat` replays what was missed.
+        let epoch = with["epoch"].as_str().unwrap().to_string();
+        post(s.addr, "/publish/chat:a", b"m3").await;
+        expect_message_at(&mut ws, "chat:a", "m3").await;
+        let mut late = ws_connect(s.addr, "/ws").await;
+        let r = ask(
+            &mut late,
+            json!({"op":"subscribe","channel":"chat:a","since":{"epoch":epoch,"offset":3}}),
+        )
+        .await;
+        assert_eq!(r["recovered"], true, "{r}");
+        expect_message_at(&mut late, "chat:a", "m3").await;
+
+        // Global history on (4); a namespace turns it off.
+        let s = server_with_history(mode, "quiet:history-size=0").await;
+        for channel in ["quiet:a", "plain"] {
+            for n in 0..5 {
+                post(
+                    s.addr,
+                    &format!("/publish/{channel}"),
+                    format!("m{n}").as_bytes(),
+                )
+                .await;
+            }
+        }
+        assert_eq!(get(s.addr, "/history/quiet:a").await.status, 404);
+        assert_eq!(history_offsets(s.addr, "plain").await, [2, 3, 4, 5]);
+    }
+}
+
+/// A delivery with its history offset (the JSON envelope carries it).
+async fn expect_message_at(ws: &mut Ws, channel: &str, data: &str) {
+    let m = next_json(ws).await;
+    assert_eq!(
+        (m["type"].as_str(), m["channel"].as_str()),
+        (Some("message"), Some(channel)),
+        "{m}"
+    );
+    assert_eq!(m["data"], data, "{m}");
+    assert!(m["offset"].is_u64(), "{m}");
+}

@@ -176,6 +176,7 @@ impl Config {
             } else {
                 self.history
             },
+            ns_history: self.hub_history_namespaces(),
         }
     }
 

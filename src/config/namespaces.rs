@@ -8,18 +8,21 @@
 
 use super::fields::Config;
 use super::options::{OptionSpec, OPTIONS};
+use crate::history::NamespaceLimits;
 use crate::namespace::spec::{Entry, Spec};
 use crate::namespace::{Publish, Rules, Subscribe, Table};
 
 /// Global options a namespace may set, by their own names.
-pub const PER_NAMESPACE: &[&str] = &["max-message-size"];
+pub const PER_NAMESPACE: &[&str] = &[
+    "history-size",
+    "history-ttl",
+    "history-max-bytes",
+    "max-message-size",
+];
 
 /// Keys the issue asks for per namespace that this version does not set
 /// per namespace yet: refused by name rather than silently ignored.
 pub const NOT_YET: &[&str] = &[
-    "history-size",
-    "history-ttl",
-    "history-max-bytes",
     "recover-on-subscribe",
     "compression",
     "presence-max-members",
@@ -52,6 +55,25 @@ impl Config {
         Ok(())
     }
 
+    /// The namespaces' history limits (those of Redis mode's streams and
+    /// relay, or of the embedded history).
+    pub fn history_namespaces(&self) -> NamespaceLimits {
+        let t = &self.namespaces.table;
+        let limits = t
+            .names()
+            .zip(t.all_rules())
+            .map(|(n, r)| (n.into(), r.history));
+        NamespaceLimits(limits.collect())
+    }
+
+    /// The hub's share: none in Redis mode, where history lives in Redis.
+    pub(super) fn hub_history_namespaces(&self) -> NamespaceLimits {
+        match self.redis.enabled() {
+            true => NamespaceLimits::default(),
+            false => self.history_namespaces(),
+        }
+    }
+
     /// The default namespace's rules: the global options.
     fn default_rules(&self) -> Rules {
         Rules {
@@ -59,6 +81,7 @@ impl Config {
             subscribe: Subscribe::Token,
             allow_anonymous: false,
             presence: None,
+            history: self.history,
             max_message_size: self.ws.max_message_size,
         }
     }
@@ -96,6 +119,7 @@ impl Config {
             }
         }
         rules.max_message_size = scratch.ws.max_message_size;
+        rules.history = scratch.history;
         self.conflicts(spec, &rules)?;
         Ok(rules)
     }
@@ -209,13 +233,27 @@ mod tests {
     #[test]
     fn toml_tables_set_a_namespace_from_the_global_options_names() {
         let c = from_toml(
-            "max-message-size = \"64KiB\"\n[namespaces.chat]\npresence = true\nsubscribe = \"anyone\"\n\
+            "max-message-size = \"64KiB\"\nhistory-size = 10\n[namespaces.chat]\npresence = true\nsubscribe = \"anyone\"\n\
+             history-size = 100\nhistory-ttl = \"2m\"\n\
              [namespaces.feed]\npublish = \"server\"\nmax-message-size = \"4KiB\"\n",
         )
         .unwrap();
         let t = &c.namespaces.table;
         let chat = t.rules(Ns::Named(0)).unwrap();
         assert_eq!(chat.max_message_size, 64 << 10, "unset = global");
+        assert_eq!((chat.history.size, chat.history.ttl_ms), (100, 120_000));
+        assert_eq!(
+            chat.history.max_bytes, c.history.max_bytes,
+            "unset = global"
+        );
+        assert_eq!(t.rules_of("feed:x").unwrap().history.size, 10, "the global");
+        let limits = c.history_namespaces();
+        assert_eq!(limits.of("chat:x", &c.history).size, 100);
+        assert_eq!(
+            c.hub_limits().ns_history,
+            limits,
+            "embedded: the hub keeps them"
+        );
         assert!(chat.subscribe == Subscribe::Anyone && c.presence.covers("chat:x"));
         assert!(!c.presence.covers("feed:x"));
         let feed = t.rules_of("feed:x").unwrap();
@@ -270,8 +308,12 @@ mod tests {
                 "f.toml: line 2: namespace `chat`: `max-message-size`: invalid value",
             ),
             (
-                "[namespaces.chat]\nhistory-size = 10\n",
+                "[namespaces.chat]\ncompression = false\n",
                 "not settable per namespace in this version",
+            ),
+            (
+                "[namespaces.chat]\nhistory-ttl = \"0s\"\n",
+                "`history-ttl`: invalid value `0s`",
             ),
             (
                 "\n[namespaces.chat]\n\nnope = 1\n",

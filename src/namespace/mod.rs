@@ -2,7 +2,7 @@
 //! `chat` (the part before the first `:`); a channel without `:` is in
 //! the default namespace, whose rules are the global options. Each
 //! configured namespace has its own rules ([`Rules`]: who may publish
-//! and subscribe, presence, message size). Once any namespace is
+//! and subscribe, history, presence, message size). Once any namespace is
 //! configured, a channel of a namespace that is not is refused
 //! everywhere ([`Refusal::UnknownChannel`]); with none, `:` means
 //! nothing and every check is the connection's grants, as before.
@@ -21,6 +21,7 @@ pub mod spec;
 pub use spec::{valid_namespace_name, MAX_NAME, MAX_NAMESPACES};
 
 use crate::auth::{self, AuthConfig, Grants};
+use crate::history::HistoryLimits;
 
 /// Who may publish on a namespace's channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,6 +67,8 @@ pub struct Rules {
     /// `presence`: `Some(true)` every channel of the namespace has
     /// presence, `Some(false)` none; `None` `--presence-channels` decides.
     pub presence: Option<bool>,
+    /// `history-size`, `history-ttl`, `history-max-bytes`.
+    pub history: HistoryLimits,
     /// `max-message-size`: the largest message a client or
     /// `POST /publish` may publish here.
     pub max_message_size: usize,
@@ -187,6 +190,11 @@ impl Table {
             Ns::Default => None,
             Ns::Named(i) => self.rules.get(usize::from(i)),
         }
+    }
+
+    /// Every configured namespace's rules, in the order of [`Table::names`].
+    pub fn all_rules(&self) -> impl Iterator<Item = &Rules> {
+        self.rules.iter()
     }
 
     /// The rules of `channel`'s namespace, when it is a configured one.

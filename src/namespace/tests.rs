@@ -10,6 +10,7 @@ fn rules() -> Rules {
         subscribe: Subscribe::Token,
         allow_anonymous: false,
         presence: None,
+        history: HistoryLimits::default(),
         max_message_size: 1 << 20,
     }
 }

@@ -205,6 +205,7 @@ mod tests {
             handshake_timeout_ms: 10_000,
             close_timeout_ms: 5_000,
             history: Default::default(),
+            ns_history: Default::default(),
         };
         let stats = SharedCompressionStats::default();
         Hub::new(limits, encoders(&Settings::default(), &stats))

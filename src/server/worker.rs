@@ -116,10 +116,11 @@ impl Worker {
         let redis = RedisLink::new(&cfg, client.redis);
         let compression = formats::SharedCompressionStats::default();
         let encoders = formats::encoders(&cfg.compression, &compression);
-        let relay = redis
-            .as_ref()
-            .filter(|l| l.keeps_history())
-            .map(|_| RefCell::new(Relay::new(cfg.history, relay_seed())));
+        let relay = redis.as_ref().filter(|l| l.keeps_history()).map(|_| {
+            RefCell::new(
+                Relay::new(cfg.history, relay_seed()).with_namespaces(cfg.history_namespaces()),
+            )
+        });
         Rc::new(Worker {
             relay,
             hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
@@ -328,7 +329,8 @@ impl Local for Worker {
         let Some(relay) = &self.relay else {
             return Vec::new();
         };
-        if self.hub.borrow().subscriber_count(channel) == 0 {
+        let keeps = relay.borrow().history().enabled_for(channel);
+        if !keeps || self.hub.borrow().subscriber_count(channel) == 0 {
             return Vec::new();
         }
         relay.borrow_mut().catch_up(&[Rc::from(channel)])

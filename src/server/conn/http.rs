@@ -312,7 +312,7 @@ async fn channel_read(
         (Route::Presence(_), _) => {
             presence_edge::http_answer(w, (id, channel), query, keep_alive).await
         }
-        (_, Some(l)) if l.keeps_history() => {
+        (_, Some(l)) if l.keeps_history_of(channel) => {
             resume::history_http(w, channel, query, keep_alive).await
         }
         _ => recall::history_http(&w.hub.borrow(), channel, query, keep_alive),

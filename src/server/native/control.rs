@@ -155,7 +155,10 @@ fn before_subscribe(
         presence_edge::watch(hub, id, channel);
     }
     // (The name is valid: `control::parse` checked it.)
-    let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history);
+    let defer = w
+        .redis
+        .as_deref()
+        .is_some_and(|l| l.keeps_history_of(channel));
     if !defer {
         return None;
     }
