@@ -395,3 +395,39 @@ async fn expect_message_at(ws: &mut Ws, channel: &str, data: &str) {
     assert_eq!(m["data"], data, "{m}");
     assert!(m["offset"].is_u64(), "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_on_subscribe_sends_the_latest_message() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let spec = "last:history-size=10,recover-on-subscribe=true,kept:history-size=10";
+        let s = server(mode, spec, false).await;
+        let mut ws = ws_connect(s.addr, "/ws").await;
+        // Nothing published yet: a plain subscribe.
+        let empty = subscribe(&mut ws, "last:empty").await;
+        assert_eq!(empty["type"], "subscribed", "{empty}");
+        for channel in ["last:a", "kept:a"] {
+            for n in 1..=3 {
+                post(
+                    s.addr,
+                    &format!("/publish/{channel}"),
+                    format!("m{n}").as_bytes(),
+                )
+                .await;
+            }
+        }
+        let r = subscribe(&mut ws, "last:a").await;
+        assert_eq!(
+            (r["type"].as_str(), r["offset"].as_u64()),
+            (Some("subscribed"), Some(3)),
+            "{r}"
+        );
+        assert_eq!(r["recovered"], true, "{r}");
+        expect_message_at(&mut ws, "last:a", "m3").await;
+        // Without the key: no replay; the next frame is the next reply.
+        let r = subscribe(&mut ws, "kept:a").await;
+        assert!(r.get("recovered").is_none(), "{r}");
+        let pong = subscribe(&mut ws, "plain").await;
+        assert_eq!(pong["type"], "subscribed", "{pong}");
+    }
+}

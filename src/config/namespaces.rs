@@ -23,7 +23,6 @@ pub const PER_NAMESPACE: &[&str] = &[
 /// Keys the issue asks for per namespace that this version does not set
 /// per namespace yet: refused by name rather than silently ignored.
 pub const NOT_YET: &[&str] = &[
-    "recover-on-subscribe",
     "compression",
     "presence-max-members",
     "presence-max-events",
@@ -33,7 +32,13 @@ pub const NOT_YET: &[&str] = &[
 
 /// Keys only a namespace has (the default namespace's value in
 /// parentheses is today's global behaviour).
-pub const NAMESPACE_ONLY: &[&str] = &["publish", "subscribe", "allow-anonymous", "presence"];
+pub const NAMESPACE_ONLY: &[&str] = &[
+    "publish",
+    "subscribe",
+    "allow-anonymous",
+    "presence",
+    "recover-on-subscribe",
+];
 
 impl Config {
     /// Resolves the namespaces as written against the global options
@@ -82,6 +87,7 @@ impl Config {
             allow_anonymous: false,
             presence: None,
             history: self.history,
+            recover_on_subscribe: false,
             max_message_size: self.ws.max_message_size,
         }
     }
@@ -131,6 +137,12 @@ impl Config {
             let origin = e.map_or("", |e| e.origin.as_str());
             format!("{origin}: namespace `{}`", spec.name)
         };
+        if rules.recover_on_subscribe && !rules.history.enabled() {
+            return Err(format!(
+                "{}: recover-on-subscribe needs history (history-size > 0)",
+                at("recover-on-subscribe")
+            ));
+        }
         if rules.allow_anonymous && rules.subscribe != Subscribe::Anyone {
             return Err(format!(
                 "{}: allow-anonymous needs subscribe = \"anyone\" (a connection without a token has no grants and no user)",
@@ -179,6 +191,7 @@ fn own_key(rules: &mut Rules, e: &Entry, tokens: bool) -> Result<(), String> {
         }
         "allow-anonymous" => rules.allow_anonymous = boolean(v)?,
         "presence" => rules.presence = Some(boolean(v)?),
+        "recover-on-subscribe" => rules.recover_on_subscribe = boolean(v)?,
         _ => unreachable!("NAMESPACE_ONLY lists the keys read here"),
     }
     Ok(())
@@ -306,6 +319,10 @@ mod tests {
             (
                 "[namespaces.chat]\nmax-message-size = \"lots\"\n",
                 "f.toml: line 2: namespace `chat`: `max-message-size`: invalid value",
+            ),
+            (
+                "[namespaces.chat]\nrecover-on-subscribe = true\n",
+                "line 2: namespace `chat`: recover-on-subscribe needs history",
             ),
             (
                 "[namespaces.chat]\ncompression = false\n",

@@ -69,6 +69,9 @@ pub struct Rules {
     pub presence: Option<bool>,
     /// `history-size`, `history-ttl`, `history-max-bytes`.
     pub history: HistoryLimits,
+    /// `recover-on-subscribe`: a subscribe without `since` is sent the
+    /// channel's latest message (from its history) after its reply.
+    pub recover_on_subscribe: bool,
     /// `max-message-size`: the largest message a client or
     /// `POST /publish` may publish here.
     pub max_message_size: usize,
@@ -200,6 +203,13 @@ impl Table {
     /// The rules of `channel`'s namespace, when it is a configured one.
     pub fn rules_of(&self, channel: &str) -> Option<&Rules> {
         self.find(channel).and_then(|ns| self.rules(ns))
+    }
+
+    /// Whether a subscribe to `channel` without `since` gets its latest
+    /// message (its namespace's `recover-on-subscribe`).
+    pub fn recovers(&self, channel: &str) -> bool {
+        self.rules_of(channel)
+            .is_some_and(|r| r.recover_on_subscribe)
     }
 
     /// Whether some namespace admits connections without a token.

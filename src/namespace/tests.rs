@@ -11,6 +11,7 @@ fn rules() -> Rules {
         allow_anonymous: false,
         presence: None,
         history: HistoryLimits::default(),
+        recover_on_subscribe: false,
         max_message_size: 1 << 20,
     }
 }

@@ -41,7 +41,7 @@ pub fn on_control(
         hub.send_to(id, control::error(ErrorCode::BinaryNotSupported, msg, None));
         return None;
     }
-    let env = match control::parse(payload) {
+    let mut env = match control::parse(payload) {
         Ok(env) => env,
         Err(e) => {
             hub.send_to(id, control::error(e.code, &e.message, e.id.as_deref()));
@@ -52,6 +52,9 @@ pub fn on_control(
     if let Some(refusal) = namespace_gate(w, hub, (id, grants), &env.request) {
         hub.send_to(id, control::error(refusal.0, refusal.1, idv));
         return None;
+    }
+    if w.redis.is_none() {
+        recover_latest(w, hub, &mut env.request);
     }
     if let Some(early) = before_subscribe(w, hub, (id, serial, grants), &env) {
         return early;
@@ -164,12 +167,14 @@ fn before_subscribe(
     }
     // Presence does not wait for the history read.
     presence_edge::join(w, hub, id, &who, channel, *presence);
+    let latest = since.is_none() && w.cfg.namespaces.table.recovers(channel);
     let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
     Some(Some(Box::new(Deferred {
         channel,
         since,
         id,
         fresh,
+        latest,
     })))
 }
 
@@ -203,6 +208,28 @@ fn refresh(
             hub.stats.auth_failures += 1;
             control::error(ErrorCode::InvalidToken, e.message(), idv)
         }
+    }
+}
+
+/// `recover-on-subscribe` (embedded; Redis mode reads the position in
+/// `resume`): a subscribe without `since` resumes from just before the
+/// channel's latest message, which its reply is then followed by.
+fn recover_latest(w: &Worker, hub: &Hub, request: &mut control::Request) {
+    let control::Request::Subscribe { channel, since, .. } = request else {
+        return;
+    };
+    if since.is_some() || !w.cfg.namespaces.table.recovers(channel) {
+        return;
+    }
+    if let Some((at, _)) = hub
+        .history(channel, u64::MAX, 0)
+        .filter(|(at, _)| at.offset > 0)
+    {
+        let epoch = at.epoch.to_string();
+        *since = Some(control::Since {
+            epoch,
+            offset: at.offset - 1,
+        });
     }
 }
 
