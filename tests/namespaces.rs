@@ -431,3 +431,29 @@ async fn recover_on_subscribe_sends_the_latest_message() {
         assert_eq!(pong["type"], "subscribed", "{pong}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_is_on_and_bounded_per_namespace() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let spec = "room:presence=true,presence-max-members=1,quiet:";
+        let s = server(mode, spec, true).await;
+        let all = r#"["*"]"#;
+        let mut a = ws_connect(s.addr, &format!("/ws?token={}", token("a", all, all))).await;
+        let mut b = ws_connect(s.addr, &format!("/ws?token={}", token("b", all, all))).await;
+        let r = subscribe(&mut a, "room:1").await;
+        assert_eq!(r["type"], "subscribed", "{r}");
+        let r = subscribe(&mut b, "room:1").await;
+        assert_eq!(
+            error_code(&r),
+            "presence_full",
+            "the namespace's bound of 1"
+        );
+        let r = ask(&mut a, json!({"op":"presence","channel":"room:1"})).await;
+        assert_eq!(r["count"], 1, "{r}");
+        let r = ask(&mut a, json!({"op":"presence","channel":"quiet:1"})).await;
+        assert_eq!(error_code(&r), "presence_off");
+        let r = subscribe(&mut b, "quiet:1").await;
+        assert_eq!(r["type"], "subscribed", "no presence, no bound: {r}");
+    }
+}

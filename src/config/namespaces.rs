@@ -18,17 +18,17 @@ pub const PER_NAMESPACE: &[&str] = &[
     "history-ttl",
     "history-max-bytes",
     "max-message-size",
+    "presence-max-members",
+    "presence-max-events",
 ];
 
 /// Keys the issue asks for per namespace that this version does not set
 /// per namespace yet: refused by name rather than silently ignored.
-pub const NOT_YET: &[&str] = &[
-    "compression",
-    "presence-max-members",
-    "presence-max-events",
-    "presence-ttl",
-    "presence-refresh",
-];
+pub const NOT_YET: &[&str] = &["compression"];
+
+/// Global options that belong to an instance, not to a channel: Redis
+/// mode's presence entries are refreshed by one loop per instance.
+pub const PER_INSTANCE: &[&str] = &["presence-ttl", "presence-refresh"];
 
 /// Keys only a namespace has (the default namespace's value in
 /// parentheses is today's global behaviour).
@@ -79,6 +79,15 @@ impl Config {
         }
     }
 
+    /// `(presence-max-members, presence-max-events)` of `channel`: its
+    /// namespace's, else the global options.
+    pub fn presence_limits(&self, channel: &str) -> (usize, usize) {
+        match self.namespaces.table.rules_of(channel) {
+            Some(r) => r.presence_limits,
+            None => (self.presence.max_members, self.presence.max_events),
+        }
+    }
+
     /// The default namespace's rules: the global options.
     fn default_rules(&self) -> Rules {
         Rules {
@@ -88,6 +97,7 @@ impl Config {
             presence: None,
             history: self.history,
             recover_on_subscribe: false,
+            presence_limits: (self.presence.max_members, self.presence.max_events),
             max_message_size: self.ws.max_message_size,
         }
     }
@@ -112,6 +122,11 @@ impl Config {
                 return Err(fail(
                     "not settable per namespace in this version: set it globally".into(),
                 ));
+            } else if PER_INSTANCE.contains(&e.key.as_str()) {
+                return Err(fail(
+                    "an instance's setting (one refresh loop for every channel), set it globally"
+                        .into(),
+                ));
             } else if OPTIONS.iter().any(|o| o.flag == e.key) {
                 return Err(fail(format!(
                     "a global option, not one of a namespace's ({})",
@@ -126,6 +141,7 @@ impl Config {
         }
         rules.max_message_size = scratch.ws.max_message_size;
         rules.history = scratch.history;
+        rules.presence_limits = (scratch.presence.max_members, scratch.presence.max_events);
         self.conflicts(spec, &rules)?;
         Ok(rules)
     }
@@ -247,7 +263,7 @@ mod tests {
     fn toml_tables_set_a_namespace_from_the_global_options_names() {
         let c = from_toml(
             "max-message-size = \"64KiB\"\nhistory-size = 10\n[namespaces.chat]\npresence = true\nsubscribe = \"anyone\"\n\
-             history-size = 100\nhistory-ttl = \"2m\"\n\
+             history-size = 100\nhistory-ttl = \"2m\"\npresence-max-members = 5\n\
              [namespaces.feed]\npublish = \"server\"\nmax-message-size = \"4KiB\"\n",
         )
         .unwrap();
@@ -255,6 +271,8 @@ mod tests {
         let chat = t.rules(Ns::Named(0)).unwrap();
         assert_eq!(chat.max_message_size, 64 << 10, "unset = global");
         assert_eq!((chat.history.size, chat.history.ttl_ms), (100, 120_000));
+        assert_eq!(c.presence_limits("chat:x"), (5, c.presence.max_events));
+        assert_eq!(c.presence_limits("feed:x").0, c.presence.max_members);
         assert_eq!(
             chat.history.max_bytes, c.history.max_bytes,
             "unset = global"
@@ -323,6 +341,14 @@ mod tests {
             (
                 "[namespaces.chat]\nrecover-on-subscribe = true\n",
                 "line 2: namespace `chat`: recover-on-subscribe needs history",
+            ),
+            (
+                "[namespaces.chat]\npresence-ttl = \"5s\"\n",
+                "an instance's setting",
+            ),
+            (
+                "[namespaces.chat]\npresence-max-members = 10001\n",
+                "at most 10000",
             ),
             (
                 "[namespaces.chat]\ncompression = false\n",

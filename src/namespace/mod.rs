@@ -72,6 +72,8 @@ pub struct Rules {
     /// `recover-on-subscribe`: a subscribe without `since` is sent the
     /// channel's latest message (from its history) after its reply.
     pub recover_on_subscribe: bool,
+    /// `(presence-max-members, presence-max-events)`.
+    pub presence_limits: (usize, usize),
     /// `max-message-size`: the largest message a client or
     /// `POST /publish` may publish here.
     pub max_message_size: usize,
