@@ -457,3 +457,90 @@ async fn presence_is_on_and_bounded_per_namespace() {
         assert_eq!(r["type"], "subscribed", "no presence, no bound: {r}");
     }
 }
+
+/// Sends every request in batches (reading each batch's replies before
+/// the next, so the replies never pile up past the outbound bound) and
+/// returns how many replies had each type.
+async fn subscribe_all(ws: &mut Ws, channels: &[String]) -> (usize, usize) {
+    let (mut ok, mut refused) = (0, 0);
+    for batch in channels.chunks(500) {
+        for c in batch {
+            let req = json!({"op":"subscribe","channel":c,"id":1});
+            ws.feed(Message::text(req.to_string())).await.expect("feed");
+        }
+        ws.flush().await.expect("flush");
+        for _ in batch {
+            match next_json(ws).await["type"].as_str() {
+                Some("subscribed") => ok += 1,
+                _ => refused += 1,
+            }
+        }
+    }
+    (ok, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_metrics_per_namespace_keep_a_bounded_label_set() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let redis = mode.clone();
+        let s = TestServer::start(move |c| {
+            c.redis.url = redis;
+            c.max_subscriptions = 20_000;
+            c.max_outbound_queue = 8 << 20;
+            let spec = "chat:,feed:publish=server";
+            c.namespaces.specs.add_compact(spec, "test").unwrap();
+        });
+        let addr = s.addr;
+        wait_until("ready", || async move {
+            get(addr, "/readyz").await.status == 200
+        })
+        .await;
+        let mut ws = ws_connect(s.addr, "/ws").await;
+        // 10,000 channels: 5,000 in chat, 4,000 default, 1,000 in as many
+        // unknown namespaces.
+        let mut channels: Vec<String> = (0..5_000).map(|i| format!("chat:{i}")).collect();
+        channels.extend((0..4_000).map(|i| format!("room-{i}")));
+        channels.extend((0..1_000).map(|i| format!("ns{i}:x")));
+        assert_eq!(subscribe_all(&mut ws, &channels).await, (9_000, 1_000));
+        assert_eq!(post(s.addr, "/publish/chat:1", b"m").await.status, 200);
+        expect_message(&mut ws, "chat:1", "m").await;
+        assert_eq!(
+            error_code(&publish(&mut ws, "feed:x", "m").await),
+            "forbidden"
+        );
+        let st = stats(s.addr).await;
+        let ns = &st["namespaces"];
+        assert_eq!(ns.as_object().map(|o| o.len()), Some(3), "{ns}");
+        assert_eq!(ns["chat"]["subscriptions"], 5_000, "{ns}");
+        assert_eq!(ns["chat"]["channels"], 5_000, "{ns}");
+        assert_eq!(
+            (
+                ns["chat"]["publishes"].as_u64(),
+                ns["chat"]["deliveries"].as_u64()
+            ),
+            (Some(1), Some(1)),
+            "{ns}"
+        );
+        assert_eq!(ns["default"]["subscriptions"], 4_000, "{ns}");
+        assert_eq!(ns["feed"]["refused"], 1, "{ns}");
+        assert_eq!(st["namespace_unknown_channel"], 1_000, "{st}");
+        let metrics = String::from_utf8(get(s.addr, "/metrics").await.body).unwrap();
+        let mut labels: Vec<&str> = metrics
+            .lines()
+            .filter_map(|l| l.split_once("{namespace=\"")?.1.split_once('"'))
+            .map(|(v, _)| v)
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels, ["chat", "default", "feed"]);
+        assert!(metrics.contains("corecast_namespace_deliveries_total{namespace=\"chat\"} 1"));
+        assert!(metrics.contains("corecast_namespace_unknown_channel_total 1000"));
+    }
+    // Without namespaces: no such keys, no such series.
+    let s = server(&None, "", false).await;
+    let st = stats(s.addr).await;
+    assert!(st.get("namespaces").is_none() && st.get("namespace_unknown_channel").is_none());
+    let metrics = String::from_utf8(get(s.addr, "/metrics").await.body).unwrap();
+    assert!(!metrics.contains("corecast_namespace_"));
+}

@@ -12,10 +12,13 @@
 //!   the checks the edge makes when a channel is subscribed, read or
 //!   published to (each returns a [`Refusal`] the edge maps to its wire:
 //!   a JSON error code, an HTTP status, a close).
+//! - `counters`: a worker's per-namespace counters, labelled by the
+//!   configured names only (a bounded set).
 //! - `spec`: namespaces as written (the compact `--namespace` form and
 //!   TOML `[namespaces.NAME]` tables), before `config` checks them
 //!   against the global options and resolves them into [`Rules`].
 
+pub mod counters;
 pub mod spec;
 
 pub use spec::{valid_namespace_name, MAX_NAME, MAX_NAMESPACES};

@@ -21,6 +21,10 @@ pub fn valid_namespace_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
+/// The label of the default namespace (channels without `:`) in
+/// `/stats` and `/metrics`; no configured namespace may take it.
+pub const DEFAULT_LABEL: &str = "default";
+
 /// Most keys one namespace may set (far more than there are keys: a
 /// bound on what a hostile file can make the parser keep).
 pub const MAX_KEYS: usize = 32;
@@ -112,6 +116,11 @@ impl Specs {
     }
 
     fn start(&self, name: &str) -> Result<Spec, String> {
+        if name == DEFAULT_LABEL {
+            return Err(format!(
+                "namespace name `{name}`: reserved for the default namespace (channels without `:`)"
+            ));
+        }
         if !valid_namespace_name(name) {
             return Err(format!(
                 "namespace name `{}`: 1-32 bytes of A-Z a-z 0-9 - _ .",

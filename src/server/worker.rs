@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::history::relay::{self, Fetch, Relay};
 use crate::history::Entry;
 use crate::hub::Hub;
+use crate::namespace::counters::Counters;
 use crate::peers::Peers;
 use crate::pusher::state::Session;
 use crate::pusher::PusherState;
@@ -31,7 +32,7 @@ use crate::server::redis::{Local, RedisLink};
 use crate::server::sys;
 use crate::server::tls::client::ClientTls;
 use crate::server::tls::edge::TlsEdge;
-use crate::stats::Snapshot;
+use crate::stats::{NamespaceStats, Snapshot};
 use crate::ws::OpCode;
 
 /// Size of the per-worker scratch buffer every read goes through.
@@ -99,6 +100,8 @@ pub struct Worker {
     pub parking: Parking,
     /// TLS on the public listener (`--tls-cert`).
     pub tls: Option<TlsEdge>,
+    /// Per-namespace counters (none without namespaces).
+    pub namespaces: RefCell<Counters>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -135,6 +138,7 @@ impl Worker {
             presence: RefCell::default(),
             parking: parking(&cfg),
             tls,
+            namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -246,7 +250,34 @@ impl Worker {
             channels: hub.channel_count() as u64,
             messages_out: hub.stats.deliveries,
             pusher_apps: self.pusher_apps(),
+            namespaces: self.namespace_stats(&hub),
+            namespace_unknown_channel: (!self.cfg.namespaces.table.is_empty())
+                .then(|| self.namespaces.borrow().unknown),
         }
+    }
+
+    /// Per-namespace counters and gauges (one pass over the channels,
+    /// only with namespaces configured).
+    fn namespace_stats(&self, hub: &Hub) -> std::collections::BTreeMap<String, NamespaceStats> {
+        let table = &self.cfg.namespaces.table;
+        if table.is_empty() {
+            return Default::default();
+        }
+        let channels = hub.channels_with_prefix("");
+        let counts = channels.iter().map(|(c, n)| (&**c, *n));
+        self.namespaces.borrow().snapshot(table, counts)
+    }
+
+    /// Runs a delivery into the hub and counts it in the channel's
+    /// namespace (Redis mode's deliveries come back here).
+    fn delivering<T>(&self, channel: &str, f: impl FnOnce(&mut Hub) -> T) -> T {
+        let mut hub = self.hub.borrow_mut();
+        let before = hub.stats.deliveries;
+        let out = f(&mut hub);
+        let n = hub.stats.deliveries - before;
+        let table = &self.cfg.namespaces.table;
+        self.namespaces.borrow_mut().delivered(table, channel, n);
+        out
     }
 
     /// Each Pusher app's counters by app id.
@@ -261,9 +292,9 @@ impl Worker {
 /// hub's interest log.
 impl Local for Worker {
     fn deliver(&self, channel: &str, opcode: OpCode, payload: &[u8], skip: Option<u64>) {
-        self.hub
-            .borrow_mut()
-            .publish(channel, opcode, payload, skip);
+        self.delivering(channel, |hub| {
+            hub.publish(channel, opcode, payload, skip);
+        });
     }
 
     fn track_interest(&self) {
@@ -305,24 +336,26 @@ impl Local for Worker {
             opcode: env.opcode,
             payload: env.payload,
         };
-        let mut hub = self.hub.borrow_mut();
-        let clock = (hub.now_ms(), hub.history_budget());
-        let mut actions = Vec::new();
-        let fetch = relay
-            .borrow_mut()
-            .arrive(channel, epoch, entry, clock, &mut actions);
-        relay_edge::apply(&mut hub, channel, actions, skip);
-        fetch
+        self.delivering(channel, |hub| {
+            let clock = (hub.now_ms(), hub.history_budget());
+            let mut actions = Vec::new();
+            let fetch = relay
+                .borrow_mut()
+                .arrive(channel, epoch, entry, clock, &mut actions);
+            relay_edge::apply(hub, channel, actions, skip);
+            fetch
+        })
     }
 
     fn fetched(&self, fetch: &Fetch, snap: Option<relay::Snapshot>) -> Option<Fetch> {
         let relay = self.relay.as_ref()?;
-        let mut hub = self.hub.borrow_mut();
-        let clock = (hub.now_ms(), hub.history_budget());
-        let mut actions = Vec::new();
-        let next = relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
-        relay_edge::apply(&mut hub, &fetch.channel, actions, None);
-        next
+        self.delivering(&fetch.channel, |hub| {
+            let clock = (hub.now_ms(), hub.history_budget());
+            let mut actions = Vec::new();
+            let next = relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
+            relay_edge::apply(hub, &fetch.channel, actions, None);
+            next
+        })
     }
 
     fn confirmed(&self, channel: &str) -> Vec<Fetch> {

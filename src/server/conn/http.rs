@@ -304,6 +304,9 @@ async fn channel_read(
     let verdict = crate::namespace::authorize_upgrade(table, &w.cfg.auth, req, Some(channel));
     if let Err((status, message)) = verdict {
         w.hub.borrow_mut().stats.auth_failures += 1;
+        if matches!(status, 403 | 404) {
+            publish::count_refused(w, channel);
+        }
         log::refused(log::Refusal::Upgrade, "channel read refused", message);
         return Err(HttpError { status, message });
     }

@@ -14,7 +14,7 @@ use crate::namespace::Refusal;
 use crate::server::history::recall;
 use crate::server::history::resume::Deferred;
 use crate::server::presence::edge::{self as presence_edge, Identity};
-use crate::server::publish::{route_publish, Published};
+use crate::server::publish::{count_published, count_refused, route_publish, Published};
 use crate::server::redis::RedisLink;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
@@ -90,7 +90,12 @@ pub fn on_control(
             channel,
             opcode,
             payload,
-        } => publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv),
+        } => {
+            let before = hub.stats.deliveries;
+            let reply = publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv);
+            count_published(w, &channel, hub.stats.deliveries - before);
+            reply
+        }
     };
     if let Some(frame) = reply {
         hub.send_to(id, frame);
@@ -260,6 +265,12 @@ fn namespace_gate(
         _ => Ok(()),
     };
     let refusal = verdict.err()?;
+    if let control::Request::Subscribe { channel, .. }
+    | control::Request::Presence { channel }
+    | control::Request::Publish { channel, .. } = request
+    {
+        count_refused(w, channel);
+    }
     let code = match refusal {
         Refusal::UnknownChannel => ErrorCode::UnknownChannel,
         Refusal::Forbidden(_) => ErrorCode::Forbidden,

@@ -14,7 +14,7 @@ use crate::auth::Grants;
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
 use crate::server::presence::edge as presence_edge;
-use crate::server::publish::{route_publish, Published};
+use crate::server::publish::{count_published, count_refused, route_publish, Published};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -42,6 +42,7 @@ pub fn on_data(
     let table = &w.cfg.namespaces.table;
     if let Err(refusal) = table.may_publish(grants, (c, payload.len()), true) {
         hub.stats.publish_forbidden += 1;
+        count_refused(w, c);
         let (code, why) = match refusal {
             crate::namespace::Refusal::TooLarge => (1009, refusal.message()),
             _ if table.is_empty() => (1008, "this connection may not publish here"),
@@ -50,7 +51,9 @@ pub fn on_data(
         hub.close(id, code, why, CloseReason::Protocol);
         return None;
     }
+    let before = hub.stats.deliveries;
     let outcome = route_publish(hub, redis, c, opcode, payload, serial, false);
+    count_published(w, c, hub.stats.deliveries - before);
     if let Published::Rejected = outcome {
         // A plain WebSocket has no way to carry an error reply: tell
         // the publisher with close 1013 rather than drop its message.
