@@ -544,3 +544,26 @@ async fn stats_and_metrics_per_namespace_keep_a_bounded_label_set() {
     let metrics = String::from_utf8(get(s.addr, "/metrics").await.body).unwrap();
     assert!(!metrics.contains("corecast_namespace_"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_may_send_its_channels_uncompressed() {
+    const OFFER: &str = "Sec-WebSocket-Extensions: permessage-deflate\r\n";
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(mode, "plain:compression=false,zip:", false).await;
+        let (mut plain, _) = RawWs::connect_with(s.addr, "/ws/plain:a", OFFER).await;
+        let (mut zip, _) = RawWs::connect_with(s.addr, "/ws/zip:a", OFFER).await;
+        let body = "a".repeat(4096);
+        for (ws, channel) in [(&mut plain, "plain:a"), (&mut zip, "zip:a")] {
+            let r = post(s.addr, &format!("/publish/{channel}"), body.as_bytes()).await;
+            assert_eq!(r.status, 200, "{channel}");
+            let f = ws.next_frame().await;
+            assert_eq!(f.opcode, OP_TEXT, "{channel}");
+            let compressed = f.rsv == 0b100; // RSV1: permessage-deflate
+            assert_eq!(compressed, channel == "zip:a", "{channel}: rsv {}", f.rsv);
+            if !compressed {
+                assert_eq!(f.payload, body.as_bytes());
+            }
+        }
+    }
+}

@@ -20,11 +20,8 @@ pub const PER_NAMESPACE: &[&str] = &[
     "max-message-size",
     "presence-max-members",
     "presence-max-events",
+    "compression",
 ];
-
-/// Keys the issue asks for per namespace that this version does not set
-/// per namespace yet: refused by name rather than silently ignored.
-pub const NOT_YET: &[&str] = &["compression"];
 
 /// Global options that belong to an instance, not to a channel: Redis
 /// mode's presence entries are refreshed by one loop per instance.
@@ -71,6 +68,14 @@ impl Config {
         NamespaceLimits(limits.collect())
     }
 
+    /// The namespaces with `compression = false`: their channels go
+    /// uncompressed to every connection.
+    pub fn uncompressed_namespaces(&self) -> Vec<Box<str>> {
+        let t = &self.namespaces.table;
+        let off = t.names().zip(t.all_rules()).filter(|(_, r)| !r.compression);
+        off.map(|(n, _)| n.into()).collect()
+    }
+
     /// The hub's share: none in Redis mode, where history lives in Redis.
     pub(super) fn hub_history_namespaces(&self) -> NamespaceLimits {
         match self.redis.enabled() {
@@ -97,6 +102,7 @@ impl Config {
             presence: None,
             history: self.history,
             recover_on_subscribe: false,
+            compression: self.compression.enabled,
             presence_limits: (self.presence.max_members, self.presence.max_events),
             max_message_size: self.ws.max_message_size,
         }
@@ -118,10 +124,6 @@ impl Config {
                 let opt = option(&e.key);
                 (opt.set)(&mut scratch, &e.value)
                     .map_err(|why| fail(format!("invalid value `{}`: {why}", e.value)))?;
-            } else if NOT_YET.contains(&e.key.as_str()) {
-                return Err(fail(
-                    "not settable per namespace in this version: set it globally".into(),
-                ));
             } else if PER_INSTANCE.contains(&e.key.as_str()) {
                 return Err(fail(
                     "an instance's setting (one refresh loop for every channel), set it globally"
@@ -141,6 +143,7 @@ impl Config {
         }
         rules.max_message_size = scratch.ws.max_message_size;
         rules.history = scratch.history;
+        rules.compression = scratch.compression.enabled;
         rules.presence_limits = (scratch.presence.max_members, scratch.presence.max_events);
         self.conflicts(spec, &rules)?;
         Ok(rules)
@@ -163,6 +166,12 @@ impl Config {
             return Err(format!(
                 "{}: allow-anonymous needs subscribe = \"anyone\" (a connection without a token has no grants and no user)",
                 at("allow-anonymous")
+            ));
+        }
+        if rules.compression && !self.compression.enabled {
+            return Err(format!(
+                "{}: compression = true needs the global --compression (permessage-deflate is agreed per connection, at its upgrade)",
+                at("compression")
             ));
         }
         if rules.max_message_size > self.ws.max_message_size {
@@ -351,8 +360,8 @@ mod tests {
                 "at most 10000",
             ),
             (
-                "[namespaces.chat]\ncompression = false\n",
-                "not settable per namespace in this version",
+                "compression = false\n[namespaces.chat]\ncompression = true\n",
+                "needs the global --compression",
             ),
             (
                 "[namespaces.chat]\nhistory-ttl = \"0s\"\n",

@@ -75,6 +75,9 @@ pub struct Rules {
     /// `recover-on-subscribe`: a subscribe without `since` is sent the
     /// channel's latest message (from its history) after its reply.
     pub recover_on_subscribe: bool,
+    /// `compression`: broadcasts on its channels are compressed for
+    /// connections that agreed permessage-deflate (`false`: sent plain).
+    pub compression: bool,
     /// `(presence-max-members, presence-max-events)`.
     pub presence_limits: (usize, usize),
     /// `max-message-size`: the largest message a client or

@@ -118,7 +118,8 @@ impl Worker {
     pub fn with_tls(cfg: Config, (tls, client): (Option<TlsEdge>, ClientTls)) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg, client.redis);
         let compression = formats::SharedCompressionStats::default();
-        let encoders = formats::encoders(&cfg.compression, &compression);
+        let plain = cfg.uncompressed_namespaces();
+        let encoders = formats::encoders_with(&cfg.compression, &compression, plain);
         let relay = redis.as_ref().filter(|l| l.keeps_history()).map(|_| {
             RefCell::new(
                 Relay::new(cfg.history, relay_seed()).with_namespaces(cfg.history_namespaces()),
