@@ -5,16 +5,17 @@
 /// Longest channel name accepted.
 pub const MAX_CHANNEL_NAME: usize = 128;
 
-/// Channel names: 1–128 bytes of `A-Z a-z 0-9 - _ . : @`.
+/// Channel names: 1–128 bytes of `A-Z a-z 0-9 - _ . : @ #`.
 ///
-/// The charset keeps names safe in URLs, log lines, JSON and (later) Redis
-/// keys without escaping.
+/// The charset keeps names safe in log lines, JSON and Redis keys
+/// without escaping, and in URLs but for `#` (a user channel's marker,
+/// `notifications:#42`: written `%23` in a URL path).
 pub fn valid_channel_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_CHANNEL_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'))
+        && name.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@' | b'#')
+        })
 }
 
 /// Whether messages on hub channel `name` are kept in history (in

@@ -136,6 +136,10 @@ pub enum ErrorCode {
     PresenceFull,
     /// Over a per-connection rate (`--presence-read-rate`).
     RateLimited,
+    /// The channel's namespace is not configured (namespaces are).
+    UnknownChannel,
+    /// Larger than the namespace's `max-message-size`.
+    MessageTooLarge,
 }
 
 impl ErrorCode {
@@ -153,6 +157,8 @@ impl ErrorCode {
             ErrorCode::PresenceOff => "presence_off",
             ErrorCode::PresenceFull => "presence_full",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::UnknownChannel => "unknown_channel",
+            ErrorCode::MessageTooLarge => "message_too_large",
         }
     }
 }

@@ -52,6 +52,29 @@ impl HistoryLimits {
     }
 }
 
+/// The history limits of channel namespaces (a channel `chat:x` takes
+/// `chat`'s), over the default limits; empty without namespaces. Looked
+/// up once per ring (when a channel's history starts), not per message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceLimits(pub Vec<(Box<str>, HistoryLimits)>);
+
+impl NamespaceLimits {
+    /// The limits of `channel`: its namespace's, else `default`.
+    pub fn of(&self, channel: &str, default: &HistoryLimits) -> HistoryLimits {
+        let ns = match channel.split_once(':') {
+            Some((ns, _)) if !self.0.is_empty() => ns,
+            _ => return *default,
+        };
+        let found = self.0.iter().find(|(n, _)| **n == *ns);
+        found.map_or(*default, |(_, l)| *l)
+    }
+
+    /// Whether some namespace keeps history.
+    pub fn any_enabled(&self) -> bool {
+        self.0.iter().any(|(_, l)| l.enabled())
+    }
+}
+
 /// One kept message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -107,16 +130,19 @@ struct Ring {
     bytes: usize,
     /// When the last message was added (or the ring created).
     touched_ms: u64,
+    /// Its channel's limits (its namespace's, or the default).
+    limits: HistoryLimits,
 }
 
 impl Ring {
-    fn new(epoch: Rc<str>, top: u64, now_ms: u64) -> Ring {
+    fn new(epoch: Rc<str>, (top, now_ms): (u64, u64), limits: HistoryLimits) -> Ring {
         Ring {
             epoch,
             top,
             entries: VecDeque::new(),
             bytes: 0,
             touched_ms: now_ms,
+            limits,
         }
     }
 
@@ -150,6 +176,7 @@ impl Ring {
 #[derive(Debug)]
 pub struct History {
     limits: HistoryLimits,
+    namespaces: NamespaceLimits,
     rings: HashMap<Rc<str>, Ring>,
     /// Bytes held: entries plus [`RING_OVERHEAD`] per ring.
     bytes: usize,
@@ -166,6 +193,7 @@ impl History {
     pub fn new(limits: HistoryLimits, seed: u64) -> History {
         History {
             limits,
+            namespaces: NamespaceLimits::default(),
             rings: HashMap::new(),
             bytes: 0,
             messages: 0,
@@ -179,9 +207,19 @@ impl History {
         &self.limits
     }
 
-    /// Whether history is on.
+    /// Per-namespace limits over the default ones.
+    pub fn with_namespaces(self, namespaces: NamespaceLimits) -> History {
+        History { namespaces, ..self }
+    }
+
+    /// Whether history is on for some channel.
     pub fn enabled(&self) -> bool {
-        self.limits.enabled()
+        self.limits.enabled() || self.namespaces.any_enabled()
+    }
+
+    /// Whether `channel` keeps history (its namespace's `history-size`).
+    pub fn enabled_for(&self, channel: &str) -> bool {
+        self.namespaces.of(channel, &self.limits).enabled()
     }
 
     /// Bytes held (what the memory budget counts).
@@ -215,8 +253,9 @@ impl History {
         if !self.rings.contains_key(channel) {
             let epoch = self.mint_epoch();
             self.bytes += RING_OVERHEAD + channel.len();
-            self.rings
-                .insert(Rc::from(channel), Ring::new(epoch, 0, now_ms));
+            let limits = self.namespaces.of(channel, &self.limits);
+            let ring = Ring::new(epoch, (0, now_ms), limits);
+            self.rings.insert(Rc::from(channel), ring);
         }
         self.rings.get_mut(channel).expect("inserted above")
     }
@@ -333,7 +372,7 @@ impl History {
     /// and neither is anything before it: a ring holds offsets up to its
     /// top without holes.
     fn keep(&mut self, channel: &str, entry: Entry, now_ms: u64, room: usize) {
-        let limits = self.limits;
+        let limits = self.rings.get(channel).expect("caller created it").limits;
         let cost = entry.cost();
         if cost > limits.max_bytes || cost > room {
             self.clear(channel);
@@ -405,11 +444,10 @@ impl History {
     /// the whole history (epoch included) of those that also have no
     /// local subscribers. Returns how many rings were removed.
     pub fn sweep(&mut self, now_ms: u64, has_subscribers: impl Fn(&str) -> bool) -> usize {
-        let ttl = self.limits.ttl_ms;
         let stale: Vec<Rc<str>> = self
             .rings
             .iter()
-            .filter(|(_, r)| now_ms.saturating_sub(r.touched_ms) >= ttl)
+            .filter(|(_, r)| now_ms.saturating_sub(r.touched_ms) >= r.limits.ttl_ms)
             .map(|(name, _)| name.clone())
             .collect();
         let mut removed = 0;

@@ -55,10 +55,15 @@
 //!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
 //!   keepalive, graceful shutdown. Its own Layout section draws who may
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
-//! - [`config`] → `auth`, `cache`, `hooks`, `http`, `hub`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
+//! - `namespace` → `auth`, `history`, `http`: channel namespaces
+//!   (`chat:room-1` is in `chat`), sans-I/O — the compact `--namespace`
+//!   form and TOML tables as written (`spec`), the resolved table, and
+//!   the subscribe/publish checks every edge makes (unknown namespace,
+//!   `publish`, `subscribe`, anonymous connections, user channels).
 //! - `auth` → `http`, `secret`: publish keys, JWT connection tokens (HS256,
 //!   RS/ES with public keys; JWKS sets read and their refresh schedule),
 //!   `Origin` allow-list, token-bucket publish rates (sans-I/O).
@@ -161,6 +166,8 @@ pub mod http;
 pub mod hub;
 pub mod log;
 pub(crate) mod metrics;
+#[doc(hidden)]
+pub mod namespace;
 #[doc(hidden)]
 pub mod peers;
 #[doc(hidden)]

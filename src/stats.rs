@@ -453,6 +453,24 @@ impl Stats {
     }
 }
 
+/// One channel namespace's counters (`/stats` `namespaces`, `/metrics`
+/// label `namespace`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NamespaceStats {
+    /// Messages published on its channels (by clients or `POST /publish`)
+    /// that its rules let through.
+    pub publishes: u64,
+    /// Messages queued to subscribers of its channels.
+    pub deliveries: u64,
+    /// Subscribes, reads and publishes its rules refused.
+    pub refused: u64,
+    /// Subscriptions to its channels (gauge; a connection in two of its
+    /// channels counts twice).
+    pub subscriptions: u64,
+    /// Its channels with subscribers (gauge).
+    pub channels: u64,
+}
+
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Snapshot {
@@ -479,4 +497,12 @@ pub struct Snapshot {
     pub messages_out: u64,
     /// Per Pusher app, by app id.
     pub pusher_apps: std::collections::BTreeMap<String, PusherAppStats>,
+    /// Per channel namespace, by name (`default` for channels without
+    /// `:`); absent without namespaces.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub namespaces: std::collections::BTreeMap<String, NamespaceStats>,
+    /// Requests refused for naming a namespace that is not configured;
+    /// absent without namespaces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace_unknown_channel: Option<u64>,
 }

@@ -93,4 +93,6 @@ pub struct Config {
     pub tls: crate::tls::Files,
     /// Hooks to the application's backend (`--proxy-*`).
     pub proxy: crate::hooks::HookConfig,
+    /// Channel namespaces (`--namespace`, `[namespaces.NAME]`).
+    pub namespaces: crate::namespace::Namespaces,
 }

@@ -548,6 +548,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.presence.read_rate = v.trim().parse().map_err(|e| format!("{e}"))?;
             Ok(())
         };
+    "namespace", CORECAST_NAMESPACE, "NS:KEY=VALUE,...", -,
+        "define channel namespaces (a channel `chat:room-1` is in namespace `chat`) in one line: `chat:history-size=100,presence=true,feed:publish=server` (`NAME:` starts a namespace, `key=value` items follow it); repeat the flag for more; the keys are those of a TOML `[namespaces.NAME]` table (see Namespaces). Once any namespace is defined, channels of other namespaces are refused (default: none; `:` means nothing)"
+        => |c, v| c.namespaces.specs.add_compact(v, "--namespace");
 };
 
 /// `--token-public-key`: every key of every listed PEM file (read at

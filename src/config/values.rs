@@ -93,3 +93,17 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
         _ => Err(format!("unknown duration unit `{unit}`")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2k").unwrap(), 2048);
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5h").is_err());
+    }
+}

@@ -13,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-use super::{Entry, History, HistoryLimits, Position, Stored};
+use super::{Entry, History, HistoryLimits, NamespaceLimits, Position, Stored};
 
 /// A range to read back from Redis: offsets from `from` on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +97,17 @@ impl Relay {
             reads: 0,
             backfilled: 0,
             gaps: 0,
+        }
+    }
+
+    /// Per-namespace limits over the default ones
+    /// ([`History::with_namespaces`]).
+    pub fn with_namespaces(self, namespaces: NamespaceLimits) -> Relay {
+        let most = namespaces.0.iter().map(|(_, l)| l.size).max().unwrap_or(0);
+        Relay {
+            max_held: self.max_held.max(most),
+            history: self.history.with_namespaces(namespaces),
+            ..self
         }
     }
 

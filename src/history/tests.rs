@@ -182,3 +182,32 @@ fn stored_positions_report_gaps_duplicates_and_new_epochs() {
     h.reset("a", ("F", 10), 0);
     assert_eq!(h.messages(), 1, "a reset to where the ring is keeps it");
 }
+
+#[test]
+fn a_namespace_has_its_own_size_bytes_and_ttl() {
+    let chat = HistoryLimits {
+        size: 2,
+        ttl_ms: 5_000,
+        max_bytes: 1 << 20,
+    };
+    let off = HistoryLimits::default();
+    let ns = NamespaceLimits(vec![("chat".into(), chat), ("off".into(), off)]);
+    let mut h = History::new(limits(10, 1 << 20), 1).with_namespaces(ns);
+    assert!(h.enabled_for("plain") && h.enabled_for("chat:a") && !h.enabled_for("off:a"));
+    assert!(
+        h.enabled_for("other:a"),
+        "not a namespace here: the default"
+    );
+    for n in 0..4 {
+        push(&mut h, "chat:a", "x", n);
+        push(&mut h, "plain", "x", n);
+    }
+    assert_eq!(offsets(&h.read("chat:a", 0, 10).unwrap().1), [3, 4]);
+    assert_eq!(h.read("plain", 0, 10).unwrap().1.len(), 4);
+    // The default ttl (1 s) has passed, chat's (5 s) has not.
+    h.sweep(2_000, |_| true);
+    assert!(h.read("plain", 0, 10).unwrap().1.is_empty());
+    assert_eq!(h.read("chat:a", 0, 10).unwrap().1.len(), 2);
+    let none = NamespaceLimits::default();
+    assert_eq!(none.of("chat:a", &chat), chat);
+}

@@ -51,4 +51,6 @@ pub struct HubLimits {
     pub close_timeout_ms: u64,
     /// Per-channel message history (off when `size` is 0).
     pub history: crate::history::HistoryLimits,
+    /// Namespaces' history limits over `history` (empty without any).
+    pub ns_history: crate::history::NamespaceLimits,
 }

@@ -117,7 +117,7 @@ impl Hub {
         let seed =
             std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         Hub {
-            history: History::new(limits.history, seed),
+            history: History::new(limits.history, seed).with_namespaces(limits.ns_history.clone()),
             // Reserved up front: untouched pages cost no RSS, and the table
             // never doubles (no 2x slack, no copy of every entry mid-run).
             conns: Slab::with_capacity(limits.max_connections),
@@ -258,7 +258,7 @@ impl Hub {
         since: Option<(&str, u64)>,
     ) -> Result<Option<Resumed>, SubscribeError> {
         self.subscribe(id, name)?;
-        if !self.history.enabled() {
+        if !self.history.enabled_for(name) {
             return Ok(None);
         }
         let max_replay = self.limits.max_outbound_queue.saturating_mul(2);
@@ -295,9 +295,9 @@ impl Hub {
         self.history_room()
     }
 
-    /// Whether history is on (`--history-size` > 0).
-    pub fn history_enabled(&self) -> bool {
-        self.history.enabled()
+    /// Whether `channel` keeps history (its namespace's `history-size`).
+    pub fn history_enabled(&self, channel: &str) -> bool {
+        self.history.enabled_for(channel)
     }
 
     /// Messages and bytes the histories hold.

@@ -79,7 +79,7 @@ pub(super) fn record(
 ) -> Option<Position> {
     // Internal channels (`!status`) and Pusher's are outside the client
     // charset: no client can resume them, so they keep no history.
-    if !history.enabled() || !crate::channel::keeps_history(channel) {
+    if !history.enabled_for(channel) || !crate::channel::keeps_history(channel) {
         return None;
     }
     let payload = Bytes::copy_from_slice(payload);

@@ -24,6 +24,7 @@ pub(super) fn limits() -> HubLimits {
         handshake_timeout_ms: 10_000,
         close_timeout_ms: 5_000,
         history: Default::default(),
+        ns_history: Default::default(),
     }
 }
 

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use crate::stats::{CompressionStats, RedisStats, Snapshot, Stats};
 
+mod namespaces;
 mod pusher;
 mod series;
 use pusher::{pusher, pusher_apps, pusher_webhooks};
@@ -45,6 +46,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     pusher(&mut o, s);
     pusher_webhooks(&mut o, s);
     pusher_apps(&mut o, snap);
+    namespaces::namespaces(&mut o, snap);
     if g.redis_enabled {
         redis(&mut o, r);
     }

@@ -79,7 +79,7 @@ pub fn negotiated(base: Format, agreed: Option<Agreed>) -> Format {
 /// Every format's encoder, for `Hub::new`; the compressed ones only with
 /// `--compression`. SSE's heartbeat: [`with_sse`].
 pub fn encoders(settings: &Settings, stats: &SharedCompressionStats) -> Encoders {
-    with_sse(plain_and_compressed(settings, stats), 0)
+    with_sse(encoders_with(settings, stats, Vec::new()), 0)
 }
 
 /// `encoders` with [`SSE`], its heartbeat every `heartbeat_ms` (0: none).
@@ -102,8 +102,16 @@ pub fn sse_message(d: &Delivery<'_>) -> Bytes {
     })
 }
 
-/// The WebSocket formats' encoders.
-pub fn plain_and_compressed(settings: &Settings, stats: &SharedCompressionStats) -> Encoders {
+/// The WebSocket formats' encoders, where the channels of the namespaces in `plain`
+/// (`compression = false`) are sent uncompressed to every connection:
+/// one check per publish and compressed format in use, none without
+/// such namespaces.
+pub fn encoders_with(
+    settings: &Settings,
+    stats: &SharedCompressionStats,
+    plain: Vec<Box<str>>,
+) -> Encoders {
+    let plain: Rc<[Box<str>]> = plain.into();
     let mut encoders = Encoders::new()
         .with(PATH, |d: &Delivery<'_>| {
             encode_server_frame(d.opcode, d.payload)
@@ -132,11 +140,18 @@ pub fn plain_and_compressed(settings: &Settings, stats: &SharedCompressionStats)
     for (bits, path, json) in windows {
         let c = Rc::new(Compressor::new(settings, bits, stats.clone()));
         let c2 = c.clone();
+        let (plain, plain2) = (plain.clone(), plain.clone());
         encoders = encoders
             .with(path, move |d: &Delivery<'_>| {
+                if is_plain(&plain, d.channel) {
+                    return encode_server_frame(d.opcode, d.payload);
+                }
                 c.frame(d.opcode, &[d.payload])
             })
             .with(json, move |d: &Delivery<'_>| {
+                if is_plain(&plain2, d.channel) {
+                    return control::encode_delivery(d.channel, d.opcode, d.payload, d.offset);
+                }
                 if is_presence_event(d) {
                     return c2.frame(OpCode::Text, &[d.payload]);
                 }
@@ -146,6 +161,15 @@ pub fn plain_and_compressed(settings: &Settings, stats: &SharedCompressionStats)
             });
     }
     encoders
+}
+
+/// Whether `channel` is in a namespace of `plain` (`compression = false`).
+fn is_plain(plain: &[Box<str>], channel: &str) -> bool {
+    if plain.is_empty() {
+        return false;
+    }
+    let ns = channel.split_once(':').map(|(ns, _)| ns);
+    ns.is_some_and(|ns| plain.iter().any(|p| **p == *ns))
 }
 
 /// A join/leave event (`crate::presence`): already the JSON text the
@@ -238,6 +262,7 @@ mod tests {
             handshake_timeout_ms: 10_000,
             close_timeout_ms: 5_000,
             history: Default::default(),
+            ns_history: Default::default(),
         };
         let stats = SharedCompressionStats::default();
         Hub::new(limits, encoders(&Settings::default(), &stats))

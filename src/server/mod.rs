@@ -182,7 +182,10 @@ pub struct Server {
 impl Server {
     /// Binds the listener (so bind errors surface here and port 0 resolves),
     /// then starts the pinned worker.
-    pub fn start(cfg: Config) -> io::Result<Server> {
+    pub fn start(mut cfg: Config) -> io::Result<Server> {
+        // A program may have set namespaces or the global options since.
+        cfg.resolve_namespaces()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // Certificate files are read before anything binds: a bad one is
         // the start's error, naming the file.
         let tls = tls::edge::TlsEdge::new(&cfg.tls)?;

@@ -46,6 +46,27 @@ pub fn route_publish(
     }
 }
 
+/// Counts a publish on `channel` that its namespace's rules let through,
+/// with the deliveries it made at once (`delivered`; Redis mode counts
+/// them when the message comes back). Nothing without namespaces.
+pub fn count_published(w: &Worker, channel: &str, delivered: u64) {
+    let table = &w.cfg.namespaces.table;
+    if !table.is_empty() {
+        w.namespaces
+            .borrow_mut()
+            .published(table, channel, delivered);
+    }
+}
+
+/// Counts a refusal by `channel`'s namespace (or for naming an unknown
+/// one). Nothing without namespaces.
+pub fn count_refused(w: &Worker, channel: &str) {
+    let table = &w.cfg.namespaces.table;
+    if !table.is_empty() {
+        w.namespaces.borrow_mut().refused(table, channel);
+    }
+}
+
 /// `POST /publish/{channel}`. In Redis mode the answer waits (at most the
 /// command timeout) for Redis to confirm the PUBLISH: `200` with the number
 /// of instances that received it; `202 {"buffered":true}` while Redis is
@@ -56,6 +77,11 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
     if std::str::from_utf8(body).is_err() {
         return error(400, "body must be UTF-8 text");
     }
+    let table = &w.cfg.namespaces.table;
+    if let Err(refusal) = table.server_may_publish(channel, body.len()) {
+        count_refused(w, channel);
+        return error(refusal.status(), refusal.message());
+    }
     if !wait_for_backlog(w).await {
         return error(503, "server overloaded, retry later");
     }
@@ -64,6 +90,11 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
         let redis = w.redis.as_deref();
         route_publish(&mut hub, redis, channel, OpCode::Text, body, 0, true)
     };
+    match outcome {
+        Published::Local(n) => count_published(w, channel, n as u64),
+        Published::Queued(_) => count_published(w, channel, 0),
+        Published::Rejected => {}
+    }
     let local = w.hub.borrow().subscriber_count(channel);
     let (status, reply) = match outcome {
         Published::Local(n) => (

@@ -18,6 +18,7 @@ use crate::history::relay::{self, Fetch, Relay};
 use crate::history::Entry;
 use crate::hooks::api::CONTROL_CHANNEL;
 use crate::hub::Hub;
+use crate::namespace::counters::Counters;
 use crate::peers::Peers;
 use crate::pusher::state::Session;
 use crate::pusher::PusherState;
@@ -35,7 +36,7 @@ use crate::server::redis::{Local, RedisLink};
 use crate::server::sys;
 use crate::server::tls::client::ClientTls;
 use crate::server::tls::edge::TlsEdge;
-use crate::stats::Snapshot;
+use crate::stats::{NamespaceStats, Snapshot};
 use crate::ws::OpCode;
 
 /// Size of the per-worker scratch buffer every read goes through.
@@ -109,6 +110,8 @@ pub struct Worker {
     pub tls: Option<TlsEdge>,
     /// The identity provider's key set (`--token-jwks-url`).
     pub jwks: Option<JwksEdge>,
+    /// Per-namespace counters (none without namespaces).
+    pub namespaces: RefCell<Counters>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -125,12 +128,14 @@ impl Worker {
     pub fn with_tls(cfg: Config, (tls, client): (Option<TlsEdge>, ClientTls)) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg, client.redis);
         let compression = formats::SharedCompressionStats::default();
-        let encoders = formats::plain_and_compressed(&cfg.compression, &compression);
+        let plain = cfg.uncompressed_namespaces();
+        let encoders = formats::encoders_with(&cfg.compression, &compression, plain);
         let encoders = formats::with_sse(encoders, cfg.sse.heartbeat_ms);
-        let relay = redis
-            .as_ref()
-            .filter(|l| l.keeps_history())
-            .map(|_| RefCell::new(Relay::new(cfg.history, relay_seed())));
+        let relay = redis.as_ref().filter(|l| l.keeps_history()).map(|_| {
+            RefCell::new(
+                Relay::new(cfg.history, relay_seed()).with_namespaces(cfg.history_namespaces()),
+            )
+        });
         Rc::new(Worker {
             relay,
             hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
@@ -148,6 +153,7 @@ impl Worker {
             presence: RefCell::default(),
             parking: parking(&cfg),
             tls,
+            namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -176,14 +182,18 @@ impl Worker {
         }
     }
 
-    /// `auth::authorize_upgrade` with [`Worker::verify_token`].
+    /// `auth::authorize_upgrade` with [`Worker::verify_token`], and the
+    /// channel's namespace rules (`namespace::authorize_upgrade`).
     pub fn authorize(
         &self,
         req: &crate::http::Request,
         channel: Option<&str>,
     ) -> Result<crate::auth::Grants, crate::auth::Refusal> {
-        crate::auth::authorize_upgrade_with(&self.cfg.auth, req, channel, |t| {
-            self.verify_token(t, &mut self.hub.borrow_mut().stats)
+        let (table, auth) = (&self.cfg.namespaces.table, &self.cfg.auth);
+        crate::namespace::authorize_upgrade(table, auth, req, channel, |c| {
+            crate::auth::authorize_upgrade_with(auth, req, c, |t| {
+                self.verify_token(t, &mut self.hub.borrow_mut().stats)
+            })
         })
     }
 
@@ -290,7 +300,34 @@ impl Worker {
             channels: hub.channel_count() as u64,
             messages_out: hub.stats.deliveries,
             pusher_apps: self.pusher_apps(),
+            namespaces: self.namespace_stats(&hub),
+            namespace_unknown_channel: (!self.cfg.namespaces.table.is_empty())
+                .then(|| self.namespaces.borrow().unknown),
         }
+    }
+
+    /// Per-namespace counters and gauges (one pass over the channels,
+    /// only with namespaces configured).
+    fn namespace_stats(&self, hub: &Hub) -> std::collections::BTreeMap<String, NamespaceStats> {
+        let table = &self.cfg.namespaces.table;
+        if table.is_empty() {
+            return Default::default();
+        }
+        let channels = hub.channels_with_prefix("");
+        let counts = channels.iter().map(|(c, n)| (&**c, *n));
+        self.namespaces.borrow().snapshot(table, counts)
+    }
+
+    /// Runs a delivery into the hub and counts it in the channel's
+    /// namespace (Redis mode's deliveries come back here).
+    fn delivering<T>(&self, channel: &str, f: impl FnOnce(&mut Hub) -> T) -> T {
+        let mut hub = self.hub.borrow_mut();
+        let before = hub.stats.deliveries;
+        let out = f(&mut hub);
+        let n = hub.stats.deliveries - before;
+        let table = &self.cfg.namespaces.table;
+        self.namespaces.borrow_mut().delivered(table, channel, n);
+        out
     }
 
     /// Each Pusher app's counters by app id.
@@ -328,9 +365,9 @@ impl Local for Worker {
         if channel == CONTROL_CHANNEL && self.hears_commands() {
             return self.heard_command(payload);
         }
-        self.hub
-            .borrow_mut()
-            .publish(channel, opcode, payload, skip);
+        self.delivering(channel, |hub| {
+            hub.publish(channel, opcode, payload, skip);
+        });
     }
 
     fn track_interest(&self) {
@@ -386,31 +423,34 @@ impl Local for Worker {
             opcode: env.opcode,
             payload: env.payload,
         };
-        let mut hub = self.hub.borrow_mut();
-        let clock = (hub.now_ms(), hub.history_budget());
-        let mut actions = Vec::new();
-        let fetch = relay
-            .borrow_mut()
-            .arrive(channel, epoch, entry, clock, &mut actions);
-        relay_edge::apply(&mut hub, channel, actions, skip);
-        fetch
+        self.delivering(channel, |hub| {
+            let clock = (hub.now_ms(), hub.history_budget());
+            let mut actions = Vec::new();
+            let fetch = relay
+                .borrow_mut()
+                .arrive(channel, epoch, entry, clock, &mut actions);
+            relay_edge::apply(hub, channel, actions, skip);
+            fetch
+        })
     }
 
     fn fetched(&self, fetch: &Fetch, snap: Option<relay::Snapshot>) -> Option<Fetch> {
         let relay = self.relay.as_ref()?;
-        let mut hub = self.hub.borrow_mut();
-        let clock = (hub.now_ms(), hub.history_budget());
-        let mut actions = Vec::new();
-        let next = relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
-        relay_edge::apply(&mut hub, &fetch.channel, actions, None);
-        next
+        self.delivering(&fetch.channel, |hub| {
+            let clock = (hub.now_ms(), hub.history_budget());
+            let mut actions = Vec::new();
+            let next = relay.borrow_mut().fetched(fetch, snap, clock, &mut actions);
+            relay_edge::apply(hub, &fetch.channel, actions, None);
+            next
+        })
     }
 
     fn confirmed(&self, channel: &str) -> Vec<Fetch> {
         let Some(relay) = &self.relay else {
             return Vec::new();
         };
-        if self.hub.borrow().subscriber_count(channel) == 0 {
+        let keeps = relay.borrow().history().enabled_for(channel);
+        if !keeps || self.hub.borrow().subscriber_count(channel) == 0 {
             return Vec::new();
         }
         relay.borrow_mut().catch_up(&[Rc::from(channel)])

@@ -371,6 +371,9 @@ async fn channel_read(
     };
     if let Err((status, message)) = w.authorize(req, Some(channel)) {
         w.hub.borrow_mut().stats.auth_failures += 1;
+        if matches!(status, 403 | 404) {
+            publish::count_refused(w, channel);
+        }
         log::refused(log::Refusal::Upgrade, "channel read refused", message);
         return Err(HttpError { status, message });
     }
@@ -379,7 +382,7 @@ async fn channel_read(
         (Route::Presence(_), _) => {
             presence_edge::http_answer(w, (id, channel), query, keep_alive).await
         }
-        (_, Some(l)) if l.keeps_history() => {
+        (_, Some(l)) if l.keeps_history_of(channel) => {
             resume::history_http(w, channel, query, keep_alive).await
         }
         _ => recall::history_http(&w.hub.borrow(), channel, query, keep_alive),

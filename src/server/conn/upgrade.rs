@@ -104,6 +104,9 @@ pub async fn upgrade(
         Ok(g) => g,
         Err((status, message)) => {
             w.hub.borrow_mut().stats.auth_failures += 1;
+            if let (Some(c), 403 | 404) = (checked, status) {
+                crate::server::publish::count_refused(w, c);
+            }
             log::refused(log::Refusal::Upgrade, "upgrade refused", message);
             refuse(sock, &HttpError { status, message }).await?;
             return Ok(None);

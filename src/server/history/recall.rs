@@ -81,7 +81,7 @@ pub fn send_position(
 /// [`HISTORY_MAX_LIMIT`]); a channel without history answers
 /// `"epoch":null,"offset":0`.
 pub fn history_http(hub: &Hub, channel: &str, query: Option<&str>, keep_alive: bool) -> Vec<u8> {
-    if !hub.history_enabled() {
+    if !hub.history_enabled(channel) {
         return error(404, "history is off (--history-size)", keep_alive);
     }
     let (since, limit) = match parse_query(query) {

@@ -30,10 +30,16 @@ pub struct Deferred {
     /// The connection was not subscribed before: a refusal undoes the
     /// presence membership and event subscription made for it.
     pub fresh: bool,
+    /// Without `since`, in a `recover-on-subscribe` namespace: resume
+    /// from just before the channel's latest message.
+    pub latest: bool,
 }
 
 /// Runs a deferred subscribe to the end (reply queued).
-pub async fn subscribe(w: &Rc<Worker>, id: ConnId, d: Deferred) {
+pub async fn subscribe(w: &Rc<Worker>, id: ConnId, mut d: Deferred) {
+    if d.latest {
+        d.since = before_latest(w, &d.channel).await;
+    }
     let since = d.since.as_ref().map(|s| (s.epoch.as_str(), s.offset));
     let resumed = resume_from_redis(w, id, &d.channel, since).await;
     let mut hub = w.hub.borrow_mut();
@@ -83,6 +89,17 @@ pub async fn resume_from_redis(
         ),
     })?;
     Ok(bounded(&mut hub, r))
+}
+
+/// The position just before `channel`'s latest message, if it has one
+/// (read from Redis; `recover-on-subscribe`).
+async fn before_latest(w: &Worker, channel: &str) -> Option<Since> {
+    let link = w.redis.as_ref()?;
+    let snap = read_history(link, channel, 0).await.ok()?;
+    (snap.top > 0).then(|| Since {
+        epoch: snap.epoch,
+        offset: snap.top - 1,
+    })
 }
 
 /// A deferred subscribe was refused: what `native::control` did for it before

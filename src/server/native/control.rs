@@ -10,11 +10,12 @@ use bytes::Bytes;
 use crate::auth::Grants;
 use crate::control::{self, ErrorCode};
 use crate::hub::{ConnId, Hub};
+use crate::namespace::Refusal;
 use crate::server::history::recall;
 use crate::server::history::resume;
 use crate::server::hooks::session::{self as hooks_session, HookCall};
 use crate::server::presence::edge::{self as presence_edge, Identity};
-use crate::server::publish::{route_publish, Published};
+use crate::server::publish::{count_published, count_refused, route_publish, Published};
 use crate::server::redis::RedisLink;
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
@@ -72,10 +73,17 @@ pub fn handle(
     w: &Rc<Worker>,
     hub: &mut Hub,
     (id, serial, grants): (ConnId, u64, &Grants),
-    env: control::Envelope,
+    mut env: control::Envelope,
 ) -> Option<Box<Deferred>> {
     let redis = w.redis.as_deref();
     let idv = env.id.as_deref();
+    if let Some(refusal) = namespace_gate(w, hub, (id, grants), &env.request) {
+        hub.send_to(id, control::error(refusal.0, refusal.1, idv));
+        return None;
+    }
+    if w.redis.is_none() {
+        recover_latest(w, hub, &mut env.request);
+    }
     if let Some(early) = before_subscribe(w, hub, (id, serial, grants), &env) {
         return early;
     }
@@ -85,15 +93,6 @@ pub fn handle(
             Some(control::error(ErrorCode::BadRequest, msg, idv))
         }
         control::Request::Refresh { token } => Some(refresh(w, hub, id, grants, &token, idv)),
-        control::Request::Subscribe { channel, .. } | control::Request::Presence { channel }
-            if !grants.may_subscribe(&channel) =>
-        {
-            Some(forbidden(idv))
-        }
-        control::Request::Publish { channel, .. } if !grants.may_publish(&channel) => {
-            hub.stats.publish_forbidden += 1;
-            Some(forbidden(idv))
-        }
         control::Request::Subscribe {
             channel,
             since,
@@ -123,7 +122,12 @@ pub fn handle(
             channel,
             opcode,
             payload,
-        } => publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv),
+        } => {
+            let before = hub.stats.deliveries;
+            let reply = publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv);
+            count_published(w, &channel, hub.stats.deliveries - before);
+            reply
+        }
     };
     if let Some(frame) = reply {
         hub.send_to(id, frame);
@@ -173,9 +177,6 @@ fn before_subscribe(
     else {
         return None;
     };
-    if !grants.may_subscribe(channel) {
-        return None;
-    }
     let who = Identity::of(w, grants, serial);
     if let Err(code) = presence_edge::admit(w, &who, channel, *presence) {
         hub.send_to(id, presence_edge::refusal(code, env.id.as_deref()));
@@ -194,18 +195,23 @@ fn before_subscribe(
         presence_edge::watch(hub, id, channel);
     }
     // (The name is valid: `control::parse` checked it.)
-    let defer = w.redis.as_deref().is_some_and(RedisLink::keeps_history);
+    let defer = w
+        .redis
+        .as_deref()
+        .is_some_and(|l| l.keeps_history_of(channel));
     if !defer {
         return None;
     }
     // Presence does not wait for the history read.
     presence_edge::join(w, hub, id, &who, channel, *presence);
+    let latest = since.is_none() && w.cfg.namespaces.table.recovers(channel);
     let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
     Some(Some(Box::new(Deferred::Resume(resume::Deferred {
         channel,
         since,
         id,
         fresh,
+        latest,
     }))))
 }
 
@@ -242,10 +248,65 @@ fn refresh(
     }
 }
 
-fn forbidden(id: Option<&serde_json::value::RawValue>) -> Bytes {
-    control::error(
-        ErrorCode::Forbidden,
-        "this connection is not granted this channel (token or publish key)",
-        id,
-    )
+/// `recover-on-subscribe` (embedded; Redis mode reads the position in
+/// `resume`): a subscribe without `since` resumes from just before the
+/// channel's latest message, which its reply is then followed by.
+fn recover_latest(w: &Worker, hub: &Hub, request: &mut control::Request) {
+    let control::Request::Subscribe { channel, since, .. } = request else {
+        return;
+    };
+    if since.is_some() || !w.cfg.namespaces.table.recovers(channel) {
+        return;
+    }
+    if let Some((at, _)) = hub
+        .history(channel, u64::MAX, 0)
+        .filter(|(at, _)| at.offset > 0)
+    {
+        let epoch = at.epoch.to_string();
+        *since = Some(control::Since {
+            epoch,
+            offset: at.offset - 1,
+        });
+    }
+}
+
+/// Whether the connection may subscribe to (or query) or publish on the
+/// request's channel: its grants, and with namespaces its namespace's
+/// rules (`namespace::Table`); the error to answer if not.
+fn namespace_gate(
+    w: &Worker,
+    hub: &mut Hub,
+    (id, grants): (ConnId, &Grants),
+    request: &control::Request,
+) -> Option<(ErrorCode, &'static str)> {
+    let table = &w.cfg.namespaces.table;
+    let verdict = match request {
+        control::Request::Subscribe { channel, .. } | control::Request::Presence { channel } => {
+            table.may_subscribe(grants, w.cfg.auth.tokens_required(), channel)
+        }
+        control::Request::Publish {
+            channel, payload, ..
+        } => {
+            let subscribed = !table.is_empty() && hub.is_subscribed(id, channel);
+            let verdict = table.may_publish(grants, (channel, payload.len()), subscribed);
+            if verdict.is_err() {
+                hub.stats.publish_forbidden += 1;
+            }
+            verdict
+        }
+        _ => Ok(()),
+    };
+    let refusal = verdict.err()?;
+    if let control::Request::Subscribe { channel, .. }
+    | control::Request::Presence { channel }
+    | control::Request::Publish { channel, .. } = request
+    {
+        count_refused(w, channel);
+    }
+    let code = match refusal {
+        Refusal::UnknownChannel => ErrorCode::UnknownChannel,
+        Refusal::Forbidden(_) => ErrorCode::Forbidden,
+        Refusal::TooLarge => ErrorCode::MessageTooLarge,
+    };
+    Some((code, refusal.message()))
 }

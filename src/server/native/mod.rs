@@ -14,7 +14,7 @@ use crate::auth::Grants;
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
 use crate::server::presence::edge as presence_edge;
-use crate::server::publish::{route_publish, Published};
+use crate::server::publish::{count_published, count_refused, route_publish, Published};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -62,17 +62,29 @@ pub fn on_data(
         let who = (id, serial, grants);
         return control::on_control(w, hub, who, opcode, payload);
     };
-    if !grants.may_publish(c) || publish_hooked(w) {
-        hub.stats.publish_forbidden += 1;
-        hub.close(
-            id,
-            1008,
+    // A path-mode connection is subscribed to its channel; with a publish
+    // hook it may not publish (the hook speaks the JSON protocol).
+    let table = &w.cfg.namespaces.table;
+    let verdict = match publish_hooked(w) {
+        true => Err(crate::namespace::Refusal::Forbidden(
             "this connection may not publish here",
-            CloseReason::Protocol,
-        );
+        )),
+        false => table.may_publish(grants, (c, payload.len()), true),
+    };
+    if let Err(refusal) = verdict {
+        hub.stats.publish_forbidden += 1;
+        count_refused(w, c);
+        let (code, why) = match refusal {
+            crate::namespace::Refusal::TooLarge => (1009, refusal.message()),
+            _ if table.is_empty() => (1008, "this connection may not publish here"),
+            _ => (1008, refusal.message()),
+        };
+        hub.close(id, code, why, CloseReason::Protocol);
         return None;
     }
+    let before = hub.stats.deliveries;
     let outcome = route_publish(hub, redis, c, opcode, payload, serial, false);
+    count_published(w, c, hub.stats.deliveries - before);
     if let Published::Rejected = outcome {
         // A plain WebSocket has no way to carry an error reply: tell
         // the publisher with close 1013 rather than drop its message.

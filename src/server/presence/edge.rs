@@ -59,8 +59,9 @@ pub fn admit(w: &Worker, who: &Identity<'_>, channel: &str, events: bool) -> Res
             Ok(())
         };
     }
+    let (max_members, _) = w.cfg.presence_limits(channel);
     let mut p = w.presence.borrow_mut();
-    if p.admits(channel, &who.user, cfg.max_members) {
+    if p.admits(channel, &who.user, max_members) {
         Ok(())
     } else {
         p.stats.presence_refused += 1;
@@ -95,8 +96,9 @@ pub fn join(
     if events {
         watch(hub, id, channel);
     }
+    let (max_members, max_events) = w.cfg.presence_limits(channel);
     let mut p = w.presence.borrow_mut();
-    let joined = p.join(id as u64, channel, (&who.user, who.info), cfg.max_members);
+    let joined = p.join(id as u64, channel, (&who.user, who.info), max_members);
     if let Some(link) = &w.redis {
         drop(p);
         if matches!(joined, Ok(Joined::User | Joined::Connection)) {
@@ -105,7 +107,7 @@ pub fn join(
         }
         return;
     }
-    if joined == Ok(Joined::User) && cfg.announces(p.count(channel)) {
+    if joined == Ok(Joined::User) && p.count(channel) <= max_events {
         p.stats.presence_joins += 1;
         drop(p);
         let text = event::join(channel, &who.user, who.info);
@@ -166,7 +168,7 @@ fn announce_leave(w: &Rc<Worker>, hub: &mut Hub, l: &Left) {
     let mut p = w.presence.borrow_mut();
     // Counted as it was before the leave: the leave of a join that was
     // announced is announced.
-    if !l.last || !w.cfg.presence.announces(p.count(&l.channel) + 1) {
+    if !l.last || p.count(&l.channel) + 1 > w.cfg.presence_limits(&l.channel).1 {
         return;
     }
     p.stats.presence_leaves += 1;

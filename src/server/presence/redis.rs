@@ -57,12 +57,15 @@ impl Style {
                 // Pusher announces every member (its bound is the cap).
                 max_events: usize::MAX,
             },
-            None => Style {
-                events: presence::events_channel(channel),
-                pusher: None,
-                max_members: w.cfg.presence.max_members,
-                max_events: w.cfg.presence.max_events,
-            },
+            None => {
+                let (max_members, max_events) = w.cfg.presence_limits(channel);
+                Style {
+                    events: presence::events_channel(channel),
+                    pusher: None,
+                    max_members,
+                    max_events,
+                }
+            }
         }
     }
 

@@ -165,7 +165,7 @@ async fn open(
     let mut stream = connect(link, shard, deadline).await?;
     let mut buf = BytesMut::new();
     let mut cmds = commands::handshake(url, role == Role::Command);
-    if role == Role::Command && link.keeping.is_some() {
+    if role == Role::Command && link.keeps_history() {
         // Loaded on every connect: a restarted Redis has an empty script
         // cache, and EVALSHA must find them.
         cmds.push(stream::script_load(stream::PUBLISH_SCRIPT));

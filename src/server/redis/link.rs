@@ -17,6 +17,7 @@ use super::shard::Shard;
 use super::slots::Cluster;
 use crate::config::Config;
 use crate::history::relay::{Fetch, Snapshot};
+use crate::history::{HistoryLimits, NamespaceLimits};
 use crate::log;
 use crate::redis::cluster;
 use crate::redis::commands::{self, Pubsub};
@@ -99,8 +100,9 @@ pub struct RedisLink {
     pub(super) buffers: (usize, usize),
     /// Counters, read by `/stats` and `/metrics`.
     pub stats: RefCell<RedisStats>,
-    /// How channel history is kept in Redis (`None`: history off).
-    pub(super) keeping: Option<Keeping>,
+    /// How channel history is kept in Redis: the default limits, the
+    /// namespaces' (see [`RedisLink::keeping_of`]), and the read budget.
+    history: (HistoryLimits, NamespaceLimits, usize),
     /// Largest payload read back from a stream (`--max-message-size`).
     pub(super) max_message: usize,
     /// Epochs minted for channels Redis has no history for.
@@ -158,11 +160,11 @@ impl RedisLink {
             mode,
             buffers,
             stats: RefCell::new(RedisStats::default()),
-            keeping: cfg.history.enabled().then(|| Keeping {
-                size: cfg.history.size,
-                ttl_s: cfg.history.ttl_ms.div_ceil(1000).max(1),
-                read_bytes: cfg.redis.max_reply_size / 2,
-            }),
+            history: (
+                cfg.history,
+                cfg.history_namespaces(),
+                cfg.redis.max_reply_size / 2,
+            ),
             max_message: cfg.ws.max_message_size,
             minted: Cell::new(0),
             // Pusher presence channels use the same scripts.
@@ -194,13 +196,12 @@ impl RedisLink {
         // Pusher's channels are published plainly: nothing reads their
         // history back (see `channel::keeps_history`).
         let keeping = self
-            .keeping
-            .as_ref()
+            .keeping_of(channel)
             .filter(|_| crate::channel::keeps_history(channel));
         let cmd = match keeping {
             Some(k) => {
                 let epoch = self.mint_epoch();
-                stream::publish((self.mode, &self.prefix, channel), msg, k, &epoch)
+                stream::publish((self.mode, &self.prefix, channel), msg, &k, &epoch)
             }
             None => commands::publish_as(self.mode, &self.prefix, channel, msg),
         };
@@ -228,9 +229,26 @@ impl RedisLink {
         format!("{:016x}{n:x}", self.instance)
     }
 
-    /// Whether channel history is kept in Redis.
+    /// Whether channel history is kept in Redis (for some channel).
     pub fn keeps_history(&self) -> bool {
-        self.keeping.is_some()
+        self.history.0.enabled() || self.history.1.any_enabled()
+    }
+
+    /// Whether `channel` keeps history (its namespace's `history-size`).
+    pub fn keeps_history_of(&self, channel: &str) -> bool {
+        self.keeping_of(channel).is_some()
+    }
+
+    /// How `channel`'s history is kept (its namespace's limits, else the
+    /// global ones); `None` when it keeps none.
+    fn keeping_of(&self, channel: &str) -> Option<Keeping> {
+        let (default, namespaces, read_bytes) = &self.history;
+        let l = namespaces.of(channel, default);
+        l.enabled().then(|| Keeping {
+            size: l.size,
+            ttl_s: l.ttl_ms.div_ceil(1000).max(1),
+            read_bytes: *read_bytes,
+        })
     }
 
     /// Queues a read of `channel`'s position and its stream from offset
@@ -243,14 +261,20 @@ impl RedisLink {
         from: u64,
         create: bool,
     ) -> Result<Rc<ReplyWaiter>, PipelineFull> {
-        let k = self.keeping.as_ref().expect("history on");
+        // A channel without history (a backfill of one whose namespace
+        // keeps none) reads its position and no entries.
+        let k = self.keeping_of(channel).unwrap_or(Keeping {
+            size: 0,
+            ttl_s: self.history.0.ttl_ms.div_ceil(1000).max(1),
+            read_bytes: self.history.2,
+        });
         let count = if from == 0 { 0 } else { k.size };
         let epoch = if create {
             self.mint_epoch()
         } else {
             String::new()
         };
-        let cmd = stream::read(&self.prefix, channel, k, &epoch, from.max(1), count);
+        let cmd = stream::read(&self.prefix, channel, &k, &epoch, from.max(1), count);
         let waiter = Rc::new(ReplyWaiter::default());
         let shard = self.route_channel(channel).ok_or(PipelineFull)?;
         shard.push(cmd, CmdKind::Command(waiter.clone()))?;

@@ -2,10 +2,16 @@
 //!
 //! Only what a WebSocket gateway needs: parse a head with `httparse`, decide
 //! the route and the upgrade, and encode small responses. Bodies are read by
-//! the edge using the `Content-Length` decided here.
+//! the edge using the `Content-Length` decided here. The responses are
+//! `response.rs`.
 
 use crate::channel::valid_channel_name;
 use crate::ws::handshake::{validate_upgrade, HandshakeError};
+
+mod response;
+pub use response::{
+    error_response, handshake_error, reason, response, retry_after_response, HttpError,
+};
 
 /// Most headers in one request; more is answered 431.
 pub const MAX_HEADERS: usize = 64;
@@ -71,21 +77,6 @@ pub struct Request {
     pub deflate: Option<crate::ws::extension::Agreed>,
 }
 
-/// A request that cannot be served, with its status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpError {
-    /// Status code.
-    pub status: u16,
-    /// Short reason, sent as `{"error": ...}`.
-    pub message: &'static str,
-}
-
-impl HttpError {
-    const fn new(status: u16, message: &'static str) -> Self {
-        HttpError { status, message }
-    }
-}
-
 /// Parses a request head from the start of `buf`. `Ok(None)`: incomplete,
 /// read more (the caller enforces `max_head` on what it buffers; this also
 /// refuses a complete head longer than that).
@@ -117,8 +108,8 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, Htt
     let target = req.path.unwrap_or("/");
     let target = target.split('#').next().unwrap_or("/");
     let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), Some(q.to_string())),
-        None => (target.to_string(), None),
+        Some((p, q)) => (channel_path(p), Some(q.to_string())),
+        None => (channel_path(target), None),
     };
     let authorization = header(req.headers, "authorization").map(<[u8]>::to_vec);
     let origin = header(req.headers, "origin").map(<[u8]>::to_vec);
@@ -390,112 +381,26 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
     }
 }
 
+/// A path, with `%23` read as `#` in the channel routes' paths: a user
+/// channel (`notifications:#42`) is written `/publish/notifications:%2342`
+/// (a raw `#` would start the URL's fragment). Other paths (the cache's,
+/// forwarded to the origin) are kept as sent.
+fn channel_path(path: &str) -> String {
+    let channel_route = ["/ws/", "/publish/", "/history/", "/presence/"]
+        .iter()
+        .any(|p| path.starts_with(p));
+    match channel_route && path.contains("%23") {
+        true => path.replace("%23", "#"),
+        false => path.to_string(),
+    }
+}
+
 fn channel(name: &str) -> Result<&str, HttpError> {
     if valid_channel_name(name) {
         Ok(name)
     } else {
         Err(HttpError::new(400, "invalid channel name"))
     }
-}
-
-/// The standard reason phrase of the statuses corecast sends.
-pub fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        202 => "Accepted",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        413 => "Content Too Large",
-        426 => "Upgrade Required",
-        429 => "Too Many Requests",
-        502 => "Bad Gateway",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Unknown",
-    }
-}
-
-/// Encodes a complete response with a body. `HEAD` responses pass
-/// `head_only` so the body is described but not sent.
-pub fn response(
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-    keep_alive: bool,
-    extra: &[(&str, &str)],
-    head_only: bool,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(160 + body.len());
-    let conn = if keep_alive { "keep-alive" } else { "close" };
-    out.extend_from_slice(
-        format!(
-            "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {conn}\r\n",
-            reason(status),
-            body.len()
-        )
-        .as_bytes(),
-    );
-    for (k, v) in extra {
-        out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only {
-        out.extend_from_slice(body);
-    }
-    out
-}
-
-/// A JSON error response: `{"error":"..."}`.
-pub fn error_response(err: &HttpError, keep_alive: bool) -> Vec<u8> {
-    error_response_with(err, keep_alive, &[])
-}
-
-/// [`error_response`] telling the client when to try again (`429`/`503`:
-/// RFC 9110 10.2.3), in whole seconds, at least 1.
-pub fn retry_after_response(err: &HttpError, keep_alive: bool, after_ms: u64) -> Vec<u8> {
-    let secs = after_ms.div_ceil(1000).max(1).to_string();
-    error_response_with(err, keep_alive, &[("Retry-After", &secs)])
-}
-
-fn error_response_with(err: &HttpError, keep_alive: bool, more: &[(&str, &str)]) -> Vec<u8> {
-    let body = serde_json::json!({ "error": err.message }).to_string();
-    let fixed: &[(&str, &str)] = match err.status {
-        426 => &[("Sec-WebSocket-Version", "13"), ("Upgrade", "websocket")],
-        405 => &[("Allow", "GET, HEAD, POST")],
-        401 => &[("WWW-Authenticate", "Bearer")],
-        // Every 503 is a condition expected to pass (limits, Redis down).
-        503 => &[("Retry-After", "1")],
-        _ => &[],
-    };
-    let extra: Vec<(&str, &str)> = fixed.iter().chain(more).copied().collect();
-    response(
-        err.status,
-        "application/json",
-        body.as_bytes(),
-        keep_alive,
-        &extra,
-        false,
-    )
-}
-
-/// The error for a refused upgrade.
-pub fn handshake_error(e: &HandshakeError) -> HttpError {
-    let message = match e {
-        HandshakeError::NotGet => "WebSocket upgrades use GET",
-        HandshakeError::NotHttp11 => "WebSocket upgrades need HTTP/1.1",
-        HandshakeError::MissingUpgrade => "missing `Upgrade: websocket`",
-        HandshakeError::MissingConnectionUpgrade => "missing `Connection: upgrade`",
-        HandshakeError::UnsupportedVersion => "unsupported Sec-WebSocket-Version (need 13)",
-        HandshakeError::MissingKey => "missing Sec-WebSocket-Key",
-        HandshakeError::InvalidKey => "invalid Sec-WebSocket-Key",
-    };
-    HttpError::new(e.status(), message)
 }
 
 #[cfg(test)]
