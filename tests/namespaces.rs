@@ -2,10 +2,12 @@
 //! channel of a namespace that is not configured is refused everywhere
 //! (JSON, path mode, HTTP publish, history, presence); `publish`,
 //! `subscribe` (token, anyone, user channels), `allow-anonymous` and
-//! `max-message-size` per namespace.
+//! `max-message-size` per namespace; event streams (`GET /sse`) under
+//! the same rules.
 
 mod common;
 mod redis_support;
+mod sse_support;
 
 use std::net::SocketAddr;
 
@@ -565,5 +567,54 @@ async fn a_namespace_may_send_its_channels_uncompressed() {
                 assert_eq!(f.payload, body.as_bytes());
             }
         }
+    }
+}
+
+/// An event stream is a subscriber like any other: a channel of an
+/// unconfigured namespace is 404, a user channel is its user's only (403
+/// for another), and what is published to it arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_obey_namespace_rules() {
+    let (_redis, modes) = modes().await;
+    for mode in &modes {
+        let s = server(mode, "notifications:subscribe=user,publish=server", true).await;
+        let t = token("42", r#"["plain"]"#, "[]");
+        let mut unknown =
+            sse_support::Sse::request(s.addr, &format!("/sse?channel=other:x&token={t}"), &[])
+                .await;
+        assert_eq!(unknown.status, 404, "{}", unknown.head);
+        assert_eq!(
+            unknown.error_body().await["error"],
+            "no namespace is configured for this channel"
+        );
+        let theirs = sse_support::Sse::request(
+            s.addr,
+            &format!("/sse?channel=notifications:%2343&token={t}"),
+            &[],
+        )
+        .await;
+        assert_eq!(theirs.status, 403, "{}", theirs.head);
+        // One refused channel refuses the stream, whatever the others.
+        let mixed = sse_support::Sse::request(
+            s.addr,
+            &format!("/sse?channel=plain&channel=other:x&token={t}"),
+            &[],
+        )
+        .await;
+        assert_eq!(mixed.status, 404, "{}", mixed.head);
+        let mut mine = sse_support::Sse::request(
+            s.addr,
+            &format!("/sse?channel=notifications:%2342&token={t}"),
+            &[],
+        )
+        .await;
+        assert_eq!(mine.status, 200, "{}", mine.head);
+        assert_eq!(mine.next_event().await.name, "subscribed");
+        let r = post(s.addr, "/publish/notifications:%2342", b"you have mail").await;
+        assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+        let m = mine.next_event().await;
+        assert_eq!(m.name, "message");
+        assert_eq!(m.json()["data"], "you have mail");
+        assert_eq!(m.json()["channel"], "notifications:#42");
     }
 }

@@ -18,6 +18,7 @@ use crate::peers::PeerRefusal;
 use crate::server::conn::stream::Stream;
 use crate::server::formats;
 use crate::server::history::resume;
+use crate::server::publish;
 use crate::server::redis::RedisLink;
 use crate::server::worker::Worker;
 use crate::sse::{self, Subscription};
@@ -108,10 +109,28 @@ fn admit(
         status: 400,
         message: e.message(),
     })?;
-    if sub.channels.iter().any(|c| !grants.may_subscribe(c)) {
-        return Err(refused((403, "token does not grant this channel")).into());
+    for c in &sub.channels {
+        may_subscribe(w, &grants, c).map_err(refused)?;
     }
     Ok((grants, sub))
+}
+
+/// Whether `grants` may subscribe a stream to `channel`: the token's
+/// grants, and with namespaces the channel's namespace rules, as a
+/// WebSocket subscriber (404 for a channel of no configured namespace).
+fn may_subscribe(w: &Worker, grants: &Grants, channel: &str) -> Result<(), auth::Refusal> {
+    let table = &w.cfg.namespaces.table;
+    if table.is_empty() {
+        return match grants.may_subscribe(channel) {
+            true => Ok(()),
+            false => Err((403, "token does not grant this channel")),
+        };
+    }
+    let tokens = w.cfg.auth.tokens_required();
+    table.may_subscribe(grants, tokens, channel).map_err(|r| {
+        publish::count_refused(w, channel);
+        (r.status(), r.message())
+    })
 }
 
 /// Subscribes stream `id` to `channel`, queueing its first events: from
