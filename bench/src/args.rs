@@ -32,6 +32,8 @@ COMMON OPTIONS:
   --tls-ca PATH          PEM CA certificates to verify a wss:// server with
                          [the system's roots]; wss:// URLs speak TLS (rustls),
                          broadcast over wss:// publishes with --via http
+  --tls-insecure         accept any wss:// server certificate (a benchmark's
+                         self-signed one; signatures are still checked)
 
 CONNECT:
   -n N                   connections to open
@@ -192,6 +194,8 @@ pub struct Common {
     /// CA certificates (PEM) to verify a `wss://` server with; the
     /// system's roots if absent.
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Accept any server certificate (`--tls-insecure`).
+    pub tls_insecure: bool,
 }
 
 impl Default for Common {
@@ -207,6 +211,7 @@ impl Default for Common {
             source_ips: Vec::new(),
             server_pid: None,
             tls_ca: None,
+            tls_insecure: false,
         }
     }
 }
@@ -415,6 +420,7 @@ fn common_flag(c: &mut Common, flag: &str, v: &str) -> Result<bool, String> {
         "--source-ips" => c.source_ips = ip_list(v)?,
         "--server-pid" => c.server_pid = Some(num(flag, v)?),
         "--tls-ca" => c.tls_ca = Some(v.into()),
+        "--tls-insecure" => c.tls_insecure = true,
         _ => return Ok(false),
     }
     Ok(true)

@@ -49,7 +49,8 @@ pub(crate) fn target_of(url: &WsUrl, common: &Common) -> Result<Target, BenchErr
             let host = url.host.trim_start_matches('[').trim_end_matches(']');
             let name = ServerName::try_from(host.to_string())
                 .map_err(|e| BenchError::Setup(format!("{}: {e}", url.host)))?;
-            let config = tls::client_config(common.tls_ca.as_deref()).map_err(BenchError::Setup)?;
+            let config = tls::client_config(common.tls_ca.as_deref(), common.tls_insecure)
+                .map_err(BenchError::Setup)?;
             Some(TlsTarget { config, name })
         }
     };

@@ -30,8 +30,13 @@ pub struct TlsTarget {
     pub name: ServerName<'static>,
 }
 
-/// Builds the client configuration: roots from `ca` (PEM) or the system.
-pub fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+/// Builds the client configuration: roots from `ca` (PEM) or the system;
+/// with `insecure`, any certificate (`--tls-insecure`: a benchmark's
+/// self-signed server; the handshake's signatures are still checked).
+pub fn client_config(ca: Option<&Path>, insecure: bool) -> Result<Arc<ClientConfig>, String> {
+    if insecure {
+        return Ok(insecure_config());
+    }
     let mut roots = RootCertStore::empty();
     match ca {
         Some(path) => {
@@ -61,6 +66,62 @@ pub fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// A configuration that takes any server certificate.
+fn insecure_config() -> Arc<ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = Arc::new(AnyCertificate(provider.clone()));
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring's versions")
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
+/// `--tls-insecure`: every certificate is accepted (name, issuer and
+/// dates unchecked); the handshake signatures are verified with the
+/// provider's algorithms as usual.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algs = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algs = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// One connection's TLS session.

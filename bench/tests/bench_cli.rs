@@ -217,6 +217,9 @@ fn broadcast_over_wss_delivers_everything_and_verifies_the_certificate() {
     let out = run_bench(&["connect", "--url", &url, "-n", "3", "--json", "--quiet"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("tls: "), "{text}");
+    // --tls-insecure takes it anyway (a benchmark's self-signed server).
+    let v = bench_json(&["connect", "--url", &url, "--tls-insecure", "-n", "3"]);
+    assert_eq!(u(&v, "connected"), 3, "{v:#}");
     server.stop();
     server.join().unwrap();
 }
