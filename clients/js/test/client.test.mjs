@@ -313,6 +313,37 @@ test("maxPendingRequests: past it publishes wait in the queue and other requests
   assert.deepEqual(got.map((m) => m.data), ["p1", "p2", "p3"]);
 });
 
+test("maxBufferedAmount: past it queued publishes wait unsent until the socket drains", async (t) => {
+  const server = await startCorecast([]);
+  t.after(() => {
+    server.proc.kill("SIGCONT");
+    return server.stop();
+  });
+  const limit = 64 * 1024;
+  const c = client(server, { maxBufferedAmount: limit, maxQueuedPublishes: 500, maxPendingRequests: 500, pingInterval: 0, requestTimeout: 60_000 });
+  t.after(() => c.disconnect());
+  const sub = c.subscribe("buffered");
+  const got = collect(sub);
+  c.connect();
+  await nextEvent(sub, "subscribed");
+  // A frozen server reads nothing: once the kernel's buffers are full,
+  // the socket's own buffer grows, and past the bound the rest wait in
+  // the client's queue instead of piling up in it.
+  server.proc.kill("SIGSTOP");
+  const big = "x".repeat(16 * 1024);
+  const pubs = [];
+  for (let i = 0; i < 300; i++) pubs.push(c.publish("buffered", `${i}:${big}`));
+  await until(() => c.queue.length > 0 && c.ws.bufferedAmount > limit, "the bound crossed, publishes held back");
+  // Bounded: a publish is handed over only while the buffer is within
+  // the bound, so it holds at most one message more.
+  assert.ok(c.ws.bufferedAmount <= limit + big.length + 64, `buffered ${c.ws.bufferedAmount}`);
+  assert.ok(c.queue.length > 0, "some publishes still wait");
+  server.proc.kill("SIGCONT");
+  await Promise.all(pubs);
+  await until(() => got.length === 300, "all 300 messages", 30_000);
+  assert.deepEqual(got.map((m) => Number(m.data.split(":")[0])), [...Array(300).keys()]);
+});
+
 test("a subscribe refused as unavailable (Redis down) is asked again until Redis is back", async (t) => {
   const { startRedis } = await import("./support.mjs");
   let redis = await startRedis();
