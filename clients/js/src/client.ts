@@ -163,6 +163,21 @@ export class Client extends Emitter<ClientEvents> {
     });
   }
 
+  /**
+   * Calls the application backend's RPC hook (corecast `--proxy-rpc`):
+   * resolves with the `data` of its answer; rejects with the backend's
+   * refusal (`code` "refused") or `unavailable` when it is down. Needs
+   * the WebSocket transport.
+   */
+  async rpc(method: string, data: unknown = null): Promise<unknown> {
+    await this.whenConnected();
+    if (this.transport === "sse") {
+      throw new CorecastError("unsupported", "rpc needs the WebSocket transport");
+    }
+    const f = await this.request({ op: "rpc", method, data });
+    return (f as { data?: unknown }).data;
+  }
+
   // The narrow interface subscriptions call back through.
   private readonly host = {
     presence: (channel: string) => this.presence(channel),

@@ -344,6 +344,33 @@ test("maxBufferedAmount: past it queued publishes wait unsent until the socket d
   assert.deepEqual(got.map((m) => Number(m.data.split(":")[0])), [...Array(300).keys()]);
 });
 
+test("rpc: a call reaches the backend's RPC hook and its answer comes back; a refusal rejects", async (t) => {
+  // The application's backend, answering corecast's --proxy-rpc calls in
+  // Centrifugo's proxy shape.
+  const { createServer } = await import("node:http");
+  const backend = createServer((req, res) => {
+    let body = "";
+    req.on("data", (d) => (body += d));
+    req.on("end", () => {
+      const call = JSON.parse(body);
+      const answer = call.method === "add"
+        ? { result: { data: { sum: call.data.a + call.data.b } } }
+        : { error: { code: 1001, message: "unknown method" } };
+      res.setHeader("Content-Type", "application/json");
+      res.end(JSON.stringify(answer));
+    });
+  });
+  await new Promise((r) => backend.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => backend.close(r)));
+  const server = await startCorecast(["--proxy-rpc", `http://127.0.0.1:${backend.address().port}/rpc`]);
+  t.after(() => server.stop());
+  const c = client(server, { pingInterval: 0 });
+  t.after(() => c.disconnect());
+  c.connect();
+  assert.deepEqual(await c.rpc("add", { a: 2, b: 3 }), { sum: 5 });
+  await assert.rejects(c.rpc("nope"), (e) => e instanceof CorecastError && e.code === "refused");
+});
+
 test("a subscribe refused as unavailable (Redis down) is asked again until Redis is back", async (t) => {
   const { startRedis } = await import("./support.mjs");
   let redis = await startRedis();
