@@ -25,7 +25,8 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
     let target = target_of(&opts.url, &opts.common)?;
     probe(&target, opts.common.connect_timeout).await?;
     let pid = opts.common.server_pid;
-    let rss = move || pid.and_then(|p| sys::rss_kib(p).ok());
+    // Both resident sizes: all of it, and its anonymous part.
+    let rss = move || pid.and_then(|p| Some((sys::rss_kib(p).ok()?, sys::rss_anon_kib(p).ok()?)));
     let rss_before = rss();
     let progress = Rc::new(OpenProgress::default());
     let hold = Rc::new(Hold::default());
@@ -100,22 +101,28 @@ pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
 
 /// The server's memory before the connects, with them open and after the
 /// hold, and what one connection cost at the end of the hold.
-fn server_sample(pid: u32, rss: [Option<u64>; 3], connected: usize) -> ServerSample {
-    let [rss_before, rss_connected, rss_held] = rss;
+fn server_sample(pid: u32, rss: [Option<(u64, u64)>; 3], connected: usize) -> ServerSample {
+    let [before, rss_connected, held] = rss;
+    let (rss_before, rss_held) = (before.map(|r| r.0), held.map(|r| r.0));
+    let (anon_before, anon_held) = (before.map(|r| r.1), held.map(|r| r.1));
+    let per = |b: Option<u64>, a: Option<u64>| match (b, a) {
+        (Some(b), Some(a)) if connected > 0 => {
+            Some((a as f64 - b as f64) * 1024.0 / connected as f64)
+        }
+        _ => None,
+    };
     ServerSample {
         pid,
         rss_before_kib: rss_before,
-        rss_connected_kib: rss_connected,
+        rss_connected_kib: rss_connected.map(|r| r.0),
         rss_held_kib: rss_held,
+        rss_anon_before_kib: anon_before,
+        rss_anon_held_kib: anon_held,
+        anon_bytes_per_connection: per(anon_before, anon_held),
         // After the hold: what connections cost once idle (a server may
         // shed per-connection state after a quiet period, as corecast's
         // `--park-after` does; hold longer than that).
-        rss_bytes_per_connection: match (rss_before, rss_held) {
-            (Some(b), Some(a)) if connected > 0 => {
-                Some((a as f64 - b as f64) * 1024.0 / connected as f64)
-            }
-            _ => None,
-        },
+        rss_bytes_per_connection: per(rss_before, rss_held),
         ..ServerSample::default()
     }
 }

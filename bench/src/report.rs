@@ -135,9 +135,19 @@ pub struct ServerSample {
     /// VmRSS at the end of the hold, KiB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_held_kib: Option<u64>,
-    /// (rss_connected - rss_before) / connections, bytes.
+    /// (rss_held - rss_before) / connections, bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_bytes_per_connection: Option<f64>,
+    /// RssAnon before the first connection, KiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_anon_before_kib: Option<u64>,
+    /// RssAnon at the end of the hold, KiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_anon_held_kib: Option<u64>,
+    /// (rss_anon_held - rss_anon_before) / connections, bytes: what the
+    /// connections own, without file pages the kernel pages in and out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anon_bytes_per_connection: Option<f64>,
 }
 
 /// `connect` results.

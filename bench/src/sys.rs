@@ -320,7 +320,21 @@ pub fn rss_kib(pid: u32) -> io::Result<u64> {
 }
 
 fn parse_vmrss(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    status_kib(status, "VmRSS:")
+}
+
+/// Anonymous resident memory of process `pid` in KiB (`RssAnon`): the
+/// heap and stacks, without the code and data pages mapped from files,
+/// which the kernel may page out and back in at any time (e.g. DAMON's
+/// proactive reclaim) and which connections do not own.
+pub fn rss_anon_kib(pid: u32) -> io::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status_kib(&status, "RssAnon:")
+        .ok_or_else(|| io::Error::other("no RssAnon in /proc/PID/status"))
+}
+
+fn status_kib(status: &str, key: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
@@ -349,7 +363,8 @@ mod tests {
 
     #[test]
     fn proc_parsers() {
-        let status = "Name:\tcorecast\nVmPeak:\t  100 kB\nVmRSS:\t   5120 kB\n";
+        let status = "Name:\tcorecast\nVmPeak:\t  100 kB\nVmRSS:\t   5120 kB\nRssAnon:\t 700 kB\n";
+        assert_eq!(status_kib(status, "RssAnon:"), Some(700));
         assert_eq!(parse_vmrss(status), Some(5120));
         let stat = "123 (core cast) S 1 2 3 4 5 6 7 8 9 10 250 17 0 0 20";
         assert_eq!(parse_stat_ticks(stat), Some(267));
