@@ -314,7 +314,10 @@ fn check_at_least_once(
         }
     }
     let missing: Vec<_> = accepted.difference(&seen).collect();
-    assert!(missing.is_empty(), "{who}: accepted but lost: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "{who}: accepted but lost: {prefix}{missing:?}"
+    );
 }
 
 /// Redis is SIGKILLed while B publishes a stream over HTTP and WebSocket
@@ -444,6 +447,9 @@ async fn redis_crash_mid_stream_loses_no_accepted_message() {
     let ws_ok: BTreeSet<u64> = (0..ws_seq.load(Ordering::SeqCst)).collect();
     assert!(outcomes.iter().any(|o| o.1 == 202) && outcomes.iter().any(|o| o.1 == 200));
 
+    // Shown only when a check below fails: what each instance counted.
+    eprintln!("A /stats: {}", stats(a.addr).await);
+    eprintln!("B /stats: {}", stats(b.addr).await);
     for (who, sub) in [("A", &sub_a), ("B", &sub_b), ("publisher on B", &echo_b)] {
         let fenced = |c: &Collected| {
             c.ended.is_some()

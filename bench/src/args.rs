@@ -14,7 +14,7 @@ USAGE:
   corecast-bench connect   --url ws://HOST:PORT/ws/CHAN -n N [options]
   corecast-bench broadcast --url ws://HOST:PORT/ws/CHAN [--url URL2 ...] -n SUBS
                            -p PUBS --rate MSGS_PER_SEC [options]
-  corecast-bench http      --url http://HOST:PORT/PATH -c CONNECTIONS [options]
+  corecast-bench http      --url http(s)://HOST:PORT/PATH -c CONNECTIONS [options]
   corecast-bench paper     [--out DIR] [--configs c1,c2,c3] [--scales 500,5000,max]
   corecast-bench soak      --minutes N | --seconds S [--out DIR]
 
@@ -29,10 +29,11 @@ COMMON OPTIONS:
   --source-ips A-B|A,B   bind connections to these local IPv4 addresses,
                          round-robin (e.g. 127.0.0.2-127.0.0.40)
   --server-pid PID       sample the server's RSS / CPU from /proc/PID
-  --tls-ca PATH          PEM CA certificates to verify a wss:// server with
-                         [the system's roots]; wss:// URLs speak TLS (rustls),
+  --tls-ca PATH          PEM CA certificates to verify a wss:// or https://
+                         server with [the system's roots]; wss:// and https://
+                         URLs speak TLS (rustls),
                          broadcast over wss:// publishes with --via http
-  --tls-insecure         accept any wss:// server certificate (a benchmark's
+  --tls-insecure         accept any TLS server certificate (a benchmark's
                          self-signed one; signatures are still checked)
 
 CONNECT:
@@ -102,6 +103,13 @@ origin and fresh corecast servers pinned to --server-cpu, drives them from
   --api-connections N    keep-alive connections of the API load [8]
   --api-duration SECS    window of each cache comparison phase [5]
   --source-ips A-B       local addresses of the clients [127.0.0.2-127.0.0.41]
+  --tls                  run the matrix encrypted: servers on TLS, clients on
+                         wss:// (publishing with POST /publish on https://),
+                         the C3 API on https:// (the origin stays plain); a
+                         baseline gets TLS_CERT/TLS_KEY and must serve TLS
+  --tls-cert PATH        the servers' certificate chain for --tls, with
+  --tls-key PATH         its key [a self-signed ECDSA P-256 one for localhost,
+                         made with `openssl`, taken with --tls-insecure]
   --baseline node        also run the reference architecture (bench/reference-node:
                          Node.js `ws`, `ioredis`; `npm ci` when needed) in
                          every cell, right after corecast
@@ -474,8 +482,8 @@ fn parse_http(args: &[String]) -> Result<HttpOpts, String> {
             _ => return Err(format!("unknown option `{flag}` for http")),
         }
     }
-    if !o.url.starts_with("http://") {
-        return Err("http needs --url http://HOST:PORT/PATH".into());
+    if !o.url.starts_with("http://") && !o.url.starts_with("https://") {
+        return Err("http needs --url http(s)://HOST:PORT/PATH".into());
     }
     if o.duration.is_zero() {
         return Err("--duration must be > 0".into());

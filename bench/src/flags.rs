@@ -7,8 +7,9 @@ use std::time::Duration;
 
 /// Flag/value pairs; switches get an empty value.
 pub fn pairs(args: &[String]) -> Result<Vec<(&str, &str)>, String> {
-    const SWITCHES: [&str; 10] = [
+    const SWITCHES: [&str; 11] = [
         "--json",
+        "--tls",
         "--tls-insecure",
         "--quiet",
         "--legacy-driver",

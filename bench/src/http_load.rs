@@ -6,20 +6,21 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use serde::Serialize;
 
-use super::args::HttpOpts;
+use super::args::{HttpOpts, WsUrl};
+use super::http_stream::HttpStream;
 use super::report::LatencySummary;
 use super::stats::Histogram;
 use super::sys;
 use crate::error::BenchError;
+use crate::tls::TlsTarget;
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
@@ -81,20 +82,42 @@ impl HttpReport {
     }
 }
 
-/// `http://host:port/path?query` → address, Host value, request target.
-fn parse_url(url: &str) -> Result<(SocketAddr, String, String), BenchError> {
-    let bad = || BenchError::Setup(format!("`{url}`: expected http://host:port/path"));
-    let rest = url.strip_prefix("http://").ok_or_else(bad)?;
-    let (authority, target) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, "/"),
+/// Where the load goes: `http://` or `https://host:port/path?query`.
+struct HttpTarget {
+    addr: SocketAddr,
+    /// The `Host` value.
+    host: String,
+    /// The request target (path and query).
+    target: String,
+    /// `https://`: the TLS client configuration and server name.
+    tls: Option<TlsTarget>,
+}
+
+/// Parses the URL (the host resolved, the TLS configuration built from
+/// `--tls-ca`/`--tls-insecure` for `https://`).
+fn parse_url(url: &str, common: &crate::args::Common) -> Result<HttpTarget, BenchError> {
+    let bad = || BenchError::Setup(format!("`{url}`: expected http(s)://host:port/path"));
+    let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, false),
+        (_, Some(rest)) => (rest, true),
+        _ => return Err(bad()),
     };
-    let addr = authority
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(bad)?;
-    Ok((addr, authority.to_string(), target.to_string()))
+    // The same authority and path grammar as a WebSocket URL.
+    let scheme = if tls { "wss" } else { "ws" };
+    let ws = WsUrl::parse(&format!("{scheme}://{rest}")).map_err(|_| bad())?;
+    let target = super::engine::target_of(&ws, common)?;
+    let path_len = rest.find('/').map_or(rest.len(), |i| i);
+    let (_, path) = rest.split_at(path_len);
+    Ok(HttpTarget {
+        addr: target.addr,
+        host: target.authority,
+        target: if path.is_empty() {
+            "/".into()
+        } else {
+            path.into()
+        },
+        tls: target.tls,
+    })
 }
 
 #[derive(Default)]
@@ -148,12 +171,12 @@ fn encode_requests(target: &str, host: &str, unique: bool) -> (Bytes, Option<Spl
 
 /// Runs the load and builds the report.
 pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
-    let (addr, host, target) = parse_url(&o.url)?;
+    let t = Rc::new(parse_url(&o.url, &o.common)?);
     // One plain connect first: an unreachable target is one clear error.
-    TcpStream::connect_addr(addr)
+    TcpStream::connect_addr(t.addr)
         .await
         .map_err(|e| BenchError::Setup(format!("{}: {e}", o.url)))?;
-    let (request, unique) = encode_requests(&target, &host, o.unique);
+    let (request, unique) = encode_requests(&t.target, &t.host, o.unique);
     let start = Instant::now();
     let measure_from = start + o.warmup;
     let plan = Plan {
@@ -175,7 +198,13 @@ pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
         });
         let (plan, tally) = (plan.clone(), tally.clone());
         let first = start + offset;
-        tasks.push(monoio::spawn(client(addr, plan, first, i as u64, tally)));
+        tasks.push(monoio::spawn(client(
+            t.clone(),
+            plan,
+            first,
+            i as u64,
+            tally,
+        )));
     }
     for t in tasks {
         t.await;
@@ -203,18 +232,17 @@ pub async fn run(o: HttpOpts) -> Result<HttpReport, BenchError> {
 /// One keep-alive connection's request loop; reconnects after an error.
 /// Paced, it sends at most one request per interval; one that falls
 /// behind sends the next request at once but does not catch up in a burst.
-async fn client(addr: SocketAddr, plan: Plan, first: Instant, id: u64, tally: Rc<RefCell<Tally>>) {
+async fn client(t: Rc<HttpTarget>, plan: Plan, first: Instant, id: u64, tally: Rc<RefCell<Tally>>) {
     let (measure_from, end) = (plan.measure_from, plan.end);
     let mut next = first;
     // Counters of different connections never collide.
     let mut n = id << 40;
     while Instant::now() < end {
-        let Ok(mut stream) = TcpStream::connect_addr(addr).await else {
+        let Ok(mut stream) = HttpStream::connect(t.addr, t.tls.as_ref()).await else {
             tally.borrow_mut().errors += 1;
             monoio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let _ = stream.set_nodelay(true);
         let mut buf = BytesMut::with_capacity(16 * 1024);
         loop {
             if plan.interval.is_some() && Instant::now() < next {
@@ -228,8 +256,7 @@ async fn client(addr: SocketAddr, plan: Plan, first: Instant, id: u64, tally: Rc
                 next = (next + iv).max(sent);
             }
             n += 1;
-            let (res, _) = stream.write_all(plan.request(n)).await;
-            let status = match res {
+            let status = match stream.write_all(plan.request(n)).await {
                 Ok(_) => {
                     let read = read_response(&mut stream, &mut buf);
                     match monoio::time::timeout(RESPONSE_TIMEOUT, read).await {
@@ -257,7 +284,7 @@ async fn client(addr: SocketAddr, plan: Plan, first: Instant, id: u64, tally: Rc
 }
 
 /// Reads one response (head + `Content-Length` body) from `stream`.
-async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<u16> {
+async fn read_response(stream: &mut HttpStream, buf: &mut BytesMut) -> io::Result<u16> {
     let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
     let (status, head, body) = loop {
         let mut headers = [httparse::EMPTY_HEADER; 64];
@@ -284,23 +311,12 @@ async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
             _ => return Err(bad("malformed response head")),
         }
-        read_more(stream, buf).await?;
+        stream.read_more(buf).await?;
     };
     let total: usize = head + body;
     while buf.len() < total {
-        read_more(stream, buf).await?;
+        stream.read_more(buf).await?;
     }
     buf.advance(total);
     Ok(status)
-}
-
-async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<()> {
-    buf.reserve(16 * 1024);
-    let owned = std::mem::take(buf);
-    let (res, back) = stream.read(owned).await;
-    *buf = back;
-    match res? {
-        0 => Err(io::ErrorKind::UnexpectedEof.into()),
-        _ => Ok(()),
-    }
 }

@@ -23,7 +23,8 @@
 //! - [`open`]: opening many connections with bounded concurrency and an
 //!   optional rate.
 //! - [`publish`]: the publisher thread and its absolute schedule.
-//! - [`connect`], [`broadcast`], [`http_load`]: the load subcommands.
+//! - [`connect`], [`broadcast`], [`http_load`]: the load subcommands
+//!   (`http_stream`: the `http` load's plain or TLS connection).
 //! - [`paper`]: the reference experiment end to end — an orchestrator
 //!   that starts Redis, an origin and corecast instances and runs the load
 //!   subcommands as child processes; Markdown + SVG report.
@@ -40,6 +41,7 @@ mod engine;
 pub mod error;
 pub mod flags;
 pub mod http_load;
+mod http_stream;
 pub mod open;
 pub mod paper;
 pub mod payload;

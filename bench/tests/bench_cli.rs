@@ -290,6 +290,50 @@ fn http_load_counts_every_answer() {
 }
 
 #[test]
+fn http_load_speaks_https_and_verifies_the_certificate() {
+    let pki = tls_support::Pki::new("bench-https");
+    let server = start_tls_server(&pki);
+    let url = format!("https://localhost:{}/healthz", server.local_addr().port());
+    let ca = pki.ca();
+    let ca = ca.to_str().unwrap();
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["http", "--url", &url, "-c", "3", "--duration", "1"];
+        a.extend(["--warmup", "200ms"]);
+        a.extend(extra);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let with_ca: Vec<String> = args(&[])
+        .into_iter()
+        .chain(["--tls-ca".into(), ca.into()])
+        .collect();
+    let v = bench_json(&with_ca.iter().map(String::as_str).collect::<Vec<_>>());
+    let requests = u(&v, "requests");
+    assert!(requests > 0, "{v}");
+    assert_eq!(v["statuses"]["200"].as_u64(), Some(requests), "{v}");
+    assert_eq!(u(&v, "errors"), 0, "{v}");
+
+    // The system's roots do not know the test CA: every attempt is an
+    // error, no request is answered.
+    let mut plain_roots = args(&[]);
+    plain_roots.extend(["--json".into(), "--quiet".into()]);
+    let out = run_bench(&plain_roots.iter().map(String::as_str).collect::<Vec<_>>());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(u(&v, "requests"), 0, "{v}");
+    assert!(u(&v, "errors") > 0, "{v}");
+    // --tls-insecure takes the certificate anyway.
+    let insecure = args(&["--tls-insecure"]);
+    let v = bench_json(&insecure.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        v["statuses"]["200"].as_u64(),
+        Some(u(&v, "requests")),
+        "{v}"
+    );
+    assert!(u(&v, "requests") > 0, "{v}");
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
 fn paced_http_load_keeps_to_its_rate() {
     let server = start_server();
     let url = format!("http://{}/healthz", server.local_addr());
@@ -397,6 +441,61 @@ fn paper_runs_the_matrix_and_writes_the_report() {
     }
     let json: Value = serde_json::from_str(&read("paper.json")).unwrap();
     assert_eq!(json["cells"], v["cells"]);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn paper_tls_runs_the_matrix_encrypted() {
+    let out = std::env::temp_dir().join(format!("corecast-paper-tls-{}", std::process::id()));
+    let out_s = out.to_str().unwrap();
+    let v = bench_json(&[
+        "paper",
+        "--tls",
+        "--out",
+        out_s,
+        "--server-bin",
+        corecast_bin(),
+        "--configs",
+        "c1,c3",
+        "--scales",
+        "20",
+        "--duration",
+        "1",
+        "--warmup",
+        "500ms",
+        "--deliveries",
+        "2000",
+        "--api-duration",
+        "1",
+        "--api-rate",
+        "100",
+    ]);
+    assert_eq!(v["params"]["tls"], true, "{v:#}");
+    let cells = v["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 2, "{v:#}");
+    for c in cells {
+        assert!(u(c, "sent") > 0, "{c}");
+        assert_eq!(u(c, "unique"), u(c, "sent") * u(c, "clients"), "{c}");
+        for zero in ["lost", "duplicates", "disconnected"] {
+            assert_eq!(u(c, zero), 0, "{zero}: {c}");
+        }
+    }
+    let c3 = &cells[1]["api_load"];
+    assert!(u(c3, "requests_total") > 0 && u(c3, "failed") == 0, "{c3}");
+    for phase in ["miss", "hit"] {
+        let p = &v["api"][phase];
+        assert!(u(p, "requests_total") > 0 && u(p, "failed") == 0, "{p}");
+    }
+    // Every corecast of the run served TLS (its start line says so).
+    let logs: Vec<String> = std::fs::read_dir(out.join("logs"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .filter(|t| t.contains("corecast listening"))
+        .collect();
+    assert!(logs.len() >= 4, "C1, C3 x2, the cache comparison's");
+    assert!(logs.iter().all(|t| t.contains("tls=true")), "{logs:?}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("over TLS"), "{md}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 

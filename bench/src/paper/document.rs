@@ -415,6 +415,18 @@ fn api_section(r: &PaperReport) -> String {
     s
 }
 
+/// What `paper --tls` changes in the workload, said where it is described.
+fn tls_note(tls: bool) -> &'static str {
+    match tls {
+        true => {
+            " (all of it over TLS: `wss://` subscribers, publishers over `POST /publish` on \
+             `https://`, and the C3 API on `https://`; the servers present a self-signed \
+             ECDSA P-256 certificate unless one was given)"
+        }
+        false => "",
+    }
+}
+
 /// The Markdown report; `charts` are the chart file names.
 pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
     let p = &r.params;
@@ -442,7 +454,7 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
         s,
         "\n## Workload\n\n\
          Every client opens a WebSocket to `/ws/paper` and receives every message; {pubs} of \
-         them also publish, at a total of deliveries ÷ clients messages/s, so every cell asks \
+         them also publish{tls}, at a total of deliveries ÷ clients messages/s, so every cell asks \
          the server for the same {dps:.0} deliveries/s of {size}-byte messages (the reference \
          did not publish its message rate). C1 runs one instance; C2 and C3 run {inst} \
          instances sharing one Redis, clients spread over them, so most deliveries cross \
@@ -454,6 +466,7 @@ pub fn markdown(r: &PaperReport, charts: &[String]) -> String {
          counted; send-to-parse figures are in `paper.json` (`latency_parse`).{fallback}\n\n\
          ## Matrix\n\n",
         pubs = p.publishers,
+        tls = tls_note(p.tls),
         dps = p.deliveries_per_second,
         size = p.size,
         inst = p.instances,
@@ -575,6 +588,7 @@ mod tests {
                 api_rate: 500.0,
                 api_connections: 8,
                 api_duration_seconds: 5.0,
+                tls: false,
             },
             api: None,
             cells,

@@ -16,13 +16,14 @@ pub mod origin;
 pub mod procs;
 pub mod results;
 pub mod svg;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use opts::{Baseline, PaperOpts, Setup};
 use origin::Origin;
-use procs::{http_get, start_baseline, start_corecast, start_redis, BenchRun, Proc};
+use procs::{http_get_tls, start_baseline, start_corecast, start_redis, BenchRun, Proc};
 use results::{api_from_json, cell_from_json, ApiComparison, Cell, Machine, PaperReport, Params};
 
 use crate::error::BenchError;
@@ -54,6 +55,8 @@ struct Ctx {
     logs: PathBuf,
     origin: Origin,
     nofile: u64,
+    /// `--tls`: the certificate and the probes' client side.
+    tls: Option<tls::PaperTls>,
 }
 
 /// Runs the matrix and writes the report.
@@ -80,7 +83,9 @@ pub fn run(o: PaperOpts) -> Result<PaperReport, BenchError> {
         .map_err(|e| BenchError::Runtime(format!("cannot pin to CPU {}: {e:?}", o.load_cpu)))?;
     let nofile = sys::raise_nofile_limit()?;
     let origin = Origin::start(o.origin_delay, Some(o.load_cpu))?;
+    let tls = tls::prepare(&o, &o.out).map_err(BenchError::Setup)?;
     let ctx = Ctx {
+        tls,
         o,
         exe,
         server_bin,
@@ -185,6 +190,10 @@ fn server_args(ctx: &Ctx, setup: Setup, redis_port: Option<u16>) -> Vec<String> 
     if let Some(port) = redis_port.filter(|_| setup.uses_redis()) {
         args.extend(["--redis-url".into(), format!("redis://127.0.0.1:{port}")]);
     }
+    if let Some(t) = &ctx.tls {
+        args.extend(["--tls-cert".into(), t.cert.display().to_string()]);
+        args.extend(["--tls-key".into(), t.key.display().to_string()]);
+    }
     if setup == Setup::C3 {
         args.extend([
             "--origin".into(),
@@ -201,6 +210,10 @@ fn baseline_env(ctx: &Ctx, setup: Setup, redis_port: Option<u16>) -> Vec<(&'stat
     let mut env = Vec::new();
     if let Some(port) = redis_port.filter(|_| setup.uses_redis()) {
         env.push(("REDIS_URL", format!("redis://127.0.0.1:{port}")));
+    }
+    if let Some(t) = &ctx.tls {
+        env.push(("TLS_CERT", t.cert.display().to_string()));
+        env.push(("TLS_KEY", t.key.display().to_string()));
     }
     if setup == Setup::C3 {
         env.push(("ORIGIN", format!("http://{}", ctx.origin.addr())));
@@ -225,9 +238,10 @@ fn start_instances(
         let log = ctx
             .logs
             .join(format!("{}-{tag}-{name}{i}.log", setup.name()));
+        let tls = ctx.tls.as_ref().map(|t| &t.client);
         let (p, a) = match baseline {
-            None => start_corecast(&ctx.server_bin, ctx.o.server_cpu, &args, &log)?,
-            Some(b) => start_baseline(&b.cmd, ctx.o.server_cpu, &env, &log)?,
+            None => start_corecast(&ctx.server_bin, ctx.o.server_cpu, &args, &log, tls)?,
+            Some(b) => start_baseline(&b.cmd, ctx.o.server_cpu, &env, &log, tls)?,
         };
         procs.push(p);
         addrs.push(a);
@@ -272,8 +286,14 @@ fn run_cell(
         "--warmup".into(),
         secs(o.warmup),
     ];
+    let ws = if ctx.tls.is_some() { "wss" } else { "ws" };
     for a in &addrs {
-        args.extend(["--url".into(), format!("ws://{a}/ws/{CHANNEL}")]);
+        args.extend(["--url".into(), format!("{ws}://{a}/ws/{CHANNEL}")]);
+    }
+    if ctx.tls.is_some() {
+        // The generator publishes over its own sockets, not the
+        // subscribers' encrypted ones.
+        args.extend(["--via".into(), "http".into(), "--tls-insecure".into()]);
     }
     if instances > 1 {
         args.push("--cluster".into());
@@ -315,12 +335,12 @@ fn api_under_load(
     let setup_time = Duration::from_secs(2) + Duration::from_secs_f64(clients as f64 / 2000.0);
     let covering = setup_time + o.warmup + o.duration;
     let served_before = ctx.origin.served();
-    let args = vec![
+    let mut args = vec![
         "http".into(),
         "--cpu".into(),
         o.load_cpu.to_string(),
         "--url".into(),
-        format!("http://{addr}{HOT_PATH}"),
+        format!("{}://{addr}{HOT_PATH}", http_scheme(ctx)),
         "-c".into(),
         o.api_connections.to_string(),
         "--rate".into(),
@@ -330,6 +350,9 @@ fn api_under_load(
         "--duration".into(),
         secs(covering),
     ];
+    if ctx.tls.is_some() {
+        args.push("--tls-insecure".into());
+    }
     let log = ctx.logs.join(format!("C3-{tag}-api.log"));
     let run = BenchRun::spawn(&ctx.exe, args, &log, covering + CHILD_MARGIN)?;
     Ok((run, served_before))
@@ -338,8 +361,10 @@ fn api_under_load(
 /// Direct origin vs corecast miss vs corecast hit, one instance, idle.
 fn cache_comparison(ctx: &Ctx, redis_port: Option<u16>) -> Result<ApiComparison, String> {
     let (_servers, addrs) = start_instances(ctx, Setup::C3, 1, redis_port, ("api", None))?;
-    let corecast = addrs[0];
-    let origin = ctx.origin.addr();
+    // corecast speaks TLS with --tls; the origin stays plain (it is the
+    // backend, on the same machine).
+    let corecast: ApiTarget = (addrs[0], ctx.tls.as_ref());
+    let origin: ApiTarget = (ctx.origin.addr(), None);
     let direct = api_phase(ctx, "origin direct (no cache)", origin, "/items/1", false)?;
     let miss = api_phase(
         ctx,
@@ -349,7 +374,8 @@ fn cache_comparison(ctx: &Ctx, redis_port: Option<u16>) -> Result<ApiComparison,
         true,
     )?;
     // Warm the key, then measure hits only.
-    match http_get(corecast, "/api/items/1") {
+    let probe = ctx.tls.as_ref().map(|t| &t.client);
+    match http_get_tls(corecast.0, "/api/items/1", probe) {
         Ok((200, _)) => {}
         other => return Err(format!("warming the cache failed: {other:?}")),
     }
@@ -364,20 +390,35 @@ fn cache_comparison(ctx: &Ctx, redis_port: Option<u16>) -> Result<ApiComparison,
     Ok(ApiComparison::new(delay_ms, direct, miss, hit))
 }
 
+/// `http` or, with `--tls`, `https` (corecast's URLs; the origin's are
+/// always plain).
+fn http_scheme(ctx: &Ctx) -> &'static str {
+    if ctx.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// Where an API phase sends its load: an address, and whether it is
+/// corecast's (TLS with `--tls`) or the origin's (always plain).
+type ApiTarget<'a> = (std::net::SocketAddr, Option<&'a tls::PaperTls>);
+
 fn api_phase(
     ctx: &Ctx,
     name: &str,
-    addr: std::net::SocketAddr,
+    (addr, tls): ApiTarget,
     path: &str,
     unique: bool,
 ) -> Result<results::ApiPhase, String> {
     let o = &ctx.o;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let mut args: Vec<String> = vec![
         "http".into(),
         "--cpu".into(),
         o.load_cpu.to_string(),
         "--url".into(),
-        format!("http://{addr}{path}"),
+        format!("{scheme}://{addr}{path}"),
         "-c".into(),
         o.api_connections.to_string(),
         "--warmup".into(),
@@ -387,6 +428,9 @@ fn api_phase(
     ];
     if unique {
         args.push("--unique".into());
+    }
+    if tls.is_some() {
+        args.push("--tls-insecure".into());
     }
     let before = ctx.origin.served();
     let tag: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
@@ -426,6 +470,7 @@ fn write_report(
             api_rate: o.api_rate,
             api_connections: o.api_connections,
             api_duration_seconds: o.api_duration.as_secs_f64(),
+            tls: o.tls,
         },
         api,
         cells,

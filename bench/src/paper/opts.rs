@@ -147,6 +147,12 @@ pub struct PaperOpts {
     pub json: bool,
     /// No progress lines.
     pub quiet: bool,
+    /// Run the matrix over TLS (`wss://`, `https://`).
+    pub tls: bool,
+    /// The servers' certificate chain for `--tls` (generated if absent).
+    pub tls_cert: Option<PathBuf>,
+    /// Its key.
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for PaperOpts {
@@ -174,6 +180,9 @@ impl Default for PaperOpts {
             baseline: None,
             json: false,
             quiet: false,
+            tls: false,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -207,6 +216,7 @@ pub fn parse(args: &[String]) -> Result<PaperOpts, String> {
         match flag {
             "--json" => o.json = true,
             "--quiet" => o.quiet = true,
+            "--tls" => o.tls = true,
             _ => apply(&mut o, flag, v)?,
         }
     }
@@ -257,6 +267,8 @@ fn apply(o: &mut PaperOpts, flag: &str, v: &str) -> Result<(), String> {
             Some(b) => b.name = v.to_string(),
             None => return Err("--baseline-name goes after --baseline or --baseline-cmd".into()),
         },
+        "--tls-cert" => o.tls_cert = Some(PathBuf::from(v)),
+        "--tls-key" => o.tls_key = Some(PathBuf::from(v)),
         "--source-ips" => {
             ip_list(v)?;
             o.source_ips = v.to_string();
@@ -276,6 +288,9 @@ fn check(o: &PaperOpts) -> Result<(), String> {
         .any(|&c| c > max_cpu)
     {
         return Err(format!("CPU numbers must be at most {max_cpu}"));
+    }
+    if o.tls_cert.is_some() != o.tls_key.is_some() || (o.tls_cert.is_some() && !o.tls) {
+        return Err("--tls-cert and --tls-key go together, with --tls".into());
     }
     if o.instances == 0 || o.publishers == 0 || o.api_connections == 0 {
         return Err("--instances, --publishers and --api-connections must be >= 1".into());

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::tls::TlsTarget;
+
 /// How long a server has to come up (listen, and be ready).
 const START_DEADLINE: Duration = Duration::from_secs(20);
 /// How long a stopped server has to exit before SIGKILL.
@@ -155,6 +157,7 @@ pub fn start_corecast(
     cpu: usize,
     args: &[String],
     log: &Path,
+    tls: Option<&TlsTarget>,
 ) -> Result<(Proc, SocketAddr), String> {
     let mut cmd = Command::new(bin);
     cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
@@ -178,7 +181,7 @@ pub fn start_corecast(
         thread::sleep(POLL);
     };
     loop {
-        if matches!(http_get(addr, "/readyz"), Ok((200, _))) {
+        if matches!(http_get_tls(addr, "/readyz", tls), Ok((200, _))) {
             return Ok((proc, addr));
         }
         if let Some(status) = proc.exited() {
@@ -198,6 +201,7 @@ pub fn start_baseline(
     cpu: usize,
     env: &[(&str, String)],
     log: &Path,
+    tls: Option<&TlsTarget>,
 ) -> Result<(Proc, SocketAddr), String> {
     let mut last = String::new();
     for _ in 0..3 {
@@ -212,7 +216,7 @@ pub fn start_baseline(
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let deadline = Instant::now() + START_DEADLINE;
         loop {
-            if matches!(http_get(addr, "/healthz"), Ok((200, _))) {
+            if matches!(http_get_tls(addr, "/healthz", tls), Ok((200, _))) {
                 return Ok((proc, addr));
             }
             if let Some(status) = proc.exited() {
@@ -277,14 +281,38 @@ fn spawn_logged(mut cmd: Command, log: &Path) -> io::Result<Proc> {
 
 /// One `GET path` with `Connection: close`: status and body.
 pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    http_get_tls(addr, path, None)
+}
+
+/// [`http_get`], over TLS with `tls`.
+pub fn http_get_tls(
+    addr: SocketAddr,
+    path: &str,
+    tls: Option<&TlsTarget>,
+) -> io::Result<(u16, String)> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
     s.set_read_timeout(Some(Duration::from_secs(3)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    s.take(1 << 20).read_to_string(&mut text)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut raw = Vec::new();
+    let read = match tls {
+        None => {
+            let mut s = s;
+            s.write_all(request.as_bytes())?;
+            s.take(1 << 20).read_to_end(&mut raw)
+        }
+        Some(t) => {
+            let mut s = crate::tls::blocking(t, s)?;
+            s.write_all(request.as_bytes())?;
+            s.take(1 << 20).read_to_end(&mut raw)
+        }
+    };
+    // A server that closes without close_notify still sent its answer.
+    if let Err(e) = read {
+        if raw.is_empty() {
+            return Err(e);
+        }
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
     let status = text
         .split_whitespace()
         .nth(1)

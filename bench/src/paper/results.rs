@@ -178,6 +178,8 @@ pub struct Params {
     pub api_connections: usize,
     /// Window of each cache comparison phase, s.
     pub api_duration_seconds: f64,
+    /// Whether the clients spoke TLS (`paper --tls`).
+    pub tls: bool,
 }
 
 /// Everything `paper` produced (also written as `paper.json`).

@@ -92,9 +92,14 @@ pub fn run(o: SoakOpts) -> Result<SoakReport, BenchError> {
         .map_err(BenchError::Setup)?;
     let mut args = server_flags();
     args.extend(["--redis-url".into(), format!("redis://127.0.0.1:{port}")]);
-    let (server, addr) =
-        start_corecast(&server_bin, o.server_cpu, &args, &logs.join("corecast.log"))
-            .map_err(BenchError::Setup)?;
+    let (server, addr) = start_corecast(
+        &server_bin,
+        o.server_cpu,
+        &args,
+        &logs.join("corecast.log"),
+        None,
+    )
+    .map_err(BenchError::Setup)?;
     let redis =
         redis::Redis::connect(port).map_err(|e| BenchError::Setup(format!("redis: {e}")))?;
     let mut probe = Probe {
