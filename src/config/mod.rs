@@ -131,6 +131,12 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
                 .map_err(ConfigError)?;
             continue;
         }
+        if let (true, toml::Value::Array(a)) = (key == "proxy", value) {
+            if a.iter().all(toml::Value::is_table) {
+                named_proxies(cfg, a, origin)?;
+                continue;
+            }
+        }
         let opt = OPTIONS
             .iter()
             .find(|o| o.flag == key)
@@ -153,6 +159,31 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
             }
         };
         apply(opt, cfg, &text, &format!("{origin}: {key}"))?;
+    }
+    Ok(())
+}
+
+/// `[[proxy]]` tables (`name`, `endpoint`: Centrifugo's `proxies`
+/// entries), the TOML form of `--proxy NAME=URL`.
+fn named_proxies(
+    cfg: &mut Config,
+    tables: &[toml::Value],
+    origin: &str,
+) -> Result<(), ConfigError> {
+    for t in tables {
+        let field = |k: &str| t.get(k).and_then(toml::Value::as_str);
+        let (Some(name), Some(url), 2) = (
+            field("name"),
+            field("endpoint"),
+            t.as_table().map_or(0, |t| t.len()),
+        ) else {
+            return Err(ConfigError(format!(
+                "{origin}: a [[proxy]] table has exactly `name` and `endpoint` (strings)"
+            )));
+        };
+        cfg.proxy
+            .add_named(&format!("{name}={url}"))
+            .map_err(|e| ConfigError(format!("{origin}: [[proxy]]: {e}")))?;
     }
     Ok(())
 }

@@ -27,7 +27,7 @@ pub mod reply;
 pub mod request;
 pub mod stats;
 
-pub use config::{at_least_one, HookConfig};
+pub use config::{at_least_one, HookConfig, NamedProxy, MAX_PROXIES, NO_PROXY};
 pub use kind::HookKind;
 pub use reply::{Answer, ReplyError};
 pub use stats::HookStats;

@@ -122,18 +122,23 @@ pub async fn upgrade(
     accept(w, sock, id, req, up).await
 }
 
-/// With `--proxy-subscribe`, a path-mode upgrade's channel is asked of
-/// the subscribe hook (the status feed's is not).
+/// With a subscribe hook for it (`--proxy-subscribe`, or its namespace's
+/// `subscribe-proxy`), a path-mode upgrade's channel is asked of that
+/// hook (the status feed's is not).
 async fn channel_hook(w: &Worker, id: ConnId, up: &Upgrade) -> Result<(), Vec<u8>> {
-    let edge = w.hooks.as_deref().filter(|e| e.has(HookKind::Subscribe));
     let channel = up.channel.as_deref().filter(|c| *c != STATUS_CHANNEL);
-    let (Some(edge), Some(channel), ConnKind::Ws(formats::PATH)) = (edge, channel, up.kind) else {
+    let (Some(edge), Some(channel), ConnKind::Ws(formats::PATH)) =
+        (w.hooks.as_deref(), channel, up.kind)
+    else {
+        return Ok(());
+    };
+    let Some(hook) = edge.for_channel(HookKind::Subscribe, channel) else {
         return Ok(());
     };
     let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
     let client = pusher::socket_id(w.pusher.borrow().tag, serial);
     let user = up.grants.subject().unwrap_or("");
-    connect_hook::admit_channel(edge, &client, user, channel).await
+    connect_hook::admit_channel((edge, hook), &client, user, channel).await
 }
 
 /// Whether tokens are on and the upgrade carries one (`?token=` or

@@ -67,20 +67,37 @@ pub struct HookCall {
     pub grants: Grants,
 }
 
-/// Whether `req` is asked of a hook first: a subscribe or publish the
-/// grants allow (a forbidden one is refused without asking), any rpc.
+/// Whether `req` is asked of a hook first: a subscribe or publish on a
+/// channel with a hook (its namespace's, else the global one) that the
+/// connection's grants and the namespace's rules allow (a forbidden one
+/// is refused without asking), any rpc.
 pub fn applies(w: &Worker, grants: &Grants, req: &Request) -> bool {
     let Some(h) = w.hooks.as_deref() else {
         return false;
     };
+    let table = &w.cfg.namespaces.table;
+    let tokens = w.cfg.auth.tokens_required();
     match req {
         Request::Subscribe { channel, .. } => {
-            h.has(HookKind::Subscribe) && grants.may_subscribe(channel)
+            h.for_channel(HookKind::Subscribe, channel).is_some()
+                && match table.is_empty() {
+                    true => grants.may_subscribe(channel),
+                    false => table.may_subscribe(grants, tokens, channel).is_ok(),
+                }
         }
-        Request::Publish { channel, .. } => h.has(HookKind::Publish) && grants.may_publish(channel),
+        Request::Publish { channel, .. } => {
+            h.for_channel(HookKind::Publish, channel).is_some() && grants.may_publish(channel)
+        }
         Request::Rpc { .. } => h.has(HookKind::Rpc),
         _ => false,
     }
+}
+
+/// Whether `channel` has a publish hook (its namespace's or the global).
+pub fn publish_hook_for(w: &Worker, channel: &str) -> bool {
+    w.hooks
+        .as_deref()
+        .is_some_and(|h| h.for_channel(HookKind::Publish, channel).is_some())
 }
 
 /// Asks the backend about `call`; the request to carry out (a publish's
@@ -99,13 +116,9 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
     let idv = env.id.as_deref();
     let env = match &env.request {
         Request::Subscribe { channel, .. } => {
+            let hook = edge.for_channel(HookKind::Subscribe, channel)?;
             let body = request::subscribe(&client, user, channel);
-            let a = edge.call(
-                HookKind::Subscribe,
-                &[],
-                &body,
-                reply::parse::<SubscribeResult>,
-            );
+            let a = edge.call_hook(hook, &[], &body, reply::parse::<SubscribeResult>);
             settle(w, id, a.await, idv)?;
             env
         }
@@ -114,8 +127,9 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
             opcode,
             payload,
         } => {
+            let hook = edge.for_channel(HookKind::Publish, channel)?;
             let body = request::publish(&client, user, channel, (*opcode, payload));
-            let a = edge.call(HookKind::Publish, &[], &body, reply::parse::<PublishResult>);
+            let a = edge.call_hook(hook, &[], &body, reply::parse::<PublishResult>);
             let r = settle(w, id, a.await, idv)?;
             let skip = r.skip_history && w.redis.is_none();
             let env = rewritten(env, r);
