@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use common::*;
 use hooks_support::*;
-use redis_support::{instance, wait_readyz, RedisServer};
+use redis_support::{instance, wait_readyz, RedisServer, RespConn};
 use serde_json::{json, Value};
 
 const KEY: &str = "pk-123";
@@ -181,6 +181,98 @@ async fn in_redis_mode_the_api_acts_on_every_instance() {
     assert_eq!(r.json(), json!({"instances": 2}));
     assert_eq!(expect_close(&mut on_a).await, 4005);
     assert_eq!(expect_close(&mut on_b).await, 4005);
+}
+
+/// `GET /api/connections` in Redis mode lists every instance's
+/// connections of the user (asked on the control channel, answered on
+/// the asker's reply channel) and says which instances answered; one
+/// that does not answer in time (here a bare Redis subscriber of the
+/// control channel) is reported missing once `--api-connections-timeout`
+/// has passed, with what the others answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_redis_mode_connections_lists_every_instance() {
+    let backend = Backend::start();
+    let redis = RedisServer::start(&[]).await;
+    let timeout = std::time::Duration::from_millis(400);
+    let tweak = |c: &mut corecast::config::Config| {
+        keyed(c, &backend);
+        c.proxy.connections_timeout = timeout;
+    };
+    let a = instance(redis.url("", ""), tweak);
+    let b = instance(redis.url("", ""), tweak);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    wait_until("both instances hear the control channel", || async {
+        let r = api(a.addr, "POST", "/api/disconnect", json!({"user":"nobody"})).await;
+        r.json()["instances"] == 2
+    })
+    .await;
+    let mut on_a = ws_with_cookie(a.addr, "/ws", "good-42").await;
+    assert_eq!(next_json(&mut on_a).await["type"], "connected");
+    let mut on_b = Vec::new();
+    for path in ["/ws", "/ws/room"] {
+        on_b.push(ws_with_cookie(b.addr, path, "good-42").await);
+    }
+    assert_eq!(next_json(&mut on_b[0]).await["type"], "connected");
+    let _other = ws_with_cookie(b.addr, "/ws", "good-7").await;
+
+    let started = std::time::Instant::now();
+    let r = api(a.addr, "GET", "/api/connections?user=42", json!({})).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let body = r.json();
+    assert!(
+        started.elapsed() < timeout,
+        "every instance answered: no wait for the deadline"
+    );
+    let list = body["connections"].as_array().unwrap();
+    assert_eq!(list.len(), 3, "both instances' connections of 42: {body}");
+    let mut tags: Vec<u64> = list
+        .iter()
+        .map(|c| c["instance"].as_u64().unwrap())
+        .collect();
+    tags.sort();
+    tags.dedup();
+    assert_eq!(tags.len(), 2, "{body}");
+    let mut channels: Vec<Value> = list.iter().map(|c| c["channels"].clone()).collect();
+    channels.sort_by_key(|c| c.to_string());
+    assert_eq!(
+        channels,
+        [json!(["news"]), json!(["news"]), json!(["room"])]
+    );
+    let inst = &body["instances"];
+    assert_eq!(
+        (&inst["asked"], &inst["missing"]),
+        (&json!(2), &json!(0)),
+        "{body}"
+    );
+    let mut answered: Vec<u64> = serde_json::from_value(inst["answered"].clone()).unwrap();
+    answered.sort();
+    assert_eq!(answered, tags);
+
+    // A third subscriber of the control channel that never answers.
+    let mut silent = RespConn::open(redis.port, None).await;
+    silent.cmd(&["SUBSCRIBE", "corecast:!api"]).await;
+    let started = std::time::Instant::now();
+    let r = api(b.addr, "GET", "/api/connections?user=42", json!({})).await;
+    let waited = started.elapsed();
+    let body = r.json();
+    assert_eq!(
+        body["connections"].as_array().map(Vec::len),
+        Some(3),
+        "{body}"
+    );
+    let inst = &body["instances"];
+    assert_eq!(
+        (&inst["asked"], &inst["missing"]),
+        (&json!(3), &json!(1)),
+        "{body}"
+    );
+    assert_eq!(inst["answered"].as_array().map(Vec::len), Some(2));
+    assert!(
+        waited >= timeout,
+        "waited for the third until the deadline: {waited:?}"
+    );
+    assert!(waited < timeout * 5, "and not much longer: {waited:?}");
 }
 
 /// The Pusher HTTP API's `terminate_connections` closes every connection

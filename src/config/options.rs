@@ -503,6 +503,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "proxy-refresh", CORECAST_PROXY_REFRESH, "URL", -,
         "ask this backend URL when a connect-hook connection reaches its expire_at: extend it or close it (4001)"
         => |c, v| c.proxy.set_url(HookKind::Refresh, v);
+    "api-connections-timeout", CORECAST_API_CONNECTIONS_TIMEOUT, "DURATION", "1s",
+        "Redis mode: how long GET /api/connections waits for every instance's answer (asked on the control channel); past it, the answers so far are the listing and the others are reported missing"
+        => |c, v| set_positive_duration(&mut c.proxy.connections_timeout, v);
     "proxy", CORECAST_PROXY, "NAME=URL,...", -,
         "named proxies (Centrifugo's `proxies`): backend URLs a namespace picks for its subscribe or publish hook (`subscribe-proxy = \"NAME\"`, `publish-proxy = \"NAME\"`) instead of --proxy-subscribe / --proxy-publish; repeat the flag or comma-separate, TOML also `[[proxy]]` tables with `name` and `endpoint`; at most 16"
         => |c, v| c.proxy.add_named(v);

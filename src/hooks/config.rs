@@ -26,6 +26,9 @@ pub struct HookConfig {
     pub max_connections: usize,
     /// Largest answer body; a larger one is a failed call (default 64 KiB).
     pub max_body: usize,
+    /// How long `GET /api/connections` waits for every instance's answer
+    /// in Redis mode (default 1 s).
+    pub connections_timeout: Duration,
     /// Named proxies (`--proxy NAME=URL`), which namespaces choose for
     /// their subscribe and publish hooks (`subscribe-proxy`,
     /// `publish-proxy`); at most [`MAX_PROXIES`], each name once.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::control;
-use crate::hooks::api::{Command, CLOSE_DISCONNECTED};
+use crate::hooks::api::{Command, ConnectionInfo, CLOSE_DISCONNECTED};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::server::formats;
 
@@ -75,6 +75,21 @@ pub fn apply(hub: &mut Hub, users: &Users, cmd: &Command) -> usize {
         n += usize::from(done);
     }
     n
+}
+
+/// This instance's (tagged `tag`) connections of `user`, for
+/// `GET /api/connections`.
+pub fn list(hub: &Hub, users: &Users, tag: u32, user: &str) -> Vec<ConnectionInfo> {
+    let listed = |(id, since): (ConnId, u64)| {
+        let serial = hub.conn(id)?.serial();
+        Some(ConnectionInfo {
+            instance: tag,
+            client: crate::pusher::socket_id(tag, serial),
+            channels: hub.channels_of(id).iter().map(|c| c.to_string()).collect(),
+            connected_since_ms: since,
+        })
+    };
+    users.of(user).into_iter().filter_map(listed).collect()
 }
 
 fn is_json(kind: crate::hub::ConnKind) -> bool {
