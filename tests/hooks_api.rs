@@ -183,6 +183,47 @@ async fn in_redis_mode_the_api_acts_on_every_instance() {
     assert_eq!(expect_close(&mut on_b).await, 4005);
 }
 
+/// Centrifugo's `connect` command and reply: a JSON client admitted by
+/// a token (or none) is sent nothing unasked, and `{"op":"connect"}`
+/// tells it its client id — the one the server API lists — and user; a
+/// connect-hook client's unasked `connected` frame carries the same id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_ask_who_they_are_with_connect() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let secret = "connect-op-secret-0123456789abcdef0123";
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| {
+        keyed(c, &backend);
+        c.auth.token_secret = Some(corecast::config::Secret(secret.into()));
+    });
+    let claims = r#"{"exp":9999999999,"sub":"7","subscribe":["*"],"publish":[]}"#;
+    let token = corecast::auth::sign_token(claims, secret.as_bytes());
+    let mut ws = ws_connect(srv.addr, &format!("/ws?token={token}")).await;
+    let ask = |id: u32| Message::text(json!({"op":"connect","id":id}).to_string());
+    ws.send(ask(1)).await.unwrap();
+    let hello = next_json(&mut ws).await;
+    assert_eq!(
+        (&hello["type"], &hello["user"], &hello["id"]),
+        (&json!("connected"), &json!("7"), &json!(1)),
+        "the reply is its first frame: {hello}"
+    );
+    let client = hello["client"].as_str().unwrap().to_string();
+    let r = api(srv.addr, "GET", "/api/connections?user=7", json!({})).await;
+    assert_eq!(r.json()["connections"][0]["client"], client.as_str());
+
+    let mut hooked = ws_with_cookie(srv.addr, "/ws", "good-42").await;
+    let unasked = next_json(&mut hooked).await;
+    assert_eq!(unasked["type"], "connected");
+    hooked.send(ask(2)).await.unwrap();
+    let asked = next_json(&mut hooked).await;
+    assert_eq!(
+        (&asked["client"], &asked["user"], &asked["id"]),
+        (&unasked["client"], &json!("42"), &json!(2))
+    );
+    assert_ne!(asked["client"], client.as_str(), "one id per connection");
+}
+
 /// `GET /api/connections` in Redis mode lists every instance's
 /// connections of the user (asked on the control channel, answered on
 /// the asker's reply channel) and says which instances answered; one

@@ -93,6 +93,11 @@ pub fn handle(
             Some(control::error(ErrorCode::BadRequest, msg, idv))
         }
         control::Request::Refresh { token } => Some(refresh(w, hub, id, grants, &token, idv)),
+        control::Request::Connect => {
+            let client = crate::pusher::socket_id(w.pusher.borrow().tag, serial);
+            let who = grants.subject();
+            Some(crate::hooks::frames::connected_reply(&client, who, idv))
+        }
         control::Request::Subscribe {
             channel,
             since,
