@@ -52,9 +52,11 @@ async fn the_server_api_acts_on_a_users_connections() {
     let addr = srv.addr;
     let mut json_ws = ws_with_cookie(addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut json_ws).await["type"], "connected");
+    assert_eq!(next_json(&mut json_ws).await["type"], "subscribed");
     let mut path_ws = ws_with_cookie(addr, "/ws/room", "good-42").await;
     let mut other = ws_with_cookie(addr, "/ws", "good-7").await;
     assert_eq!(next_json(&mut other).await["type"], "connected");
+    assert_eq!(next_json(&mut other).await["type"], "subscribed");
 
     // Without the key: refused.
     let r = http_raw(
@@ -160,8 +162,10 @@ async fn in_redis_mode_the_api_acts_on_every_instance() {
     .await;
     let mut on_a = ws_with_cookie(a.addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut on_a).await["type"], "connected");
+    assert_eq!(next_json(&mut on_a).await["type"], "subscribed");
     let mut on_b = ws_with_cookie(b.addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut on_b).await["type"], "connected");
+    assert_eq!(next_json(&mut on_b).await["type"], "subscribed");
 
     let r = api(
         b.addr,
@@ -215,6 +219,7 @@ async fn clients_ask_who_they_are_with_connect() {
     let mut hooked = ws_with_cookie(srv.addr, "/ws", "good-42").await;
     let unasked = next_json(&mut hooked).await;
     assert_eq!(unasked["type"], "connected");
+    assert_eq!(next_json(&mut hooked).await["type"], "subscribed");
     hooked.send(ask(2)).await.unwrap();
     let asked = next_json(&mut hooked).await;
     assert_eq!(
@@ -250,11 +255,13 @@ async fn in_redis_mode_connections_lists_every_instance() {
     .await;
     let mut on_a = ws_with_cookie(a.addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut on_a).await["type"], "connected");
+    assert_eq!(next_json(&mut on_a).await["type"], "subscribed");
     let mut on_b = Vec::new();
     for path in ["/ws", "/ws/room"] {
         on_b.push(ws_with_cookie(b.addr, path, "good-42").await);
     }
     assert_eq!(next_json(&mut on_b[0]).await["type"], "connected");
+    assert_eq!(next_json(&mut on_b[0]).await["type"], "subscribed");
     let _other = ws_with_cookie(b.addr, "/ws", "good-7").await;
 
     let started = std::time::Instant::now();

@@ -237,6 +237,7 @@ async fn connect_hook_users_publish_only_through_a_publish_hook() {
     });
     let mut ws = ws_with_cookie(srv.addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut ws).await["type"], "connected");
+    assert_eq!(next_json(&mut ws).await["type"], "subscribed");
     let r = call(
         &mut ws,
         json!({"op":"publish","channel":"open:x","data":"a","id":1}),

@@ -12,33 +12,66 @@ use crate::hooks::reply::{self, PublishResult, RpcResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
+use crate::server::history::{recall, resume};
 use crate::server::hooks::connect::Welcome;
 use crate::server::hooks::refresh::refresh_loop;
 use crate::server::hooks::Failure;
+use crate::server::presence::edge::{self as presence_edge, Identity};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
 /// Queues a hook-admitted connection's first frame, subscribes it to
 /// the channels the backend listed (checked names; at most
-/// `--max-subscriptions`), and starts its refresh loop if it has one.
-pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, welcome: Welcome) {
+/// `--max-subscriptions`) as its own subscribes would be, and starts its
+/// refresh loop if it has one.
+pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, (id, grants): (ConnId, &Grants), welcome: Welcome) {
+    let serial = hub.conn(id).map_or(0, |c| c.serial());
     if let Some(plan) = welcome.refresh {
-        let serial = hub.conn(id).map_or(0, |c| c.serial());
         monoio::spawn(refresh_loop(w.clone(), (id, serial), plan));
     }
     if let Some(frame) = welcome.frame {
         hub.send_to(id, frame);
     }
+    let who = Identity::of(w, grants, serial);
     for c in &welcome.channels {
-        if hub.subscribe(id, c).is_err() {
-            log!(
-                Debug,
-                "server-side subscription refused",
-                conn = id,
-                channel = c
-            );
-        }
+        server_subscribe(w, hub, (id, &who), c);
     }
+}
+
+/// A server-side subscription made as a JSON subscribe without `id` is:
+/// admitted by presence (a full presence channel is skipped), answered
+/// `{"type":"subscribed"}` with the channel's position when it has
+/// history (in Redis mode after the read from Redis), and joined to the
+/// channel's presence with the connection's user and info.
+fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity<'_>), c: &str) {
+    if presence_edge::admit(w, who, c, false).is_err() {
+        log!(
+            Debug,
+            "server-side subscription refused by presence",
+            conn = id,
+            channel = c
+        );
+        return;
+    }
+    let deferred = w.redis.as_deref().is_some_and(|l| l.keeps_history_of(c));
+    if !deferred {
+        recall::subscribe(hub, id, c, None, None);
+        if hub.is_subscribed(id, c) {
+            presence_edge::join(w, hub, id, who, c, false);
+        }
+        return;
+    }
+    // Presence does not wait for the history read (as a client's).
+    presence_edge::join(w, hub, id, who, c, false);
+    let d = resume::Deferred {
+        channel: c.to_string(),
+        since: None,
+        id: None,
+        fresh: !hub.is_subscribed(id, c),
+        latest: w.cfg.namespaces.table.recovers(c),
+    };
+    let w = w.clone();
+    monoio::spawn(async move { resume::subscribe(&w, id, d).await });
 }
 
 /// Records a native WebSocket's user (a token's `sub` or the connect
