@@ -91,9 +91,10 @@
 //!   enum; and `tls::client`, the one verifying client configuration for
 //!   `rediss://`. Its edge is `server::tls`.
 //! - `hooks` → `auth`, `cache` (origin URLs), `channel`, `http`,
-//!   `histogram`, [`ws`]: hooks to the application's backend
-//!   (`--proxy-*`), sans-I/O — Centrifugo's HTTP proxy requests and
-//!   answers, the JSON frames they add, per-hook counters. Its edge is
+//!   `histogram`, `namespace` (names), [`ws`]: hooks to the application's
+//!   backend (`--proxy-*`, named `--proxy`), sans-I/O — Centrifugo's HTTP
+//!   proxy requests and answers, the JSON frames they add, per-hook
+//!   counters, the server API's commands and cluster listing. Its edge is
 //!   `server::hooks`.
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).

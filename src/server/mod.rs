@@ -78,8 +78,9 @@
 //! - `hooks/`: calls to the application's backend (`--proxy-*`) through
 //!   the cache's origin client — `connect` (at the upgrade, before the
 //!   `101`; `conn::upgrade` calls it), `session` (a hook-admitted
-//!   connection's welcome; the JSON protocol's subscribe, publish and
-//!   rpc), `refresh`.
+//!   connection's welcome and server-side subscriptions; the JSON
+//!   protocol's subscribe, publish and rpc, each through its channel's
+//!   hook: its namespace's or the global one), `refresh`.
 //!
 //! - `sse/`: Server-Sent Events (`GET /sse`) — a second wire under the
 //!   same outbox, a sibling of `conn/websocket`'s writer with its own
