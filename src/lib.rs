@@ -154,6 +154,8 @@ pub mod cache;
 pub mod channel;
 pub mod config;
 #[doc(hidden)]
+pub mod console;
+#[doc(hidden)]
 pub mod control;
 pub(crate) mod histogram;
 #[doc(hidden)]

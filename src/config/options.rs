@@ -62,6 +62,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.admin_listen = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
+    "admin-key", CORECAST_ADMIN_KEY, "SECRET", -,
+        "enable the operator console at /console (and `corecast top`) on the admin listener, or on --listen without --admin-listen, behind a login with this key (at least 16 bytes); logins are rate-limited per address (default: no console)"
+        => |c, v| {
+            c.admin_key = non_empty_secret(v)?;
+            Ok(())
+        };
     "tls-cert", CORECAST_TLS_CERT, "PATHS", -,
         "serve TLS 1.3 and 1.2 on --listen (https://, wss://) with this PEM certificate chain, leaf first (e.g. certbot's fullchain.pem); several, comma-separated, are chosen by the client's SNI name (the first valid for it, else the first) and pair by position with --tls-key; files are read again on SIGHUP (default: plain TCP)"
         => |c, v| {

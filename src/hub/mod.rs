@@ -165,6 +165,13 @@ impl Hub {
         self.registry.with_prefix(prefix)
     }
 
+    /// Every channel with its subscribers and the messages published to
+    /// it since the last call (O(channels): once a second, for the
+    /// console, only while someone watches).
+    pub fn take_channel_activity(&mut self, f: impl FnMut(&Rc<str>, usize, u32)) {
+        self.registry.take_activity(f);
+    }
+
     /// Subscribers of `name` on this worker.
     pub fn subscriber_count(&self, name: &str) -> usize {
         self.registry.subscriber_count(name)
@@ -376,6 +383,7 @@ impl Hub {
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
         };
+        self.registry.count_message(cid);
         let skip = sender
             .filter(|s| self.limits.exclude_sender || s & EXCLUDE_ALWAYS != 0)
             .map(|s| s & !EXCLUDE_ALWAYS);

@@ -93,6 +93,7 @@
 mod auth;
 mod cache;
 mod conn;
+mod console;
 mod endpoints;
 pub mod formats;
 mod history;
@@ -371,6 +372,7 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
         }
         if tick % 10 == 0 {
             endpoints::publish_status(&w, &mut status_prev);
+            console::feed::tick(&w);
             w.parking.trim();
             let now = w.now_ms();
             w.peers.borrow_mut().evict_idle(now, crate::peers::IDLE_MS);

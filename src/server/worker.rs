@@ -14,6 +14,7 @@ use bytes::BytesMut;
 use monoio::net::tcp::TcpOwnedReadHalf;
 
 use crate::config::Config;
+use crate::console::INSTANCES_CHANNEL;
 use crate::history::relay::{self, Fetch, Relay};
 use crate::history::Entry;
 use crate::hooks::api::CONTROL_CHANNEL;
@@ -112,6 +113,9 @@ pub struct Worker {
     pub jwks: Option<JwksEdge>,
     /// Per-namespace counters (none without namespaces).
     pub namespaces: RefCell<Counters>,
+    /// The operator console's sessions, instances and series
+    /// (`--admin-key`).
+    pub console: RefCell<crate::console::State>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -154,6 +158,7 @@ impl Worker {
             parking: parking(&cfg),
             tls,
             namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
+            console: RefCell::default(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -346,6 +351,31 @@ impl Worker {
         self.cfg.auth.publish_key.is_some() || !self.cfg.pusher.apps.is_empty()
     }
 
+    /// Whether this instance hears the other instances' console
+    /// summaries (Redis mode with `--admin-key`).
+    fn hears_instances(&self) -> bool {
+        self.cfg.admin_key.is_some()
+    }
+
+    /// An instance's summary heard on the console's channel: kept in the
+    /// bounded table the feed lists (a bad one is logged and dropped).
+    fn heard_instance(&self, payload: &[u8]) {
+        let Ok(inst) = serde_json::from_slice(payload) else {
+            return crate::log!(Warn, "not an instance summary on the console channel");
+        };
+        let now = self.now_ms();
+        if !self.console.borrow_mut().instances.heard(inst, now) {
+            crate::log!(Debug, "instance table full; summary dropped");
+        }
+    }
+
+    /// The internal channels this instance always hears through Redis.
+    fn always_heard(&self) -> impl Iterator<Item = &'static str> {
+        let api = self.hears_commands().then_some(CONTROL_CHANNEL);
+        let console = self.hears_instances().then_some(INSTANCES_CHANNEL);
+        api.into_iter().chain(console)
+    }
+
     /// A server API command heard on the control channel: carried out on
     /// this instance's connections (one that is not a command is logged).
     fn heard_command(&self, payload: &[u8]) {
@@ -365,6 +395,9 @@ impl Local for Worker {
         if channel == CONTROL_CHANNEL && self.hears_commands() {
             return self.heard_command(payload);
         }
+        if channel == INSTANCES_CHANNEL && self.hears_instances() {
+            return self.heard_instance(payload);
+        }
         self.delivering(channel, |hub| {
             hub.publish(channel, opcode, payload, skip);
         });
@@ -378,17 +411,13 @@ impl Local for Worker {
     /// a publish key (the API's) always hears.
     fn interest_snapshot(&self) -> Vec<Rc<str>> {
         let mut names = self.hub.borrow_mut().interest_snapshot();
-        if self.hears_commands() {
-            names.push(Rc::from(CONTROL_CHANNEL));
-        }
+        names.extend(self.always_heard().map(Rc::from));
         names
     }
 
     fn interest_resend(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>> {
         let mut names = self.hub.borrow_mut().interest_resend(keep);
-        if self.hears_commands() && keep(CONTROL_CHANNEL) {
-            names.push(Rc::from(CONTROL_CHANNEL));
-        }
+        names.extend(self.always_heard().filter(|c| keep(c)).map(Rc::from));
         names
     }
 
@@ -410,6 +439,10 @@ impl Local for Worker {
     fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch> {
         if channel == CONTROL_CHANNEL && self.hears_commands() {
             self.heard_command(&env.payload);
+            return None;
+        }
+        if channel == INSTANCES_CHANNEL && self.hears_instances() {
+            self.heard_instance(&env.payload);
             return None;
         }
         let (Some(relay), Some(at)) = (&self.relay, env.at) else {
