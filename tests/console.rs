@@ -170,10 +170,14 @@ async fn login_page_cookie_and_feed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_are_limited_per_address() {
     let srv = TestServer::start(keyed);
+    // Right keys do not count (scripts logging in often are fine).
+    for _ in 0..LOGIN_ATTEMPTS + 1 {
+        login(srv.addr).await;
+    }
     for _ in 0..LOGIN_ATTEMPTS {
         assert_eq!(login_with(srv.addr, "wrong-wrong-wrong").await.status, 401);
     }
-    // Over the limit even the right key waits, with Retry-After.
+    // Over the limit of failures even the right key waits, with Retry-After.
     let limited = login_with(srv.addr, KEY).await;
     assert_eq!(limited.status, 429);
     assert!(limited.header("set-cookie").is_none());
@@ -337,4 +341,99 @@ async fn actions_need_the_header_and_are_audited() {
         "{}",
         audited[1]
     );
+}
+
+/// Runs `corecast top ARGS` to its end (off the async runtime).
+async fn top_output(args: Vec<String>) -> std::process::Output {
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_corecast"))
+            .arg("top")
+            .args(args)
+            .output()
+            .expect("corecast top runs")
+    });
+    within("corecast top", run).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_once_prints_one_snapshot() {
+    let srv = TestServer::start(keyed);
+    let mut sub = ws_connect(srv.addr, "/ws/news").await;
+    let url = format!("http://{}", srv.addr);
+    let args = |key: &str| {
+        vec![
+            "--url".into(),
+            url.clone(),
+            "--admin-key".into(),
+            key.into(),
+            "--once".into(),
+        ]
+    };
+    let out = top_output(args(KEY)).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("corecast top — instance "), "{text}");
+    assert!(
+        text.contains("connections") && text.contains("CHANNEL") && text.contains("INSTANCE"),
+        "{text}"
+    );
+    let news = text
+        .lines()
+        .find(|l| l.starts_with("news "))
+        .expect("the channel's line");
+    assert_eq!(news.split_whitespace().nth(1), Some("1"), "{news}");
+    assert!(
+        !text.contains('\x1b'),
+        "--once prints no screen control: {text:?}"
+    );
+    // A wrong key: refused, said on stderr, exit 1.
+    let wrong = top_output(args("not-the-console-key")).await;
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("wrong key (401)"));
+    sub.close(None).await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_refreshes_in_a_terminal() {
+    use std::io::Read;
+    let srv = TestServer::start(keyed);
+    let mut sub = ws_connect(srv.addr, "/ws/news").await;
+    // `script` gives `corecast top` a pseudo-terminal; its output is ours.
+    let cmd = format!(
+        "{} top --url http://{} --admin-key {KEY}",
+        env!("CARGO_BIN_EXE_corecast"),
+        srv.addr
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qfec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux");
+    let mut stdout = child.stdout.take().unwrap();
+    // Two screens: each starts with home + clear, and shows the channel.
+    let screens = tokio::task::spawn_blocking(move || {
+        let (mut seen, mut chunk) = (Vec::new(), [0u8; 4096]);
+        loop {
+            let n = stdout.read(&mut chunk).expect("read the terminal");
+            assert!(n > 0, "top ended: {:?}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&seen).to_string();
+            let screens: Vec<&str> = text.split("\x1b[H\x1b[2J").skip(1).collect();
+            if screens.len() >= 3 {
+                return screens[..2]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>();
+            }
+        }
+    });
+    let screens = within("two refreshes", screens).await.unwrap();
+    child.kill().ok();
+    child.wait().ok();
+    for s in &screens {
+        assert!(s.starts_with("corecast top — instance "), "{s:?}");
+        assert!(s.lines().any(|l| l.starts_with("news ")), "{s:?}");
+    }
+    sub.close(None).await.ok();
 }

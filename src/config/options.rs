@@ -616,7 +616,8 @@ pub fn help_text() -> String {
         "corecast: a pinned, thread-per-core WebSocket pub/sub gateway\n\n\
          Usage: corecast [serve] [OPTIONS]\n\
          \x20      corecast check-config [OPTIONS]   print the effective configuration\n\
-         \x20      corecast healthcheck [URL]        exit 0 if URL answers 200 (default http://127.0.0.1:8080/healthz)\n\n\
+         \x20      corecast healthcheck [URL]        exit 0 if URL answers 200 (default http://127.0.0.1:8080/healthz)\n\
+         \x20      corecast top [--url URL] [--admin-key KEY] [--once]   the console's feed as text (--admin-key or CORECAST_ADMIN_KEY)\n\n\
          Endpoints: GET /ws/{channel}, GET /ws (JSON control), POST /publish/{channel},\n\
          GET /healthz, GET /stats.\n\n\
          Options (flag / environment variable / default):\n",

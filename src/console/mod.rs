@@ -9,9 +9,13 @@
 //!   the cookie and the login form, the per-address login limiter.
 //! - `snapshot`: the top channels (bounded), instance summaries and the
 //!   table of instances heard through Redis, the series ring.
+//! - `top`: `corecast top` — its arguments, the login and feed requests,
+//!   the cookie from the login's answer, a snapshot as text (the binary
+//!   does the blocking I/O).
 
 pub mod session;
 pub mod snapshot;
+pub mod top;
 
 /// Shortest `--admin-key` accepted at start.
 pub const MIN_KEY_LEN: usize = 16;

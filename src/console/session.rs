@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 pub const SESSION_TTL_MS: u64 = 12 * 3600 * 1000;
 /// Live sessions at most; a login beyond it ends the oldest session.
 pub const MAX_SESSIONS: usize = 32;
-/// Login attempts per address per [`LOGIN_WINDOW_MS`]; more answer `429`.
+/// Failed logins per address per [`LOGIN_WINDOW_MS`]; past them every
+/// attempt (the right key too) answers `429` until the window ends.
 pub const LOGIN_ATTEMPTS: u32 = 5;
 /// The window of [`LOGIN_ATTEMPTS`]: one minute.
 pub const LOGIN_WINDOW_MS: u64 = 60_000;
@@ -155,6 +156,14 @@ impl LoginLimiter {
         Ok(())
     }
 
+    /// An attempt from `ip` had the right key: it does not count
+    /// (scripts running `corecast top --once` are not limited).
+    pub fn succeeded(&mut self, ip: IpAddr) {
+        if let Some((_, n)) = self.by_ip.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
     /// Addresses remembered.
     pub fn len(&self) -> usize {
         self.by_ip.len()
@@ -230,6 +239,10 @@ mod tests {
         }
         assert_eq!(l.attempt(ip, 1000), Err(LOGIN_WINDOW_MS - 1000));
         assert!(l.attempt(ip, LOGIN_WINDOW_MS).is_ok());
+        l.succeeded(ip);
+        for _ in 0..LOGIN_ATTEMPTS {
+            assert!(l.attempt(ip, LOGIN_WINDOW_MS).is_ok());
+        }
         for i in 0..LOGIN_TABLE as u32 + 10 {
             let other = IpAddr::from(std::net::Ipv4Addr::from(i + 100));
             let _ = l.attempt(other, LOGIN_WINDOW_MS + 1);

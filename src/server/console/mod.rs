@@ -95,6 +95,7 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
     let token = session::new_token();
     let cookie = session::set_cookie(&token, tls);
     console.sessions.start(token, now);
+    console.logins.succeeded(ip);
     console.counts.logins += 1;
     log!(
         Info,
