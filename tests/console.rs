@@ -154,8 +154,15 @@ async fn login_page_cookie_and_feed() {
     // With it: snapshots with the contract's fields.
     let mut ws = feed(srv.addr, cookie).await;
     let mut sub = ws_connect(srv.addr, "/ws/news").await;
-    let snap = snapshot_where(&mut ws, |s| s["channels"][0]["name"] == "news").await;
+    let mut json_ws = ws_connect(srv.addr, "/ws").await;
+    let snap = snapshot_where(&mut ws, |s| {
+        s["channels"][0]["name"] == "news" && s["kinds"]["json"] == 1
+    })
+    .await;
     assert_eq!(snap["channels"][0]["subscribers"], 1);
+    // The feed and the subscriber are path mode; the control one is JSON.
+    assert_eq!(snap["kinds"]["path"], 2);
+    json_ws.close(None).await.ok();
     assert!(snap["connections"].as_u64().unwrap() >= 2);
     let instances = snap["instances"].as_array().unwrap();
     assert_eq!(instances.len(), 1);
@@ -256,14 +263,18 @@ async fn the_snapshot_is_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_instance_is_listed_in_redis_mode() {
+    const SECRET: &str = "console-test-secret-0123456789abcdef";
     let redis = RedisServer::start(&[]).await;
     let on_redis = |c: &mut Config| {
         keyed(c);
         c.redis.url = Some(redis.url("", ""));
+        c.auth.token_secret = Some(Secret::new(SECRET));
     };
     let a = TestServer::start(on_redis);
     let b = TestServer::start(on_redis);
-    let mut on_b = ws_connect(b.addr, "/ws/room").await;
+    let claims = r#"{"exp":9999999999,"sub":"bob","subscribe":["*"]}"#;
+    let token = corecast::auth::sign_token(claims, SECRET.as_bytes());
+    let mut bob = ws_connect(b.addr, &format!("/ws/room?token={token}")).await;
     let cookie = login(a.addr).await;
     let mut ws = feed(a.addr, &cookie).await;
     let snap = snapshot_where(&mut ws, |s| {
@@ -281,7 +292,11 @@ async fn every_instance_is_listed_in_redis_mode() {
         .sum();
     assert_eq!(snap["sum"]["connections"], total);
     assert_eq!(snap["redis"]["mode"], "single");
-    on_b.close(None).await.ok();
+    // A disconnect from a's console reaches b's connection of the user,
+    // through the server API's control channel.
+    let gone = action(a.addr, "disconnect", json!({"user":"bob"}), &cookie, true).await;
+    assert_eq!(gone.json(), json!({"instances": 2}));
+    assert_eq!(expect_close(&mut bob).await, 4005);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -436,4 +451,44 @@ async fn top_refreshes_in_a_terminal() {
         assert!(s.lines().any(|l| l.starts_with("news ")), "{s:?}");
     }
     sub.close(None).await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_of_a_user_is_disconnected() {
+    const SECRET: &str = "console-test-secret-0123456789abcdef";
+    let srv = TestServer::start(|c| {
+        keyed(c);
+        c.auth.token_secret = Some(Secret::new(SECRET));
+    });
+    let claims = r#"{"exp":9999999999,"sub":"alice","subscribe":["*"]}"#;
+    let token = corecast::auth::sign_token(claims, SECRET.as_bytes());
+    let mut first = ws_connect(srv.addr, &format!("/ws/news?token={token}")).await;
+    let mut second = ws_connect(srv.addr, &format!("/ws/news?token={token}")).await;
+    let cookie = login(srv.addr).await;
+    let list = action(
+        srv.addr,
+        "connections",
+        json!({"user":"alice"}),
+        &cookie,
+        true,
+    )
+    .await;
+    let clients: Vec<String> = list.json()["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["client"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(clients.len(), 2, "{:?}", list.json());
+    // The first one (its serial is the smaller).
+    let target = clients
+        .iter()
+        .min_by_key(|c| c.split('.').nth(1).unwrap().parse::<u64>().unwrap());
+    let body = json!({"user":"alice","client":target.unwrap()});
+    let gone = action(srv.addr, "disconnect", body, &cookie, true).await;
+    assert_eq!(gone.json(), json!({"connections": 1}));
+    assert_eq!(expect_close(&mut first).await, 4005);
+    // The other stays: it still gets what is published.
+    publish(srv.addr, "news", "still here").await;
+    assert_eq!(next_text(&mut second).await, "still here");
 }

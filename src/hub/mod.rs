@@ -172,6 +172,14 @@ impl Hub {
         self.registry.take_activity(f);
     }
 
+    /// Visits every connection's kind (O(connections): once a second,
+    /// for the console, only while someone watches).
+    pub fn each_kind(&self, mut f: impl FnMut(ConnKind)) {
+        for (_, c) in self.conns.iter() {
+            f(c.kind());
+        }
+    }
+
     /// Subscribers of `name` on this worker.
     pub fn subscriber_count(&self, name: &str) -> usize {
         self.registry.subscriber_count(name)

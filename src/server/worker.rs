@@ -346,9 +346,12 @@ impl Worker {
 impl Worker {
     /// Whether this instance takes server API commands from the control
     /// channel: the API needs the publish key; the Pusher API's
-    /// `terminate_connections` is one too.
+    /// `terminate_connections` is one too, and so is the console's
+    /// disconnect (`--admin-key`).
     fn hears_commands(&self) -> bool {
-        self.cfg.auth.publish_key.is_some() || !self.cfg.pusher.apps.is_empty()
+        self.cfg.auth.publish_key.is_some()
+            || !self.cfg.pusher.apps.is_empty()
+            || self.cfg.admin_key.is_some()
     }
 
     /// Whether this instance hears the other instances' console
@@ -381,7 +384,12 @@ impl Worker {
     fn heard_command(&self, payload: &[u8]) {
         match crate::hooks::api::decode(payload) {
             Some(cmd) => {
-                users::apply(&mut self.hub.borrow_mut(), &self.users.borrow(), &cmd);
+                let tag = self.pusher.borrow().tag;
+                users::apply(
+                    &mut self.hub.borrow_mut(),
+                    &self.users.borrow(),
+                    (&cmd, tag),
+                );
             }
             None => crate::log!(Warn, "not a server API command on the control channel"),
         }

@@ -28,6 +28,7 @@ struct Body {
     channel: Option<String>,
     data: Option<String>,
     user: Option<String>,
+    client: Option<String>,
     search: Option<String>,
 }
 
@@ -59,7 +60,10 @@ pub async fn respond(
     let Ok(b) = serde_json::from_slice::<Body>(body) else {
         return error(400, "body must be a JSON object", ka);
     };
-    let target = b.channel.as_deref().or(b.user.as_deref()).unwrap_or("");
+    let target = (b.channel.as_deref())
+        .or(b.client.as_deref())
+        .or(b.user.as_deref())
+        .unwrap_or("");
     log!(
         Info,
         "console action",
@@ -84,7 +88,11 @@ async fn act(w: &Worker, id: ConnId, action: &str, b: &Body, ka: bool) -> Vec<u8
         },
         ("presence", Some(c)) => presence_edge::http_answer(w, (id, c), None, ka).await,
         ("channels", _) => search(w, b.search.as_deref().unwrap_or(""), ka),
-        ("disconnect", _) => disconnect(w, b.user.as_deref(), ka).await,
+        ("disconnect", _) => disconnect(w, b, ka).await,
+        ("connections", _) => {
+            let list = hooks_api::connections_of(w, b.user.as_deref().unwrap_or(""));
+            json_answer(&list, ka)
+        }
         ("publish" | "history" | "presence", None) => {
             error(400, "a valid \"channel\" is needed", ka)
         }
@@ -105,28 +113,32 @@ fn search(w: &Worker, text: &str, ka: bool) -> Vec<u8> {
             messages_per_s: 0,
         });
     let found = crate::console::snapshot::top_n(rows, SEARCH_RESULTS, |r| r.subscribers as u64);
-    let body = serde_json::json!({ "channels": found }).to_string();
-    http::response(200, "application/json", body.as_bytes(), ka, &[], false)
+    json_answer(&serde_json::json!({ "channels": found }), ka)
 }
 
-/// The server API's disconnect: every connection of the user, on every
-/// instance in Redis mode.
-async fn disconnect(w: &Worker, user: Option<&str>, ka: bool) -> Vec<u8> {
-    let Some(user) = user.filter(|u| !u.is_empty()) else {
+fn json_answer(v: &serde_json::Value, ka: bool) -> Vec<u8> {
+    http::response(
+        200,
+        "application/json",
+        v.to_string().as_bytes(),
+        ka,
+        &[],
+        false,
+    )
+}
+
+/// The server API's disconnect: every connection of the user, or the one
+/// named by `client`, on every instance in Redis mode.
+async fn disconnect(w: &Worker, b: &Body, ka: bool) -> Vec<u8> {
+    let Some(user) = b.user.clone().filter(|u| !u.is_empty()) else {
         return error(400, "a \"user\" is needed", ka);
     };
-    let cmd = Command::Disconnect {
-        user: user.to_string(),
+    let cmd = match b.client.clone() {
+        Some(client) => Command::DisconnectClient { user, client },
+        None => Command::Disconnect { user },
     };
     match hooks_api::carry_out(w, &cmd).await {
-        Ok(v) => http::response(
-            200,
-            "application/json",
-            v.to_string().as_bytes(),
-            ka,
-            &[],
-            false,
-        ),
+        Ok(v) => json_answer(&v, ka),
         Err((status, message)) => http::error_response(&HttpError { status, message }, ka),
     }
 }

@@ -10,8 +10,8 @@ use crate::console::snapshot::{self, ChannelRow, Counters, Instance, Point, TOP_
 use crate::console::{FEED_CHANNEL, INSTANCES_CHANNEL};
 use crate::histogram::Histogram;
 use crate::server::publish::route_publish;
-use crate::server::sys;
 use crate::server::worker::Worker;
+use crate::server::{formats, sys};
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
 
@@ -102,7 +102,7 @@ fn read(w: &Worker, snap: &Snapshot) -> Reading {
 /// This process's id among the instances (the random tag Pusher socket
 /// ids carry, so it matches them).
 pub fn instance_id(w: &Worker) -> String {
-    format!("{:09}", w.pusher.borrow().tag)
+    w.pusher.borrow().tag.to_string()
 }
 
 /// The top channels by subscribers and by messages in the last second
@@ -149,13 +149,7 @@ fn snapshot_json(w: &Worker, snap: &Snapshot, reading: Reading) -> Value {
         "channels_by_rate": by_rate,
         "instances": instances,
         "sum": sum,
-        "kinds": {
-            "websockets": s.websockets_opened.saturating_sub(s.websockets_closed),
-            "pusher": s.pusher_connections,
-            "sse": s.sse_connections,
-            "compressed": snap.compression.connections,
-            "parked": s.parked_connections,
-        },
+        "kinds": kinds(w, snap),
         "slow_consumers": {
             "disconnects": s.slow_consumer_disconnects,
             "drops": s.slow_consumer_drops,
@@ -164,6 +158,31 @@ fn snapshot_json(w: &Worker, snap: &Snapshot, reading: Reading) -> Value {
         "redis": redis(w, snap),
         "cache": cache(w, snap),
         "console": console(w),
+    })
+}
+
+/// Connections by kind: each wire format (compressed or not), plain
+/// HTTP, and across them the compressed and the parked ones.
+fn kinds(w: &Worker, snap: &Snapshot) -> Value {
+    let mut n = [0u64; 5];
+    w.hub.borrow().each_kind(|kind| {
+        let i = match kind.format() {
+            None => 0,
+            Some(formats::PUSHER) => 3,
+            Some(formats::SSE) => 4,
+            Some(f) if formats::is_json(f) => 2,
+            Some(_) => 1,
+        };
+        n[i] += 1;
+    });
+    json!({
+        "path": n[1],
+        "json": n[2],
+        "pusher": n[3],
+        "sse": n[4],
+        "http": n[0],
+        "compressed": snap.compression.connections,
+        "parked": snap.worker.parked_connections,
     })
 }
 

@@ -52,7 +52,8 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
 /// `terminate_connections`).
 pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
     let Some(link) = &w.redis else {
-        let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), cmd);
+        let tag = w.pusher.borrow().tag;
+        let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), (cmd, tag));
         return Ok(serde_json::json!({ "connections": n }));
     };
     let payload = api::encode(cmd);
@@ -86,6 +87,11 @@ fn connections(w: &Worker, query: Option<&str>) -> serde_json::Value {
     let user = query
         .and_then(|q| auth::query_param(q, "user"))
         .unwrap_or("");
+    connections_of(w, user)
+}
+
+/// This instance's connections of `user` (the console's list too).
+pub fn connections_of(w: &Worker, user: &str) -> serde_json::Value {
     let tag = w.pusher.borrow().tag;
     let hub = w.hub.borrow();
     let list: Vec<ConnectionInfo> = w
