@@ -492,3 +492,66 @@ async fn one_connection_of_a_user_is_disconnected() {
     publish(srv.addr, "news", "still here").await;
     assert_eq!(next_text(&mut second).await, "still here");
 }
+
+/// An origin answering every request with a small cacheable body, one
+/// request per connection.
+async fn tiny_origin() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let mut chunk = [0u8; 1024];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let body = "{\"ok\":true}";
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_shows_hits_and_origin_latency() {
+    let origin = tiny_origin().await;
+    let srv = TestServer::start(|c| {
+        keyed(c);
+        c.cache.origin = Some(format!("http://{origin}").parse().unwrap());
+    });
+    let cookie = login(srv.addr).await;
+    let mut ws = feed(srv.addr, &cookie).await;
+    // A miss (one origin request), then hits.
+    for _ in 0..3 {
+        assert_eq!(get(srv.addr, "/api/thing").await.status, 200);
+    }
+    // The miss's origin latency is in the snapshot of its second; the
+    // counts are totals.
+    let latency = std::cell::Cell::new(None);
+    let snap = snapshot_where(&mut ws, |s| {
+        if let Some(ms) = s["cache"]["origin_latency_ms"].as_f64() {
+            latency.set(Some(ms));
+        }
+        s["cache"]["hits"] == 2 && latency.get().is_some()
+    })
+    .await;
+    let c = &snap["cache"];
+    assert_eq!(
+        (c["enabled"].as_bool(), c["misses"].as_u64()),
+        (Some(true), Some(1))
+    );
+    assert!(latency.get().unwrap() > 0.0);
+    assert!((c["hit_ratio"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9);
+    assert!(c["bytes_stored"].as_u64().unwrap() > 0);
+}

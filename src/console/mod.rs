@@ -46,6 +46,9 @@ pub struct State {
     /// Last second's fan-out and loop-lag histograms (quantiles over the
     /// second are differences).
     pub hist_prev: (crate::histogram::Histogram, crate::histogram::Histogram),
+    /// Last second's origin requests and time waiting for them (the
+    /// cache's origin latency over the second).
+    pub prev_origin: (u64, u64),
     /// What happened at the console.
     pub counts: Counts,
 }

@@ -227,6 +227,11 @@ fn cache(w: &Worker, snap: &Snapshot) -> Value {
     }
     let c = &snap.cache;
     let looked = c.hits + c.misses;
+    let (requests, time_us) = (c.origin_requests, c.origin_time_us);
+    let prev = std::mem::replace(&mut w.console.borrow_mut().prev_origin, (requests, time_us));
+    let fetched = requests.saturating_sub(prev.0);
+    let latency_ms =
+        (fetched > 0).then(|| time_us.saturating_sub(prev.1) as f64 / fetched as f64 / 1000.0);
     json!({
         "enabled": true,
         "hits": c.hits,
@@ -236,6 +241,7 @@ fn cache(w: &Worker, snap: &Snapshot) -> Value {
         "memory_bytes": c.memory_bytes,
         "stale_served": c.stale_served,
         "origin_requests": c.origin_requests,
+        "origin_latency_ms": latency_ms,
         "origin_errors": c.origin_errors,
     })
 }
