@@ -6,6 +6,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,42 +32,57 @@ pub struct ChannelRow {
     pub messages_per_s: u32,
 }
 
-/// Keeps the `n` largest rows by `key`, whatever the number offered.
-pub fn top_n(
-    rows: impl Iterator<Item = ChannelRow>,
+/// The `n` channels with the largest key offered so far (ties: the
+/// smaller name first), offered one at a time: memory for `n` rows
+/// whatever the number of channels, and a name is copied only when it
+/// enters the list.
+#[derive(Debug)]
+pub struct Top {
     n: usize,
-    key: impl Fn(&ChannelRow) -> u64,
-) -> Vec<ChannelRow> {
-    let mut heap = BinaryHeap::with_capacity(n + 1);
-    for row in rows {
-        // Ties go to the smaller name, so the list is stable.
-        heap.push(Reverse((key(&row), Reverse(row.name.clone()), RowBox(row))));
-        if heap.len() > n {
-            heap.pop();
-        }
-    }
-    let mut out: Vec<_> = heap.into_iter().map(|Reverse((_, _, r))| r.0).collect();
-    out.sort_by(|a, b| key(b).cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
-    out
+    heap: BinaryHeap<Reverse<Ranked>>,
 }
 
-/// A row ordered by nothing (the heap orders by key and name first).
-#[derive(Debug)]
-struct RowBox(ChannelRow);
-impl PartialEq for RowBox {
-    fn eq(&self, _: &Self) -> bool {
-        true
+/// A row in a [`Top`]: ordered by key, then by name reversed (so the
+/// smallest entry is the one to drop).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Ranked(u64, Reverse<Rc<str>>, usize, u32);
+
+impl Top {
+    /// An empty list of at most `n`.
+    pub fn new(n: usize) -> Top {
+        Top {
+            n,
+            heap: BinaryHeap::with_capacity(n + 1),
+        }
     }
-}
-impl Eq for RowBox {}
-impl PartialOrd for RowBox {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
+
+    /// Offers channel `name` with its subscribers and messages in the last
+    /// second, ranked by `key`.
+    pub fn offer(&mut self, key: u64, name: &Rc<str>, subscribers: usize, recent: u32) {
+        let full = self.heap.len() >= self.n;
+        if self.n == 0 || (full && self.heap.peek().is_some_and(|Reverse(min)| key < min.0)) {
+            return;
+        }
+        let row = Ranked(key, Reverse(name.clone()), subscribers, recent);
+        self.heap.push(Reverse(row));
+        if self.heap.len() > self.n {
+            self.heap.pop();
+        }
     }
-}
-impl Ord for RowBox {
-    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
-        std::cmp::Ordering::Equal
+
+    /// The list, largest first.
+    pub fn rows(self) -> Vec<ChannelRow> {
+        let mut ranked: Vec<Ranked> = self.heap.into_iter().map(|Reverse(r)| r).collect();
+        ranked.sort_by(|a, b| b.cmp(a));
+        (ranked.into_iter())
+            .map(
+                |Ranked(_, Reverse(name), subscribers, messages_per_s)| ChannelRow {
+                    name: name.to_string(),
+                    subscribers,
+                    messages_per_s,
+                },
+            )
+            .collect()
     }
 }
 
@@ -231,25 +247,27 @@ impl Series {
 mod tests {
     use super::*;
 
-    fn row(name: &str, subscribers: usize, messages_per_s: u32) -> ChannelRow {
-        ChannelRow {
-            name: name.into(),
-            subscribers,
-            messages_per_s,
-        }
-    }
-
     #[test]
     fn top_lists_are_bounded_and_ordered() {
-        let rows = (0..1000).map(|i| row(&format!("c{i}"), i % 97, (i % 13) as u32));
-        let top = top_n(rows, TOP_CHANNELS, |r| r.subscribers as u64);
-        assert_eq!(top.len(), TOP_CHANNELS);
-        assert_eq!(top[0].subscribers, 96);
-        assert!(top.windows(2).all(|w| w[0].subscribers >= w[1].subscribers));
-        let few = top_n([row("a", 1, 5), row("b", 2, 1)].into_iter(), 20, |r| {
-            r.messages_per_s as u64
-        });
-        assert_eq!(few.iter().map(|r| &*r.name).collect::<Vec<_>>(), ["a", "b"]);
+        let mut top = Top::new(TOP_CHANNELS);
+        for i in 0..1000 {
+            let name: Rc<str> = Rc::from(format!("c{i:04}"));
+            top.offer((i % 97) as u64, &name, i % 97, 0);
+        }
+        let rows = top.rows();
+        assert_eq!(rows.len(), TOP_CHANNELS);
+        assert_eq!(rows[0].subscribers, 96);
+        assert!(rows
+            .windows(2)
+            .all(|w| w[0].subscribers >= w[1].subscribers));
+        // Ties: the smaller name first (c0096 before c0193, ...).
+        assert_eq!(rows[0].name, "c0096");
+        let mut few = Top::new(20);
+        few.offer(5, &Rc::from("a"), 1, 5);
+        few.offer(1, &Rc::from("b"), 2, 1);
+        let names: Vec<_> = few.rows().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["a", "b"]);
+        Top::new(0).offer(1, &Rc::from("x"), 1, 1);
     }
 
     #[test]

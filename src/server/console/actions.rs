@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use serde::Deserialize;
 
 use crate::channel::valid_channel_name;
-use crate::console::snapshot::{ChannelRow, SEARCH_RESULTS};
+use crate::console::snapshot::{Top, SEARCH_RESULTS};
 use crate::hooks::api::Command;
 use crate::http::{self, HttpError, Request};
 use crate::hub::ConnId;
@@ -103,17 +103,13 @@ async fn act(w: &Worker, id: ConnId, action: &str, b: &Body, ka: bool) -> Vec<u8
 /// Channels whose name contains `text`, most subscribed first (at most
 /// [`SEARCH_RESULTS`]).
 fn search(w: &Worker, text: &str, ka: bool) -> Vec<u8> {
-    let all = w.hub.borrow().channels_with_prefix("");
-    let rows = all
-        .into_iter()
-        .filter(|(name, _)| !name.starts_with('!') && name.contains(text))
-        .map(|(name, subscribers)| ChannelRow {
-            name: name.to_string(),
-            subscribers,
-            messages_per_s: 0,
-        });
-    let found = crate::console::snapshot::top_n(rows, SEARCH_RESULTS, |r| r.subscribers as u64);
-    json_answer(&serde_json::json!({ "channels": found }), ka)
+    let mut found = Top::new(SEARCH_RESULTS);
+    for (name, subscribers) in w.hub.borrow().channels_with_prefix("") {
+        if !name.starts_with('!') && name.contains(text) {
+            found.offer(subscribers as u64, &name, subscribers, 0);
+        }
+    }
+    json_answer(&serde_json::json!({ "channels": found.rows() }), ka)
 }
 
 fn json_answer(v: &serde_json::Value, ka: bool) -> Vec<u8> {

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::console::snapshot::{self, ChannelRow, Counters, Instance, Point, TOP_CHANNELS};
+use crate::console::snapshot::{self, ChannelRow, Counters, Instance, Point, Top, TOP_CHANNELS};
 use crate::console::{FEED_CHANNEL, INSTANCES_CHANNEL};
 use crate::histogram::Histogram;
 use crate::server::publish::route_publish;
@@ -108,23 +108,16 @@ pub fn instance_id(w: &Worker) -> String {
 /// The top channels by subscribers and by messages in the last second
 /// (internal `!` channels left out), and the next count started.
 fn top_channels(w: &Worker) -> (Vec<ChannelRow>, Vec<ChannelRow>) {
-    let mut rows = Vec::new();
+    let (mut by_subs, mut by_rate) = (Top::new(TOP_CHANNELS), Top::new(TOP_CHANNELS));
     w.hub
         .borrow_mut()
         .take_channel_activity(|name, subscribers, recent| {
             if !name.starts_with('!') {
-                rows.push(ChannelRow {
-                    name: name.to_string(),
-                    subscribers,
-                    messages_per_s: recent,
-                });
+                by_subs.offer(subscribers as u64, name, subscribers, recent);
+                by_rate.offer(recent.into(), name, subscribers, recent);
             }
         });
-    let by_rate = snapshot::top_n(rows.iter().cloned(), TOP_CHANNELS, |r| {
-        r.messages_per_s.into()
-    });
-    let by_subs = snapshot::top_n(rows.into_iter(), TOP_CHANNELS, |r| r.subscribers as u64);
-    (by_subs, by_rate)
+    (by_subs.rows(), by_rate.rows())
 }
 
 /// The feed's snapshot: this instance, every instance and their sum, the
