@@ -59,8 +59,10 @@ impl Top {
     /// Offers channel `name` with its subscribers and messages in the last
     /// second, ranked by `key`.
     pub fn offer(&mut self, key: u64, name: &Rc<str>, subscribers: usize, recent: u32) {
+        // Checked before the name is cloned: most channels do not enter.
+        let enters = |min: &Ranked| key > min.0 || (key == min.0 && **name < *min.1 .0);
         let full = self.heap.len() >= self.n;
-        if self.n == 0 || (full && self.heap.peek().is_some_and(|Reverse(min)| key < min.0)) {
+        if self.n == 0 || (full && self.heap.peek().is_some_and(|Reverse(min)| !enters(min))) {
             return;
         }
         let row = Ranked(key, Reverse(name.clone()), subscribers, recent);
