@@ -248,6 +248,15 @@ async fn the_snapshot_is_bounded() {
     assert!(snap["channels_by_rate"].as_array().unwrap().len() <= TOP_CHANNELS);
     let size = snap.to_string().len();
     assert!(size < 16 * 1024, "snapshot of {size} bytes");
+    // The one channel with messages leads the list by rate.
+    for i in 0..10 {
+        publish(srv.addr, "ch-007", &format!("again {i}")).await;
+    }
+    let rated = snapshot_where(&mut ws, |s| {
+        s["channels_by_rate"][0]["messages_per_s"].as_u64() > Some(0)
+    })
+    .await;
+    assert_eq!(rated["channels_by_rate"][0]["name"], "ch-007");
     // A search finds one channel among them.
     let found = action(
         srv.addr,

@@ -49,6 +49,9 @@ pub struct State {
     /// Last second's origin requests and time waiting for them (the
     /// cache's origin latency over the second).
     pub prev_origin: (u64, u64),
+    /// When the channels were last looked at (their message counts are
+    /// since then), ms.
+    pub last_scan_ms: u64,
     /// What happened at the console.
     pub counts: Counts,
 }

@@ -105,18 +105,22 @@ pub fn instance_id(w: &Worker) -> String {
     w.pusher.borrow().tag.to_string()
 }
 
-/// The top channels by subscribers and by messages in the last second
-/// (internal `!` channels left out), and the next count started.
+/// The top channels by subscribers and by messages per second since the
+/// last look (a second while someone watches; longer after nobody did),
+/// internal `!` channels left out; the next count starts.
 fn top_channels(w: &Worker) -> (Vec<ChannelRow>, Vec<ChannelRow>) {
+    let now = w.now_ms();
+    let last = std::mem::replace(&mut w.console.borrow_mut().last_scan_ms, now);
+    let secs = (now.saturating_sub(last) / 1000).max(1) as u32;
     let (mut by_subs, mut by_rate) = (Top::new(TOP_CHANNELS), Top::new(TOP_CHANNELS));
-    w.hub
-        .borrow_mut()
-        .take_channel_activity(|name, subscribers, recent| {
-            if !name.starts_with('!') {
-                by_subs.offer(subscribers as u64, name, subscribers, recent);
-                by_rate.offer(recent.into(), name, subscribers, recent);
-            }
-        });
+    let mut hub = w.hub.borrow_mut();
+    hub.take_channel_activity(|name, subscribers, recent| {
+        let rate = recent / secs;
+        if !name.starts_with('!') {
+            by_subs.offer(subscribers as u64, name, subscribers, rate);
+            by_rate.offer(rate.into(), name, subscribers, rate);
+        }
+    });
     (by_subs.rows(), by_rate.rows())
 }
 
