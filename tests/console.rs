@@ -564,3 +564,34 @@ async fn the_cache_shows_hits_and_origin_latency() {
     assert!((c["hit_ratio"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9);
     assert!(c["bytes_stored"].as_u64().unwrap() > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_shards_are_shown() {
+    let cluster = redis_support::RedisCluster::start(3, 0).await;
+    let a = redis_support::cluster_instance(&cluster, keyed);
+    let b = redis_support::cluster_instance(&cluster, keyed);
+    let cookie = login(a.addr).await;
+    let mut ws = feed(a.addr, &cookie).await;
+    // Both instances heard through the cluster, every shard up, every
+    // slot placed.
+    let snap = snapshot_where(&mut ws, |s| {
+        let shards = s["redis"]["shards"].as_array().map_or(0, |v| v.len());
+        s["instances"].as_array().unwrap().len() == 2
+            && shards == 3
+            && s["redis"]["shards"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|h| h["connected"] == 1)
+    })
+    .await;
+    assert_eq!(snap["redis"]["mode"], "cluster");
+    assert_eq!(snap["redis"]["connected"], true);
+    let shards = snap["redis"]["shards"].as_array().unwrap();
+    let slots: u64 = shards.iter().map(|h| h["slots"].as_u64().unwrap()).sum();
+    assert_eq!(slots, 16384);
+    assert!(shards
+        .iter()
+        .all(|h| h["addr"].as_str().unwrap().starts_with("127.0.0.1:")));
+    drop(b);
+}
