@@ -101,6 +101,18 @@ async fn snapshot_where(ws: &mut Ws, pred: impl Fn(&Value) -> bool) -> Value {
     .await
 }
 
+/// Sends `req` and reads until the server closes.
+async fn raw_to_eof(addr: SocketAddr, req: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    within("the answer to EOF", s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
 /// The status of an upgrade request to `path` (with `extra` header lines).
 async fn upgrade_status(addr: SocketAddr, path: &str, extra: &str) -> u16 {
     let req = format!(
@@ -119,6 +131,16 @@ async fn login_page_cookie_and_feed() {
     let html = String::from_utf8_lossy(&page.body);
     assert!(html.contains(r#"action="/console/login""#) && html.contains(r#"name="key""#));
     assert!(page.header("set-cookie").is_none());
+    // HEAD: the same head, no body.
+    let head = raw_to_eof(
+        srv.addr,
+        "HEAD /console HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let (status_line, rest) = head.split_once("\r\n\r\n").unwrap();
+    assert!(status_line.starts_with("HTTP/1.1 401"), "{status_line}");
+    assert!(status_line.contains(&format!("Content-Length: {}", page.body.len())));
+    assert_eq!(rest, "");
     // A wrong key: 401, no cookie.
     let wrong = login_with(srv.addr, "not-the-console-key").await;
     assert_eq!(wrong.status, 401);

@@ -37,12 +37,12 @@ pub fn respond(
     (req, body): (&Request, &[u8]),
     (ip, tls): (IpAddr, bool),
 ) -> Vec<u8> {
-    let ka = req.keep_alive;
+    let (ka, head) = (req.keep_alive, req.method == http::Method::Head);
     match route {
-        Route::Console if session_ok(w, req) => page(200, CONSOLE_PAGE, ka),
-        Route::Console => page(401, LOGIN_PAGE, ka),
+        Route::Console if session_ok(w, req) => page(200, CONSOLE_PAGE, (ka, head)),
+        Route::Console => page(401, LOGIN_PAGE, (ka, head)),
         Route::ConsoleLogin => login(w, body, (ip, tls), ka),
-        Route::ConsoleSeries if session_ok(w, req) => series(w, ka),
+        Route::ConsoleSeries if session_ok(w, req) => series(w, (ka, head)),
         _ => unauthorized(ka),
     }
 }
@@ -56,7 +56,8 @@ pub fn unauthorized(keep_alive: bool) -> Vec<u8> {
     http::error_response(&e, keep_alive)
 }
 
-fn page(status: u16, html: &str, ka: bool) -> Vec<u8> {
+/// A page (`head`: a `HEAD` request, the body described, not sent).
+fn page(status: u16, html: &str, (ka, head): (bool, bool)) -> Vec<u8> {
     let headers = [
         ("Content-Security-Policy", CSP),
         ("Cache-Control", "no-store"),
@@ -64,7 +65,7 @@ fn page(status: u16, html: &str, ka: bool) -> Vec<u8> {
         ("Referrer-Policy", "no-referrer"),
     ];
     let ct = "text/html; charset=utf-8";
-    http::response(status, ct, html.as_bytes(), ka, &headers, false)
+    http::response(status, ct, html.as_bytes(), ka, &headers, head)
 }
 
 /// `POST /console/login`: rate-limited per address, then the key.
@@ -90,7 +91,7 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
         console.counts.logins_failed += 1;
         log!(Warn, "console login failed", admin = ip);
         let html = LOGIN_PAGE.replace("<!--error-->", "<p class=error>Wrong key.</p>");
-        return page(401, &html, ka);
+        return page(401, &html, (ka, false));
     }
     let token = session::new_token();
     let cookie = session::set_cookie(&token, tls);
@@ -108,10 +109,10 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
 }
 
 /// `GET /console/series`: the last 15 minutes, one point a second.
-fn series(w: &Worker, ka: bool) -> Vec<u8> {
+fn series(w: &Worker, (ka, head): (bool, bool)) -> Vec<u8> {
     let console = w.console.borrow();
     let points: Vec<_> = console.series.points().collect();
     let body = serde_json::to_vec(&points).expect("series serialize");
     let headers = [("Cache-Control", "no-store")];
-    http::response(200, "application/json", &body, ka, &headers, false)
+    http::response(200, "application/json", &body, ka, &headers, head)
 }
