@@ -387,6 +387,11 @@ async fn actions_need_the_header_and_are_audited() {
         "{}",
         audited[1]
     );
+    // Logging out ends the session and clears the cookie.
+    let out = action(addr, "logout", json!({}), &cookie, true).await;
+    assert_eq!(out.status, 200);
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
+    assert_eq!(get_with(addr, "/console", &cookie).await.status, 401);
 }
 
 /// Runs `corecast top ARGS` to its end (off the async runtime).

@@ -50,6 +50,11 @@ pub fn cookie_token(header: &[u8]) -> Option<&str> {
     })
 }
 
+/// The `Set-Cookie` value that removes the session cookie (log out).
+pub fn clear_cookie() -> String {
+    format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0")
+}
+
 /// The `Set-Cookie` value of a new session: `HttpOnly` (no script reads
 /// it), `SameSite=Strict` (no cross-site request carries it), scoped to
 /// `/console`, `Secure` when served over TLS, expiring with the session.
@@ -119,6 +124,11 @@ impl Sessions {
     /// hash; a guessed token would have to match 256 random bits.
     pub fn valid(&self, token: &str, now: u64) -> bool {
         self.live.get(token).is_some_and(|&exp| exp > now)
+    }
+
+    /// Ends the session of `token` (logging out).
+    pub fn end(&mut self, token: &str) {
+        self.live.remove(token);
     }
 
     /// Live sessions (a gauge for the snapshot).
@@ -228,6 +238,8 @@ mod tests {
         assert_eq!(s.len(), MAX_SESSIONS);
         assert!(!s.valid("t0", 100) && s.valid("t34", 100));
         assert!(!s.valid("t34", 34 + SESSION_TTL_MS));
+        s.end("t34");
+        assert!(!s.valid("t34", 100));
     }
 
     #[test]

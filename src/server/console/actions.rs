@@ -15,7 +15,7 @@ use crate::hooks::api::Command;
 use crate::http::{self, HttpError, Request};
 use crate::hub::ConnId;
 use crate::log;
-use crate::server::console::{session_ok, unauthorized};
+use crate::server::console::{logout, session_ok, unauthorized};
 use crate::server::history::{recall, resume};
 use crate::server::hooks::api as hooks_api;
 use crate::server::presence::edge as presence_edge;
@@ -56,6 +56,9 @@ pub async fn respond(
             ),
             true => unauthorized(ka),
         };
+    }
+    if action == "logout" {
+        return logout(w, req, ip);
     }
     let Ok(b) = serde_json::from_slice::<Body>(body) else {
         return error(400, "body must be a JSON object", ka);

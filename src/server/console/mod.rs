@@ -108,6 +108,25 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
     http::response(303, "text/plain", b"", ka, &headers, false)
 }
 
+/// Logs the session of `req` out (an action: its session and header were
+/// checked): the session ends and the cookie is cleared.
+pub fn logout(w: &Worker, req: &Request, ip: IpAddr) -> Vec<u8> {
+    if let Some(token) = req.cookie.as_deref().and_then(session::cookie_token) {
+        w.console.borrow_mut().sessions.end(token);
+    }
+    log!(Info, "console logout", admin = ip);
+    let cookie = session::clear_cookie();
+    let headers = [("Set-Cookie", cookie.as_str())];
+    http::response(
+        200,
+        "application/json",
+        b"{}",
+        req.keep_alive,
+        &headers,
+        false,
+    )
+}
+
 /// `GET /console/series`: the last 15 minutes, one point a second.
 fn series(w: &Worker, (ka, head): (bool, bool)) -> Vec<u8> {
     let console = w.console.borrow();
