@@ -184,6 +184,8 @@ async fn login_page_cookie_and_feed() {
     assert_eq!(snap["channels"][0]["subscribers"], 1);
     // The feed and the subscriber are path mode; the control one is JSON.
     assert_eq!(snap["kinds"]["path"], 2);
+    // Internal channels (the feed's) are not counted.
+    assert_eq!(snap["channel_count"], 1);
     json_ws.close(None).await.ok();
     assert!(snap["connections"].as_u64().unwrap() >= 2);
     let instances = snap["instances"].as_array().unwrap();

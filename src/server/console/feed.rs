@@ -107,27 +107,30 @@ pub fn instance_id(w: &Worker) -> String {
 
 /// The top channels by subscribers and by messages per second since the
 /// last look (a second while someone watches; longer after nobody did),
-/// internal `!` channels left out; the next count starts.
-fn top_channels(w: &Worker) -> (Vec<ChannelRow>, Vec<ChannelRow>) {
+/// and how many channels there are, internal `!` channels left out; the
+/// next count starts.
+fn top_channels(w: &Worker) -> (Vec<ChannelRow>, Vec<ChannelRow>, u64) {
     let now = w.now_ms();
     let last = std::mem::replace(&mut w.console.borrow_mut().last_scan_ms, now);
     let secs = (now.saturating_sub(last) / 1000).max(1) as u32;
     let (mut by_subs, mut by_rate) = (Top::new(TOP_CHANNELS), Top::new(TOP_CHANNELS));
+    let mut count = 0;
     let mut hub = w.hub.borrow_mut();
     hub.take_channel_activity(|name, subscribers, recent| {
         let rate = recent / secs;
         if !name.starts_with('!') {
+            count += 1;
             by_subs.offer(subscribers as u64, name, subscribers, rate);
             by_rate.offer(rate.into(), name, subscribers, rate);
         }
     });
-    (by_subs.rows(), by_rate.rows())
+    (by_subs.rows(), by_rate.rows(), count)
 }
 
 /// The feed's snapshot: this instance, every instance and their sum, the
 /// top channels, connections, Redis, the cache, the console itself.
 fn snapshot_json(w: &Worker, snap: &Snapshot, reading: Reading) -> Value {
-    let (by_subs, by_rate) = top_channels(w);
+    let (by_subs, by_rate, channel_count) = top_channels(w);
     let now = w.now_ms();
     let mut instances = w.console.borrow().instances.list(now);
     if !instances.iter().any(|i| i.id == reading.me.id) {
@@ -141,7 +144,7 @@ fn snapshot_json(w: &Worker, snap: &Snapshot, reading: Reading) -> Value {
         "instance": reading.me.id,
         "point": reading.point,
         "connections": snap.connections,
-        "channel_count": snap.channels,
+        "channel_count": channel_count,
         "channels": by_subs,
         "channels_by_rate": by_rate,
         "instances": instances,
