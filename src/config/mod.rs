@@ -34,6 +34,7 @@ impl Default for Config {
         let mut cfg = Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_listen: None,
+            admin_key: None,
             cpu: None,
             root_channel: None,
             ws: crate::ws::Limits::default(),
@@ -293,6 +294,15 @@ impl Config {
             return Err(ConfigError(
                 "--redis-prefix must not contain { or } with --redis-cluster (hash tags)".into(),
             ));
+        }
+        if let Some(k) = &self.admin_key {
+            let min = crate::console::MIN_KEY_LEN;
+            if k.expose().len() < min {
+                return Err(ConfigError(format!(
+                    "admin-key is too short ({} bytes): the console's key needs at least {min} (e.g. `openssl rand -base64 24`)",
+                    k.expose().len()
+                )));
+            }
         }
         if self.http.max_handshake_bytes < 256 {
             return Err(ConfigError("max-handshake-bytes must be >= 256".into()));

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! POST /api/disconnect  {"user":"42"}                    close 4005 on every connection of 42
+//! POST /api/disconnect  {"user":"42","client":"7.19"}    close 4005 on that one connection of 42
 //! POST /api/unsubscribe {"user":"42","channel":"doc.9"}  its JSON connections leave doc.9
 //! POST /api/subscribe   {"user":"42","channel":"doc.9"}  its JSON connections join doc.9
 //! GET  /api/connections?user=42                          the cluster's connections of 42
@@ -40,6 +41,15 @@ pub enum Command {
         /// The user.
         user: String,
     },
+    /// Close one connection of `user`: `client` is its id
+    /// (`{instance}.{serial}`, as the hooks and `GET /api/connections`
+    /// name it); only the instance it names acts.
+    DisconnectClient {
+        /// The user.
+        user: String,
+        /// The connection's id.
+        client: String,
+    },
     /// Unsubscribe the user's JSON connections from `channel`.
     Unsubscribe {
         /// The user.
@@ -71,6 +81,7 @@ impl Command {
     pub fn user(&self) -> &str {
         match self {
             Command::Disconnect { user }
+            | Command::DisconnectClient { user, .. }
             | Command::Unsubscribe { user, .. }
             | Command::Subscribe { user, .. }
             | Command::Connections { user, .. } => user,
@@ -93,6 +104,7 @@ pub type Refusal = (u16, &'static str);
 struct Body {
     user: Option<String>,
     channel: Option<String>,
+    client: Option<String>,
 }
 
 /// The command of `POST /api/{name}` with `body`.
@@ -108,7 +120,10 @@ pub fn parse(name: &str, body: &[u8]) -> Result<Command, Refusal> {
         None => Err((400, "missing \"channel\"")),
     };
     match name {
-        "disconnect" => Ok(Command::Disconnect { user }),
+        "disconnect" => Ok(match b.client {
+            Some(client) => Command::DisconnectClient { user, client },
+            None => Command::Disconnect { user },
+        }),
         "unsubscribe" => Ok(Command::Unsubscribe {
             user,
             channel: channel()?,
@@ -374,6 +389,15 @@ mod tests {
             Err((400, "body must be a JSON object"))
         );
         assert_eq!(decode(b"{\"op\":\"reboot\"}"), None);
+        let one = parse("disconnect", br#"{"user":"1","client":"7.19"}"#).unwrap();
+        assert_eq!(
+            one,
+            Command::DisconnectClient {
+                user: "1".into(),
+                client: "7.19".into()
+            }
+        );
+        assert_eq!(decode(&encode(&one)), Some(one));
         let c = Command::Connections {
             user: "42".into(),
             reply_to: 7,

@@ -14,6 +14,7 @@ use bytes::BytesMut;
 use monoio::net::tcp::TcpOwnedReadHalf;
 
 use crate::config::Config;
+use crate::console::INSTANCES_CHANNEL;
 use crate::history::relay::{self, Fetch, Relay};
 use crate::history::Entry;
 use crate::hooks::api::CONTROL_CHANNEL;
@@ -114,6 +115,9 @@ pub struct Worker {
     pub jwks: Option<JwksEdge>,
     /// Per-namespace counters (none without namespaces).
     pub namespaces: RefCell<Counters>,
+    /// The operator console's sessions, instances and series
+    /// (`--admin-key`).
+    pub console: RefCell<crate::console::State>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -157,6 +161,7 @@ impl Worker {
             parking: parking(&cfg),
             tls,
             namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
+            console: RefCell::default(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -344,9 +349,43 @@ impl Worker {
 impl Worker {
     /// Whether this instance takes server API commands from the control
     /// channel: the API needs the publish key; the Pusher API's
-    /// `terminate_connections` is one too.
+    /// `terminate_connections` is one too, and so is the console's
+    /// disconnect (`--admin-key`).
     fn hears_commands(&self) -> bool {
-        self.cfg.auth.publish_key.is_some() || !self.cfg.pusher.apps.is_empty()
+        self.cfg.auth.publish_key.is_some()
+            || !self.cfg.pusher.apps.is_empty()
+            || self.cfg.admin_key.is_some()
+    }
+
+    /// Whether this instance hears the other instances' console
+    /// summaries (Redis mode with `--admin-key`).
+    fn hears_instances(&self) -> bool {
+        self.cfg.admin_key.is_some()
+    }
+
+    /// An instance's summary heard on the console's channel: kept in the
+    /// bounded table the feed lists (a bad one is logged and dropped).
+    fn heard_instance(&self, payload: &[u8]) {
+        let Ok(inst) = serde_json::from_slice(payload) else {
+            return crate::log!(Warn, "not an instance summary on the console channel");
+        };
+        let now = self.now_ms();
+        if !self.console.borrow_mut().instances.heard(inst, now) {
+            crate::log!(Debug, "instance table full; summary dropped");
+        }
+    }
+
+    /// The internal channels this instance always hears through Redis:
+    /// the server API's (control and reply channels) and the console's.
+    fn always_heard(&self) -> Vec<Rc<str>> {
+        let mut names = Vec::new();
+        if self.hears_commands() {
+            names.extend(self.command_channels());
+        }
+        if self.hears_instances() {
+            names.push(Rc::from(INSTANCES_CHANNEL));
+        }
+        names
     }
 
     /// A message on a `!` channel this instance hears (Redis mode): a
@@ -363,7 +402,8 @@ impl Worker {
                     self.answer_to(reply_to, &api::encode_answer(id, tag, list));
                 }
                 Some(cmd) => {
-                    users::apply(&mut self.hub.borrow_mut(), &self.users.borrow(), &cmd);
+                    let users = self.users.borrow();
+                    users::apply(&mut self.hub.borrow_mut(), &users, (&cmd, tag));
                 }
                 None => crate::log!(Warn, "not a server API command on the control channel"),
             }
@@ -412,6 +452,9 @@ impl Local for Worker {
         if is_command_channel(channel) && self.hears_commands() {
             return self.heard_command(channel, payload);
         }
+        if channel == INSTANCES_CHANNEL && self.hears_instances() {
+            return self.heard_instance(payload);
+        }
         self.delivering(channel, |hub| {
             hub.publish(channel, opcode, payload, skip);
         });
@@ -425,17 +468,13 @@ impl Local for Worker {
     /// a publish key (the API's) always hears.
     fn interest_snapshot(&self) -> Vec<Rc<str>> {
         let mut names = self.hub.borrow_mut().interest_snapshot();
-        if self.hears_commands() {
-            names.extend(self.command_channels());
-        }
+        names.extend(self.always_heard());
         names
     }
 
     fn interest_resend(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>> {
         let mut names = self.hub.borrow_mut().interest_resend(keep);
-        if self.hears_commands() {
-            names.extend(self.command_channels().into_iter().filter(|c| keep(c)));
-        }
+        names.extend(self.always_heard().into_iter().filter(|c| keep(c)));
         names
     }
 
@@ -457,6 +496,10 @@ impl Local for Worker {
     fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch> {
         if is_command_channel(channel) && self.hears_commands() {
             self.heard_command(channel, &env.payload);
+            return None;
+        }
+        if channel == INSTANCES_CHANNEL && self.hears_instances() {
+            self.heard_instance(&env.payload);
             return None;
         }
         let (Some(relay), Some(at)) = (&self.relay, env.at) else {

@@ -58,7 +58,8 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
 /// `terminate_connections`).
 pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
     let Some(link) = &w.redis else {
-        let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), cmd);
+        let tag = w.pusher.borrow().tag;
+        let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), (cmd, tag));
         return Ok(serde_json::json!({ "connections": n }));
     };
     let payload = api::encode(cmd);
@@ -93,13 +94,7 @@ async fn connections(w: &Worker, query: Option<&str>) -> Result<serde_json::Valu
         .and_then(|q| auth::query_param(q, "user"))
         .unwrap_or("");
     if w.redis.is_none() {
-        let list = users::list(
-            &w.hub.borrow(),
-            &w.users.borrow(),
-            w.pusher.borrow().tag,
-            user,
-        );
-        return Ok(serde_json::json!({ "user": user, "connections": list }));
+        return Ok(connections_of(w, user));
     }
     cluster_connections(w, user).await
 }
@@ -171,4 +166,11 @@ async fn publish_command(w: &Worker, cmd: &Command, deadline: Instant) -> Result
         Ok(Ok(r)) => Ok(r),
         _ => Err(()),
     }
+}
+
+/// This instance's connections of `user` (the console's list too).
+pub fn connections_of(w: &Worker, user: &str) -> serde_json::Value {
+    let tag = w.pusher.borrow().tag;
+    let list = users::list(&w.hub.borrow(), &w.users.borrow(), tag, user);
+    serde_json::json!({ "user": user, "connections": list })
 }

@@ -51,13 +51,23 @@ impl Users {
 /// Carries out `cmd` on this worker's connections of its user; how many
 /// it acted on. Subscribe and unsubscribe act on JSON (`/ws`)
 /// connections, which are told (`subscribed` / `unsubscribed`, no `id`);
-/// a path-mode connection has a single channel by its URL.
-pub fn apply(hub: &mut Hub, users: &Users, cmd: &Command) -> usize {
+/// a path-mode connection has a single channel by its URL. `tag` is this
+/// instance's (a `DisconnectClient` acts only on the instance its client
+/// id names).
+pub fn apply(hub: &mut Hub, users: &Users, (cmd, tag): (&Command, u32)) -> usize {
     let mut n = 0;
     for (id, _) in users.of(cmd.user()) {
         let json = hub.conn(id).is_some_and(|c| is_json(c.kind()));
+        let serial = hub.conn(id).map(|c| c.serial());
         let done = match cmd {
             Command::Disconnect { .. } => {
+                let why = "disconnected by the server API";
+                hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
+                true
+            }
+            Command::DisconnectClient { client, .. }
+                if serial.is_some() && crate::pusher::local_serial(tag, client) == serial =>
+            {
                 let why = "disconnected by the server API";
                 hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
                 true
