@@ -97,8 +97,14 @@ EXCEPTIONS = [
     (("conn", "upgrade"), ("hooks",), "the connect hook decides an upgrade before the 101"),
     (("conn", "websocket"), ("hooks", "session"), "a hook-admitted WebSocket gets its welcome (connected frame, server-side channels)"),
     (("native",), ("hooks",), "the JSON protocol's subscribe, publish and rpc ask their hooks"),
+    (("hooks", "session"), ("history",), "a server-side subscription (connect channels) is answered with its position, and resumed from Redis, as the JSON subscribe is"),
+    (("hooks", "session"), ("presence", "edge"), "a server-side subscription joins presence with the user and info, as the JSON subscribe does"),
     (("conn", "http"), ("hooks", "api"), "the HTTP router answers the server API (/api/...)"),
     (("pusher", "api"), ("hooks", "api"), "the Pusher API's terminate_connections is the server API's disconnect"),
+    (("conn", "http"), ("console",), "the HTTP router answers the console's routes and checks its session before the feed's upgrade"),
+    (("console", "actions"), ("history",), "the console reads a channel's history as GET /history does"),
+    (("console", "actions"), ("presence", "edge"), "the console lists a channel's presence as GET /presence does"),
+    (("console", "actions"), ("hooks", "api"), "the console's disconnect is the server API's (every instance in Redis mode)"),
 ]
 
 

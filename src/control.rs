@@ -10,6 +10,7 @@
 //! {"op":"subscribe","channel":"room-1","presence":true,"id":5}
 //! {"op":"presence","channel":"room-1","id":6}
 //! {"op":"rpc","method":"sum","data":{"a":1,"b":2},"id":7}
+//! {"op":"connect","id":8}
 //! ```
 //! Server → client:
 //! ```json
@@ -26,7 +27,13 @@
 //! {"type":"leave","channel":"room-1","user":"ana"}
 //! {"type":"presence","channel":"room-1","members":[{"user":"ana","connections":1}],"count":1,"id":6}
 //! {"type":"rpc","id":7,"data":{"sum":3}}
+//! {"type":"connected","client":"482913.7","user":"42","id":8}
 //! ```
+//! `connect` is Centrifugo's first command and reply: the connection's
+//! id (the server API's and the hooks' `client`) and its user (absent
+//! when anonymous), asked whenever the client wants them; a client the
+//! connect hook admitted is sent a `connected` frame unasked, first,
+//! with the backend's `data`.
 //! `rpc` is answered by `--proxy-rpc` (`crate::hooks`), as are the
 //! hooks' other frames (`connected`, `refused` errors).
 //! Presence (`--presence-channels`) is described in `crate::presence`.
@@ -84,6 +91,8 @@ pub enum Request {
         token: String,
     },
     /// A call answered by the rpc hook (`--proxy-rpc`):
+    /// `{"op":"connect"}`: who the connection is (its client id and user).
+    Connect,
     /// `{"op":"rpc","method":"sum","data":{...},"id":7}`.
     Rpc {
         /// The method's name.
@@ -189,37 +198,45 @@ struct Wire<'a> {
     id: Option<Box<RawValue>>,
 }
 
+/// The requests that name no channel (`connect`, `refresh`, `rpc`), or
+/// `None` for the others; a missing field is the error's message.
+fn without_channel(wire: &mut Wire<'_>) -> Option<Result<Request, &'static str>> {
+    let request = match wire.op? {
+        "connect" => Ok(Request::Connect),
+        "refresh" => match wire.token.take() {
+            Some(token) => Ok(Request::Refresh { token }),
+            None => Err("missing \"token\""),
+        },
+        "rpc" => match wire.method.take() {
+            Some(method) => Ok(Request::Rpc {
+                method,
+                data: wire.data.map(|d| d.get().to_string()),
+            }),
+            None => Err("missing \"method\""),
+        },
+        _ => return None,
+    };
+    Some(request)
+}
+
 /// Parses one control frame's text.
 pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
-    let wire: Wire<'_> = serde_json::from_slice(text).map_err(|e| ControlError {
+    let mut wire: Wire<'_> = serde_json::from_slice(text).map_err(|e| ControlError {
         code: ErrorCode::BadRequest,
         message: format!("invalid JSON request: {e}"),
         id: None,
     })?;
-    let id = wire.id;
+    let id = wire.id.take();
     let fail = |code, message: &str, id| ControlError {
         code,
         message: message.to_string(),
         id,
     };
-    if wire.op == Some("refresh") {
-        return match wire.token {
-            Some(token) => Ok(Envelope {
-                request: Request::Refresh { token },
-                id,
-            }),
-            None => Err(fail(ErrorCode::BadRequest, "missing \"token\"", id)),
+    if let Some(r) = without_channel(&mut wire) {
+        return match r {
+            Ok(request) => Ok(Envelope { request, id }),
+            Err(message) => Err(fail(ErrorCode::BadRequest, message, id)),
         };
-    }
-    if wire.op == Some("rpc") {
-        let Some(method) = wire.method else {
-            return Err(fail(ErrorCode::BadRequest, "missing \"method\"", id));
-        };
-        let data = wire.data.map(|d| d.get().to_string());
-        return Ok(Envelope {
-            request: Request::Rpc { method, data },
-            id,
-        });
     }
     let Some(channel) = wire.channel else {
         return Err(fail(ErrorCode::BadRequest, "missing \"channel\"", id));
@@ -431,6 +448,8 @@ mod tests {
             data: Some(r#"{"a":[1,2]}"#.into()),
         };
         assert_eq!(e.request, want);
+        let e = parse(br#"{"op":"connect","id":2}"#).unwrap();
+        assert_eq!((e.request, e.id.unwrap().get()), (Request::Connect, "2"));
         let e = parse(br#"{"op":"rpc","id":1}"#).unwrap_err();
         assert_eq!(
             (e.code, e.message.as_str()),

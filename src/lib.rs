@@ -37,7 +37,7 @@
 //! - [`ws`]: the sans-I/O RFC 6455 codec (also the load generator's).
 //! - [`log`](mod@log): the logfmt logger's level and output.
 //!
-//! `auth`, `cache`, `control`, `http`, `hub`, `redis`, `sse` and `tls` are public but
+//! `auth`, `cache`, `console`, `control`, `http`, `hub`, `redis`, `sse` and `tls` are public but
 //! hidden from the docs: the fuzz targets (`fuzz/`), the microbenchmarks
 //! (`benches/`) and the integration tests (`tests/`) reach into their
 //! sans-I/O parts; they are not a stable API.
@@ -55,7 +55,7 @@
 //!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
 //!   keepalive, graceful shutdown. Its own Layout section draws who may
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
-//! - [`config`] → `auth`, `cache`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `console`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.
@@ -91,10 +91,17 @@
 //!   enum; and `tls::client`, the one verifying client configuration for
 //!   `rediss://`. Its edge is `server::tls`.
 //! - `hooks` → `auth`, `cache` (origin URLs), `channel`, `http`,
-//!   `histogram`, [`ws`]: hooks to the application's backend
-//!   (`--proxy-*`), sans-I/O — Centrifugo's HTTP proxy requests and
-//!   answers, the JSON frames they add, per-hook counters. Its edge is
+//!   `histogram`, `namespace` (names), [`ws`]: hooks to the application's
+//!   backend (`--proxy-*`, named `--proxy`), sans-I/O — Centrifugo's HTTP
+//!   proxy requests and answers, the JSON frames they add, per-hook
+//!   counters, the server API's commands and cluster listing. Its edge is
 //!   `server::hooks`.
+//! - `console` → `auth`, `histogram`, [`ws`]: the operator console,
+//!   sans-I/O — the admin key's check, session tokens and cookie, the
+//!   login form and its per-address limit (`session`), the feed's
+//!   snapshot parts: top channels, instances, rates, the 15-minute series
+//!   (`snapshot`), and `corecast top`'s requests and text view (`top`).
+//!   Its edge is `server::console`.
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -153,6 +160,8 @@ pub mod cache;
 #[doc(hidden)]
 pub mod channel;
 pub mod config;
+#[doc(hidden)]
+pub mod console;
 #[doc(hidden)]
 pub mod control;
 pub(crate) mod histogram;

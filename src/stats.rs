@@ -333,6 +333,11 @@ pub struct CacheStats {
     /// Requests sent to the origin (foreground and background).
     #[serde(rename = "cache_origin_requests")]
     pub origin_requests: u64,
+    /// Time spent waiting for the origin, summed over its requests, in
+    /// microseconds (the mean origin latency is its rate over
+    /// `origin_requests`' rate).
+    #[serde(rename = "cache_origin_time_us")]
+    pub origin_time_us: u64,
     /// New connections opened to the origin (the rest reused one).
     #[serde(rename = "cache_origin_connects")]
     pub origin_connects: u64,

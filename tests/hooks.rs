@@ -26,6 +26,11 @@ async fn session_cookie_admits_without_a_token() {
         (&json!("42"), &json!({"motd":"hello 42"}))
     );
     let client = hello["client"].as_str().expect("a client id").to_string();
+    assert_eq!(
+        next_json(&mut ws).await,
+        json!({"type":"subscribed","channel":"news"}),
+        "the server-side subscription is answered as a client's"
+    );
     assert_eq!(publish(srv.addr, "news", "breaking").await, 1);
     let m = next_json(&mut ws).await;
     assert_eq!(
@@ -102,6 +107,7 @@ async fn a_failing_backend_fails_closed_and_harms_nobody_else() {
     .await;
     let mut good = ws_with_cookie(addr, "/ws", "good-1").await;
     assert_eq!(next_json(&mut good).await["type"], "connected");
+    assert_eq!(next_json(&mut good).await["type"], "subscribed");
     let r = slow.await.unwrap();
     assert_eq!(
         (r.status, r.json()["error"].as_str()),
@@ -242,6 +248,8 @@ async fn the_readme_backend_works_as_documented() {
         (&hello["user"], &hello["data"]),
         (&json!("42"), &json!({"motd":"welcome back"}))
     );
+    let sub = next_json(&mut ws).await;
+    assert_eq!(sub, json!({"type":"subscribed","channel":"user.42"}));
     let r = ask(&mut ws, json!({"op":"subscribe","channel":"doc.1","id":1})).await;
     assert_eq!(r["type"], "subscribed");
     // The publisher is a subscriber: its (rewritten) message and the ack.

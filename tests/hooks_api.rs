@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use common::*;
 use hooks_support::*;
-use redis_support::{instance, wait_readyz, RedisServer};
+use redis_support::{instance, wait_readyz, RedisServer, RespConn};
 use serde_json::{json, Value};
 
 const KEY: &str = "pk-123";
@@ -52,9 +52,11 @@ async fn the_server_api_acts_on_a_users_connections() {
     let addr = srv.addr;
     let mut json_ws = ws_with_cookie(addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut json_ws).await["type"], "connected");
+    assert_eq!(next_json(&mut json_ws).await["type"], "subscribed");
     let mut path_ws = ws_with_cookie(addr, "/ws/room", "good-42").await;
     let mut other = ws_with_cookie(addr, "/ws", "good-7").await;
     assert_eq!(next_json(&mut other).await["type"], "connected");
+    assert_eq!(next_json(&mut other).await["type"], "subscribed");
 
     // Without the key: refused.
     let r = http_raw(
@@ -160,8 +162,10 @@ async fn in_redis_mode_the_api_acts_on_every_instance() {
     .await;
     let mut on_a = ws_with_cookie(a.addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut on_a).await["type"], "connected");
+    assert_eq!(next_json(&mut on_a).await["type"], "subscribed");
     let mut on_b = ws_with_cookie(b.addr, "/ws", "good-42").await;
     assert_eq!(next_json(&mut on_b).await["type"], "connected");
+    assert_eq!(next_json(&mut on_b).await["type"], "subscribed");
 
     let r = api(
         b.addr,
@@ -181,6 +185,142 @@ async fn in_redis_mode_the_api_acts_on_every_instance() {
     assert_eq!(r.json(), json!({"instances": 2}));
     assert_eq!(expect_close(&mut on_a).await, 4005);
     assert_eq!(expect_close(&mut on_b).await, 4005);
+}
+
+/// Centrifugo's `connect` command and reply: a JSON client admitted by
+/// a token (or none) is sent nothing unasked, and `{"op":"connect"}`
+/// tells it its client id — the one the server API lists — and user; a
+/// connect-hook client's unasked `connected` frame carries the same id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_ask_who_they_are_with_connect() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let secret = "connect-op-secret-0123456789abcdef0123";
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| {
+        keyed(c, &backend);
+        c.auth.token_secret = Some(corecast::config::Secret(secret.into()));
+    });
+    let claims = r#"{"exp":9999999999,"sub":"7","subscribe":["*"],"publish":[]}"#;
+    let token = corecast::auth::sign_token(claims, secret.as_bytes());
+    let mut ws = ws_connect(srv.addr, &format!("/ws?token={token}")).await;
+    let ask = |id: u32| Message::text(json!({"op":"connect","id":id}).to_string());
+    ws.send(ask(1)).await.unwrap();
+    let hello = next_json(&mut ws).await;
+    assert_eq!(
+        (&hello["type"], &hello["user"], &hello["id"]),
+        (&json!("connected"), &json!("7"), &json!(1)),
+        "the reply is its first frame: {hello}"
+    );
+    let client = hello["client"].as_str().unwrap().to_string();
+    let r = api(srv.addr, "GET", "/api/connections?user=7", json!({})).await;
+    assert_eq!(r.json()["connections"][0]["client"], client.as_str());
+
+    let mut hooked = ws_with_cookie(srv.addr, "/ws", "good-42").await;
+    let unasked = next_json(&mut hooked).await;
+    assert_eq!(unasked["type"], "connected");
+    assert_eq!(next_json(&mut hooked).await["type"], "subscribed");
+    hooked.send(ask(2)).await.unwrap();
+    let asked = next_json(&mut hooked).await;
+    assert_eq!(
+        (&asked["client"], &asked["user"], &asked["id"]),
+        (&unasked["client"], &json!("42"), &json!(2))
+    );
+    assert_ne!(asked["client"], client.as_str(), "one id per connection");
+}
+
+/// `GET /api/connections` in Redis mode lists every instance's
+/// connections of the user (asked on the control channel, answered on
+/// the asker's reply channel) and says which instances answered; one
+/// that does not answer in time (here a bare Redis subscriber of the
+/// control channel) is reported missing once `--api-connections-timeout`
+/// has passed, with what the others answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_redis_mode_connections_lists_every_instance() {
+    let backend = Backend::start();
+    let redis = RedisServer::start(&[]).await;
+    let timeout = std::time::Duration::from_millis(400);
+    let tweak = |c: &mut corecast::config::Config| {
+        keyed(c, &backend);
+        c.proxy.connections_timeout = timeout;
+    };
+    let a = instance(redis.url("", ""), tweak);
+    let b = instance(redis.url("", ""), tweak);
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(b.addr, 200).await;
+    wait_until("both instances hear the control channel", || async {
+        let r = api(a.addr, "POST", "/api/disconnect", json!({"user":"nobody"})).await;
+        r.json()["instances"] == 2
+    })
+    .await;
+    let mut on_a = ws_with_cookie(a.addr, "/ws", "good-42").await;
+    assert_eq!(next_json(&mut on_a).await["type"], "connected");
+    assert_eq!(next_json(&mut on_a).await["type"], "subscribed");
+    let mut on_b = Vec::new();
+    for path in ["/ws", "/ws/room"] {
+        on_b.push(ws_with_cookie(b.addr, path, "good-42").await);
+    }
+    assert_eq!(next_json(&mut on_b[0]).await["type"], "connected");
+    assert_eq!(next_json(&mut on_b[0]).await["type"], "subscribed");
+    let _other = ws_with_cookie(b.addr, "/ws", "good-7").await;
+
+    let started = std::time::Instant::now();
+    let r = api(a.addr, "GET", "/api/connections?user=42", json!({})).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let body = r.json();
+    assert!(
+        started.elapsed() < timeout,
+        "every instance answered: no wait for the deadline"
+    );
+    let list = body["connections"].as_array().unwrap();
+    assert_eq!(list.len(), 3, "both instances' connections of 42: {body}");
+    let mut tags: Vec<u64> = list
+        .iter()
+        .map(|c| c["instance"].as_u64().unwrap())
+        .collect();
+    tags.sort();
+    tags.dedup();
+    assert_eq!(tags.len(), 2, "{body}");
+    let mut channels: Vec<Value> = list.iter().map(|c| c["channels"].clone()).collect();
+    channels.sort_by_key(|c| c.to_string());
+    assert_eq!(
+        channels,
+        [json!(["news"]), json!(["news"]), json!(["room"])]
+    );
+    let inst = &body["instances"];
+    assert_eq!(
+        (&inst["asked"], &inst["missing"]),
+        (&json!(2), &json!(0)),
+        "{body}"
+    );
+    let mut answered: Vec<u64> = serde_json::from_value(inst["answered"].clone()).unwrap();
+    answered.sort();
+    assert_eq!(answered, tags);
+
+    // A third subscriber of the control channel that never answers.
+    let mut silent = RespConn::open(redis.port, None).await;
+    silent.cmd(&["SUBSCRIBE", "corecast:!api"]).await;
+    let started = std::time::Instant::now();
+    let r = api(b.addr, "GET", "/api/connections?user=42", json!({})).await;
+    let waited = started.elapsed();
+    let body = r.json();
+    assert_eq!(
+        body["connections"].as_array().map(Vec::len),
+        Some(3),
+        "{body}"
+    );
+    let inst = &body["instances"];
+    assert_eq!(
+        (&inst["asked"], &inst["missing"]),
+        (&json!(3), &json!(1)),
+        "{body}"
+    );
+    assert_eq!(inst["answered"].as_array().map(Vec::len), Some(2));
+    assert!(
+        waited >= timeout,
+        "waited for the third until the deadline: {waited:?}"
+    );
+    assert!(waited < timeout * 5, "and not much longer: {waited:?}");
 }
 
 /// The Pusher HTTP API's `terminate_connections` closes every connection

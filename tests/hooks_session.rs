@@ -19,11 +19,14 @@ async fn call(ws: &mut Ws, request: Value) -> Value {
     next_json(ws).await
 }
 
-/// A cookie-admitted client (user `42`), its `connected` frame read.
+/// A cookie-admitted client (user `42`), its `connected` frame and its
+/// server-side subscription's `subscribed` read.
 async fn admitted(addr: std::net::SocketAddr) -> (Ws, String) {
     let mut ws = ws_with_cookie(addr, "/ws", "good-42").await;
     let hello = next_json(&mut ws).await;
     assert_eq!(hello["type"], "connected");
+    // Its server-side channel (`news`), answered as a subscribe is.
+    assert_eq!(next_json(&mut ws).await["type"], "subscribed");
     (ws, hello["client"].as_str().unwrap().to_string())
 }
 

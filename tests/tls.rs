@@ -730,3 +730,41 @@ async fn an_event_stream_over_https() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Issue 34: the console served over TLS (no --admin-listen: on the
+/// public listener) sets its session cookie `Secure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_cookie_is_secure_over_tls() {
+    let pki = Pki::new("console");
+    let (cert, key) = pki.localhost();
+    let srv = TestServer::start(|c| {
+        c.tls.certs = vec![cert];
+        c.tls.keys = vec![key];
+        c.admin_key = Some(corecast::config::Secret::new("console-key-0123456789"));
+    });
+    let (cacert, url) = (
+        pki.ca().to_str().unwrap().to_string(),
+        format!("https://localhost:{}/console/login", srv.addr.port()),
+    );
+    let head = tokio::task::spawn_blocking(move || {
+        curl(&[
+            "--cacert",
+            &cacert,
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+            "--data",
+            "key=console-key-0123456789",
+            &url,
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(head.starts_with("HTTP/1.1 303"), "{head}");
+    let cookie = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .expect("a cookie");
+    assert!(cookie.trim_end().ends_with("; Secure"), "{cookie}");
+}

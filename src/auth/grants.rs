@@ -27,6 +27,9 @@ pub struct TokenGrants {
     /// When the token expires (seconds since the epoch): the connection is
     /// closed with 4001 then unless it refreshed its token.
     pub exp: u64,
+    /// Admitted by the connect hook (not a token): it publishes only
+    /// through a publish hook, never on a channel that has none.
+    pub via_hook: bool,
     subscribe: Vec<String>,
     publish: Vec<String>,
 }
@@ -43,6 +46,7 @@ impl TokenGrants {
             subject,
             info,
             exp,
+            via_hook: false,
             subscribe,
             publish,
         }
@@ -74,11 +78,15 @@ impl Grants {
         let all = || vec!["*".to_string()];
         let subject = Some(user).filter(|u| !u.is_empty());
         let publish = if publish { all() } else { Vec::new() };
-        Grants::Token(Box::new(TokenGrants::new(
-            (subject, info, exp),
-            all(),
-            publish,
-        )))
+        let mut t = TokenGrants::new((subject, info, exp), all(), publish);
+        t.via_hook = true;
+        Grants::Token(Box::new(t))
+    }
+
+    /// Whether the connect hook admitted the holder (see
+    /// [`TokenGrants::via_hook`]).
+    pub fn via_hook(&self) -> bool {
+        matches!(self, Grants::Token(t) if t.via_hook)
     }
 
     /// The token's `exp`, if a token (or a connect hook's `expire_at`)

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use corecast::config::{help_text, Command, Config};
+use corecast::console::top as console_top;
 use corecast::log;
 use corecast::runtime;
 use corecast::Server;
@@ -15,7 +16,11 @@ use corecast::Server;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cmd = match Config::from_args(std::env::args().skip(1), |k| std::env::var(k).ok()) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("top") {
+        return top(&args[1..]);
+    }
+    let cmd = match Config::from_args(args, |k| std::env::var(k).ok()) {
         Ok(cmd) => cmd,
         Err(e) => {
             eprintln!("corecast: {e}");
@@ -128,4 +133,128 @@ fn probe(url: &str) -> std::io::Result<u16> {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response"))
+}
+
+/// `corecast top`: the console's feed as a refreshing text view.
+fn top(args: &[String]) -> ExitCode {
+    let a = match console_top::parse_args(args, |k| std::env::var(k).ok()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("corecast top: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run_top(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("corecast top: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// How long `top` waits for an answer or a snapshot (one comes a second).
+const TOP_WAIT: Duration = Duration::from_secs(10);
+
+fn connect(host: &str) -> Result<TcpStream, String> {
+    let addr = (host.to_socket_addrs().map_err(|e| format!("{host}: {e}"))?)
+        .next()
+        .ok_or(format!("{host}: no address"))?;
+    let s = TcpStream::connect_timeout(&addr, TOP_WAIT).map_err(|e| format!("{host}: {e}"))?;
+    s.set_read_timeout(Some(TOP_WAIT))
+        .map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// Logs in (`POST /console/login`): the session cookie.
+fn top_login(a: &console_top::Args) -> Result<String, String> {
+    let mut s = connect(&a.host)?;
+    s.write_all(&console_top::login_request(&a.host, &a.key))
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 2048];
+    loop {
+        let n = s.read(&mut chunk).map_err(|e| format!("login: {e}"))?;
+        if n == 0 {
+            return Err("the server closed the login's connection".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(cookie) = console_top::session_cookie(&buf)? {
+            return Ok(cookie);
+        }
+    }
+}
+
+/// Reads more of the feed into `buf`.
+fn fill(s: &mut TcpStream, buf: &mut bytes::BytesMut) -> Result<(), String> {
+    let mut chunk = [0u8; 16 * 1024];
+    match s.read(&mut chunk) {
+        Ok(0) => Err("the server closed the feed".into()),
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+        Err(e) => Err(format!("feed: {e}")),
+    }
+}
+
+/// Logs in and upgrades to the feed: the socket, the bytes read past the
+/// `101`, and the mask for the frames `top` sends (pongs).
+fn open_feed(a: &console_top::Args) -> Result<(TcpStream, bytes::BytesMut, [u8; 4]), String> {
+    use base64::Engine;
+    let cookie = top_login(a)?;
+    let mut s = connect(&a.host)?;
+    let mut nonce = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+        .map_err(|_| "no random bytes")?;
+    let key = base64::engine::general_purpose::STANDARD.encode(nonce);
+    s.write_all(&console_top::feed_request(&a.host, &cookie, &key))
+        .map_err(|e| e.to_string())?;
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        match corecast::ws::handshake::parse_server_response(&buf, &key) {
+            Ok(Some(head)) => {
+                let _ = buf.split_to(head);
+                let mask = [nonce[0], nonce[1], nonce[2], nonce[3]];
+                return Ok((s, buf, mask));
+            }
+            Ok(None) => fill(&mut s, &mut buf)?,
+            Err(e) => return Err(format!("the feed refused: {e:?}")),
+        }
+    }
+}
+
+/// Opens the feed and shows its snapshots (one with `--once`), answering
+/// the server's pings.
+fn run_top(a: &console_top::Args) -> Result<(), String> {
+    use corecast::ws::{Limits, Message, OpCode, Receiver, Role};
+    let (mut s, mut buf, mask) = open_feed(a)?;
+    let mut rx = Receiver::new(Role::Client, Limits::default());
+    let mut stdout = std::io::stdout();
+    loop {
+        while let Some(msg) = rx.next(&mut buf).map_err(|e| format!("feed: {e:?}"))? {
+            match msg {
+                Message::Text(t) => {
+                    let snap: serde_json::Value =
+                        serde_json::from_slice(&t).map_err(|e| format!("snapshot: {e}"))?;
+                    let view = console_top::render(&snap);
+                    if a.once {
+                        print!("{view}");
+                        return Ok(());
+                    }
+                    // Home and clear, then the view: a refreshing screen.
+                    let _ = write!(stdout, "\x1b[H\x1b[2J{view}");
+                    let _ = stdout.flush();
+                }
+                Message::Ping(p) => {
+                    let mut out = bytes::BytesMut::new();
+                    corecast::ws::frame::encode_client_frame(OpCode::Pong, &p, mask, &mut out);
+                    s.write_all(&out).map_err(|e| e.to_string())?;
+                }
+                Message::Close(_) => return Err("the server closed the feed".into()),
+                _ => {}
+            }
+        }
+        fill(&mut s, &mut buf)?;
+    }
 }

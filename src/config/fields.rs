@@ -19,6 +19,9 @@ pub struct Config {
     /// Separate address for `/stats`, `/metrics`, `/status`, `/status/ws`
     /// (None = served on `listen`).
     pub admin_listen: Option<SocketAddr>,
+    /// The operator console's key (`/console`, `corecast top`); `None`:
+    /// no console.
+    pub admin_key: Option<crate::secret::Secret>,
     /// CPU to pin the worker to; `None` = the first CPU the process may use.
     pub cpu: Option<usize>,
     /// Channel served at `GET /` upgrades, if any.

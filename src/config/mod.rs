@@ -34,6 +34,7 @@ impl Default for Config {
         let mut cfg = Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_listen: None,
+            admin_key: None,
             cpu: None,
             root_channel: None,
             ws: crate::ws::Limits::default(),
@@ -131,6 +132,12 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
                 .map_err(ConfigError)?;
             continue;
         }
+        if let (true, toml::Value::Array(a)) = (key == "proxy", value) {
+            if a.iter().all(toml::Value::is_table) {
+                named_proxies(cfg, a, origin)?;
+                continue;
+            }
+        }
         let opt = OPTIONS
             .iter()
             .find(|o| o.flag == key)
@@ -153,6 +160,31 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
             }
         };
         apply(opt, cfg, &text, &format!("{origin}: {key}"))?;
+    }
+    Ok(())
+}
+
+/// `[[proxy]]` tables (`name`, `endpoint`: Centrifugo's `proxies`
+/// entries), the TOML form of `--proxy NAME=URL`.
+fn named_proxies(
+    cfg: &mut Config,
+    tables: &[toml::Value],
+    origin: &str,
+) -> Result<(), ConfigError> {
+    for t in tables {
+        let field = |k: &str| t.get(k).and_then(toml::Value::as_str);
+        let (Some(name), Some(url), 2) = (
+            field("name"),
+            field("endpoint"),
+            t.as_table().map_or(0, |t| t.len()),
+        ) else {
+            return Err(ConfigError(format!(
+                "{origin}: a [[proxy]] table has exactly `name` and `endpoint` (strings)"
+            )));
+        };
+        cfg.proxy
+            .add_named(&format!("{name}={url}"))
+            .map_err(|e| ConfigError(format!("{origin}: [[proxy]]: {e}")))?;
     }
     Ok(())
 }
@@ -262,6 +294,15 @@ impl Config {
             return Err(ConfigError(
                 "--redis-prefix must not contain { or } with --redis-cluster (hash tags)".into(),
             ));
+        }
+        if let Some(k) = &self.admin_key {
+            let min = crate::console::MIN_KEY_LEN;
+            if k.expose().len() < min {
+                return Err(ConfigError(format!(
+                    "admin-key is too short ({} bytes): the console's key needs at least {min} (e.g. `openssl rand -base64 24`)",
+                    k.expose().len()
+                )));
+            }
         }
         if self.http.max_handshake_bytes < 256 {
             return Err(ConfigError("max-handshake-bytes must be >= 256".into()));

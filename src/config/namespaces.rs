@@ -9,8 +9,9 @@
 use super::fields::Config;
 use super::options::{OptionSpec, OPTIONS};
 use crate::history::NamespaceLimits;
+use crate::hooks::{HookConfig, HookKind, NO_PROXY};
 use crate::namespace::spec::{Entry, Spec};
-use crate::namespace::{Publish, Rules, Subscribe, Table};
+use crate::namespace::{Proxy, Publish, Rules, Subscribe, Table};
 
 /// Global options a namespace may set, by their own names.
 pub const PER_NAMESPACE: &[&str] = &[
@@ -35,6 +36,8 @@ pub const NAMESPACE_ONLY: &[&str] = &[
     "allow-anonymous",
     "presence",
     "recover-on-subscribe",
+    "subscribe-proxy",
+    "publish-proxy",
 ];
 
 impl Config {
@@ -105,6 +108,8 @@ impl Config {
             compression: self.compression.enabled,
             presence_limits: (self.presence.max_members, self.presence.max_events),
             max_message_size: self.ws.max_message_size,
+            subscribe_proxy: Proxy::Global,
+            publish_proxy: Proxy::Global,
         }
     }
 
@@ -119,7 +124,7 @@ impl Config {
                 )
             };
             if NAMESPACE_ONLY.contains(&e.key.as_str()) {
-                own_key(&mut rules, e, self.auth.tokens_required()).map_err(fail)?;
+                own_key(&mut rules, e, (self.auth.tokens_required(), &self.proxy)).map_err(fail)?;
             } else if PER_NAMESPACE.contains(&e.key.as_str()) {
                 let opt = option(&e.key);
                 (opt.set)(&mut scratch, &e.value)
@@ -162,10 +167,22 @@ impl Config {
                 at("recover-on-subscribe")
             ));
         }
-        if rules.allow_anonymous && rules.subscribe != Subscribe::Anyone {
+        let open = matches!(rules.subscribe, Subscribe::Anyone | Subscribe::Hook);
+        if rules.allow_anonymous && !open {
             return Err(format!(
-                "{}: allow-anonymous needs subscribe = \"anyone\" (a connection without a token has no grants and no user)",
+                "{}: allow-anonymous needs subscribe = \"anyone\" or \"hook\" (a connection without a token has no grants and no user)",
                 at("allow-anonymous")
+            ));
+        }
+        let hooked = match rules.subscribe_proxy {
+            Proxy::Global => self.proxy.url(HookKind::Subscribe).is_some(),
+            Proxy::Off => false,
+            Proxy::Named(_) => true,
+        };
+        if rules.subscribe == Subscribe::Hook && !hooked {
+            return Err(format!(
+                "{}: subscribe = \"hook\" needs a subscribe hook: --proxy-subscribe, or subscribe-proxy naming a --proxy",
+                at("subscribe")
             ));
         }
         if rules.compression && !self.compression.enabled {
@@ -192,8 +209,13 @@ impl Config {
     }
 }
 
-/// Reads a namespace-only key into `rules`.
-fn own_key(rules: &mut Rules, e: &Entry, tokens: bool) -> Result<(), String> {
+/// Reads a namespace-only key into `rules` (`tokens`: whether tokens are
+/// required; `proxies`: the hooks, whose named proxies a namespace picks).
+fn own_key(
+    rules: &mut Rules,
+    e: &Entry,
+    (tokens, proxies): (bool, &HookConfig),
+) -> Result<(), String> {
     let v = e.value.trim();
     match e.key.as_str() {
         "publish" => {
@@ -210,16 +232,40 @@ fn own_key(rules: &mut Rules, e: &Entry, tokens: bool) -> Result<(), String> {
                 "anyone" => Subscribe::Anyone,
                 "user" if tokens => Subscribe::User,
                 "user" => return Err("`user` needs tokens (--token-secret or --token-public-key): a user channel's user is the token's".into()),
-                "hook" => return Err("`hook` needs --proxy-subscribe (the subscribe hook), which is not configured".into()),
+                "hook" => Subscribe::Hook,
                 _ => return Err(format!("`{v}`: expected anyone, token, user or hook")),
             }
         }
         "allow-anonymous" => rules.allow_anonymous = boolean(v)?,
         "presence" => rules.presence = Some(boolean(v)?),
         "recover-on-subscribe" => rules.recover_on_subscribe = boolean(v)?,
+        "subscribe-proxy" => rules.subscribe_proxy = proxy(v, proxies)?,
+        "publish-proxy" => rules.publish_proxy = proxy(v, proxies)?,
         _ => unreachable!("NAMESPACE_ONLY lists the keys read here"),
     }
     Ok(())
+}
+
+/// `subscribe-proxy` / `publish-proxy`: `none`, or a `--proxy` name.
+fn proxy(v: &str, proxies: &HookConfig) -> Result<Proxy, String> {
+    if v == NO_PROXY {
+        return Ok(Proxy::Off);
+    }
+    match proxies.named_index(v) {
+        // At most MAX_PROXIES (16) are configured.
+        Some(i) => Ok(Proxy::Named(i as u8)),
+        None => {
+            let names: Vec<&str> = proxies.named.iter().map(|p| p.name.as_str()).collect();
+            Err(format!(
+                "`{v}`: expected none or a --proxy name ({})",
+                if names.is_empty() {
+                    "none defined".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))
+        }
+    }
 }
 
 fn boolean(v: &str) -> Result<bool, String> {
@@ -305,6 +351,70 @@ mod tests {
     }
 
     #[test]
+    fn hook_settings_without_their_hook_are_errors() {
+        for (text, says) in [
+            (
+                "[namespaces.chat]\nsubscribe = \"hook\"\n",
+                "subscribe = \"hook\" needs a subscribe hook",
+            ),
+            (
+                "proxy-subscribe = \"http://h/s\"\n[namespaces.chat]\nsubscribe = \"hook\"\nsubscribe-proxy = \"none\"\n",
+                "line 3: namespace `chat`: subscribe = \"hook\" needs a subscribe hook",
+            ),
+            (
+                "[namespaces.chat]\npublish-proxy = \"strict\"\n",
+                "`strict`: expected none or a --proxy name (none defined)",
+            ),
+        ] {
+            let e = from_toml(text).unwrap_err();
+            assert!(e.0.contains(says), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn namespaces_pick_their_hooks() {
+        let c = from_toml(
+            "proxy-subscribe = \"http://h/s\"\n\
+             [[proxy]]\nname = \"strict\"\nendpoint = \"http://h/strict\"\n\
+             [namespaces.open]\nsubscribe-proxy = \"none\"\npublish-proxy = \"none\"\n\
+             [namespaces.vip]\nsubscribe = \"hook\"\nsubscribe-proxy = \"strict\"\n\
+             [namespaces.chat]\nsubscribe = \"hook\"\n",
+        )
+        .unwrap();
+        let t = &c.namespaces.table;
+        assert_eq!(t.proxy_of("open:a", false), Proxy::Off);
+        assert_eq!(t.proxy_of("open:a", true), Proxy::Off);
+        assert_eq!(t.proxy_of("vip:a", false), Proxy::Named(0));
+        assert_eq!(t.proxy_of("vip:a", true), Proxy::Global);
+        assert_eq!(t.proxy_of("chat:a", false), Proxy::Global);
+        assert_eq!(t.proxy_of("plain", false), Proxy::Global);
+        assert_eq!(t.rules_of("chat:a").unwrap().subscribe, Subscribe::Hook);
+        let flags = from_args(
+            &[
+                "--proxy",
+                "strict=http://h/strict",
+                "--namespace",
+                "vip:publish-proxy=strict",
+            ],
+            &[("CORECAST_PROXY", "other=http://h/o")],
+        )
+        .unwrap();
+        assert_eq!(
+            flags.proxy.named.len(),
+            2,
+            "the environment's and the flag's"
+        );
+        assert_eq!(
+            flags.namespaces.table.proxy_of("vip:x", true),
+            Proxy::Named(1)
+        );
+        let list = from_toml("proxy = [\"a=http://h/a\", \"b=http://h/b\"]\n").unwrap();
+        assert_eq!(list.proxy.named_index("b"), Some(1));
+        let e = from_toml("[[proxy]]\nname = \"a\"\n").unwrap_err();
+        assert!(e.0.contains("exactly `name` and `endpoint`"), "{e}");
+    }
+
+    #[test]
     fn the_flag_env_and_toml_list_forms_agree() {
         let c = from_args(
             &[
@@ -374,10 +484,6 @@ mod tests {
             (
                 "[namespaces.chat]\nlisten = \"0.0.0.0:1\"\n",
                 "`listen`: a global option",
-            ),
-            (
-                "[namespaces.chat]\nsubscribe = \"hook\"\n",
-                "needs --proxy-subscribe",
             ),
             ("[namespaces.chat]\nsubscribe = \"user\"\n", "needs tokens"),
             (

@@ -62,6 +62,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
             c.admin_listen = Some(v.parse().map_err(|e| format!("{e}"))?);
             Ok(())
         };
+    "admin-key", CORECAST_ADMIN_KEY, "SECRET", -,
+        "enable the operator console at /console (and `corecast top`) on the admin listener, or on --listen without --admin-listen, behind a login with this key (at least 16 bytes); logins are rate-limited per address (default: no console)"
+        => |c, v| {
+            c.admin_key = non_empty_secret(v)?;
+            Ok(())
+        };
     "tls-cert", CORECAST_TLS_CERT, "PATHS", -,
         "serve TLS 1.3 and 1.2 on --listen (https://, wss://) with this PEM certificate chain, leaf first (e.g. certbot's fullchain.pem); several, comma-separated, are chosen by the client's SNI name (the first valid for it, else the first) and pair by position with --tls-key; files are read again on SIGHUP (default: plain TCP)"
         => |c, v| {
@@ -503,6 +509,12 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "proxy-refresh", CORECAST_PROXY_REFRESH, "URL", -,
         "ask this backend URL when a connect-hook connection reaches its expire_at: extend it or close it (4001)"
         => |c, v| c.proxy.set_url(HookKind::Refresh, v);
+    "api-connections-timeout", CORECAST_API_CONNECTIONS_TIMEOUT, "DURATION", "1s",
+        "Redis mode: how long GET /api/connections waits for every instance's answer (asked on the control channel); past it, the answers so far are the listing and the others are reported missing"
+        => |c, v| set_positive_duration(&mut c.proxy.connections_timeout, v);
+    "proxy", CORECAST_PROXY, "NAME=URL,...", -,
+        "named proxies (Centrifugo's `proxies`): backend URLs a namespace picks for its subscribe or publish hook (`subscribe-proxy = \"NAME\"`, `publish-proxy = \"NAME\"`) instead of --proxy-subscribe / --proxy-publish; repeat the flag or comma-separate, TOML also `[[proxy]]` tables with `name` and `endpoint`; at most 16"
+        => |c, v| c.proxy.add_named(v);
     "proxy-http-headers", CORECAST_PROXY_HTTP_HEADERS, "LIST", "cookie,authorization,user-agent,origin,x-forwarded-for",
         "request headers of the upgrade forwarded to the connect hook"
         => |c, v| c.proxy.set_http_headers(v);
@@ -610,7 +622,8 @@ pub fn help_text() -> String {
         "corecast: a pinned, thread-per-core WebSocket pub/sub gateway\n\n\
          Usage: corecast [serve] [OPTIONS]\n\
          \x20      corecast check-config [OPTIONS]   print the effective configuration\n\
-         \x20      corecast healthcheck [URL]        exit 0 if URL answers 200 (default http://127.0.0.1:8080/healthz)\n\n\
+         \x20      corecast healthcheck [URL]        exit 0 if URL answers 200 (default http://127.0.0.1:8080/healthz)\n\
+         \x20      corecast top [--url URL] [--admin-key KEY] [--once]   the console's feed as text (--admin-key or CORECAST_ADMIN_KEY)\n\n\
          Endpoints: GET /ws/{channel}, GET /ws (JSON control), POST /publish/{channel},\n\
          GET /healthz, GET /stats.\n\n\
          Options (flag / environment variable / default):\n",

@@ -4,10 +4,22 @@
 //!
 //! ```text
 //! POST /api/disconnect  {"user":"42"}                    close 4005 on every connection of 42
+//! POST /api/disconnect  {"user":"42","client":"7.19"}    close 4005 on that one connection of 42
 //! POST /api/unsubscribe {"user":"42","channel":"doc.9"}  its JSON connections leave doc.9
 //! POST /api/subscribe   {"user":"42","channel":"doc.9"}  its JSON connections join doc.9
-//! GET  /api/connections?user=42                          this instance's connections of 42
+//! GET  /api/connections?user=42                          the cluster's connections of 42
 //! ```
+//!
+//! In Redis mode `GET /api/connections` is a request and replies: the
+//! asking instance publishes [`Command::Connections`] on the control
+//! channel; every instance answers with its connections of the user on
+//! the asker's reply channel ([`reply_channel`]), one bounded
+//! [`ConnectionsAnswer`] each; the asker gathers them ([`Gathering`])
+//! until every instance Redis delivered the request to has answered or
+//! its deadline passes, and says which answered and how many did not.
+
+use std::collections::{BTreeSet, HashMap};
+use std::task::Waker;
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +41,15 @@ pub enum Command {
         /// The user.
         user: String,
     },
+    /// Close one connection of `user`: `client` is its id
+    /// (`{instance}.{serial}`, as the hooks and `GET /api/connections`
+    /// name it); only the instance it names acts.
+    DisconnectClient {
+        /// The user.
+        user: String,
+        /// The connection's id.
+        client: String,
+    },
     /// Unsubscribe the user's JSON connections from `channel`.
     Unsubscribe {
         /// The user.
@@ -43,6 +64,16 @@ pub enum Command {
         /// The channel.
         channel: String,
     },
+    /// List the user's connections: every instance answers on
+    /// `reply_channel(reply_to)` with request `id`.
+    Connections {
+        /// The user.
+        user: String,
+        /// The asking instance's tag.
+        reply_to: u32,
+        /// The asker's request number.
+        id: u64,
+    },
 }
 
 impl Command {
@@ -50,8 +81,10 @@ impl Command {
     pub fn user(&self) -> &str {
         match self {
             Command::Disconnect { user }
+            | Command::DisconnectClient { user, .. }
             | Command::Unsubscribe { user, .. }
-            | Command::Subscribe { user, .. } => user,
+            | Command::Subscribe { user, .. }
+            | Command::Connections { user, .. } => user,
         }
     }
 }
@@ -71,6 +104,7 @@ pub type Refusal = (u16, &'static str);
 struct Body {
     user: Option<String>,
     channel: Option<String>,
+    client: Option<String>,
 }
 
 /// The command of `POST /api/{name}` with `body`.
@@ -86,7 +120,10 @@ pub fn parse(name: &str, body: &[u8]) -> Result<Command, Refusal> {
         None => Err((400, "missing \"channel\"")),
     };
     match name {
-        "disconnect" => Ok(Command::Disconnect { user }),
+        "disconnect" => Ok(match b.client {
+            Some(client) => Command::DisconnectClient { user, client },
+            None => Command::Disconnect { user },
+        }),
         "unsubscribe" => Ok(Command::Unsubscribe {
             user,
             channel: channel()?,
@@ -111,7 +148,7 @@ pub fn decode(payload: &[u8]) -> Option<Command> {
 }
 
 /// One connection in `GET /api/connections`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionInfo {
     /// The instance's tag (the first part of `client`).
     pub instance: u32,
@@ -121,6 +158,175 @@ pub struct ConnectionInfo {
     pub channels: Vec<String>,
     /// When it connected (unix milliseconds).
     pub connected_since_ms: u64,
+}
+
+/// Largest answer one instance sends (its connections of the user past
+/// it are left out and the answer says `truncated`); also the largest
+/// one the asker reads.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Most answers one request gathers (instances past it are counted in
+/// `overflow`, their connections not listed): with
+/// [`MAX_ANSWER_BYTES`], 8 MiB per request at most.
+pub const MAX_ANSWERS: usize = 128;
+
+/// One instance's answer to [`Command::Connections`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionsAnswer {
+    /// The request it answers.
+    pub id: u64,
+    /// The answering instance's tag.
+    pub instance: u32,
+    /// Its connections of the user (as many as fit).
+    pub connections: Vec<ConnectionInfo>,
+    /// Whether some were left out to stay under [`MAX_ANSWER_BYTES`].
+    pub truncated: bool,
+}
+
+/// The reply channel of the instance tagged `tag` (`!`: no client can
+/// name it).
+pub fn reply_channel(tag: u32) -> String {
+    format!("{CONTROL_CHANNEL}.{tag}")
+}
+
+/// Instance `instance`'s answer to request `id`: as many of `conns` as
+/// fit in [`MAX_ANSWER_BYTES`], in order.
+pub fn encode_answer(id: u64, instance: u32, conns: Vec<ConnectionInfo>) -> Vec<u8> {
+    // The envelope's own fields take well under 128 bytes.
+    let mut budget = MAX_ANSWER_BYTES - 128;
+    let mut kept = Vec::with_capacity(conns.len());
+    let total = conns.len();
+    for c in conns {
+        let len = serde_json::to_vec(&c).map_or(usize::MAX, |v| v.len() + 1);
+        if len > budget {
+            break;
+        }
+        budget -= len;
+        kept.push(c);
+    }
+    let answer = ConnectionsAnswer {
+        id,
+        instance,
+        truncated: kept.len() < total,
+        connections: kept,
+    };
+    serde_json::to_vec(&answer).expect("answers serialize")
+}
+
+/// An answer heard on a reply channel; `None` if it is not one or is
+/// larger than any instance sends.
+pub fn decode_answer(payload: &[u8]) -> Option<ConnectionsAnswer> {
+    if payload.len() > MAX_ANSWER_BYTES {
+        return None;
+    }
+    serde_json::from_slice(payload).ok()
+}
+
+/// One `GET /api/connections` request's answers so far.
+#[derive(Debug, Default)]
+pub struct Gathering {
+    /// How many instances Redis delivered the request to (its PUBLISH
+    /// count), once known.
+    pub expected: Option<u64>,
+    answers: Vec<ConnectionsAnswer>,
+    heard: BTreeSet<u32>,
+    overflow: u64,
+}
+
+impl Gathering {
+    /// Adds an answer (a second one from the same instance is dropped).
+    pub fn add(&mut self, a: ConnectionsAnswer) {
+        if !self.heard.insert(a.instance) {
+            return;
+        }
+        match self.answers.len() < MAX_ANSWERS {
+            true => self.answers.push(a),
+            false => self.overflow += 1,
+        }
+    }
+
+    /// Whether every instance the request reached has answered.
+    pub fn complete(&self) -> bool {
+        self.expected.is_some_and(|n| self.heard.len() as u64 >= n)
+    }
+
+    /// The response body: every listed connection, and which instances
+    /// answered (`answered`, by tag), how many were asked (`asked`: the
+    /// PUBLISH count, which includes any other subscriber of the control
+    /// channel) and how many did not answer in time (`missing`).
+    pub fn into_json(self, user: &str) -> serde_json::Value {
+        let heard = self.heard.len() as u64;
+        let asked = self.expected.unwrap_or(heard);
+        let truncated: Vec<u32> = self
+            .answers
+            .iter()
+            .filter(|a| a.truncated)
+            .map(|a| a.instance)
+            .collect();
+        let answered: Vec<u32> = self.answers.iter().map(|a| a.instance).collect();
+        let connections: Vec<ConnectionInfo> = self
+            .answers
+            .into_iter()
+            .flat_map(|a| a.connections)
+            .collect();
+        serde_json::json!({
+            "user": user,
+            "connections": connections,
+            "instances": {
+                "asked": asked,
+                "answered": answered,
+                "missing": asked.saturating_sub(heard),
+                "truncated": truncated,
+                "overflow": self.overflow,
+            },
+        })
+    }
+}
+
+/// Most `GET /api/connections` waiting for answers at once on one
+/// instance; more are answered `503`.
+pub const MAX_WAITING: usize = 64;
+
+/// The `GET /api/connections` requests of this instance waiting for
+/// answers, by number, each with the waker of its handler.
+#[derive(Default)]
+pub struct Waits {
+    next: u64,
+    open: HashMap<u64, (Gathering, Option<Waker>)>,
+}
+
+impl Waits {
+    /// A new request's number; `None` when [`MAX_WAITING`] wait already.
+    pub fn open(&mut self) -> Option<u64> {
+        if self.open.len() >= MAX_WAITING {
+            return None;
+        }
+        self.next += 1;
+        self.open.insert(self.next, Default::default());
+        Some(self.next)
+    }
+
+    /// An instance's answer: kept if its request still waits, which is
+    /// woken.
+    pub fn answer(&mut self, a: ConnectionsAnswer) {
+        let Some((g, waker)) = self.open.get_mut(&a.id) else {
+            return; // Late (past its deadline) or not ours: dropped.
+        };
+        g.add(a);
+        if let Some(waker) = waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Request `id`'s answers so far and its handler's waker.
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut (Gathering, Option<Waker>)> {
+        self.open.get_mut(&id)
+    }
+
+    /// Request `id` is done: its answers (later ones are dropped).
+    pub fn close(&mut self, id: u64) -> Option<Gathering> {
+        self.open.remove(&id).map(|(g, _)| g)
+    }
 }
 
 #[cfg(test)]
@@ -183,5 +389,102 @@ mod tests {
             Err((400, "body must be a JSON object"))
         );
         assert_eq!(decode(b"{\"op\":\"reboot\"}"), None);
+        let one = parse("disconnect", br#"{"user":"1","client":"7.19"}"#).unwrap();
+        assert_eq!(
+            one,
+            Command::DisconnectClient {
+                user: "1".into(),
+                client: "7.19".into()
+            }
+        );
+        assert_eq!(decode(&encode(&one)), Some(one));
+        let c = Command::Connections {
+            user: "42".into(),
+            reply_to: 7,
+            id: 3,
+        };
+        assert_eq!(decode(&encode(&c)), Some(c));
+        assert_eq!(reply_channel(7), "!api.7");
+    }
+
+    fn conn(instance: u32, channels: usize) -> ConnectionInfo {
+        ConnectionInfo {
+            instance,
+            client: format!("{instance}.1"),
+            channels: (0..channels).map(|i| format!("channel-{i:05}")).collect(),
+            connected_since_ms: 1,
+        }
+    }
+
+    #[test]
+    fn waits_are_bounded_and_drop_late_answers() {
+        let mut w = Waits::default();
+        let ids: Vec<u64> = (0..MAX_WAITING).map(|_| w.open().unwrap()).collect();
+        assert_eq!(w.open(), None, "the bound");
+        let first = ids[0];
+        let answer = |id| ConnectionsAnswer {
+            id,
+            instance: 4,
+            connections: Vec::new(),
+            truncated: false,
+        };
+        w.answer(answer(first));
+        let g = w.close(first).unwrap();
+        assert_eq!(
+            g.into_json("u")["instances"]["answered"],
+            serde_json::json!([4])
+        );
+        w.answer(answer(first));
+        assert!(w.close(first).is_none(), "a late answer is dropped");
+        assert!(w.open().is_some(), "room again once one is done");
+    }
+
+    #[test]
+    fn answers_stay_under_their_bound() {
+        let small = encode_answer(1, 5, vec![conn(5, 2), conn(5, 3)]);
+        let a = decode_answer(&small).unwrap();
+        assert_eq!((a.connections.len(), a.truncated), (2, false));
+        // 40 connections of 100 channels each: about 160 KiB in all.
+        let big = encode_answer(2, 5, (0..40).map(|_| conn(5, 100)).collect());
+        assert!(big.len() <= MAX_ANSWER_BYTES, "{}", big.len());
+        let a = decode_answer(&big).unwrap();
+        assert!(a.truncated && a.connections.len() < 40 && !a.connections.is_empty());
+        assert_eq!(decode_answer(&vec![b' '; MAX_ANSWER_BYTES + 1]), None);
+        assert_eq!(decode_answer(b"{}"), None);
+    }
+
+    #[test]
+    fn a_gathering_says_who_answered_and_who_did_not() {
+        let answer = |instance, id| ConnectionsAnswer {
+            id,
+            instance,
+            connections: vec![conn(instance, 1)],
+            truncated: false,
+        };
+        let mut g = Gathering::default();
+        g.add(answer(1, 9));
+        assert!(!g.complete(), "the count is not known yet");
+        g.expected = Some(3);
+        g.add(answer(1, 9));
+        g.add(answer(2, 9));
+        assert!(!g.complete(), "one instance to go (the repeat is dropped)");
+        let j = g.into_json("42");
+        assert_eq!(j["connections"].as_array().unwrap().len(), 2);
+        assert_eq!(j["instances"]["answered"], serde_json::json!([1, 2]));
+        assert_eq!(
+            (&j["instances"]["asked"], &j["instances"]["missing"]),
+            (&3.into(), &1.into())
+        );
+        let mut g = Gathering {
+            expected: Some(MAX_ANSWERS as u64 + 2),
+            ..Default::default()
+        };
+        for i in 0..MAX_ANSWERS as u32 + 2 {
+            g.add(answer(i, 1));
+        }
+        assert!(g.complete());
+        let j = g.into_json("42");
+        assert_eq!(j["instances"]["overflow"], 2);
+        assert_eq!(j["instances"]["missing"], 0);
     }
 }

@@ -26,6 +26,29 @@ pub struct HookConfig {
     pub max_connections: usize,
     /// Largest answer body; a larger one is a failed call (default 64 KiB).
     pub max_body: usize,
+    /// How long `GET /api/connections` waits for every instance's answer
+    /// in Redis mode (default 1 s).
+    pub connections_timeout: Duration,
+    /// Named proxies (`--proxy NAME=URL`), which namespaces choose for
+    /// their subscribe and publish hooks (`subscribe-proxy`,
+    /// `publish-proxy`); at most [`MAX_PROXIES`], each name once.
+    pub named: Vec<NamedProxy>,
+}
+
+/// Most named proxies (each is a keep-alive pool's worth of backend
+/// connections and a line of counters at most).
+pub const MAX_PROXIES: usize = 16;
+
+/// A namespace's choice that means "no hook here".
+pub const NO_PROXY: &str = "none";
+
+/// One named proxy: Centrifugo's `proxies` entry (`name`, `endpoint`).
+#[derive(Debug, Clone)]
+pub struct NamedProxy {
+    /// Its name: 1-32 bytes of `A-Z a-z 0-9 - _ .`, not `none`.
+    pub name: String,
+    /// Where its calls go.
+    pub url: OriginUrl,
 }
 
 impl HookConfig {
@@ -34,15 +57,52 @@ impl HookConfig {
         self.urls[kind.index()].as_ref()
     }
 
-    /// Whether any hook is on.
+    /// Whether any hook is on (a named proxy is one a namespace may use).
     pub fn any(&self) -> bool {
-        self.urls.iter().any(Option::is_some)
+        self.urls.iter().any(Option::is_some) || !self.named.is_empty()
     }
 
     /// Sets `kind`'s URL from an option's value (`http[s]://host[:port]/path`).
     pub fn set_url(&mut self, kind: HookKind, v: &str) -> Result<(), String> {
         self.urls[kind.index()] = Some(v.parse()?);
         Ok(())
+    }
+
+    /// `--proxy`: comma-separated `NAME=URL` pairs, added to those given
+    /// before (the flag repeats; a TOML `[[proxy]]` table is one pair).
+    pub fn add_named(&mut self, v: &str) -> Result<(), String> {
+        for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, url) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("`{pair}`: expected NAME=URL"))?;
+            let name = name.trim();
+            if name == NO_PROXY || !crate::namespace::valid_namespace_name(name) {
+                return Err(format!(
+                    "proxy name `{}`: 1-32 bytes of A-Z a-z 0-9 - _ . (not `{NO_PROXY}`)",
+                    name.escape_debug()
+                ));
+            }
+            if self.named.iter().any(|p| p.name == name) {
+                return Err(format!("proxy `{name}` is defined twice"));
+            }
+            if self.named.len() >= MAX_PROXIES {
+                return Err(format!("more than {MAX_PROXIES} named proxies"));
+            }
+            let url = url
+                .trim()
+                .parse()
+                .map_err(|e| format!("proxy `{name}`: {e}"))?;
+            self.named.push(NamedProxy {
+                name: name.to_string(),
+                url,
+            });
+        }
+        Ok(())
+    }
+
+    /// The index of the named proxy `name`.
+    pub fn named_index(&self, name: &str) -> Option<usize> {
+        self.named.iter().position(|p| p.name == name)
     }
 
     /// `--proxy-http-headers`: a comma-separated list of header names.
@@ -122,6 +182,34 @@ mod tests {
         assert!(at_least_one(&mut n, "x").is_err());
         at_least_one(&mut n, " 8 ").unwrap();
         assert_eq!(n, 8);
+    }
+
+    #[test]
+    fn named_proxies_are_checked() {
+        let mut c = HookConfig::default();
+        c.add_named("strict=http://127.0.0.1:9/s, loose=http://127.0.0.1:9/l")
+            .unwrap();
+        c.add_named("third=https://b.example/x").unwrap();
+        assert_eq!(c.named_index("third"), Some(2));
+        assert_eq!(c.named[1].url.base_path, "/l");
+        assert!(c.any());
+        for (bad, says) in [
+            ("strict=http://127.0.0.1:9/x", "defined twice"),
+            ("none=http://127.0.0.1:9/x", "not `none`"),
+            ("a b=http://127.0.0.1:9/x", "proxy name"),
+            ("nourl", "expected NAME=URL"),
+            ("x=ftp://y", "proxy `x`"),
+        ] {
+            let e = c.add_named(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let many: Vec<String> = (0..MAX_PROXIES)
+            .map(|i| format!("p{i}=http://h/{i}"))
+            .collect();
+        assert!(c
+            .add_named(&many.join(","))
+            .unwrap_err()
+            .contains("more than"));
     }
 
     #[test]

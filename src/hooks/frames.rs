@@ -65,6 +65,18 @@ pub fn connected(client: &str, user: &str, data: Option<&RawValue>) -> Bytes {
     .encode()
 }
 
+/// The answer to `{"op":"connect"}`: the connection's client id and
+/// user (none when anonymous).
+pub fn connected_reply(client: &str, user: Option<&str>, id: Option<&RawValue>) -> Bytes {
+    Frame {
+        client: Some(client),
+        user,
+        id,
+        ..Frame::new("connected")
+    }
+    .encode()
+}
+
 /// The answer to `{"op":"rpc"}`.
 pub fn rpc(id: Option<&RawValue>, data: Option<&RawValue>) -> Bytes {
     Frame {

@@ -5,11 +5,13 @@
 //! cache's pooled origin client.
 //!
 //! # Layout
-//! - `api`: the server API's commands (`/api/disconnect`, ...) and their
-//!   control-channel form.
+//! - `api`: the server API's commands (`/api/disconnect`, ...), their
+//!   control-channel form, and the cluster listing's answers gathered
+//!   (`GET /api/connections` in Redis mode, bounded).
 //! - `kind`: the five hooks (connect, subscribe, publish, rpc, refresh).
-//! - `config`: [`HookConfig`] — URLs, forwarded and static headers,
-//!   timeout, concurrency, pool and answer-size bounds.
+//! - `config`: [`HookConfig`] — URLs, named proxies (`--proxy NAME=URL`,
+//!   which namespaces pick), forwarded and static headers, timeout,
+//!   concurrency, pool and answer-size bounds.
 //! - `request`: the POST bodies and the HTTP request (allow-listed
 //!   headers picked from the upgrade's head).
 //! - `reply`: an answer parsed and checked — `result`, `error` or
@@ -27,7 +29,7 @@ pub mod reply;
 pub mod request;
 pub mod stats;
 
-pub use config::{at_least_one, HookConfig};
+pub use config::{at_least_one, HookConfig, NamedProxy, MAX_PROXIES, NO_PROXY};
 pub use kind::HookKind;
 pub use reply::{Answer, ReplyError};
 pub use stats::HookStats;

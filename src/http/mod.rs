@@ -61,6 +61,11 @@ pub struct Request {
     pub authorization: Option<Vec<u8>>,
     /// The `Origin` header value (browsers send it on upgrades).
     pub origin: Option<Vec<u8>>,
+    /// The `Cookie` header value (the console's session).
+    pub cookie: Option<Vec<u8>>,
+    /// Whether the console's action header (`X-Corecast-Console`) is
+    /// present: a cross-site form cannot send it (CSRF).
+    pub console_header: bool,
     /// `Expect: 100-continue` on an HTTP/1.1 request: the client waits for
     /// `100 Continue` (or a final status) before sending the body.
     pub expect_continue: bool,
@@ -113,6 +118,8 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, Htt
     };
     let authorization = header(req.headers, "authorization").map(<[u8]>::to_vec);
     let origin = header(req.headers, "origin").map(<[u8]>::to_vec);
+    let cookie = header(req.headers, "cookie").map(<[u8]>::to_vec);
+    let console_header = header(req.headers, "x-corecast-console").is_some();
     let expect_continue = version >= 1
         && header(req.headers, "expect")
             .is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"));
@@ -133,6 +140,8 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<Request>, Htt
         query,
         authorization,
         origin,
+        cookie,
+        console_header,
         expect_continue,
         head_len,
         keep_alive,
@@ -224,6 +233,16 @@ pub enum Route<'a> {
     PusherApi(&'a str),
     /// `/api/{rest}`: the server API (`disconnect`, `subscribe`, ...).
     ServerApi(&'a str),
+    /// `GET /console`: the operator console (or its login page).
+    Console,
+    /// `POST /console/login`: the console's login form.
+    ConsoleLogin,
+    /// `GET /console/feed`: the console's WebSocket feed.
+    ConsoleFeed,
+    /// `GET /console/series`: the last 15 minutes, for a page that opens.
+    ConsoleSeries,
+    /// `POST /console/api/{action}`: an action from the console.
+    ConsoleAction(&'a str),
 }
 
 /// Routes a method and path; errors carry their status (404, 405, 400).
@@ -246,6 +265,10 @@ pub fn route<'a>(
         "/metrics" => (Route::Metrics, get),
         "/status" => (Route::Status, get),
         "/status/ws" => (Route::StatusWs, method == Method::Get),
+        "/console" => (Route::Console, get),
+        "/console/login" => (Route::ConsoleLogin, method == Method::Post),
+        "/console/feed" => (Route::ConsoleFeed, method == Method::Get),
+        "/console/series" => (Route::ConsoleSeries, get),
         _ => {
             if let Some(c) = path.strip_prefix("/ws/") {
                 (Route::WsChannel(channel(c)?), method == Method::Get)
@@ -257,6 +280,8 @@ pub fn route<'a>(
                 (Route::Presence(channel(c)?), get)
             } else if let Some(key) = path.strip_prefix("/app/") {
                 (Route::PusherWs(key), method == Method::Get)
+            } else if let Some(action) = path.strip_prefix("/console/api/") {
+                (Route::ConsoleAction(action), method == Method::Post)
             } else if let Some(rest) = path.strip_prefix("/apps/") {
                 (
                     Route::PusherApi(rest),
@@ -358,9 +383,13 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
         return BodyPlan::None;
     };
     match route {
-        Ok(Route::WsChannel(_) | Route::WsMulti | Route::StatusWs | Route::PusherWs(_)) => {
-            BodyPlan::Refuse(HttpError::new(400, "a WebSocket upgrade has no body"))
-        }
+        Ok(
+            Route::WsChannel(_)
+            | Route::WsMulti
+            | Route::StatusWs
+            | Route::ConsoleFeed
+            | Route::PusherWs(_),
+        ) => BodyPlan::Refuse(HttpError::new(400, "a WebSocket upgrade has no body")),
         Ok(Route::Sse) => {
             BodyPlan::Refuse(HttpError::new(400, "an event stream request has no body"))
         }
@@ -369,7 +398,9 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
             | Route::Cache(_)
             | Route::CachePurge
             | Route::PusherApi(_)
-            | Route::ServerApi(_),
+            | Route::ServerApi(_)
+            | Route::ConsoleLogin
+            | Route::ConsoleAction(_),
         ) => {
             if n > limits.max_body_size {
                 BodyPlan::Refuse(HttpError::new(413, "request body too large"))

@@ -165,6 +165,21 @@ impl Hub {
         self.registry.with_prefix(prefix)
     }
 
+    /// Every channel with its subscribers and the messages published to
+    /// it since the last call (O(channels): once a second, for the
+    /// console, only while someone watches).
+    pub fn take_channel_activity(&mut self, f: impl FnMut(&Rc<str>, usize, u32)) {
+        self.registry.take_activity(f);
+    }
+
+    /// Visits every connection's kind (O(connections): once a second,
+    /// for the console, only while someone watches).
+    pub fn each_kind(&self, mut f: impl FnMut(ConnKind)) {
+        for (_, c) in self.conns.iter() {
+            f(c.kind());
+        }
+    }
+
     /// Subscribers of `name` on this worker.
     pub fn subscriber_count(&self, name: &str) -> usize {
         self.registry.subscriber_count(name)
@@ -376,6 +391,7 @@ impl Hub {
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
         };
+        self.registry.count_message(cid);
         let skip = sender
             .filter(|s| self.limits.exclude_sender || s & EXCLUDE_ALWAYS != 0)
             .map(|s| s & !EXCLUDE_ALWAYS);

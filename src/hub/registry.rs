@@ -33,6 +33,9 @@ struct Channel {
     /// channel (at most one per subscriber: only a new subscription parks
     /// one, and a subscriber's entry leaves with it).
     waiting: Vec<(ConnId, Bytes)>,
+    /// Messages published to it since the console last looked (a
+    /// per-second rate; saturates rather than wraps).
+    recent: u32,
 }
 
 /// Channels gained and lost, for an upstream (Redis) that subscribes only
@@ -106,6 +109,20 @@ impl Registry {
             .filter(|(name, _)| name.starts_with(prefix))
             .map(|(name, &cid)| (name.clone(), self.channels[cid].subscribers.len()))
             .collect()
+    }
+
+    /// Counts a message published to `cid` (the console's rates).
+    pub(super) fn count_message(&mut self, cid: ChannelId) {
+        let c = &mut self.channels[cid];
+        c.recent = c.recent.saturating_add(1);
+    }
+
+    /// Visits every channel with its subscribers and messages since the
+    /// last visit, and starts the next count.
+    pub(super) fn take_activity(&mut self, mut f: impl FnMut(&Rc<str>, usize, u32)) {
+        for (_, c) in self.channels.iter_mut() {
+            f(&c.name, c.subscribers.len(), std::mem::take(&mut c.recent));
+        }
     }
 
     pub(super) fn len(&self) -> usize {
@@ -198,6 +215,7 @@ impl Registry {
             name: name.clone(),
             subscribers: Vec::new(),
             waiting: Vec::new(),
+            recent: 0,
         });
         self.by_name.insert(name.clone(), cid);
         self.note_interest(name, true);

@@ -470,6 +470,12 @@ fn refusals(o: &mut String, snap: &Snapshot) {
     );
     counter(
         o,
+        "corecast_cache_origin_time_microseconds_total",
+        "Time spent waiting for the origin, summed over its requests.",
+        snap.cache.origin_time_us,
+    );
+    counter(
+        o,
         "corecast_cache_store_skipped_total",
         "Cache store writes skipped over --cache-redis-write-buffer.",
         snap.cache.store_skipped,

@@ -54,6 +54,22 @@ pub enum Subscribe {
     /// token's user (`sub`, or `--token-user-claim`) is `42`; a channel
     /// of the namespace without `#` is refused.
     User,
+    /// The namespace's subscribe hook decides (Centrifugo's subscribe
+    /// proxy): any connection is asked of it, whatever its token lists.
+    /// A start-up error unless the namespace has a subscribe hook.
+    Hook,
+}
+
+/// Which backend a namespace's subscribe or publish hook calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Proxy {
+    /// The global hook (`--proxy-subscribe`, `--proxy-publish`), if set.
+    #[default]
+    Global,
+    /// No hook for this namespace (`"none"`), whatever the global one.
+    Off,
+    /// The named proxy at this index of `--proxy`.
+    Named(u8),
 }
 
 /// One namespace's rules, resolved: every key not set is the global
@@ -83,6 +99,10 @@ pub struct Rules {
     /// `max-message-size`: the largest message a client or
     /// `POST /publish` may publish here.
     pub max_message_size: usize,
+    /// `subscribe-proxy`: the subscribe hook of the namespace's channels.
+    pub subscribe_proxy: Proxy,
+    /// `publish-proxy`: the publish hook of the namespace's channels.
+    pub publish_proxy: Proxy,
 }
 
 /// Which namespace a channel is in.
@@ -220,6 +240,17 @@ impl Table {
             .is_some_and(|r| r.recover_on_subscribe)
     }
 
+    /// The subscribe (`publish == false`) or publish hook choice of
+    /// `channel`'s namespace: the global hook's for the default namespace
+    /// and with none configured.
+    pub fn proxy_of(&self, channel: &str, publish: bool) -> Proxy {
+        match self.rules_of(channel) {
+            Some(r) if publish => r.publish_proxy,
+            Some(r) => r.subscribe_proxy,
+            None => Proxy::Global,
+        }
+    }
+
     /// Whether some namespace admits connections without a token.
     pub fn any_anonymous(&self) -> bool {
         self.any_anonymous
@@ -253,7 +284,9 @@ impl Table {
         }
         match rules.subscribe {
             Subscribe::Token => granted(grants.may_subscribe(channel)),
-            Subscribe::Anyone => Ok(()),
+            // `Hook`: the edge asks the namespace's hook first (one is
+            // configured, or the server would not have started).
+            Subscribe::Anyone | Subscribe::Hook => Ok(()),
             Subscribe::User => match (user_of(channel), grants.subject()) {
                 (Some(owner), Some(user)) if owner == user => Ok(()),
                 _ => Err(Refusal::Forbidden(NOT_YOURS)),

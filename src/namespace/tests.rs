@@ -15,6 +15,8 @@ fn rules() -> Rules {
         presence_limits: (1000, 100),
         compression: true,
         max_message_size: 1 << 20,
+        subscribe_proxy: Proxy::Global,
+        publish_proxy: Proxy::Global,
     }
 }
 

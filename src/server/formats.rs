@@ -53,6 +53,11 @@ pub const PUSHER: Format = Format::new(6);
 /// no idle deadline.
 pub const SSE: Format = Format::new(7);
 
+/// Whether `f` is the JSON protocol's format, compressed or not.
+pub fn is_json(f: Format) -> bool {
+    f == JSON || f == JSON_DEFLATE || f == JSON_DEFLATE_SMALL
+}
+
 /// Shared by the counters of every compressed format and the edge.
 pub type SharedCompressionStats = Rc<RefCell<CompressionStats>>;
 

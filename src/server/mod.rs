@@ -58,10 +58,11 @@
 //! ```text
 //!              mod.rs (boot)
 //!                  │
-//!                conn ── http ──→ cache, history, presence, pusher::api
+//!                conn ── http ──→ cache, history, presence, pusher::api, console
 //!                  │  └─ websocket ──→ native, pusher::ws   (sessions)
 //!                  ▼
 //!   native ──→ history, presence        history::resume ──→ presence::edge
+//!   console::actions ──→ history, presence::edge, hooks::api
 //!   pusher::presence ──→ presence::redis ──→ pusher::occupancy
 //!   pusher::webhook ──→ cache::origin
 //!                  │
@@ -78,8 +79,19 @@
 //! - `hooks/`: calls to the application's backend (`--proxy-*`) through
 //!   the cache's origin client — `connect` (at the upgrade, before the
 //!   `101`; `conn::upgrade` calls it), `session` (a hook-admitted
-//!   connection's welcome; the JSON protocol's subscribe, publish and
-//!   rpc), `refresh`.
+//!   connection's welcome and server-side subscriptions; the JSON
+//!   protocol's subscribe, publish and rpc, each through its channel's
+//!   hook: its namespace's or the global one), `refresh`.
+//!
+//! - `console/`: the operator console (`--admin-key`) — `mod.rs` (the
+//!   login, the pages `console.html` and `login.html`, the session check,
+//!   `/console/series`), `feed` (the snapshot a second on the feed's
+//!   internal channel, this instance's summary on Redis's `!console`),
+//!   `actions` (publish, history, presence, search, disconnect; audited).
+//!   `conn::http` routes to it; its actions read through `history`,
+//!   `presence::edge` and `hooks::api`. Sessions, limits and snapshots
+//!   are `crate::console`'s (sans-I/O); the worker keeps its state and
+//!   hears `!console` itself.
 //!
 //! - `sse/`: Server-Sent Events (`GET /sse`) — a second wire under the
 //!   same outbox, a sibling of `conn/websocket`'s writer with its own
@@ -93,6 +105,7 @@
 mod auth;
 mod cache;
 mod conn;
+mod console;
 mod endpoints;
 pub mod formats;
 mod history;
@@ -371,6 +384,7 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
         }
         if tick % 10 == 0 {
             endpoints::publish_status(&w, &mut status_prev);
+            console::feed::tick(&w);
             w.parking.trim();
             let now = w.now_ms();
             w.peers.borrow_mut().evict_idle(now, crate::peers::IDLE_MS);

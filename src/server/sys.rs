@@ -81,3 +81,28 @@ pub fn dup_stream(stream: &monoio::net::TcpStream) -> io::Result<monoio::net::Tc
     std.set_nonblocking(true)?;
     monoio::net::TcpStream::from_std(std)
 }
+
+/// CPU time the process has used (user + system), in milliseconds.
+pub fn cpu_time_ms() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a whole `rusage` into the pointer it is
+    // given, which points at one; on failure it is left zeroed.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}
+
+/// The process's resident memory in bytes (`/proc/self/statm`; 0 where
+/// it cannot be read).
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = (statm.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf only reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+    pages * page
+}

@@ -14,6 +14,7 @@ use bytes::BytesMut;
 use monoio::net::tcp::TcpOwnedReadHalf;
 
 use crate::config::Config;
+use crate::console::INSTANCES_CHANNEL;
 use crate::history::relay::{self, Fetch, Relay};
 use crate::history::Entry;
 use crate::hooks::api::CONTROL_CHANNEL;
@@ -104,6 +105,8 @@ pub struct Worker {
     pub hooks: Option<Rc<HookEdge>>,
     /// Native WebSockets by user (the server API).
     pub users: RefCell<Users>,
+    /// `GET /api/connections` requests waiting for other instances.
+    pub api_waits: RefCell<crate::hooks::api::Waits>,
     /// Parked WebSockets (`--park-after`).
     pub parking: Parking,
     /// TLS on the public listener (`--tls-cert`).
@@ -112,6 +115,9 @@ pub struct Worker {
     pub jwks: Option<JwksEdge>,
     /// Per-namespace counters (none without namespaces).
     pub namespaces: RefCell<Counters>,
+    /// The operator console's sessions, instances and series
+    /// (`--admin-key`).
+    pub console: RefCell<crate::console::State>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
 }
@@ -149,11 +155,13 @@ impl Worker {
             jwks: JwksEdge::new(&cfg.auth, client.http.clone()),
             hooks: HookEdge::new(&cfg, client.http.clone()).map(Rc::new),
             users: RefCell::default(),
+            api_waits: RefCell::default(),
             webhooks: Webhooks::new(&cfg, client.http),
             presence: RefCell::default(),
             parking: parking(&cfg),
             tls,
             namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
+            console: RefCell::default(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -341,29 +349,111 @@ impl Worker {
 impl Worker {
     /// Whether this instance takes server API commands from the control
     /// channel: the API needs the publish key; the Pusher API's
-    /// `terminate_connections` is one too.
+    /// `terminate_connections` is one too, and so is the console's
+    /// disconnect (`--admin-key`).
     fn hears_commands(&self) -> bool {
-        self.cfg.auth.publish_key.is_some() || !self.cfg.pusher.apps.is_empty()
+        self.cfg.auth.publish_key.is_some()
+            || !self.cfg.pusher.apps.is_empty()
+            || self.cfg.admin_key.is_some()
     }
 
-    /// A server API command heard on the control channel: carried out on
-    /// this instance's connections (one that is not a command is logged).
-    fn heard_command(&self, payload: &[u8]) {
-        match crate::hooks::api::decode(payload) {
-            Some(cmd) => {
-                users::apply(&mut self.hub.borrow_mut(), &self.users.borrow(), &cmd);
-            }
-            None => crate::log!(Warn, "not a server API command on the control channel"),
+    /// Whether this instance hears the other instances' console
+    /// summaries (Redis mode with `--admin-key`).
+    fn hears_instances(&self) -> bool {
+        self.cfg.admin_key.is_some()
+    }
+
+    /// An instance's summary heard on the console's channel: kept in the
+    /// bounded table the feed lists (a bad one is logged and dropped).
+    fn heard_instance(&self, payload: &[u8]) {
+        let Ok(inst) = serde_json::from_slice(payload) else {
+            return crate::log!(Warn, "not an instance summary on the console channel");
+        };
+        let now = self.now_ms();
+        if !self.console.borrow_mut().instances.heard(inst, now) {
+            crate::log!(Debug, "instance table full; summary dropped");
         }
     }
+
+    /// The internal channels this instance always hears through Redis:
+    /// the server API's (control and reply channels) and the console's.
+    fn always_heard(&self) -> Vec<Rc<str>> {
+        let mut names = Vec::new();
+        if self.hears_commands() {
+            names.extend(self.command_channels());
+        }
+        if self.hears_instances() {
+            names.push(Rc::from(INSTANCES_CHANNEL));
+        }
+        names
+    }
+
+    /// A message on a `!` channel this instance hears (Redis mode): a
+    /// command on the control channel, carried out here (a listing
+    /// request answered on the asker's reply channel), or an answer to
+    /// one of this instance's listings on its own reply channel.
+    fn heard_command(&self, channel: &str, payload: &[u8]) {
+        use crate::hooks::api;
+        let tag = self.pusher.borrow().tag;
+        if channel == CONTROL_CHANNEL {
+            match api::decode(payload) {
+                Some(api::Command::Connections { user, reply_to, id }) => {
+                    let list = users::list(&self.hub.borrow(), &self.users.borrow(), tag, &user);
+                    self.answer_to(reply_to, &api::encode_answer(id, tag, list));
+                }
+                Some(cmd) => {
+                    let users = self.users.borrow();
+                    users::apply(&mut self.hub.borrow_mut(), &users, (&cmd, tag));
+                }
+                None => crate::log!(Warn, "not a server API command on the control channel"),
+            }
+        } else if channel == api::reply_channel(tag) {
+            match api::decode_answer(payload) {
+                Some(a) => self.api_waits.borrow_mut().answer(a),
+                None => crate::log!(Warn, "not a server API answer on the reply channel"),
+            }
+        }
+    }
+
+    /// Publishes a listing's answer on instance `reply_to`'s reply
+    /// channel (dropped with a log if the Redis pipeline is full: the
+    /// asker then reports this instance missing).
+    fn answer_to(&self, reply_to: u32, answer: &[u8]) {
+        let Some(link) = self.redis.as_deref() else {
+            return;
+        };
+        let channel = crate::hooks::api::reply_channel(reply_to);
+        if link
+            .publish(&channel, OpCode::Text, answer, 0, false)
+            .is_err()
+        {
+            crate::log!(Warn, "server API answer dropped: redis pipeline full");
+        }
+    }
+
+    /// The `!` channels this instance always hears when it takes server
+    /// API commands: the control channel and its own reply channel.
+    fn command_channels(&self) -> [Rc<str>; 2] {
+        let reply = crate::hooks::api::reply_channel(self.pusher.borrow().tag);
+        [Rc::from(CONTROL_CHANNEL), Rc::from(reply)]
+    }
+}
+
+/// Whether `channel` is one of the server API's (`!api`, `!api.{tag}`);
+/// no client channel starts with `!`.
+fn is_command_channel(channel: &str) -> bool {
+    channel.starts_with(CONTROL_CHANNEL)
 }
 
 /// The Redis link's view of the worker: delivery into the hub and the
 /// hub's interest log.
 impl Local for Worker {
     fn deliver(&self, channel: &str, opcode: OpCode, payload: &[u8], skip: Option<u64>) {
-        if channel == CONTROL_CHANNEL && self.hears_commands() {
-            return self.heard_command(payload);
+        if is_command_channel(channel) && self.hears_commands() {
+            return self.heard_command(channel, payload);
+        }
+        if channel == INSTANCES_CHANNEL && self.hears_instances() {
+            return self.heard_instance(payload);
         }
         self.delivering(channel, |hub| {
             hub.publish(channel, opcode, payload, skip);
@@ -378,17 +468,13 @@ impl Local for Worker {
     /// a publish key (the API's) always hears.
     fn interest_snapshot(&self) -> Vec<Rc<str>> {
         let mut names = self.hub.borrow_mut().interest_snapshot();
-        if self.hears_commands() {
-            names.push(Rc::from(CONTROL_CHANNEL));
-        }
+        names.extend(self.always_heard());
         names
     }
 
     fn interest_resend(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Rc<str>> {
         let mut names = self.hub.borrow_mut().interest_resend(keep);
-        if self.hears_commands() && keep(CONTROL_CHANNEL) {
-            names.push(Rc::from(CONTROL_CHANNEL));
-        }
+        names.extend(self.always_heard().into_iter().filter(|c| keep(c)));
         names
     }
 
@@ -408,8 +494,12 @@ impl Local for Worker {
         self.hub.borrow_mut().interest_lost();
     }
     fn deliver_at(&self, channel: &str, env: Envelope, skip: Option<u64>) -> Option<Fetch> {
-        if channel == CONTROL_CHANNEL && self.hears_commands() {
-            self.heard_command(&env.payload);
+        if is_command_channel(channel) && self.hears_commands() {
+            self.heard_command(channel, &env.payload);
+            return None;
+        }
+        if channel == INSTANCES_CHANNEL && self.hears_instances() {
+            self.heard_instance(&env.payload);
             return None;
         }
         let (Some(relay), Some(at)) = (&self.relay, env.at) else {

@@ -6,7 +6,11 @@ It prints `port N`, then serves:
   channels, data), expired -> error 401, banned -> disconnect 4403,
   slow -> answers after 3 s, garbage -> not JSON, huge -> a 10 MB body,
   short-<user> -> expires in 2 s; no cookie -> error 403;
-- /subscribe, /publish, /rpc, /refresh: see the handlers;
+- /subscribe, /publish, /rpc, /refresh: see the handlers (a channel
+  `secret` or `NS:secret` is refused, `deny` or `NS:deny` may not be
+  published on);
+- /subscribe-strict, /publish-strict: named proxies' hooks (tests of
+  per-namespace hooks);
 - /seen: what it saw so far (requests per path, distinct client
   connections, the last request's headers and body per path).
 Every hook request must carry `X-Hook-Secret: s3cret` (else 400).
@@ -55,7 +59,7 @@ def connect(req, headers):
 
 def subscribe(req, headers):
     ch = req["channel"]
-    if ch == "secret":
+    if ch.rpartition(":")[2] == "secret":
         return {"error": {"code": 403, "message": "not a member"}}
     if ch == "kick":
         return {"disconnect": {"code": 4999, "reason": "kicked by backend"}}
@@ -66,7 +70,7 @@ def subscribe(req, headers):
 
 def publish(req, headers):
     ch = req["channel"]
-    if ch == "deny":
+    if ch.rpartition(":")[2] == "deny":
         return {"error": {"code": 4003, "message": "not allowed to post"}}
     if ch == "rewrite":
         return {"result": {"data": "rewritten: " + req.get("data", "")}}
@@ -93,8 +97,21 @@ def refresh(req, headers):
     return {"result": {"expired": True}}
 
 
+def subscribe_strict(req, headers):
+    """A named proxy's subscribe hook: only `*:member` channels."""
+    if req["channel"].endswith(":member"):
+        return {"result": {}}
+    return {"error": {"code": 4004, "message": "strict: members only"}}
+
+
+def publish_strict(req, headers):
+    """A named proxy's publish hook: marks what it lets through."""
+    return {"result": {"data": "strict: " + req.get("data", "")}}
+
+
 HOOKS = {"/connect": connect, "/subscribe": subscribe, "/publish": publish,
-         "/rpc": rpc, "/refresh": refresh}
+         "/rpc": rpc, "/refresh": refresh,
+         "/subscribe-strict": subscribe_strict, "/publish-strict": publish_strict}
 
 
 class H(http.server.BaseHTTPRequestHandler):

@@ -259,8 +259,10 @@ impl CacheEdge {
             validators,
         );
         self.count(|s| s.origin_requests += 1);
+        let t0 = std::time::Instant::now();
         let result = self.origin.fetch(request).await;
         self.count(|s| {
+            s.origin_time_us += t0.elapsed().as_micros() as u64;
             s.origin_connects = self.origin.connects();
             s.origin_tls_failures = self.origin.tls_failures();
         });

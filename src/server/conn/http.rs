@@ -26,7 +26,7 @@ use crate::server::presence::edge as presence_edge;
 use crate::server::pusher::api as pusher_api;
 use crate::server::tls::session::Session;
 use crate::server::worker::Worker;
-use crate::server::{endpoints, publish, sse};
+use crate::server::{console, endpoints, publish, sse};
 
 /// Serves one accepted socket to the end. Its future is the connection's
 /// task, allocated for the connection's whole life: keep it small (large,
@@ -138,7 +138,15 @@ impl Listener {
     fn serves(self, split: bool, route: &Route<'_>) -> bool {
         let admin = matches!(
             route,
-            Route::Stats | Route::Metrics | Route::Status | Route::StatusWs
+            Route::Stats
+                | Route::Metrics
+                | Route::Status
+                | Route::StatusWs
+                | Route::Console
+                | Route::ConsoleLogin
+                | Route::ConsoleFeed
+                | Route::ConsoleSeries
+                | Route::ConsoleAction(_)
         );
         match self {
             _ if !split => true,
@@ -260,6 +268,12 @@ async fn serve(
             return Ok(after_answer(sock, keep_alive, plan).await);
         }
     };
+    if route == Route::ConsoleFeed && !console::session_ok(w, req) {
+        // Refused before the upgrade: no session, no feed.
+        w.console.borrow_mut().counts.actions_refused += 1;
+        write_answer(sock, console::unauthorized(false).into()).await?;
+        return Ok(Next::Close);
+    }
     if let Some(target) = upgrade::upgrade_target(&route) {
         return Ok(
             match upgrade::upgrade(w, sock, (id, ctx.ip), (req, head.as_deref()), target).await? {
@@ -296,6 +310,21 @@ async fn serve(
             // Boxed: the APIs' futures are short-lived and large.
             Box::pin(api_answer(w, &route, req, &body)).await.into()
         }
+        Route::Console | Route::ConsoleLogin | Route::ConsoleSeries | Route::ConsoleAction(_) => {
+            let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
+                return Ok(Next::Close);
+            };
+            // Boxed: an action's future (publish, Redis reads) is large.
+            Box::pin(console_answer(
+                w,
+                &route,
+                (id, ctx.ip),
+                (req, &body),
+                sock.tls.is_some(),
+            ))
+            .await
+            .into()
+        }
         Route::Cache(_) | Route::CachePurge => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);
@@ -320,6 +349,20 @@ async fn api_answer(w: &Worker, route: &Route<'_>, req: &http::Request, body: &[
         Route::PusherApi(rest) => pusher_api::respond(w, rest, req, body).await,
         Route::ServerApi(rest) => hooks_api::respond(w, rest, req, body).await,
         _ => unreachable!("only API routes"),
+    }
+}
+
+/// The console's pages, login, series and actions.
+async fn console_answer(
+    w: &Worker,
+    route: &Route<'_>,
+    (id, ip): (ConnId, IpAddr),
+    (req, body): (&http::Request, &[u8]),
+    tls: bool,
+) -> Vec<u8> {
+    match *route {
+        Route::ConsoleAction(name) => console::actions::respond(w, (id, ip), name, req, body).await,
+        _ => console::respond(w, route, (req, body), (ip, tls)),
     }
 }
 
@@ -406,7 +449,8 @@ fn route_for<'a>(
         other => other,
     };
     route.and_then(|r| {
-        if ctx.role.serves(split, &r) {
+        let console_off = w.cfg.admin_key.is_none() && is_console(&r);
+        if ctx.role.serves(split, &r) && !console_off {
             Ok(r)
         } else {
             Err(HttpError {
@@ -415,6 +459,19 @@ fn route_for<'a>(
             })
         }
     })
+}
+
+/// Whether `route` is one of the console's (served only with
+/// `--admin-key`).
+fn is_console(route: &Route<'_>) -> bool {
+    matches!(
+        route,
+        Route::Console
+            | Route::ConsoleLogin
+            | Route::ConsoleFeed
+            | Route::ConsoleSeries
+            | Route::ConsoleAction(_)
+    )
 }
 
 /// What follows an answer: keep-alive, or close (draining a body the

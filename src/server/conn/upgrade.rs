@@ -5,6 +5,7 @@ use std::io;
 use std::net::IpAddr;
 
 use crate::auth::{self, Grants};
+use crate::console::FEED_CHANNEL;
 use crate::hooks::HookKind;
 use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
@@ -44,6 +45,8 @@ pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
             ConnKind::Ws(formats::PATH),
             Some(STATUS_CHANNEL.to_string()),
         )),
+        // Its session cookie was checked before (`conn::http`).
+        Route::ConsoleFeed => Some((ConnKind::Ws(formats::PATH), Some(FEED_CHANNEL.to_string()))),
         _ => None,
     }
 }
@@ -77,6 +80,10 @@ pub async fn upgrade(
     if kind == ConnKind::Ws(formats::PUSHER) {
         let key = channel.as_deref().unwrap_or_default();
         return pusher_upgrade(w, sock, (id, req), key).await;
+    }
+    if channel.as_deref() == Some(FEED_CHANNEL) {
+        // The console's feed: read-only, its session checked already.
+        return accept(w, sock, id, req, feed_upgrade(kind, channel)).await;
     }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
     if let (Some(edge), Some(head)) = (w.connect_hook(), head) {
@@ -122,18 +129,35 @@ pub async fn upgrade(
     accept(w, sock, id, req, up).await
 }
 
-/// With `--proxy-subscribe`, a path-mode upgrade's channel is asked of
-/// the subscribe hook (the status feed's is not).
+/// The console feed's upgrade: read-only (its session was checked by
+/// `conn::http` before).
+fn feed_upgrade(kind: ConnKind, channel: Option<String>) -> Upgrade {
+    Upgrade {
+        kind,
+        channel,
+        grants: Grants::read_only(),
+        deflate: false,
+        welcome: None,
+    }
+}
+
+/// With a subscribe hook for it (`--proxy-subscribe`, or its namespace's
+/// `subscribe-proxy`), a path-mode upgrade's channel is asked of that
+/// hook (internal `!` channels — the status and console feeds' — are not).
 async fn channel_hook(w: &Worker, id: ConnId, up: &Upgrade) -> Result<(), Vec<u8>> {
-    let edge = w.hooks.as_deref().filter(|e| e.has(HookKind::Subscribe));
-    let channel = up.channel.as_deref().filter(|c| *c != STATUS_CHANNEL);
-    let (Some(edge), Some(channel), ConnKind::Ws(formats::PATH)) = (edge, channel, up.kind) else {
+    let channel = up.channel.as_deref().filter(|c| !c.starts_with('!'));
+    let (Some(edge), Some(channel), ConnKind::Ws(formats::PATH)) =
+        (w.hooks.as_deref(), channel, up.kind)
+    else {
+        return Ok(());
+    };
+    let Some(hook) = edge.for_channel(HookKind::Subscribe, channel) else {
         return Ok(());
     };
     let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
     let client = pusher::socket_id(w.pusher.borrow().tag, serial);
     let user = up.grants.subject().unwrap_or("");
-    connect_hook::admit_channel(edge, &client, user, channel).await
+    connect_hook::admit_channel((edge, hook), &client, user, channel).await
 }
 
 /// Whether tokens are on and the upgrade carries one (`?token=` or

@@ -5,10 +5,16 @@
 //! channel (`hooks::api::CONTROL_CHANNEL`), which every instance —
 //! this one too — hears exactly once and carries out (`Worker`'s
 //! delivery calls `users::apply`). `GET /api/connections` lists this
-//! instance's connections.
+//! instance's connections without Redis, the cluster's in Redis mode: a
+//! request on the control channel, every instance's answer on the
+//! asker's reply channel, gathered within `--api-connections-timeout`
+//! ([`Waits`]).
+
+use std::task::Poll;
+use std::time::Instant;
 
 use crate::auth;
-use crate::hooks::api::{self, Command, ConnectionInfo, CONTROL_CHANNEL};
+use crate::hooks::api::{self, Command, CONTROL_CHANNEL};
 use crate::http::{self, HttpError, Method};
 use crate::redis::resp::Reply;
 use crate::server::hooks::users;
@@ -28,7 +34,7 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
         return refuse(e);
     }
     let answer = match (req.method, rest) {
-        (Method::Get | Method::Head, "connections") => Ok(connections(w, req.query.as_deref())),
+        (Method::Get | Method::Head, "connections") => connections(w, req.query.as_deref()).await,
         (Method::Post, name) => match api::parse(name, body) {
             Ok(cmd) => carry_out(w, &cmd).await,
             Err(e) => Err(e),
@@ -52,7 +58,8 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
 /// `terminate_connections`).
 pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
     let Some(link) = &w.redis else {
-        let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), cmd);
+        let tag = w.pusher.borrow().tag;
+        let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), (cmd, tag));
         return Ok(serde_json::json!({ "connections": n }));
     };
     let payload = api::encode(cmd);
@@ -80,28 +87,90 @@ pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, a
     }
 }
 
-/// `GET /api/connections?user=...`: this instance's connections of the
-/// user.
-fn connections(w: &Worker, query: Option<&str>) -> serde_json::Value {
+/// `GET /api/connections?user=...`: the user's connections, this
+/// instance's (embedded mode) or every instance's (Redis mode).
+async fn connections(w: &Worker, query: Option<&str>) -> Result<serde_json::Value, api::Refusal> {
     let user = query
         .and_then(|q| auth::query_param(q, "user"))
         .unwrap_or("");
+    if w.redis.is_none() {
+        return Ok(connections_of(w, user));
+    }
+    cluster_connections(w, user).await
+}
+
+/// Takes request `id` out of the waits however its handler ends.
+struct Opened<'a>(&'a Worker, u64);
+
+impl Drop for Opened<'_> {
+    fn drop(&mut self) {
+        self.0.api_waits.borrow_mut().close(self.1);
+    }
+}
+
+/// Redis mode: asks every instance (this one too) on the control
+/// channel and gathers their answers until all Redis delivered the
+/// request to have answered or `--api-connections-timeout` passes.
+async fn cluster_connections(w: &Worker, user: &str) -> Result<serde_json::Value, api::Refusal> {
+    let deadline = Instant::now() + w.cfg.proxy.connections_timeout;
+    let id = w.api_waits.borrow_mut().open();
+    let id = id.ok_or((503, "too many server API listings waiting; try again"))?;
+    let opened = Opened(w, id);
+    let reply_to = w.pusher.borrow().tag;
+    let cmd = Command::Connections {
+        user: user.to_string(),
+        reply_to,
+        id,
+    };
+    let n = match publish_command(w, &cmd, deadline).await {
+        Ok(Reply::Integer(n)) => n.max(0) as u64,
+        _ => return Err((503, "redis did not confirm; no instance was asked")),
+    };
+    if let Some((g, _)) = w.api_waits.borrow_mut().get_mut(id) {
+        g.expected = Some(n);
+    }
+    let all = std::future::poll_fn(|cx| {
+        let mut waits = w.api_waits.borrow_mut();
+        let Some((g, waker)) = waits.get_mut(id) else {
+            return Poll::Ready(());
+        };
+        if g.complete() {
+            return Poll::Ready(());
+        }
+        *waker = Some(cx.waker().clone());
+        Poll::Pending
+    });
+    let left = deadline.saturating_duration_since(Instant::now());
+    // Past the deadline the answers so far are the listing.
+    let _ = monoio::time::timeout(left, all).await;
+    let g = w.api_waits.borrow_mut().close(id);
+    drop(opened);
+    Ok(g.unwrap_or_default().into_json(user))
+}
+
+/// Publishes `cmd` on the control channel; Redis's reply (the number of
+/// subscribers it reached), within `deadline`.
+async fn publish_command(w: &Worker, cmd: &Command, deadline: Instant) -> Result<Reply, ()> {
+    let link = w.redis.as_deref().ok_or(())?;
+    let payload = api::encode(cmd);
+    let outcome = {
+        let mut hub = w.hub.borrow_mut();
+        let (c, text) = (CONTROL_CHANNEL, OpCode::Text);
+        route_publish(&mut hub, Some(link), c, text, &payload, 0, true)
+    };
+    let Published::Queued(Some(waiter)) = outcome else {
+        return Err(());
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    match monoio::time::timeout(left, waiter.wait()).await {
+        Ok(Ok(r)) => Ok(r),
+        _ => Err(()),
+    }
+}
+
+/// This instance's connections of `user` (the console's list too).
+pub fn connections_of(w: &Worker, user: &str) -> serde_json::Value {
     let tag = w.pusher.borrow().tag;
-    let hub = w.hub.borrow();
-    let list: Vec<ConnectionInfo> = w
-        .users
-        .borrow()
-        .of(user)
-        .into_iter()
-        .filter_map(|(id, since)| {
-            let serial = hub.conn(id)?.serial();
-            Some(ConnectionInfo {
-                instance: tag,
-                client: crate::pusher::socket_id(tag, serial),
-                channels: hub.channels_of(id).iter().map(|c| c.to_string()).collect(),
-                connected_since_ms: since,
-            })
-        })
-        .collect();
+    let list = users::list(&w.hub.borrow(), &w.users.borrow(), tag, user);
     serde_json::json!({ "user": user, "connections": list })
 }

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 
 use super::refresh::Plan;
-use super::{Failure, HookEdge};
+use super::{Failure, Hook, HookEdge};
 use crate::auth::Grants;
 use crate::hooks::reply::{self, ConnectResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
@@ -49,18 +49,18 @@ pub async fn admit(
     Ok(admitted(edge, client, r, json))
 }
 
-/// A path-mode upgrade's channel (`/ws/{channel}`), asked of the
+/// A path-mode upgrade's channel (`/ws/{channel}`), asked of its
 /// subscribe hook before the `101` as a JSON subscribe is: a refusal is
 /// the upgrade's answer, as the connect hook's.
 pub async fn admit_channel(
-    edge: &HookEdge,
+    (edge, hook): (&HookEdge, &Hook),
     client: &str,
     user: &str,
     channel: &str,
 ) -> Result<(), Vec<u8>> {
     let body = request::subscribe(client, user, channel);
     let parse = reply::parse::<SubscribeResult>;
-    refused(edge.call(HookKind::Subscribe, &[], &body, parse).await).map(|_| ())
+    refused(edge.call_hook(hook, &[], &body, parse).await).map(|_| ())
 }
 
 /// The result, or the upgrade's refusal: `error` 401 → `401`, any other
@@ -79,7 +79,7 @@ fn refused<T>(outcome: Result<Answer<T>, Failure>) -> Result<T, Vec<u8>> {
 
 fn admitted(edge: &HookEdge, client: &str, r: ConnectResult, json: bool) -> Admitted {
     let frame = json.then(|| frames::connected(client, &r.user, r.data.as_deref()));
-    let publish = edge.has(HookKind::Publish);
+    let publish = edge.any_publish();
     let info = r.info.map(|i| i.get().to_string());
     let refresh = (edge.has(HookKind::Refresh) && r.expire_at > 0).then(|| Plan {
         user: r.user.clone(),

@@ -12,33 +12,66 @@ use crate::hooks::reply::{self, PublishResult, RpcResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
+use crate::server::history::{recall, resume};
 use crate::server::hooks::connect::Welcome;
 use crate::server::hooks::refresh::refresh_loop;
 use crate::server::hooks::Failure;
+use crate::server::presence::edge::{self as presence_edge, Identity};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
 /// Queues a hook-admitted connection's first frame, subscribes it to
 /// the channels the backend listed (checked names; at most
-/// `--max-subscriptions`), and starts its refresh loop if it has one.
-pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, welcome: Welcome) {
+/// `--max-subscriptions`) as its own subscribes would be, and starts its
+/// refresh loop if it has one.
+pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, (id, grants): (ConnId, &Grants), welcome: Welcome) {
+    let serial = hub.conn(id).map_or(0, |c| c.serial());
     if let Some(plan) = welcome.refresh {
-        let serial = hub.conn(id).map_or(0, |c| c.serial());
         monoio::spawn(refresh_loop(w.clone(), (id, serial), plan));
     }
     if let Some(frame) = welcome.frame {
         hub.send_to(id, frame);
     }
+    let who = Identity::of(w, grants, serial);
     for c in &welcome.channels {
-        if hub.subscribe(id, c).is_err() {
-            log!(
-                Debug,
-                "server-side subscription refused",
-                conn = id,
-                channel = c
-            );
-        }
+        server_subscribe(w, hub, (id, &who), c);
     }
+}
+
+/// A server-side subscription made as a JSON subscribe without `id` is:
+/// admitted by presence (a full presence channel is skipped), answered
+/// `{"type":"subscribed"}` with the channel's position when it has
+/// history (in Redis mode after the read from Redis), and joined to the
+/// channel's presence with the connection's user and info.
+fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity<'_>), c: &str) {
+    if presence_edge::admit(w, who, c, false).is_err() {
+        log!(
+            Debug,
+            "server-side subscription refused by presence",
+            conn = id,
+            channel = c
+        );
+        return;
+    }
+    let deferred = w.redis.as_deref().is_some_and(|l| l.keeps_history_of(c));
+    if !deferred {
+        recall::subscribe(hub, id, c, None, None);
+        if hub.is_subscribed(id, c) {
+            presence_edge::join(w, hub, id, who, c, false);
+        }
+        return;
+    }
+    // Presence does not wait for the history read (as a client's).
+    presence_edge::join(w, hub, id, who, c, false);
+    let d = resume::Deferred {
+        channel: c.to_string(),
+        since: None,
+        id: None,
+        fresh: !hub.is_subscribed(id, c),
+        latest: w.cfg.namespaces.table.recovers(c),
+    };
+    let w = w.clone();
+    monoio::spawn(async move { resume::subscribe(&w, id, d).await });
 }
 
 /// Records a native WebSocket's user (a token's `sub` or the connect
@@ -67,20 +100,37 @@ pub struct HookCall {
     pub grants: Grants,
 }
 
-/// Whether `req` is asked of a hook first: a subscribe or publish the
-/// grants allow (a forbidden one is refused without asking), any rpc.
+/// Whether `req` is asked of a hook first: a subscribe or publish on a
+/// channel with a hook (its namespace's, else the global one) that the
+/// connection's grants and the namespace's rules allow (a forbidden one
+/// is refused without asking), any rpc.
 pub fn applies(w: &Worker, grants: &Grants, req: &Request) -> bool {
     let Some(h) = w.hooks.as_deref() else {
         return false;
     };
+    let table = &w.cfg.namespaces.table;
+    let tokens = w.cfg.auth.tokens_required();
     match req {
         Request::Subscribe { channel, .. } => {
-            h.has(HookKind::Subscribe) && grants.may_subscribe(channel)
+            h.for_channel(HookKind::Subscribe, channel).is_some()
+                && match table.is_empty() {
+                    true => grants.may_subscribe(channel),
+                    false => table.may_subscribe(grants, tokens, channel).is_ok(),
+                }
         }
-        Request::Publish { channel, .. } => h.has(HookKind::Publish) && grants.may_publish(channel),
+        Request::Publish { channel, .. } => {
+            h.for_channel(HookKind::Publish, channel).is_some() && grants.may_publish(channel)
+        }
         Request::Rpc { .. } => h.has(HookKind::Rpc),
         _ => false,
     }
+}
+
+/// Whether `channel` has a publish hook (its namespace's or the global).
+pub fn publish_hook_for(w: &Worker, channel: &str) -> bool {
+    w.hooks
+        .as_deref()
+        .is_some_and(|h| h.for_channel(HookKind::Publish, channel).is_some())
 }
 
 /// Asks the backend about `call`; the request to carry out (a publish's
@@ -99,13 +149,9 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
     let idv = env.id.as_deref();
     let env = match &env.request {
         Request::Subscribe { channel, .. } => {
+            let hook = edge.for_channel(HookKind::Subscribe, channel)?;
             let body = request::subscribe(&client, user, channel);
-            let a = edge.call(
-                HookKind::Subscribe,
-                &[],
-                &body,
-                reply::parse::<SubscribeResult>,
-            );
+            let a = edge.call_hook(hook, &[], &body, reply::parse::<SubscribeResult>);
             settle(w, id, a.await, idv)?;
             env
         }
@@ -114,8 +160,9 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
             opcode,
             payload,
         } => {
+            let hook = edge.for_channel(HookKind::Publish, channel)?;
             let body = request::publish(&client, user, channel, (*opcode, payload));
-            let a = edge.call(HookKind::Publish, &[], &body, reply::parse::<PublishResult>);
+            let a = edge.call_hook(hook, &[], &body, reply::parse::<PublishResult>);
             let r = settle(w, id, a.await, idv)?;
             let skip = r.skip_history && w.redis.is_none();
             let env = rewritten(env, r);

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::control;
-use crate::hooks::api::{Command, CLOSE_DISCONNECTED};
+use crate::hooks::api::{Command, ConnectionInfo, CLOSE_DISCONNECTED};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::server::formats;
 
@@ -51,13 +51,23 @@ impl Users {
 /// Carries out `cmd` on this worker's connections of its user; how many
 /// it acted on. Subscribe and unsubscribe act on JSON (`/ws`)
 /// connections, which are told (`subscribed` / `unsubscribed`, no `id`);
-/// a path-mode connection has a single channel by its URL.
-pub fn apply(hub: &mut Hub, users: &Users, cmd: &Command) -> usize {
+/// a path-mode connection has a single channel by its URL. `tag` is this
+/// instance's (a `DisconnectClient` acts only on the instance its client
+/// id names).
+pub fn apply(hub: &mut Hub, users: &Users, (cmd, tag): (&Command, u32)) -> usize {
     let mut n = 0;
     for (id, _) in users.of(cmd.user()) {
         let json = hub.conn(id).is_some_and(|c| is_json(c.kind()));
+        let serial = hub.conn(id).map(|c| c.serial());
         let done = match cmd {
             Command::Disconnect { .. } => {
+                let why = "disconnected by the server API";
+                hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
+                true
+            }
+            Command::DisconnectClient { client, .. }
+                if serial.is_some() && crate::pusher::local_serial(tag, client) == serial =>
+            {
                 let why = "disconnected by the server API";
                 hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
                 true
@@ -75,6 +85,21 @@ pub fn apply(hub: &mut Hub, users: &Users, cmd: &Command) -> usize {
         n += usize::from(done);
     }
     n
+}
+
+/// This instance's (tagged `tag`) connections of `user`, for
+/// `GET /api/connections`.
+pub fn list(hub: &Hub, users: &Users, tag: u32, user: &str) -> Vec<ConnectionInfo> {
+    let listed = |(id, since): (ConnId, u64)| {
+        let serial = hub.conn(id)?.serial();
+        Some(ConnectionInfo {
+            instance: tag,
+            client: crate::pusher::socket_id(tag, serial),
+            channels: hub.channels_of(id).iter().map(|c| c.to_string()).collect(),
+            connected_since_ms: since,
+        })
+    };
+    users.of(user).into_iter().filter_map(listed).collect()
 }
 
 fn is_json(kind: crate::hub::ConnKind) -> bool {

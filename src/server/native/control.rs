@@ -93,6 +93,11 @@ pub fn handle(
             Some(control::error(ErrorCode::BadRequest, msg, idv))
         }
         control::Request::Refresh { token } => Some(refresh(w, hub, id, grants, &token, idv)),
+        control::Request::Connect => {
+            let client = crate::pusher::socket_id(w.pusher.borrow().tag, serial);
+            let who = grants.subject();
+            Some(crate::hooks::frames::connected_reply(&client, who, idv))
+        }
         control::Request::Subscribe {
             channel,
             since,
@@ -273,6 +278,9 @@ fn recover_latest(w: &Worker, hub: &Hub, request: &mut control::Request) {
 /// Whether the connection may subscribe to (or query) or publish on the
 /// request's channel: its grants, and with namespaces its namespace's
 /// rules (`namespace::Table`); the error to answer if not.
+/// A connect-hook connection's publish on a channel without a publish hook.
+const UNHOOKED: &str = "a connection of the connect hook publishes only through a publish hook, and this channel has none";
+
 fn namespace_gate(
     w: &Worker,
     hub: &mut Hub,
@@ -288,7 +296,10 @@ fn namespace_gate(
             channel, payload, ..
         } => {
             let subscribed = !table.is_empty() && hub.is_subscribed(id, channel);
-            let verdict = table.may_publish(grants, (channel, payload.len()), subscribed);
+            let verdict = match grants.via_hook() && !hooks_session::publish_hook_for(w, channel) {
+                true => Err(Refusal::Forbidden(UNHOOKED)),
+                false => table.may_publish(grants, (channel, payload.len()), subscribed),
+            };
             if verdict.is_err() {
                 hub.stats.publish_forbidden += 1;
             }

@@ -63,9 +63,10 @@ pub fn on_data(
         return control::on_control(w, hub, who, opcode, payload);
     };
     // A path-mode connection is subscribed to its channel; with a publish
-    // hook it may not publish (the hook speaks the JSON protocol).
+    // hook it may not publish (the hook speaks the JSON protocol), nor
+    // may a connect-hook connection, which publishes only through one.
     let table = &w.cfg.namespaces.table;
-    let verdict = match publish_hooked(w) {
+    let verdict = match publish_hooked(w, c) || grants.via_hook() {
         true => Err(crate::namespace::Refusal::Forbidden(
             "this connection may not publish here",
         )),
@@ -99,13 +100,15 @@ pub fn on_data(
     None
 }
 
-/// With `--proxy-publish` every publish is asked of the backend; path
-/// mode has no way to carry its refusal, so it may not publish at all
-/// (the JSON protocol's publish goes through the hook).
-fn publish_hooked(w: &Worker) -> bool {
-    w.hooks
-        .as_deref()
-        .is_some_and(|h| h.has(crate::hooks::HookKind::Publish))
+/// With a publish hook for `channel` (`--proxy-publish`, or its
+/// namespace's `publish-proxy`) every publish there is asked of the
+/// backend; path mode has no way to carry its refusal, so it may not
+/// publish at all (the JSON protocol's publish goes through the hook).
+fn publish_hooked(w: &Worker, channel: &str) -> bool {
+    w.hooks.as_deref().is_some_and(|h| {
+        h.for_channel(crate::hooks::HookKind::Publish, channel)
+            .is_some()
+    })
 }
 
 /// What ends with the connection: its presence memberships and its

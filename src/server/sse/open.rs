@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use crate::auth::{self, Grants};
 use crate::history::{Entry, Position};
+use crate::hooks::HookKind;
 use crate::http::{self, HttpError};
 use crate::hub::{CloseReason, ConnId, ConnKind, Delivery, Hub};
 use crate::log;
@@ -119,6 +120,18 @@ fn admit(
 /// grants, and with namespaces the channel's namespace rules, as a
 /// WebSocket subscriber (404 for a channel of no configured namespace).
 fn may_subscribe(w: &Worker, grants: &Grants, channel: &str) -> Result<(), auth::Refusal> {
+    // A stream cannot carry a hook's refusal per channel: a channel
+    // whose subscribe the backend decides is refused (fail closed).
+    let hooked = w
+        .hooks
+        .as_deref()
+        .and_then(|h| h.for_channel(HookKind::Subscribe, channel));
+    if hooked.is_some() {
+        return Err((
+            403,
+            "this channel's subscribe hook decides; subscribe over a WebSocket",
+        ));
+    }
     let table = &w.cfg.namespaces.table;
     if table.is_empty() {
         return match grants.may_subscribe(channel) {

@@ -99,7 +99,7 @@ pub fn websocket(
             hooks_session::register_user(w, &hub, id, &grants);
         }
         if let Some(welcome) = welcome {
-            hooks_session::welcome(w, &mut hub, id, *welcome);
+            hooks_session::welcome(w, &mut hub, (id, &grants), *welcome);
         }
     }
     if kind == ConnKind::Ws(formats::PUSHER) {

@@ -1,0 +1,105 @@
+//! Server-side subscriptions (the connect hook's `channels`) behave as
+//! the client's own subscribes: each is answered `subscribed` with the
+//! channel's history position, and joins the channel's presence with the
+//! hook's user and info — embedded and in Redis mode, against the real
+//! backend (`tests/python/hook_backend.py`: `good-<user>` is subscribed
+//! to `news`, with info `{"name": USER}`).
+
+mod common;
+mod hooks_support;
+mod redis_support;
+
+use common::*;
+use futures_util::SinkExt;
+use hooks_support::*;
+use redis_support::RedisServer;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+async fn call(ws: &mut Ws, request: Value) -> Value {
+    ws.send(Message::text(request.to_string()))
+        .await
+        .expect("send");
+    next_json(ws).await
+}
+
+/// A JSON client of the connect hook as `user`: its `connected` frame,
+/// then the `subscribed` of its server-side channel `news`.
+async fn admitted(addr: std::net::SocketAddr, user: &str) -> (Ws, Value) {
+    let mut ws = ws_with_cookie(addr, "/ws", &format!("good-{user}")).await;
+    assert_eq!(next_json(&mut ws).await["type"], "connected");
+    let subscribed = next_json(&mut ws).await;
+    assert_eq!(
+        (&subscribed["type"], &subscribed["channel"]),
+        (&json!("subscribed"), &json!("news")),
+        "{subscribed}"
+    );
+    (ws, subscribed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_subscriptions_join_presence_and_carry_history_positions() {
+    let backend = Backend::start();
+    let redis = RedisServer::start(&[]).await;
+    for url in [None, Some(redis.url("", ""))] {
+        let mode = if url.is_some() { "redis" } else { "embedded" };
+        let srv = TestServer::start(|c| {
+            backend.configure(c, &["connect"]);
+            c.redis.url = url.clone();
+            c.history.size = 16;
+            c.presence.set_patterns("news").unwrap();
+        });
+        let addr = srv.addr;
+        wait_until("ready", || async move {
+            get(addr, "/readyz").await.status == 200
+        })
+        .await;
+        let (mut watcher, first) = admitted(addr, "7").await;
+        assert!(first["epoch"].is_string(), "{mode}: a position: {first}");
+        let r = call(
+            &mut watcher,
+            json!({"op":"subscribe","channel":"news","presence":true,"id":1}),
+        )
+        .await;
+        assert_eq!(r["type"], "subscribed", "{mode}: {r}");
+        publish(addr, "news", "one").await;
+        let m = next_json(&mut watcher).await;
+        assert_eq!(
+            (&m["data"], &m["offset"]),
+            (&json!("one"), &json!(1)),
+            "{mode}"
+        );
+
+        let (mut ws, subscribed) = admitted(addr, "42").await;
+        assert_eq!(
+            (&subscribed["epoch"], &subscribed["offset"]),
+            (&first["epoch"], &json!(1)),
+            "{mode}: the channel's position, as a client subscribe's reply"
+        );
+        let join = next_json(&mut watcher).await;
+        assert_eq!(
+            join,
+            json!({"type":"join","channel":"news","user":"42","info":{"name":"42"}}),
+            "{mode}"
+        );
+        let p = call(&mut ws, json!({"op":"presence","channel":"news","id":2})).await;
+        let mut users: Vec<&str> = p["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["user"].as_str().unwrap())
+            .collect();
+        users.sort();
+        assert_eq!(users, ["42", "7"], "{mode}: {p}");
+        publish(addr, "news", "two").await;
+        assert_eq!(next_json(&mut ws).await["offset"], 2, "{mode}");
+        assert_eq!(next_json(&mut watcher).await["offset"], 2, "{mode}");
+        drop(ws);
+        let leave = next_json(&mut watcher).await;
+        assert_eq!(
+            (&leave["type"], &leave["user"]),
+            (&json!("leave"), &json!("42")),
+            "{mode}: {leave}"
+        );
+    }
+}
