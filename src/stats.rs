@@ -472,6 +472,9 @@ pub struct NamespaceStats {
     /// Subscriptions to its channels (gauge; a connection in two of its
     /// channels counts twice).
     pub subscriptions: u64,
+    /// Connections subscribed to at least one of its channels (gauge; a
+    /// connection in two of its channels counts once).
+    pub connections: u64,
     /// Its channels with subscribers (gauge).
     pub channels: u64,
 }

@@ -515,6 +515,10 @@ async fn stats_and_metrics_per_namespace_keep_a_bounded_label_set() {
         let ns = &st["namespaces"];
         assert_eq!(ns.as_object().map(|o| o.len()), Some(3), "{ns}");
         assert_eq!(ns["chat"]["subscriptions"], 5_000, "{ns}");
+        // One connection holds them all: it counts once per namespace.
+        assert_eq!(ns["chat"]["connections"], 1, "{ns}");
+        assert_eq!(ns["default"]["connections"], 1, "{ns}");
+        assert_eq!(ns["feed"]["connections"], 0, "{ns}");
         assert_eq!(ns["chat"]["channels"], 5_000, "{ns}");
         assert_eq!(
             (

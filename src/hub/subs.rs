@@ -1,5 +1,5 @@
-//! The facade's read-only view of a connection's subscriptions (the
-//! server API's `GET /api/connections`).
+//! The facade's read-only view of connections' subscriptions (the server
+//! API's `GET /api/connections`, the per-namespace gauges).
 
 use std::rc::Rc;
 
@@ -17,5 +17,13 @@ impl Hub {
             .iter()
             .map(|&(cid, _)| self.registry.name(cid).clone());
         names.collect()
+    }
+
+    /// Each connection with subscriptions, as the names of its channels
+    /// (the per-namespace connection gauge, at scrape time).
+    pub fn subscribed_connections(&self) -> impl Iterator<Item = impl Iterator<Item = &str>> {
+        let registry = &self.registry;
+        let conns = self.conns.iter().filter(|(_, c)| !c.subs.is_empty());
+        conns.map(move |(_, c)| c.subs.iter().map(move |&(cid, _)| &**registry.name(cid)))
     }
 }

@@ -16,7 +16,7 @@ pub(super) fn namespaces(o: &mut String, snap: &Snapshot) {
     let Some(unknown) = snap.namespace_unknown_channel else {
         return;
     };
-    let families: [Family; 5] = [
+    let families: [Family; 6] = [
         (
             "corecast_namespace_publishes_total",
             "counter",
@@ -40,6 +40,12 @@ pub(super) fn namespaces(o: &mut String, snap: &Snapshot) {
             "gauge",
             "Subscriptions to a namespace's channels.",
             |n| n.subscriptions,
+        ),
+        (
+            "corecast_namespace_connections",
+            "gauge",
+            "Connections subscribed to at least one of a namespace's channels.",
+            |n| n.connections,
         ),
         (
             "corecast_namespace_channels",

@@ -74,25 +74,43 @@ impl Counters {
     }
 
     /// Every namespace's counters by label, with the gauges counted from
-    /// `channels` (each channel with subscribers and their number); empty
-    /// without namespaces.
-    pub fn snapshot<'a>(
+    /// `channels` (each channel with subscribers and their number) and
+    /// `conns` (each subscribed connection's channels); empty without
+    /// namespaces.
+    pub fn snapshot<'a, C>(
         &self,
         table: &Table,
         channels: impl Iterator<Item = (&'a str, usize)>,
-    ) -> BTreeMap<String, NamespaceStats> {
+        conns: impl Iterator<Item = C>,
+    ) -> BTreeMap<String, NamespaceStats>
+    where
+        C: Iterator<Item = &'a str>,
+    {
         if self.rows.is_empty() {
             return BTreeMap::new();
         }
         let mut rows = self.rows.clone();
+        let row_of = |channel: &str| match table.find(channel) {
+            Some(Ns::Default) => Some(0),
+            Some(Ns::Named(i)) => Some(usize::from(i) + 1),
+            None => None,
+        };
         for (channel, subscribers) in channels {
-            let i = match table.find(channel) {
-                Some(Ns::Default) => 0,
-                Some(Ns::Named(i)) => usize::from(i) + 1,
-                None => continue,
-            };
+            let Some(i) = row_of(channel) else { continue };
             rows[i].channels += 1;
             rows[i].subscriptions += subscribers as u64;
+        }
+        // A connection counts once per namespace: its rows, deduplicated
+        // (a connection holds at most --max-subscriptions channels).
+        let mut seen = Vec::new();
+        for names in conns {
+            seen.clear();
+            seen.extend(names.filter_map(row_of));
+            seen.sort_unstable();
+            seen.dedup();
+            for &i in &seen {
+                rows[i].connections += 1;
+            }
         }
         let labels = std::iter::once(DEFAULT_LABEL).chain(table.names());
         labels.map(str::to_string).zip(rows).collect()

@@ -323,7 +323,8 @@ impl Worker {
         }
         let channels = hub.channels_with_prefix("");
         let counts = channels.iter().map(|(c, n)| (&**c, *n));
-        self.namespaces.borrow().snapshot(table, counts)
+        let conns = hub.subscribed_connections();
+        self.namespaces.borrow().snapshot(table, counts, conns)
     }
 
     /// Runs a delivery into the hub and counts it in the channel's
