@@ -39,8 +39,10 @@ checks = [
     ("p99 latency at kernel receive (us)", p99, "<=", t["max_p99_kernel_us"]),
     ("delivered per second", rate, ">=", t["min_delivered_per_second"]),
     ("idle connections failed", idle["failed"], "<=", 0),
-    ("RSS per idle connection (bytes)", idle["server"]["rss_bytes_per_connection"], "<=",
-     t["max_idle_bytes_per_connection"]),
+    ("heap per idle connection (anonymous RSS, bytes)",
+     idle["server"]["anon_bytes_per_connection"], "<=", t["max_idle_bytes_per_connection"]),
+    ("server RSS with the idle connections held (KiB)", idle["server"]["rss_held_kib"], "<=",
+     t["max_idle_held_rss_kib"]),
     ("fresh server RSS (KiB)", idle["server"]["rss_before_kib"], "<=", t["max_fresh_rss_kib"]),
 ]
 failed = 0

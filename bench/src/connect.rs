@@ -23,11 +23,13 @@ const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 /// Runs the `connect` subcommand.
 pub async fn run(opts: ConnectOpts) -> Result<ConnectReport, BenchError> {
     let target = target_of(&opts.url, &opts.common)?;
-    probe(&target, opts.common.connect_timeout).await?;
     let pid = opts.common.server_pid;
     // Both resident sizes: all of it, and its anonymous part.
     let rss = move || pid.and_then(|p| Some((sys::rss_kib(p).ok()?, sys::rss_anon_kib(p).ok()?)));
+    // Before the probe: a fresh server's size is before its first
+    // connection (the probe's accept already maps the accept path's code).
     let rss_before = rss();
+    probe(&target, opts.common.connect_timeout).await?;
     let progress = Rc::new(OpenProgress::default());
     let hold = Rc::new(Hold::default());
     let started = Instant::now();
