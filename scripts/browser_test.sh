@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Headless Chromium tests (tests/browser): the /status page, the /console (its screenshots go to docs/console/ with
-# UPDATE_SCREENSHOTS=1, else to a temporary folder), browser
+# UPDATE_SCREENSHOTS=1, else to target/console-shots/), browser
 # WebSocket interop and corecast's own TLS (wss://, https://), against a debug build of corecast. Installs Debian's
 # chromium and the npm package playwright-core when missing.
 set -euo pipefail

@@ -3,17 +3,16 @@
 // the charts move while a load runs; a channel is found by search and
 // opened; a message published from the console reaches a WebSocket
 // subscriber; screenshots (light/dark × desktop 1280×800/phone) are
-// taken, into a temporary folder, or into docs/console/ (the README's)
-// with UPDATE_SCREENSHOTS=1, so a test run leaves the checkout clean.
+// kept as artifacts in target/console-shots/, or written to docs/console/
+// (the README's) with UPDATE_SCREENSHOTS=1, so a test run leaves the
+// checkout clean.
 //
 // Run by scripts/browser_test.sh, which sets CORECAST_BIN; this test
 // starts its own server with --admin-key.
 import test from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { mkdirSync } from "node:fs";
 import { chromium } from "playwright-core";
 
 const bin = process.env.CORECAST_BIN;
@@ -21,7 +20,7 @@ assert.ok(bin, "CORECAST_BIN must name a corecast binary");
 const KEY = "browser-console-key-0123";
 const SHOTS = process.env.UPDATE_SCREENSHOTS === "1"
   ? "../../docs/console"
-  : mkdtempSync(join(tmpdir(), "corecast-console-shots-"));
+  : "../../target/console-shots";
 
 /** Starts corecast with the console on a free port; resolves with its base URL. */
 function startServer() {
