@@ -4,8 +4,10 @@
 # fails when deliveries are lost, p99 latency (kernel receive time) is over
 # its threshold, or throughput is under its floor; then the idle-memory
 # scenario (a fresh server, N idle WebSockets held past --park-after) fails
-# when a connection costs more RSS than its bound, or the fresh server
-# (before its first connection) holds more than its bound. Reports: target/perf/broadcast.json, idle.json.
+# when a connection costs more RSS than its bound; then a fresh server
+# (started fresh_starts times, each sampled after fresh_idle_seconds with
+# nothing connected) fails when the median VmRSS is over its bound.
+# Reports: target/perf/broadcast.json, idle.json, fresh.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cfg=perf/thresholds.json
@@ -27,11 +29,23 @@ start_corecast ./target/release/corecast target/perf/idle-server.log --cpu "$ser
 ./target/release/corecast-bench connect --url "ws://$CORECAST_ADDR/ws/idle" \
     -n "$(get idle_connections)" --hold "$(get idle_hold_seconds)" --cpu "$load_cpu" --server-pid "$CORECAST_PID" \
     --json --quiet > target/perf/idle.json
-python3 - "$cfg" target/perf/broadcast.json target/perf/idle.json <<'PY'
-import json, sys
+kill "$CORECAST_PID"; wait "$CORECAST_PID" 2>/dev/null || true
+# One sample is at the mercy of the page cache and the machine's proactive
+# reclaim (DAMON); the median of a few fresh starts is not.
+fresh=()
+for _ in $(seq 1 "$(get fresh_starts)"); do
+    start_corecast ./target/release/corecast target/perf/fresh-server.log --cpu "$server_cpu"
+    sleep "$(get fresh_idle_seconds)" # the measurement point: start-up done, idle since
+    fresh+=("$(awk '/^VmRSS:/{print $2}' "/proc/$CORECAST_PID/status")")
+    kill "$CORECAST_PID"; wait "$CORECAST_PID" 2>/dev/null || true
+done
+printf '{"vmrss_kib": [%s]}\n' "$(IFS=,; echo "${fresh[*]}")" > target/perf/fresh.json
+python3 - "$cfg" target/perf/broadcast.json target/perf/idle.json target/perf/fresh.json <<'PY'
+import json, statistics, sys
 t = json.load(open(sys.argv[1]))
 r = json.load(open(sys.argv[2]))
 idle = json.load(open(sys.argv[3]))
+fresh = json.load(open(sys.argv[4]))["vmrss_kib"]
 p99 = r["latency_kernel"]["p99_us"]
 rate = r["delivered_per_second"]
 checks = [
@@ -43,7 +57,8 @@ checks = [
      idle["server"]["anon_bytes_per_connection"], "<=", t["max_idle_bytes_per_connection"]),
     ("server RSS with the idle connections held (KiB)", idle["server"]["rss_held_kib"], "<=",
      t["max_idle_held_rss_kib"]),
-    ("fresh server RSS (KiB)", idle["server"]["rss_before_kib"], "<=", t["max_fresh_rss_kib"]),
+    (f"fresh server RSS, median of {fresh} (KiB)", statistics.median(fresh), "<=",
+     t["max_fresh_rss_kib"]),
 ]
 failed = 0
 for name, got, op, limit in checks:

@@ -165,3 +165,35 @@ async fn churn(addr: std::net::SocketAddr, clients: usize, cycles: usize) {
         r.expect("client task");
     }
 }
+
+/// Sizes (bytes) of the process's anonymous read-write mappings.
+fn anon_mapping_sizes(pid: u32) -> Vec<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("proc maps");
+    maps.lines()
+        .filter(|l| l.split_whitespace().count() == 5 && l.contains(" rw-p "))
+        .filter_map(|l| {
+            let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
+            Some(u64::from_str_radix(hi, 16).ok()? - u64::from_str_radix(lo, 16).ok()?)
+        })
+        .collect()
+}
+
+#[test]
+fn the_allocator_reserves_64_mib_arenas_unless_told_otherwise() {
+    // A 1 GiB first arena wrote 168 KiB of bitmaps in a fresh process
+    // (BENCHMARKS, "Fresh RSS"); the binary makes 64 MiB the default.
+    const MIB: u64 = 1 << 20;
+    let srv = spawn(&[], None);
+    let sizes = anon_mapping_sizes(srv.child.id());
+    assert!(sizes.contains(&(64 * MIB)), "{sizes:?}");
+    assert!(!sizes.contains(&(1024 * MIB)), "{sizes:?}");
+    drop(srv);
+    // mimalloc's own variable still wins.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corecast"));
+    cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        .env("MIMALLOC_ARENA_RESERVE", "256MiB");
+    let srv = BinServer::start(cmd);
+    let sizes = anon_mapping_sizes(srv.child.id());
+    assert!(sizes.contains(&(256 * MIB)), "{sizes:?}");
+    assert!(!sizes.contains(&(64 * MIB)), "{sizes:?}");
+}
