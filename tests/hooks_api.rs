@@ -22,13 +22,7 @@ fn keyed(cfg: &mut corecast::config::Config, backend: &Backend) {
 }
 
 async fn api(addr: SocketAddr, method: &str, path: &str, body: Value) -> HttpResponse {
-    let body = body.to_string();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {KEY}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    http_raw(addr, req.as_bytes()).await
+    server_api(addr, KEY, (method, path), &body).await
 }
 
 async fn publish_keyed(addr: SocketAddr, channel: &str, text: &str) -> Value {

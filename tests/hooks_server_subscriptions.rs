@@ -3,7 +3,8 @@
 //! channel's history position, and joins the channel's presence with the
 //! hook's user and info — embedded and in Redis mode, against the real
 //! backend (`tests/python/hook_backend.py`: `good-<user>` is subscribed
-//! to `news`, with info `{"name": USER}`).
+//! to `news`, with info `{"name": USER}`). The server API's subscribe and
+//! unsubscribe do the same: join and leave presence, with positions.
 
 mod common;
 mod hooks_support;
@@ -101,5 +102,99 @@ async fn server_side_subscriptions_join_presence_and_carry_history_positions() {
             (&json!("leave"), &json!("42")),
             "{mode}: {leave}"
         );
+    }
+}
+
+/// `POST /api/subscribe` and `/api/unsubscribe` act as the connection's
+/// own subscribe and unsubscribe would: the position in `subscribed`, a
+/// presence join with the user's info, and a leave on the way out (before,
+/// the API's subscribe joined nothing and its unsubscribe left the member
+/// listed until the connection closed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_api_subscribes_and_unsubscribes_as_the_client_would() {
+    const KEY: &str = "pk-api";
+    let backend = Backend::start();
+    let redis = RedisServer::start(&[]).await;
+    for url in [None, Some(redis.url("", ""))] {
+        let mode = if url.is_some() { "redis" } else { "embedded" };
+        let srv = TestServer::start(|c| {
+            backend.configure(c, &["connect"]);
+            c.auth.publish_key = Some(corecast::config::Secret(KEY.into()));
+            c.redis.url = url.clone();
+            c.history.size = 16;
+            c.presence.set_patterns("room").unwrap();
+        });
+        let addr = srv.addr;
+        wait_until("ready", || async move {
+            get(addr, "/readyz").await.status == 200
+        })
+        .await;
+        // Embedded mode counts the connections acted on; Redis mode the
+        // instances that heard the command (each acts on its own).
+        let answer = |n: u64| match mode {
+            "redis" => json!({"instances": 1}),
+            _ => json!({"connections": n}),
+        };
+        let nobody = json!({"user":"nobody"});
+        wait_until("the control channel heard", || {
+            let nobody = nobody.clone();
+            async move {
+                let r = server_api(addr, KEY, ("POST", "/api/disconnect"), &nobody).await;
+                r.status == 200 && r.json() == answer(0)
+            }
+        })
+        .await;
+        let (mut watcher, _) = admitted(addr, "7").await;
+        let r = call(
+            &mut watcher,
+            json!({"op":"subscribe","channel":"room","presence":true,"id":1}),
+        )
+        .await;
+        assert_eq!(r["type"], "subscribed", "{mode}: {r}");
+        publish(addr, "room", "one").await;
+        assert_eq!(next_json(&mut watcher).await["offset"], 1, "{mode}");
+        let (mut ws, _) = admitted(addr, "42").await;
+
+        let body = json!({"user":"42","channel":"room"});
+        let r = server_api(addr, KEY, ("POST", "/api/subscribe"), &body).await;
+        assert_eq!(r.json(), answer(1), "{mode}");
+        let subscribed = next_json(&mut ws).await;
+        assert_eq!(
+            (&subscribed["type"], &subscribed["channel"], &subscribed["offset"]),
+            (&json!("subscribed"), &json!("room"), &json!(1)),
+            "{mode}: {subscribed}"
+        );
+        let join = next_json(&mut watcher).await;
+        assert_eq!(
+            join,
+            json!({"type":"join","channel":"room","user":"42","info":{"name":"42"}}),
+            "{mode}"
+        );
+        // Subscribed already: nothing to do, nobody told twice (the next
+        // frame is the unsubscribe's).
+        let r = server_api(addr, KEY, ("POST", "/api/subscribe"), &body).await;
+        assert_eq!(r.json(), answer(0), "{mode}");
+
+        let r = server_api(addr, KEY, ("POST", "/api/unsubscribe"), &body).await;
+        assert_eq!(r.json(), answer(1), "{mode}");
+        assert_eq!(
+            next_json(&mut ws).await,
+            json!({"type":"unsubscribed","channel":"room"}),
+            "{mode}"
+        );
+        let leave = next_json(&mut watcher).await;
+        assert_eq!(
+            (&leave["type"], &leave["user"]),
+            (&json!("leave"), &json!("42")),
+            "{mode}: {leave}"
+        );
+        let p = call(&mut watcher, json!({"op":"presence","channel":"room","id":2})).await;
+        let users: Vec<&str> = p["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["user"].as_str().unwrap())
+            .collect();
+        assert_eq!(users, ["7"], "{mode}: {p}");
     }
 }

@@ -120,6 +120,9 @@ pub struct Worker {
     pub console: RefCell<crate::console::State>,
     started: Instant,
     scratch: RefCell<Box<[u8]>>,
+    /// Itself, for what is called with `&Worker` (the Redis link's
+    /// deliveries) and must start tasks that hold it.
+    me: std::rc::Weak<Worker>,
 }
 
 impl Worker {
@@ -142,7 +145,8 @@ impl Worker {
                 Relay::new(cfg.history, relay_seed()).with_namespaces(cfg.history_namespaces()),
             )
         });
-        Rc::new(Worker {
+        Rc::new_cyclic(|me| Worker {
+            me: me.clone(),
             relay,
             hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
             compression,
@@ -166,6 +170,12 @@ impl Worker {
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
         })
+    }
+
+    /// The worker's own `Rc` (it lives as long as its runtime, which
+    /// is what calls it).
+    pub fn rc(&self) -> Rc<Worker> {
+        self.me.upgrade().expect("a worker is called only while it lives")
     }
 
     /// Ends connection `id` in the worker's books: out of the hub (its
@@ -403,8 +413,7 @@ impl Worker {
                     self.answer_to(reply_to, &api::encode_answer(id, tag, list));
                 }
                 Some(cmd) => {
-                    let users = self.users.borrow();
-                    users::apply(&mut self.hub.borrow_mut(), &users, (&cmd, tag));
+                    users::apply(&self.rc(), (&cmd, tag));
                 }
                 None => crate::log!(Warn, "not a server API command on the control channel"),
             }

@@ -115,3 +115,19 @@ pub async fn upgrade_with_cookie(addr: SocketAddr, sid: &str) -> HttpResponse {
 pub fn hook_stats(stats: &Value, name: &str) -> Value {
     stats["proxy"][name].clone()
 }
+
+/// A server API request (`/api/...`) with the publish key `key`.
+pub async fn server_api(
+    addr: SocketAddr,
+    key: &str,
+    (method, path): (&str, &str),
+    body: &Value,
+) -> HttpResponse {
+    let body = body.to_string();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    http_raw(addr, req.as_bytes()).await
+}

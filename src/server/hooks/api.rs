@@ -59,7 +59,7 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
 pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
     let Some(link) = &w.redis else {
         let tag = w.pusher.borrow().tag;
-        let n = users::apply(&mut w.hub.borrow_mut(), &w.users.borrow(), (cmd, tag));
+        let n = users::apply(&w.rc(), (cmd, tag));
         return Ok(serde_json::json!({ "connections": n }));
     };
     let payload = api::encode(cmd);

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use serde_json::value::RawValue;
 
 use crate::auth::Grants;
-use crate::control::{Envelope, Request};
+use crate::control::{self, Envelope, Request};
 use crate::hooks::reply::{self, PublishResult, RpcResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
 use crate::hub::{CloseReason, ConnId, Hub};
@@ -38,8 +38,9 @@ pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, (id, grants): (ConnId, &Grants), w
     }
 }
 
-/// A server-side subscription made as a JSON subscribe without `id` is:
-/// admitted by presence (a full presence channel is skipped), answered
+/// A server-side subscription (the connect hook's channels, the server
+/// API's subscribe) made as a JSON subscribe without `id` is: admitted
+/// by presence (a full presence channel is skipped), answered
 /// `{"type":"subscribed"}` with the channel's position when it has
 /// history (in Redis mode after the read from Redis), and joined to the
 /// channel's presence with the connection's user and info.
@@ -74,6 +75,33 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
     monoio::spawn(async move { resume::subscribe(&w, id, d).await });
 }
 
+/// The server API's subscribe of connection `id`, whose user and info
+/// are `who`: as the connect hook's channels are subscribed.
+pub fn api_subscribe(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (id, (user, info)): (ConnId, (&str, Option<&str>)),
+    channel: &str,
+) {
+    let who = Identity {
+        user: user.to_string(),
+        info,
+    };
+    server_subscribe(w, hub, (id, &who), channel);
+}
+
+/// A server-side unsubscribe (the server API's) made as a JSON
+/// unsubscribe is: answered `{"type":"unsubscribed"}`, and the
+/// connection leaves the channel's presence. False: it was not
+/// subscribed.
+pub fn server_unsubscribe(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str) -> bool {
+    if !hub.unsubscribe(id, channel) {
+        return false;
+    }
+    presence_edge::unsubscribe(w, hub, id, channel);
+    hub.send_to(id, control::ack("unsubscribed", channel, None, None))
+}
+
 /// Records a native WebSocket's user (a token's `sub` or the connect
 /// hook's `user`) for the server API; anonymous ones are not recorded.
 pub fn register_user(w: &Worker, hub: &Hub, id: ConnId, grants: &Grants) {
@@ -81,7 +109,7 @@ pub fn register_user(w: &Worker, hub: &Hub, id: ConnId, grants: &Grants) {
     if hub.conn(id).is_some() {
         w.users
             .borrow_mut()
-            .add(user, id, crate::auth::unix_now_ms());
+            .add((user, grants.info()), id, crate::auth::unix_now_ms());
     }
 }
 

@@ -6,32 +6,41 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::control;
 use crate::hooks::api::{Command, ConnectionInfo, CLOSE_DISCONNECTED};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::server::formats;
+use crate::server::hooks::session;
+use crate::server::worker::Worker;
 
 /// Connections by user.
 #[derive(Debug, Default)]
 pub struct Users {
     by_user: HashMap<Rc<str>, Vec<(ConnId, u64)>>,
-    by_conn: HashMap<ConnId, Rc<str>>,
+    /// Each connection's user and public info (presence shows it when
+    /// the API subscribes the connection to a presence channel).
+    by_conn: HashMap<ConnId, (Rc<str>, Option<Rc<str>>)>,
 }
 
 impl Users {
-    /// Connection `id` of `user`, connected at `since_ms` (unix ms).
-    pub fn add(&mut self, user: &str, id: ConnId, since_ms: u64) {
+    /// Connection `id` of `user` with public `info`, connected at
+    /// `since_ms` (unix ms).
+    pub fn add(&mut self, (user, info): (&str, Option<&str>), id: ConnId, since_ms: u64) {
         let user: Rc<str> = Rc::from(user);
         self.by_user
             .entry(user.clone())
             .or_default()
             .push((id, since_ms));
-        self.by_conn.insert(id, user);
+        self.by_conn.insert(id, (user, info.map(Rc::from)));
+    }
+
+    /// The public info of connection `id`, if it has a user and info.
+    pub fn info(&self, id: ConnId) -> Option<Rc<str>> {
+        self.by_conn.get(&id).and_then(|(_, info)| info.clone())
     }
 
     /// Connection `id` ended (a no-op if it had no user).
     pub fn remove(&mut self, id: ConnId) {
-        let Some(user) = self.by_conn.remove(&id) else {
+        let Some((user, _)) = self.by_conn.remove(&id) else {
             return;
         };
         if let Some(list) = self.by_user.get_mut(&user) {
@@ -50,13 +59,16 @@ impl Users {
 
 /// Carries out `cmd` on this worker's connections of its user; how many
 /// it acted on. Subscribe and unsubscribe act on JSON (`/ws`)
-/// connections, which are told (`subscribed` / `unsubscribed`, no `id`);
-/// a path-mode connection has a single channel by its URL. `tag` is this
-/// instance's (a `DisconnectClient` acts only on the instance its client
-/// id names).
-pub fn apply(hub: &mut Hub, users: &Users, (cmd, tag): (&Command, u32)) -> usize {
+/// connections as their own subscribes would (`subscribed` with the
+/// channel's position, presence joined; `unsubscribed`, presence left; no
+/// `id`), counting those not yet (still) subscribed; a path-mode
+/// connection has a single channel by its URL. `tag` is this instance's
+/// (a `DisconnectClient` acts only on the instance its client id names).
+pub fn apply(w: &Rc<Worker>, (cmd, tag): (&Command, u32)) -> usize {
+    let mine = w.users.borrow().of(cmd.user());
+    let mut hub = w.hub.borrow_mut();
     let mut n = 0;
-    for (id, _) in users.of(cmd.user()) {
+    for (id, _) in mine {
         let json = hub.conn(id).is_some_and(|c| is_json(c.kind()));
         let serial = hub.conn(id).map(|c| c.serial());
         let done = match cmd {
@@ -72,13 +84,14 @@ pub fn apply(hub: &mut Hub, users: &Users, (cmd, tag): (&Command, u32)) -> usize
                 hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
                 true
             }
-            Command::Subscribe { channel, .. } if json => {
-                let fresh = hub.subscribe(id, channel).is_ok();
-                fresh && hub.send_to(id, control::ack("subscribed", channel, None, None))
+            Command::Subscribe { channel, .. } if json && !hub.is_subscribed(id, channel) => {
+                let info = w.users.borrow().info(id);
+                let who = (cmd.user(), info.as_deref());
+                session::api_subscribe(w, &mut hub, (id, who), channel);
+                true
             }
             Command::Unsubscribe { channel, .. } if json => {
-                let left = hub.unsubscribe(id, channel);
-                left && hub.send_to(id, control::ack("unsubscribed", channel, None, None))
+                session::server_unsubscribe(w, &mut hub, id, channel)
             }
             _ => false,
         };
@@ -118,9 +131,10 @@ mod tests {
     #[test]
     fn entries_leave_with_their_connections() {
         let mut u = Users::default();
-        u.add("ana", 1, 10);
-        u.add("ana", 2, 20);
-        u.add("bo", 3, 30);
+        u.add(("ana", None), 1, 10);
+        u.add(("ana", Some("{}")), 2, 20);
+        u.add(("bo", None), 3, 30);
+        assert_eq!(u.info(2).as_deref(), Some("{}"));
         assert_eq!(u.of("ana"), [(1, 10), (2, 20)]);
         u.remove(1);
         u.remove(2);
