@@ -81,7 +81,10 @@
 //!   `101`; `conn::upgrade` calls it), `session` (a hook-admitted
 //!   connection's welcome and server-side subscriptions; the JSON
 //!   protocol's subscribe, publish and rpc, each through its channel's
-//!   hook: its namespace's or the global one), `refresh`.
+//!   hook: its namespace's or the global one), `refresh`, `users` (the
+//!   server API's index of connections by user), `api` (the server API;
+//!   the worker is handed `api::apply` for the control channel's commands,
+//!   as `api` imports the worker).
 //!
 //! - `console/`: the operator console (`--admin-key`) — `mod.rs` (the
 //!   login, the pages `console.html` and `login.html`, the session check,
@@ -301,7 +304,7 @@ async fn worker_main(
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
-    let w = Worker::with_tls(cfg, tls);
+    let w = Worker::with_tls(cfg, tls, hooks::api::apply);
     let [main, admin] = listeners;
     let listener = monoio::net::TcpListener::from_std(main.expect("the main listener"))?;
     let admin = admin.map(monoio::net::TcpListener::from_std).transpose()?;

@@ -123,18 +123,30 @@ pub struct Worker {
     /// Itself, for what is called with `&Worker` (the Redis link's
     /// deliveries) and must start tasks that hold it.
     me: std::rc::Weak<Worker>,
+    /// Carries out a server API command heard on the control channel.
+    on_command: CommandFn,
 }
+
+/// `server::hooks::api::apply`, given to the worker by its maker: it acts
+/// through the worker, so the worker cannot name it without an import
+/// loop.
+pub type CommandFn = fn(&Rc<Worker>, (&crate::hooks::api::Command, u32)) -> usize;
 
 impl Worker {
     /// A fresh worker, without TLS.
     #[cfg(test)]
     pub fn new(cfg: Config) -> Rc<Worker> {
-        Worker::with_tls(cfg, (None, ClientTls::default()))
+        Worker::with_tls(cfg, (None, ClientTls::default()), |_, _| 0)
     }
 
     /// A fresh worker; `tls`: its listener's TLS, already loaded, and the
-    /// process's TLS client configurations (`rediss://`, `https://`).
-    pub fn with_tls(cfg: Config, (tls, client): (Option<TlsEdge>, ClientTls)) -> Rc<Worker> {
+    /// process's TLS client configurations (`rediss://`, `https://`);
+    /// `on_command`: what carries out the server API's commands.
+    pub fn with_tls(
+        cfg: Config,
+        (tls, client): (Option<TlsEdge>, ClientTls),
+        on_command: CommandFn,
+    ) -> Rc<Worker> {
         let redis = RedisLink::new(&cfg, client.redis);
         let compression = formats::SharedCompressionStats::default();
         let plain = cfg.uncompressed_namespaces();
@@ -147,6 +159,7 @@ impl Worker {
         });
         Rc::new_cyclic(|me| Worker {
             me: me.clone(),
+            on_command,
             relay,
             hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
             compression,
@@ -175,7 +188,9 @@ impl Worker {
     /// The worker's own `Rc` (it lives as long as its runtime, which
     /// is what calls it).
     pub fn rc(&self) -> Rc<Worker> {
-        self.me.upgrade().expect("a worker is called only while it lives")
+        self.me
+            .upgrade()
+            .expect("a worker is called only while it lives")
     }
 
     /// Ends connection `id` in the worker's books: out of the hub (its
@@ -413,7 +428,7 @@ impl Worker {
                     self.answer_to(reply_to, &api::encode_answer(id, tag, list));
                 }
                 Some(cmd) => {
-                    users::apply(&self.rc(), (&cmd, tag));
+                    (self.on_command)(&self.rc(), (&cmd, tag));
                 }
                 None => crate::log!(Warn, "not a server API command on the control channel"),
             }

@@ -3,21 +3,25 @@
 //! connections, or lists them. Without Redis a command acts on this
 //! instance at once; in Redis mode it is published on the control
 //! channel (`hooks::api::CONTROL_CHANNEL`), which every instance —
-//! this one too — hears exactly once and carries out (`Worker`'s
-//! delivery calls `users::apply`). `GET /api/connections` lists this
+//! this one too — hears exactly once and carries out ([`apply`], which
+//! the worker is given when it is made: `Worker`'s delivery calls it).
+//! Subscribe and unsubscribe go through `session` as the connection's
+//! own would (position, presence). `GET /api/connections` lists this
 //! instance's connections without Redis, the cluster's in Redis mode: a
 //! request on the control channel, every instance's answer on the
 //! asker's reply channel, gathered within `--api-connections-timeout`
 //! ([`Waits`]).
 
+use std::rc::Rc;
 use std::task::Poll;
 use std::time::Instant;
 
 use crate::auth;
-use crate::hooks::api::{self, Command, CONTROL_CHANNEL};
+use crate::hooks::api::{self, Command, CLOSE_DISCONNECTED, CONTROL_CHANNEL};
 use crate::http::{self, HttpError, Method};
+use crate::hub::CloseReason;
 use crate::redis::resp::Reply;
-use crate::server::hooks::users;
+use crate::server::hooks::{session, users};
 use crate::server::publish::{route_publish, Published};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
@@ -59,7 +63,7 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
 pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
     let Some(link) = &w.redis else {
         let tag = w.pusher.borrow().tag;
-        let n = users::apply(&w.rc(), (cmd, tag));
+        let n = apply(&w.rc(), (cmd, tag));
         return Ok(serde_json::json!({ "connections": n }));
     };
     let payload = api::encode(cmd);
@@ -85,6 +89,49 @@ pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, a
             "redis did not confirm; the command may still be carried out",
         )),
     }
+}
+
+/// Carries out `cmd` on this worker's connections of its user; how many
+/// it acted on. Subscribe and unsubscribe act on JSON (`/ws`)
+/// connections as their own subscribes would (`subscribed` with the
+/// channel's position, presence joined; `unsubscribed`, presence left; no
+/// `id`), counting those not yet (still) subscribed; a path-mode
+/// connection has a single channel by its URL. `tag` is this instance's
+/// (a `DisconnectClient` acts only on the instance its client id names).
+pub fn apply(w: &Rc<Worker>, (cmd, tag): (&Command, u32)) -> usize {
+    let mine = w.users.borrow().of(cmd.user());
+    let mut hub = w.hub.borrow_mut();
+    let mut n = 0;
+    for (id, _) in mine {
+        let json = hub.conn(id).is_some_and(|c| users::is_json(c.kind()));
+        let serial = hub.conn(id).map(|c| c.serial());
+        let done = match cmd {
+            Command::Disconnect { .. } => {
+                let why = "disconnected by the server API";
+                hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
+                true
+            }
+            Command::DisconnectClient { client, .. }
+                if serial.is_some() && crate::pusher::local_serial(tag, client) == serial =>
+            {
+                let why = "disconnected by the server API";
+                hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
+                true
+            }
+            Command::Subscribe { channel, .. } if json && !hub.is_subscribed(id, channel) => {
+                let info = w.users.borrow().info(id);
+                let who = (cmd.user(), info.as_deref());
+                session::api_subscribe(w, &mut hub, (id, who), channel);
+                true
+            }
+            Command::Unsubscribe { channel, .. } if json => {
+                session::server_unsubscribe(w, &mut hub, id, channel)
+            }
+            _ => false,
+        };
+        n += usize::from(done);
+    }
+    n
 }
 
 /// `GET /api/connections?user=...`: the user's connections, this

@@ -6,11 +6,9 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::hooks::api::{Command, ConnectionInfo, CLOSE_DISCONNECTED};
-use crate::hub::{CloseReason, ConnId, Hub};
+use crate::hooks::api::ConnectionInfo;
+use crate::hub::{ConnId, Hub};
 use crate::server::formats;
-use crate::server::hooks::session;
-use crate::server::worker::Worker;
 
 /// Connections by user.
 #[derive(Debug, Default)]
@@ -57,49 +55,6 @@ impl Users {
     }
 }
 
-/// Carries out `cmd` on this worker's connections of its user; how many
-/// it acted on. Subscribe and unsubscribe act on JSON (`/ws`)
-/// connections as their own subscribes would (`subscribed` with the
-/// channel's position, presence joined; `unsubscribed`, presence left; no
-/// `id`), counting those not yet (still) subscribed; a path-mode
-/// connection has a single channel by its URL. `tag` is this instance's
-/// (a `DisconnectClient` acts only on the instance its client id names).
-pub fn apply(w: &Rc<Worker>, (cmd, tag): (&Command, u32)) -> usize {
-    let mine = w.users.borrow().of(cmd.user());
-    let mut hub = w.hub.borrow_mut();
-    let mut n = 0;
-    for (id, _) in mine {
-        let json = hub.conn(id).is_some_and(|c| is_json(c.kind()));
-        let serial = hub.conn(id).map(|c| c.serial());
-        let done = match cmd {
-            Command::Disconnect { .. } => {
-                let why = "disconnected by the server API";
-                hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
-                true
-            }
-            Command::DisconnectClient { client, .. }
-                if serial.is_some() && crate::pusher::local_serial(tag, client) == serial =>
-            {
-                let why = "disconnected by the server API";
-                hub.close(id, CLOSE_DISCONNECTED, why, CloseReason::Protocol);
-                true
-            }
-            Command::Subscribe { channel, .. } if json && !hub.is_subscribed(id, channel) => {
-                let info = w.users.borrow().info(id);
-                let who = (cmd.user(), info.as_deref());
-                session::api_subscribe(w, &mut hub, (id, who), channel);
-                true
-            }
-            Command::Unsubscribe { channel, .. } if json => {
-                session::server_unsubscribe(w, &mut hub, id, channel)
-            }
-            _ => false,
-        };
-        n += usize::from(done);
-    }
-    n
-}
-
 /// This instance's (tagged `tag`) connections of `user`, for
 /// `GET /api/connections`.
 pub fn list(hub: &Hub, users: &Users, tag: u32, user: &str) -> Vec<ConnectionInfo> {
@@ -115,7 +70,8 @@ pub fn list(hub: &Hub, users: &Users, tag: u32, user: &str) -> Vec<ConnectionInf
     users.of(user).into_iter().filter_map(listed).collect()
 }
 
-fn is_json(kind: crate::hub::ConnKind) -> bool {
+/// Whether a connection of `kind` speaks the JSON protocol (`/ws`).
+pub fn is_json(kind: crate::hub::ConnKind) -> bool {
     let json = [
         formats::JSON,
         formats::JSON_DEFLATE,

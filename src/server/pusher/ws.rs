@@ -307,7 +307,7 @@ fn signin(w: &Worker, hub: &mut Hub, (s, id): (&mut Session, ConnId), auth: &str
     let key = crate::hooks::api::pusher_user(&app.id, &user);
     w.users
         .borrow_mut()
-        .add(&key, id, crate::auth::unix_now_ms());
+        .add((&key, None), id, crate::auth::unix_now_ms());
     s.user = Some(user);
     let data = serde_json::json!({ "user_data": user_data }).to_string();
     send(
