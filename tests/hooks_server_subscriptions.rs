@@ -38,23 +38,37 @@ async fn admitted(addr: std::net::SocketAddr, user: &str) -> (Ws, Value) {
     (ws, subscribed)
 }
 
+/// A server with the connect hook, 16 messages of history, presence on
+/// `presence` and, with `key`, the server API; ready (`/readyz` 200).
+async fn started(
+    backend: &Backend,
+    redis: Option<corecast::redis::RedisUrl>,
+    presence: &str,
+    key: Option<&str>,
+) -> TestServer {
+    let srv = TestServer::start(|c| {
+        backend.configure(c, &["connect"]);
+        c.auth.publish_key = key.map(|k| corecast::config::Secret(k.into()));
+        c.redis.url = redis.clone();
+        c.history.size = 16;
+        c.presence.set_patterns(presence).unwrap();
+    });
+    let addr = srv.addr;
+    wait_until("ready", || async move {
+        get(addr, "/readyz").await.status == 200
+    })
+    .await;
+    srv
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_subscriptions_join_presence_and_carry_history_positions() {
     let backend = Backend::start();
     let redis = RedisServer::start(&[]).await;
     for url in [None, Some(redis.url("", ""))] {
         let mode = if url.is_some() { "redis" } else { "embedded" };
-        let srv = TestServer::start(|c| {
-            backend.configure(c, &["connect"]);
-            c.redis.url = url.clone();
-            c.history.size = 16;
-            c.presence.set_patterns("news").unwrap();
-        });
+        let srv = started(&backend, url.clone(), "news", None).await;
         let addr = srv.addr;
-        wait_until("ready", || async move {
-            get(addr, "/readyz").await.status == 200
-        })
-        .await;
         let (mut watcher, first) = admitted(addr, "7").await;
         assert!(first["epoch"].is_string(), "{mode}: a position: {first}");
         let r = call(
@@ -128,18 +142,8 @@ async fn the_server_api_subscribes_and_unsubscribes_as_the_client_would() {
     let redis = RedisServer::start(&[]).await;
     for url in [None, Some(redis.url("", ""))] {
         let mode = if url.is_some() { "redis" } else { "embedded" };
-        let srv = TestServer::start(|c| {
-            backend.configure(c, &["connect"]);
-            c.auth.publish_key = Some(corecast::config::Secret(KEY.into()));
-            c.redis.url = url.clone();
-            c.history.size = 16;
-            c.presence.set_patterns("room").unwrap();
-        });
+        let srv = started(&backend, url.clone(), "room", Some(KEY)).await;
         let addr = srv.addr;
-        wait_until("ready", || async move {
-            get(addr, "/readyz").await.status == 200
-        })
-        .await;
         // Embedded mode counts the connections acted on; Redis mode the
         // instances that heard the command (each acts on its own).
         let answer = |n: u64| match mode {
