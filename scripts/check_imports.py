@@ -59,6 +59,7 @@ FEATURE_ROOT = ("corecast", "server")
 # Modules of src/server any feature folder may import (paths below
 # FEATURE_ROOT; a folder's `mod.rs` is the folder's own path).
 SEAMS = {
+    ("admission",): "the one admission of a (connection identity, channel) pair",
     ("worker",): "what a worker's tasks share: hub, config, Redis link, cache, parking",
     ("publish",): "the one publish path (in-process or through Redis)",
     ("endpoints",): "probes, stats, the status channel's name",

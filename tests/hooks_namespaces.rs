@@ -113,8 +113,11 @@ async fn each_namespace_uses_its_own_subscribe_hook() {
     assert_eq!(refused, 403, "path mode asks chat's hook");
     let refused = upgrade_status(srv.addr, "/ws/vip:room").await;
     assert_eq!(refused, 403, "path mode asks vip's named hook");
-    assert_eq!(get(srv.addr, "/sse?channel=chat:x").await.status, 403);
-    assert_eq!(get(srv.addr, "/sse?channel=vip:member").await.status, 403);
+    // An event stream's channels are asked of their hooks too; one
+    // refusal refuses the stream.
+    assert_eq!(get(srv.addr, "/sse?channel=chat:secret").await.status, 403);
+    assert_eq!(get(srv.addr, "/sse?channel=vip:room").await.status, 403);
+    assert_eq!(asked(&backend, "/subscribe-strict").await, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,9 @@
 //! through.
 //! - `mod.rs` boots the worker (pinning, driver, sweeper, pacer
 //!   watchdog, shutdown) and starts each feature's tasks.
-//! - Seams, which any folder may import: `worker` (what the worker's
+//! - Seams, which any folder may import: `admission` (the one admission
+//!   of a (connection identity, channel) pair, on every way in),
+//!   `worker` (what the worker's
 //!   tasks share: hub, config, Redis link, cache, parking, scratch
 //!   buffer), `publish` (the one publish path, in-process or through
 //!   Redis, and `POST /publish`), `endpoints` (`/healthz`, `/readyz`,
@@ -105,6 +107,7 @@
 //! No file imports one that imports it back (the script finds loops
 //! through folders too).
 
+mod admission;
 mod auth;
 mod cache;
 mod conn;
@@ -158,6 +161,7 @@ fn client_tls(cfg: &Config) -> io::Result<tls::client::ClientTls> {
     let redis_tls = cfg.redis.first_url().is_some_and(|u| u.tls);
     let http_tls = cfg.cache.origin.as_ref().is_some_and(|u| u.tls)
         || cfg.proxy.urls.iter().flatten().any(|u| u.tls)
+        || cfg.proxy.named.iter().any(|p| p.url.tls)
         || cfg
             .pusher
             .apps

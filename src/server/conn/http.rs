@@ -14,6 +14,7 @@ use crate::http::{self, BodyPlan, HttpError, Method, Route};
 use crate::hub::ConnId;
 use crate::log;
 use crate::peers::PeerRefusal;
+use crate::server::admission;
 use crate::server::cache::{self, Incoming};
 use crate::server::conn::park::Session as Parked;
 use crate::server::conn::sock::Sock;
@@ -295,11 +296,13 @@ async fn serve(
         },
         // Boxed: a Redis read inline would enlarge every connection's future.
         Route::History(_) | Route::Presence(_) => {
-            match Box::pin(channel_read(w, (id, req), &route, keep_alive)).await {
+            let read = channel_read(w, (id, req), head.as_deref(), &route, keep_alive);
+            match Box::pin(read).await {
                 Ok(resp) => resp.into(),
                 Err(refusal) => {
-                    reply_error(sock, &refusal, keep_alive).await?;
-                    return Ok(after_answer(sock, keep_alive, plan).await);
+                    // A refusal closes the connection.
+                    write_answer(sock, refusal.into()).await?;
+                    return Ok(Next::Close);
                 }
             }
         }
@@ -374,6 +377,8 @@ fn wants_head(w: &Worker, route: &Result<Route<'_>, HttpError>) -> bool {
         // The cache re-reads the head (query, Vary'd headers), and so does
         // an event stream (its token, Last-Event-ID).
         Ok(Route::Cache(_) | Route::CachePurge | Route::Sse) => true,
+        // The connect hook reads an upgrade's head, and a channel read's.
+        Ok(Route::History(_) | Route::Presence(_)) => w.connect_hook().is_some(),
         Ok(r) => w.connect_hook().is_some() && upgrade::upgrade_target(r).is_some(),
         Err(_) => false,
     }
@@ -401,25 +406,29 @@ async fn publish_route(
     Ok(Some(answer.into()))
 }
 
-/// `GET /history/{channel}` and `GET /presence/{channel}`, under the same
-/// rules as subscribing to the channel; `Err`: the refusal to answer.
+/// `GET /history/{channel}` and `GET /presence/{channel}`, admitted as a
+/// subscribe to the channel is (`admission`: the token, or the connect
+/// hook for a request without one; the rules; the subscribe hook);
+/// `Err`: the refusal to answer (the connection closes).
 async fn channel_read(
     w: &Worker,
     (id, req): (ConnId, &http::Request),
+    head: Option<&[u8]>,
     route: &Route<'_>,
     keep_alive: bool,
-) -> Result<Vec<u8>, HttpError> {
+) -> Result<Vec<u8>, Vec<u8>> {
     let (Route::History(channel) | Route::Presence(channel)) = *route else {
         unreachable!("only history and presence routes are reads of a channel");
     };
-    if let Err((status, message)) = w.authorize(req, Some(channel)) {
-        w.hub.borrow_mut().stats.auth_failures += 1;
-        if matches!(status, 403 | 404) {
-            publish::count_refused(w, channel);
-        }
-        log::refused(log::Refusal::Upgrade, "channel read refused", message);
-        return Err(HttpError { status, message });
-    }
+    let grants = match admission::by_connect_hook(w, (id, req), head, false).await {
+        Some(admitted) => admitted?.grants,
+        None => w.authorize(req, None).map_err(|(status, message)| {
+            w.hub.borrow_mut().stats.auth_failures += 1;
+            log::refused(log::Refusal::Upgrade, "channel read refused", message);
+            http::error_response(&HttpError { status, message }, false)
+        })?,
+    };
+    admission::http_read(w, (id, &grants), channel).await?;
     let query = req.query.as_deref();
     Ok(match (route, &w.redis) {
         (Route::Presence(_), _) => {

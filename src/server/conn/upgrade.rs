@@ -6,17 +6,16 @@ use std::net::IpAddr;
 
 use crate::auth::{self, Grants};
 use crate::console::FEED_CHANNEL;
-use crate::hooks::HookKind;
 use crate::http::{self, HttpError, Route};
 use crate::hub::{ConnId, ConnKind};
 use crate::log;
 use crate::peers::PeerRefusal;
 use crate::pusher;
+use crate::server::admission;
 use crate::server::conn::stream::Stream;
 use crate::server::endpoints::STATUS_CHANNEL;
 use crate::server::formats;
-use crate::server::hooks::connect::{self as connect_hook, Welcome};
-use crate::server::hooks::HookEdge;
+use crate::server::hooks::connect::{Admitted, Welcome};
 use crate::server::worker::Worker;
 
 /// An accepted upgrade.
@@ -86,11 +85,12 @@ pub async fn upgrade(
         return accept(w, sock, id, req, feed_upgrade(kind, channel)).await;
     }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);
-    if let (Some(edge), Some(head)) = (w.connect_hook(), head) {
+    if !status_feed {
         // Centrifugo's rule: a client that brings a token is checked as
         // before; one without asks the backend (cookies).
-        if !status_feed && !carries_token(&w.cfg.auth, req) {
-            return hooked_upgrade(w, sock, (id, req), (kind, channel), (edge, head)).await;
+        let json = kind == ConnKind::Ws(formats::JSON);
+        if let Some(admitted) = admission::by_connect_hook(w, (id, req), head, json).await {
+            return hooked_upgrade(w, sock, (id, req), (kind, channel), admitted).await;
         }
     }
     let checked = if status_feed {
@@ -141,39 +141,22 @@ fn feed_upgrade(kind: ConnKind, channel: Option<String>) -> Upgrade {
     }
 }
 
-/// With a subscribe hook for it (`--proxy-subscribe`, or its namespace's
-/// `subscribe-proxy`), a path-mode upgrade's channel is asked of that
-/// hook (internal `!` channels — the status and console feeds' — are not).
-async fn channel_hook(w: &Worker, id: ConnId, up: &Upgrade) -> Result<(), Vec<u8>> {
+/// A path-mode upgrade's channel is admitted as any read of it is
+/// (`admission::http_read`: the rules, then its subscribe hook) however
+/// the connection was identified — a token, a publish key, or the
+/// connect hook. Internal `!` channels (the status and console feeds')
+/// were decided by their own rules before.
+async fn channel_admission(w: &Worker, id: ConnId, up: &Upgrade) -> Result<(), Vec<u8>> {
     let channel = up.channel.as_deref().filter(|c| !c.starts_with('!'));
-    let (Some(edge), Some(channel), ConnKind::Ws(formats::PATH)) =
-        (w.hooks.as_deref(), channel, up.kind)
-    else {
-        return Ok(());
-    };
-    let Some(hook) = edge.for_channel(HookKind::Subscribe, channel) else {
-        return Ok(());
-    };
-    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
-    let client = pusher::socket_id(w.pusher.borrow().tag, serial);
-    let user = up.grants.subject().unwrap_or("");
-    connect_hook::admit_channel((edge, hook), &client, user, channel).await
+    match (channel, up.kind) {
+        (Some(channel), ConnKind::Ws(formats::PATH)) => {
+            admission::http_read(w, (id, &up.grants), channel).await
+        }
+        _ => Ok(()),
+    }
 }
 
-/// Whether tokens are on and the upgrade carries one (`?token=` or
-/// `Authorization: Bearer`).
-fn carries_token(cfg: &auth::AuthConfig, req: &http::Request) -> bool {
-    let query = req.query.as_deref();
-    cfg.tokens_required()
-        && (query.and_then(|q| auth::query_param(q, "token")).is_some()
-            || req
-                .authorization
-                .as_deref()
-                .and_then(auth::bearer)
-                .is_some())
-}
-
-/// An upgrade the connect hook decides (after the `Origin` allow-list):
+/// An upgrade the connect hook decided (after the `Origin` allow-list):
 /// the backend's refusal is the answer, or its user, info, expiry,
 /// channels and data go with the `101`.
 async fn hooked_upgrade(
@@ -181,21 +164,9 @@ async fn hooked_upgrade(
     sock: &mut Stream,
     (id, req): (ConnId, &http::Request),
     (kind, channel): (ConnKind, Option<String>),
-    (edge, head): (&HookEdge, &[u8]),
+    admitted: Result<Admitted, Vec<u8>>,
 ) -> io::Result<Option<Upgrade>> {
-    if !auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
-        w.hub.borrow_mut().stats.auth_failures += 1;
-        let err = HttpError {
-            status: 403,
-            message: "origin not allowed",
-        };
-        refuse(sock, &err).await?;
-        return Ok(None);
-    }
-    let serial = w.hub.borrow().conn(id).map_or(0, |c| c.serial());
-    let client = pusher::socket_id(w.pusher.borrow().tag, serial);
-    let json = kind == ConnKind::Ws(formats::JSON);
-    match connect_hook::admit(edge, &client, head, json).await {
+    match admitted {
         Ok(a) => {
             let up = Upgrade {
                 kind,
@@ -207,8 +178,6 @@ async fn hooked_upgrade(
             accept(w, sock, id, req, up).await
         }
         Err(refusal) => {
-            w.hub.borrow_mut().stats.auth_failures += 1;
-            log::refused(log::Refusal::Upgrade, "upgrade refused", "connect hook");
             sock.write_all(refusal).await?;
             Ok(None)
         }
@@ -224,8 +193,7 @@ async fn accept(
     req: &http::Request,
     up: Upgrade,
 ) -> io::Result<Option<Upgrade>> {
-    if let Err(refusal) = channel_hook(w, id, &up).await {
-        w.hub.borrow_mut().stats.auth_failures += 1;
+    if let Err(refusal) = channel_admission(w, id, &up).await {
         sock.write_all(refusal).await?;
         return Ok(None);
     }

@@ -12,6 +12,7 @@ use crate::hooks::reply::{self, PublishResult, RpcResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
+use crate::server::admission;
 use crate::server::history::{recall, resume};
 use crate::server::hooks::connect::Welcome;
 use crate::server::hooks::refresh::refresh_loop;
@@ -45,6 +46,16 @@ pub fn welcome(w: &Rc<Worker>, hub: &mut Hub, (id, grants): (ConnId, &Grants), w
 /// history (in Redis mode after the read from Redis), and joined to the
 /// channel's presence with the connection's user and info.
 fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity<'_>), c: &str) {
+    if let Err(r) = admission::server_may_subscribe(w, c) {
+        log!(
+            Debug,
+            "server-side subscription refused",
+            conn = id,
+            channel = c,
+            reason = r.message()
+        );
+        return;
+    }
     if presence_edge::admit(w, who, c, false).is_err() {
         log!(
             Debug,
@@ -128,27 +139,21 @@ pub struct HookCall {
     pub grants: Grants,
 }
 
-/// Whether `req` is asked of a hook first: a subscribe or publish on a
-/// channel with a hook (its namespace's, else the global one) that the
-/// connection's grants and the namespace's rules allow (a forbidden one
-/// is refused without asking), any rpc.
-pub fn applies(w: &Worker, grants: &Grants, req: &Request) -> bool {
+/// Whether `req` is asked of a hook first (after the rules allowed it:
+/// the connection's grants and its namespace's): a subscribe or a
+/// presence query on a channel with a subscribe hook, a publish on one
+/// with a publish hook (its namespace's, else the global one), any rpc.
+/// Every client request a hook applies to is asked, whatever rule let
+/// it through.
+pub fn applies(w: &Worker, req: &Request) -> bool {
     let Some(h) = w.hooks.as_deref() else {
         return false;
     };
-    let table = &w.cfg.namespaces.table;
-    let tokens = w.cfg.auth.tokens_required();
     match req {
-        Request::Subscribe { channel, .. } => {
+        Request::Subscribe { channel, .. } | Request::Presence { channel } => {
             h.for_channel(HookKind::Subscribe, channel).is_some()
-                && match table.is_empty() {
-                    true => grants.may_subscribe(channel),
-                    false => table.may_subscribe(grants, tokens, channel).is_ok(),
-                }
         }
-        Request::Publish { channel, .. } => {
-            h.for_channel(HookKind::Publish, channel).is_some() && grants.may_publish(channel)
-        }
+        Request::Publish { channel, .. } => h.for_channel(HookKind::Publish, channel).is_some(),
         Request::Rpc { .. } => h.has(HookKind::Rpc),
         _ => false,
     }
@@ -176,7 +181,8 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
     let user = grants.subject().unwrap_or("");
     let idv = env.id.as_deref();
     let env = match &env.request {
-        Request::Subscribe { channel, .. } => {
+        // A presence query reads the channel: its subscribe hook decides.
+        Request::Subscribe { channel, .. } | Request::Presence { channel } => {
             let hook = edge.for_channel(HookKind::Subscribe, channel)?;
             let body = request::subscribe(&client, user, channel);
             let a = edge.call_hook(hook, &[], &body, reply::parse::<SubscribeResult>);

@@ -11,6 +11,7 @@ use crate::auth::Grants;
 use crate::control::{self, ErrorCode};
 use crate::hub::{ConnId, Hub};
 use crate::namespace::Refusal;
+use crate::server::admission;
 use crate::server::history::recall;
 use crate::server::history::resume;
 use crate::server::hooks::session::{self as hooks_session, HookCall};
@@ -57,7 +58,14 @@ pub fn on_control(
             return None;
         }
     };
-    if hooks_session::applies(w, grants, &env.request) {
+    // The rules first: a request they forbid is refused without asking
+    // the backend; one they allow is asked of its hook, if it has one.
+    if let Some(refusal) = namespace_gate(w, hub, (id, grants), &env.request) {
+        let idv = env.id.as_deref();
+        hub.send_to(id, control::error(refusal.0, refusal.1, idv));
+        return None;
+    }
+    if hooks_session::applies(w, &env.request) {
         let grants = grants.clone();
         return Some(Box::new(Deferred::Hook(HookCall {
             env,
@@ -289,8 +297,11 @@ fn namespace_gate(
 ) -> Option<(ErrorCode, &'static str)> {
     let table = &w.cfg.namespaces.table;
     let verdict = match request {
+        // A read of the channel: the one admission's rules (counted there).
         control::Request::Subscribe { channel, .. } | control::Request::Presence { channel } => {
-            table.may_subscribe(grants, w.cfg.auth.tokens_required(), channel)
+            return admission::rules(w, grants, channel)
+                .err()
+                .map(|r| (error_code(r), r.message()));
         }
         control::Request::Publish {
             channel, payload, ..
@@ -308,16 +319,16 @@ fn namespace_gate(
         _ => Ok(()),
     };
     let refusal = verdict.err()?;
-    if let control::Request::Subscribe { channel, .. }
-    | control::Request::Presence { channel }
-    | control::Request::Publish { channel, .. } = request
-    {
+    if let control::Request::Publish { channel, .. } = request {
         count_refused(w, channel);
     }
-    let code = match refusal {
+    Some((error_code(refusal), refusal.message()))
+}
+
+fn error_code(refusal: Refusal) -> ErrorCode {
+    match refusal {
         Refusal::UnknownChannel => ErrorCode::UnknownChannel,
         Refusal::Forbidden(_) => ErrorCode::Forbidden,
         Refusal::TooLarge => ErrorCode::MessageTooLarge,
-    };
-    Some((code, refusal.message()))
+    }
 }

@@ -11,15 +11,14 @@ use std::rc::Rc;
 
 use crate::auth::{self, Grants};
 use crate::history::{Entry, Position};
-use crate::hooks::HookKind;
 use crate::http::{self, HttpError};
 use crate::hub::{CloseReason, ConnId, ConnKind, Delivery, Hub};
 use crate::log;
 use crate::peers::PeerRefusal;
+use crate::server::admission;
 use crate::server::conn::stream::Stream;
 use crate::server::formats;
 use crate::server::history::resume;
-use crate::server::publish;
 use crate::server::redis::RedisLink;
 use crate::server::worker::Worker;
 use crate::sse::{self, Subscription};
@@ -50,9 +49,14 @@ pub async fn open(
     req: &http::Request,
     head: &[u8],
 ) -> io::Result<Option<Grants>> {
-    let (grants, sub) = match admit(w, ip, req, head) {
+    let (grants, sub) = match admit(w, (id, ip), req, head).await {
         Ok(admitted) => admitted,
-        Err(r) => {
+        Err(Refused::Answered(resp)) => {
+            w.hub.borrow_mut().stats.sse_refused += 1;
+            sock.write_all(resp).await?;
+            return Ok(None);
+        }
+        Err(Refused::Http(r)) => {
             w.hub.borrow_mut().stats.sse_refused += 1;
             log::refused(log::Refusal::Upgrade, "event stream refused", r.err.message);
             let resp = match r.retry_after_ms {
@@ -80,29 +84,48 @@ pub async fn open(
     Ok(Some(grants))
 }
 
-/// The checks of a WebSocket subscriber's upgrade, and the request's
-/// channels (each granted) and positions.
-fn admit(
+/// Why a stream is not opened.
+enum Refused {
+    /// To be answered (and counted, logged) here.
+    Http(Refusal),
+    /// Answered by the admission (the connect or subscribe hook's
+    /// refusal, counted and logged there): the complete response.
+    Answered(Vec<u8>),
+}
+
+impl From<HttpError> for Refused {
+    fn from(err: HttpError) -> Self {
+        Refused::Http(err.into())
+    }
+}
+
+/// The checks of a WebSocket subscriber's upgrade — the per-address
+/// rate, the identity (a token, or the connect hook for a request
+/// without one) — and the request's channels and positions, each
+/// admitted as a subscribe to it is (`admission::http_read`).
+async fn admit(
     w: &Worker,
-    ip: IpAddr,
+    (id, ip): (ConnId, IpAddr),
     req: &http::Request,
     head: &[u8],
-) -> Result<(Grants, Subscription), Refusal> {
+) -> Result<(Grants, Subscription), Refused> {
     if let Err(PeerRefusal::TooFast(after_ms)) = w.peers.borrow_mut().handshake(ip, w.now_ms()) {
         w.hub.borrow_mut().stats.per_ip_handshakes_limited += 1;
-        return Err(Refusal {
+        return Err(Refused::Http(Refusal {
             err: HttpError {
                 status: 429,
                 message: "too many handshakes from this address",
             },
             retry_after_ms: Some(after_ms),
-        });
+        }));
     }
-    let refused = |(status, message)| {
-        w.hub.borrow_mut().stats.auth_failures += 1;
-        HttpError { status, message }
+    let grants = match admission::by_connect_hook(w, (id, req), Some(head), false).await {
+        Some(admitted) => admitted.map_err(Refused::Answered)?.grants,
+        None => w.authorize(req, None).map_err(|(status, message)| {
+            w.hub.borrow_mut().stats.auth_failures += 1;
+            HttpError { status, message }
+        })?,
     };
-    let grants = w.authorize(req, None).map_err(refused)?;
     // A stream is one connection: its channels are its subscriptions.
     let max = w.cfg.sse.max_channels.min(w.cfg.max_subscriptions);
     let sub = sse::parse_request(req.query.as_deref(), sse::last_event_id(head), max);
@@ -111,39 +134,11 @@ fn admit(
         message: e.message(),
     })?;
     for c in &sub.channels {
-        may_subscribe(w, &grants, c).map_err(refused)?;
+        admission::http_read(w, (id, &grants), c)
+            .await
+            .map_err(Refused::Answered)?;
     }
     Ok((grants, sub))
-}
-
-/// Whether `grants` may subscribe a stream to `channel`: the token's
-/// grants, and with namespaces the channel's namespace rules, as a
-/// WebSocket subscriber (404 for a channel of no configured namespace).
-fn may_subscribe(w: &Worker, grants: &Grants, channel: &str) -> Result<(), auth::Refusal> {
-    // A stream cannot carry a hook's refusal per channel: a channel
-    // whose subscribe the backend decides is refused (fail closed).
-    let hooked = w
-        .hooks
-        .as_deref()
-        .and_then(|h| h.for_channel(HookKind::Subscribe, channel));
-    if hooked.is_some() {
-        return Err((
-            403,
-            "this channel's subscribe hook decides; subscribe over a WebSocket",
-        ));
-    }
-    let table = &w.cfg.namespaces.table;
-    if table.is_empty() {
-        return match grants.may_subscribe(channel) {
-            true => Ok(()),
-            false => Err((403, "token does not grant this channel")),
-        };
-    }
-    let tokens = w.cfg.auth.tokens_required();
-    table.may_subscribe(grants, tokens, channel).map_err(|r| {
-        publish::count_refused(w, channel);
-        (r.status(), r.message())
-    })
 }
 
 /// Subscribes stream `id` to `channel`, queueing its first events: from
