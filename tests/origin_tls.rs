@@ -185,3 +185,42 @@ async fn pusher_webhooks_are_posted_to_an_https_url() {
     let s = stats(srv.addr).await;
     assert_eq!(counter(&s, "pusher_webhook_failures"), 0, "{s}");
 }
+
+/// A named proxy with an `https://` URL that only a namespace uses
+/// (`subscribe-proxy=gate`) is called over TLS, verified — with no other
+/// `https://` URL configured (before, it was called over plain TCP: its
+/// shared-secret header and requests readable, its answers forgeable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_proxy_only_a_namespace_uses_is_called_over_tls() {
+    let pki = Pki::new("named-proxy");
+    let mut origin = PyOrigin::start(&pki);
+    let gate = format!("gate=https://localhost:{}/gate", origin.port);
+    let srv = corecast_with(
+        &pki.ca(),
+        &[
+            "--proxy",
+            &gate,
+            "--proxy-static-headers",
+            "X-Hook-Secret: s3cret",
+            "--namespace",
+            "vip:subscribe-proxy=gate",
+        ],
+    );
+    let mut ws = ws_connect(srv.addr, "/ws").await;
+    let req = serde_json::json!({"op":"subscribe","channel":"vip:room","id":1});
+    futures_util::SinkExt::send(&mut ws, req.to_string().into())
+        .await
+        .expect("send");
+    // The origin answers the POST with no body: not the proxy's JSON, so
+    // the subscribe is refused — after a TLS handshake and the POST.
+    let r = next_json(&mut ws).await;
+    assert_eq!(r["type"], "error", "{r}");
+    let lines = tokio::task::spawn_blocking(move || {
+        let sni = next_line(&mut origin.out);
+        (sni, next_line(&mut origin.out), origin)
+    });
+    let (sni, post, _origin) = within("the hook call", lines).await.expect("reader");
+    assert_eq!(sni, "sni localhost", "a TLS handshake first");
+    assert!(post.starts_with("post /gate "), "{post}");
+    assert!(post.contains("vip:room"), "{post}");
+}

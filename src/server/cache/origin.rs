@@ -95,6 +95,31 @@ enum Attempt {
     Failed(FetchError),
 }
 
+/// How a client reaches its server. Only an `http://` URL is ever
+/// [`Transport::Plain`]: an `https://` one is TLS with the certificate
+/// verified, or (no roots to verify with) refused on every call — never
+/// a silent downgrade, whichever configuration the caller had built.
+enum Transport {
+    Plain,
+    Tls(Arc<ClientConfig>),
+    /// `https://` without a usable client configuration: why.
+    Unavailable(String),
+}
+
+impl Transport {
+    /// `url`'s transport; `tls`: the process's client configuration, if
+    /// it built one (else the system roots are loaded here).
+    fn for_url(url: &OriginUrl, tls: Option<Arc<ClientConfig>>) -> Transport {
+        if !url.tls {
+            return Transport::Plain;
+        }
+        match tls.map_or_else(|| crate::tls::client::config(None), Ok) {
+            Ok(cfg) => Transport::Tls(cfg),
+            Err(e) => Transport::Unavailable(format!("no tls client configuration: {e}")),
+        }
+    }
+}
+
 /// One worker's client for the configured origin.
 pub struct OriginClient {
     url: OriginUrl,
@@ -108,8 +133,8 @@ pub struct OriginClient {
     max_body: usize,
     max_head: usize,
     connects: Cell<u64>,
-    /// The process's TLS client configuration (`https://`).
-    tls: Option<Arc<ClientConfig>>,
+    /// How the origin is reached: decided by the URL's scheme alone.
+    transport: Transport,
     /// Failed TLS handshakes (certificate refused, not TLS, timed out).
     tls_failures: Cell<u64>,
 }
@@ -122,7 +147,6 @@ impl OriginClient {
     pub fn new(url: OriginUrl, cfg: &CacheConfig, tls: Option<Arc<ClientConfig>>) -> OriginClient {
         let client = OriginClient {
             resolver: Resolver::new("origin", &url.host, url.port, cfg.origin_dns_ttl),
-            url,
             idle: RefCell::new(Vec::new()),
             slots: Slots::new(cfg.origin_max_connections),
             connect_timeout: cfg.origin_connect_timeout,
@@ -132,7 +156,8 @@ impl OriginClient {
             max_body: cfg.origin_max_body,
             max_head: cfg.origin_max_head,
             connects: Cell::new(0),
-            tls,
+            transport: Transport::for_url(&url, tls),
+            url,
             tls_failures: Cell::new(0),
         };
         if let Err(e) = client.resolver.prime() {
@@ -240,8 +265,19 @@ impl OriginClient {
     /// With `https://`, the TLS handshake (within
     /// `--origin-connect-timeout`); a failure is logged and counted.
     async fn secure(&self, tcp: TcpStream) -> Result<ClientStream, FetchError> {
-        let Some(cfg) = self.tls.clone().filter(|_| self.url.tls) else {
-            return Ok(ClientStream::plain(tcp));
+        let cfg = match &self.transport {
+            Transport::Plain => return Ok(ClientStream::plain(tcp)),
+            Transport::Tls(cfg) => cfg.clone(),
+            Transport::Unavailable(why) => {
+                self.tls_failures.set(self.tls_failures.get() + 1);
+                log!(
+                    Warn,
+                    "origin tls unavailable",
+                    origin = self.url,
+                    error = why
+                );
+                return Err(FetchError::Unreachable(why.clone()));
+            }
         };
         let handshake = ClientStream::handshake(tcp, cfg, &self.url.host);
         let e = match monoio::time::timeout(self.connect_timeout, handshake).await {
