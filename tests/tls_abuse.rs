@@ -347,3 +347,36 @@ async fn storm_from_one_address_leaves_the_others_served() {
     drop(held);
     wait_stat(admin, "connections", |n| n == 1).await;
 }
+
+/// Sockets that connect and send nothing hold no handshake place: with
+/// `--tls-max-handshakes 4`, 64 silent sockets from four addresses (the
+/// review's attack, scaled down) leave a real client served at once;
+/// each silent socket is one connection, cut at `--handshake-timeout`.
+/// (Before, a place was taken at accept: four silent sockets locked every
+/// TLS client out until the deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_do_not_hold_handshake_places() {
+    let (srv, pki) = tls_server("silent", |c| {
+        c.tls.max_handshakes = 4;
+        c.handshake_timeout = Duration::from_secs(3);
+        // Only the test's own client (127.0.0.1) is exempt.
+        c.peers.exempt = corecast::peers::parse_nets("127.0.0.1/32").unwrap();
+    });
+    let (addr, admin, cfg) = (srv.addr, srv.admin.unwrap(), client_config(&pki.ca()));
+    let mut silent = Vec::new();
+    for i in 0..64u8 {
+        let from = std::net::Ipv4Addr::new(127, 0, 0, 10 + i % 4);
+        silent.push(tcp_from(from, addr).await);
+    }
+    // The admin listener's /stats request is one more connection.
+    wait_stat(admin, "connections", |n| n == 65).await;
+    let c = cfg.clone();
+    let status = blocking(move || try_healthz(addr, c)).await;
+    assert_eq!(status.as_deref(), Some("HTTP/1.1 200 OK"));
+    let s = stats(admin).await;
+    assert_eq!(counter(&s, "tls_handshakes_refused"), 0, "{s}");
+    // The deadline closes them.
+    let s = wait_stat(admin, "connections", |n| n == 1).await;
+    assert_eq!(counter(&s, "tls_handshakes"), 1, "{s}");
+    drop(silent);
+}

@@ -35,13 +35,11 @@ use crate::server::{console, endpoints, publish, sse};
 pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
     let fd = sock.fd;
     let mut sock = Stream::plain(sock);
+    // Its place among the handshakes under way is taken when its
+    // ClientHello arrives (`tls::session`): a silent socket holds none,
+    // only a connection (bounded per address and by --max-connections)
+    // until --handshake-timeout.
     let tls = w.tls.as_ref().filter(|_| ctx.role == Listener::Public);
-    // A place among the handshakes under way first: over
-    // --tls-max-handshakes, closed before any TLS work.
-    let slot = match tls.map(|t| t.begin_handshake()) {
-        Some(None) => return refuse_tls(&w),
-        slot => slot.flatten(),
-    };
     let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
     let registered = match per_ip {
         Ok(_) => w.hub.borrow_mut().register(fd),
@@ -62,8 +60,8 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
         }
         return;
     };
-    if let (Some(tls), Some(slot)) = (tls, slot) {
-        sock.tls = Some(Session::new(tls.config(), slot));
+    if let Some(tls) = tls {
+        sock.tls = Some(Session::new(tls.config(), tls.max_handshakes()));
     }
     let mut buf = BytesMut::new();
     let release_ip = (per_ip == Ok(true)).then_some(ctx.ip);
@@ -86,16 +84,6 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
         Err(e) => log!(Debug, "connection error", conn = id, error = e),
     }
     w.forget(id, release_ip);
-}
-
-/// Counts and logs a TLS connection over `--tls-max-handshakes`.
-fn refuse_tls(w: &Worker) {
-    w.hub.borrow_mut().stats.tls_handshakes_refused += 1;
-    log::refused(
-        log::Refusal::Tls,
-        "connection refused",
-        "too many tls handshakes",
-    );
 }
 
 /// Counts and logs a connection over the per-address bound or

@@ -29,6 +29,18 @@ impl Drop for HandshakeSlot {
     }
 }
 
+/// A place for one more handshake, or `None` when `max` are under way
+/// (0: unbounded).
+pub fn begin_handshake(max: usize) -> Option<HandshakeSlot> {
+    PENDING.with(|p| {
+        if max != 0 && p.get() >= max {
+            return None;
+        }
+        p.set(p.get() + 1);
+        Some(HandshakeSlot(PhantomData))
+    })
+}
+
 /// TLS on the public listener.
 pub struct TlsEdge {
     settings: Settings,
@@ -56,16 +68,12 @@ impl TlsEdge {
         }))
     }
 
-    /// A place for one more handshake, or `None` when
-    /// `--tls-max-handshakes` are under way (0: unbounded).
-    pub fn begin_handshake(&self) -> Option<HandshakeSlot> {
-        PENDING.with(|p| {
-            if self.max_pending != 0 && p.get() >= self.max_pending {
-                return None;
-            }
-            p.set(p.get() + 1);
-            Some(HandshakeSlot(PhantomData))
-        })
+    /// `--tls-max-handshakes`: handshakes under way at most (0:
+    /// unbounded). A session takes its place when the peer's first
+    /// bytes (its ClientHello) arrive ([`begin_handshake`]), not at
+    /// accept: sockets that send nothing hold no place.
+    pub fn max_handshakes(&self) -> usize {
+        self.max_pending
     }
 
     /// The configuration a new connection's session starts with.

@@ -33,7 +33,7 @@ use monoio::io::AsyncWriteRentExt;
 use monoio::net::tcp::{TcpOwnedReadHalf, TcpOwnedWriteHalf};
 use rustls::{HandshakeKind, ServerConfig};
 
-use super::edge::HandshakeSlot;
+use super::edge::{begin_handshake, HandshakeSlot};
 use crate::log;
 use crate::server::sys;
 use crate::server::worker::Worker;
@@ -57,9 +57,11 @@ pub struct Session {
     waiter: Cell<Option<Waker>>,
     /// The handshake is not over (counted once when it ends either way).
     handshaking: Cell<bool>,
-    /// Its place among the worker's pending handshakes
-    /// (`--tls-max-handshakes`), given back when the handshake ends.
+    /// Its place among the worker's pending handshakes, taken when the
+    /// peer's first bytes arrive and given back when the handshake ends.
     slot: Cell<Option<HandshakeSlot>>,
+    /// `--tls-max-handshakes` (0: unbounded).
+    max_handshakes: usize,
     /// Bytes came from the peer (its first ones are checked for plain
     /// HTTP).
     greeted: Cell<bool>,
@@ -71,9 +73,10 @@ pub struct Session {
 }
 
 impl Session {
-    /// A fresh server-side session under `cfg`, holding `slot` until its
-    /// handshake ends.
-    pub fn new(cfg: Arc<ServerConfig>, slot: HandshakeSlot) -> Rc<Session> {
+    /// A fresh server-side session under `cfg`; it takes one of
+    /// `max_handshakes` places (0: unbounded) when the peer's first
+    /// bytes arrive, and holds it until its handshake ends.
+    pub fn new(cfg: Arc<ServerConfig>, max_handshakes: usize) -> Rc<Session> {
         Rc::new(Session {
             conn: RefCell::new(records::session(cfg)),
             incoming: RefCell::new(BytesMut::new()),
@@ -81,7 +84,8 @@ impl Session {
             wr: Cell::new(None),
             waiter: Cell::new(None),
             handshaking: Cell::new(true),
-            slot: Cell::new(Some(slot)),
+            slot: Cell::new(None),
+            max_handshakes,
             greeted: Cell::new(false),
             peer_closed: Cell::new(false),
             failed: Cell::new(false),
@@ -141,6 +145,9 @@ impl Session {
             let read = w.read_more(rd, fd, &mut cipher).await;
             let first = !self.greeted.replace(true);
             let plain_http = first && tls::looks_like_plain_http(&cipher);
+            if first && !cipher.is_empty() && !plain_http && !self.take_slot(w) {
+                return Err(io::Error::other("too many tls handshakes"));
+            }
             self.keep(cipher);
             match read {
                 Ok(0) => {
@@ -191,6 +198,29 @@ impl Session {
             }
         }
         fed
+    }
+
+    /// Takes a place among the handshakes under way for the ClientHello
+    /// that arrived; over `--tls-max-handshakes` the session ends before
+    /// any TLS work, counted and logged as refused.
+    fn take_slot(&self, w: &Worker) -> bool {
+        match begin_handshake(self.max_handshakes) {
+            Some(slot) => {
+                self.slot.set(Some(slot));
+                true
+            }
+            None => {
+                self.handshaking.set(false);
+                self.failed.set(true);
+                w.hub.borrow_mut().stats.tls_handshakes_refused += 1;
+                log::refused(
+                    log::Refusal::Tls,
+                    "connection refused",
+                    "too many tls handshakes",
+                );
+                false
+            }
+        }
     }
 
     /// Counts a completed handshake.
