@@ -449,3 +449,31 @@ async fn admin_routes_move_to_the_admin_listener() {
     assert!(one.admin.is_none());
     assert_eq!(get(one.addr, "/metrics").await.status, 200);
 }
+
+/// A refresh must name the connection's own user: another user's token
+/// granting the same channels is refused, and the connection still ends
+/// at its own token's expiry (before, it was accepted and the connection
+/// lived on as the first user past its expiry).
+#[tokio::test]
+async fn a_refresh_with_another_users_token_is_refused() {
+    let srv = TestServer::start(|c| c.auth.token_secret = Some(Secret(SECRET.into())));
+    let grants = r#""subscribe":["room"],"publish":[]"#;
+    let mine = token(&format!(
+        r#"{{"exp":{},"sub":"alice",{grants}}}"#,
+        unix_now() + 2
+    ));
+    let theirs = token(&format!(
+        r#"{{"exp":{},"sub":"mallory",{grants}}}"#,
+        unix_now() + 3600
+    ));
+    let mut ws = ws_connect(srv.addr, &format!("/ws?token={mine}")).await;
+    let req = format!(r#"{{"op":"refresh","token":"{theirs}","id":1}}"#);
+    ws.send(Message::text(req)).await.unwrap();
+    let err = next_json(&mut ws).await;
+    assert_eq!(err["code"], "invalid_token", "{err}");
+    let limit = std::time::Duration::from_secs(10);
+    assert_eq!(
+        within_for(limit, "close at its own expiry", expect_close(&mut ws)).await,
+        4001
+    );
+}

@@ -198,6 +198,27 @@ async fn login_page_cookie_and_feed() {
     sub.close(None).await.ok();
 }
 
+/// The feed's upgrade honours `--allowed-origins` as `/status/ws` does:
+/// a page of another origin is refused even with the session cookie
+/// (before, it was upgraded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_honours_allowed_origins() {
+    let srv = TestServer::start(|c| {
+        keyed(c);
+        c.auth.allowed_origins = vec!["https://app.example".into()];
+    });
+    let cookie = login(srv.addr).await;
+    let with = |origin: &str| format!("Cookie: {cookie}\r\nOrigin: {origin}\r\n");
+    let evil = with("https://evil.example");
+    assert_eq!(upgrade_status(srv.addr, "/console/feed", &evil).await, 403);
+    assert_eq!(
+        upgrade_status(srv.addr, "/status/ws", "Origin: https://evil.example\r\n").await,
+        403
+    );
+    let good = with("https://app.example");
+    assert_eq!(upgrade_status(srv.addr, "/console/feed", &good).await, 101);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_are_limited_per_address() {
     let srv = TestServer::start(keyed);

@@ -81,7 +81,23 @@ pub async fn upgrade(
         return pusher_upgrade(w, sock, (id, req), key).await;
     }
     if channel.as_deref() == Some(FEED_CHANNEL) {
-        // The console's feed: read-only, its session checked already.
+        // The console's feed: read-only, its session checked already;
+        // a page of another origin may not open it (`--allowed-origins`,
+        // as every other upgrade).
+        if !auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
+            w.hub.borrow_mut().stats.auth_failures += 1;
+            let message = "origin not allowed";
+            log::refused(log::Refusal::Upgrade, "upgrade refused", message);
+            refuse(
+                sock,
+                &HttpError {
+                    status: 403,
+                    message,
+                },
+            )
+            .await?;
+            return Ok(None);
+        }
         return accept(w, sock, id, req, feed_upgrade(kind, channel)).await;
     }
     let status_feed = channel.as_deref() == Some(STATUS_CHANNEL);

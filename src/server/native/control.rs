@@ -243,7 +243,7 @@ fn refresh(
         return control::error(ErrorCode::BadRequest, msg, idv);
     };
     match w.verify_token(token.as_bytes(), &mut hub.stats) {
-        Ok(Grants::Token(new)) if new.same_channels(current) => {
+        Ok(Grants::Token(new)) if new.same_channels(current) && new.subject == current.subject => {
             let at = token_deadline(hub.now_ms(), new.exp);
             hub.set_token_expiry(id, at);
             hub.stats.token_refreshes += 1;
@@ -251,7 +251,7 @@ fn refresh(
         }
         Ok(_) => {
             hub.stats.auth_failures += 1;
-            let msg = "a refresh token must grant the same channels";
+            let msg = "a refresh token must name the same user and grant the same channels";
             control::error(ErrorCode::InvalidToken, msg, idv)
         }
         Err(e) => {
