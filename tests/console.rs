@@ -237,6 +237,41 @@ async fn logins_are_limited_per_address() {
     assert!((1..=60).contains(&after));
 }
 
+/// `POST /console/login` with `key`, sent from source address `from`.
+async fn login_from(from: std::net::Ipv4Addr, addr: SocketAddr, key: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(SocketAddr::new(from.into(), 0)).unwrap();
+    let mut s = within("connect", sock.connect(addr)).await.unwrap();
+    let body = format!("key={key}");
+    let req = format!(
+        "POST /console/login HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    within("the answer", s.read_to_end(&mut out)).await.unwrap();
+    String::from_utf8_lossy(&out[9..12]).parse().unwrap()
+}
+
+/// Failed logins are bounded from all addresses together: twelve
+/// addresses failing five times each use the minute's 60, and a thirteenth
+/// address is refused at once, the right key too (before, each new
+/// address got five more guesses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_are_bounded_across_addresses() {
+    let srv = TestServer::start(keyed);
+    for a in 0..12u8 {
+        let from = std::net::Ipv4Addr::new(127, 0, 0, 2 + a);
+        for _ in 0..LOGIN_ATTEMPTS {
+            assert_eq!(login_from(from, srv.addr, "wrong-wrong-wrong").await, 401);
+        }
+    }
+    let fresh = std::net::Ipv4Addr::new(127, 0, 0, 40);
+    assert_eq!(login_from(fresh, srv.addr, KEY).await, 429);
+}
+
 #[test]
 fn the_key_is_checked_at_start() {
     let args = |key: &str| vec!["--admin-key".to_string(), key.to_string()];

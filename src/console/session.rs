@@ -19,6 +19,17 @@ pub const LOGIN_WINDOW_MS: u64 = 60_000;
 /// Addresses the login limiter remembers; when full, expired windows go
 /// first, then the oldest.
 pub const LOGIN_TABLE: usize = 1024;
+/// Failed logins from all addresses together per [`LOGIN_WINDOW_MS`]:
+/// past them every attempt answers `429` until the window ends, so an
+/// attacker with many addresses (or who pushes its own out of the
+/// table) still gets at most this many guesses a minute.
+pub const LOGIN_GLOBAL_ATTEMPTS: u32 = 60;
+/// The prefix an IPv6 address is limited by: a /64 (one subscriber's
+/// network: its addresses are free to pick).
+pub const LOGIN_IPV6_PREFIX: u8 = 64;
+/// One `console login failed` line per this interval at most; the next
+/// says how many were not written.
+pub const LOGIN_LOG_INTERVAL_MS: u64 = 10_000;
 /// The cookie's name.
 pub const COOKIE: &str = "corecast_console";
 
@@ -142,18 +153,57 @@ impl Sessions {
     }
 }
 
-/// Login attempts per address in fixed windows, in a bounded table.
-#[derive(Debug, Default)]
+/// Login attempts per address (an IPv6 address by its /64) and from all
+/// addresses together, in fixed windows, in a bounded table; and the
+/// limiter of the failure log lines.
+#[derive(Debug)]
 pub struct LoginLimiter {
     by_ip: HashMap<IpAddr, (u64, u32)>,
+    /// All addresses' window: its start and its failed attempts.
+    global: (u64, u32),
+    log: crate::log::LogLimiter,
+}
+
+impl Default for LoginLimiter {
+    fn default() -> Self {
+        LoginLimiter {
+            by_ip: HashMap::new(),
+            global: (0, 0),
+            log: crate::log::LogLimiter::new(LOGIN_LOG_INTERVAL_MS),
+        }
+    }
+}
+
+/// The key an address is limited by: an IPv4 address itself (also
+/// IPv4-mapped IPv6), an IPv6 address its /64.
+pub fn limited_prefix(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6) & (u128::MAX << (128 - u32::from(LOGIN_IPV6_PREFIX)));
+                IpAddr::V6(bits.into())
+            }
+        },
+    }
 }
 
 impl LoginLimiter {
-    /// Counts an attempt from `ip` at `now`: `Err(retry_after_ms)` when it
-    /// is over [`LOGIN_ATTEMPTS`] in its window.
+    /// Counts an attempt from `ip` at `now`: `Err(retry_after_ms)` when
+    /// its address (prefix) is over [`LOGIN_ATTEMPTS`] in its window, or
+    /// all addresses together over [`LOGIN_GLOBAL_ATTEMPTS`].
     pub fn attempt(&mut self, ip: IpAddr, now: u64) -> Result<(), u64> {
+        let ip = limited_prefix(ip);
         if !self.by_ip.contains_key(&ip) && self.by_ip.len() >= LOGIN_TABLE {
             self.make_room(now);
+        }
+        let global = &mut self.global;
+        if now >= global.0 + LOGIN_WINDOW_MS {
+            *global = (now, 0);
+        }
+        if global.1 >= LOGIN_GLOBAL_ATTEMPTS {
+            return Err(global.0 + LOGIN_WINDOW_MS - now);
         }
         let (start, n) = self.by_ip.entry(ip).or_insert((now, 0));
         if now >= *start + LOGIN_WINDOW_MS {
@@ -163,15 +213,23 @@ impl LoginLimiter {
             return Err(*start + LOGIN_WINDOW_MS - now);
         }
         *n += 1;
+        global.1 += 1;
         Ok(())
     }
 
     /// An attempt from `ip` had the right key: it does not count
     /// (scripts running `corecast top --once` are not limited).
     pub fn succeeded(&mut self, ip: IpAddr) {
-        if let Some((_, n)) = self.by_ip.get_mut(&ip) {
+        if let Some((_, n)) = self.by_ip.get_mut(&limited_prefix(ip)) {
             *n = n.saturating_sub(1);
         }
+        self.global.1 = self.global.1.saturating_sub(1);
+    }
+
+    /// Whether a failed login's line may be written at `now`: `Some(n)`
+    /// with the lines suppressed since the last one.
+    pub fn log_failure(&mut self, now: u64) -> Option<u64> {
+        self.log.allow(now)
     }
 
     /// Addresses remembered.
@@ -255,10 +313,57 @@ mod tests {
         for _ in 0..LOGIN_ATTEMPTS {
             assert!(l.attempt(ip, LOGIN_WINDOW_MS).is_ok());
         }
+        // Right keys (attempt, then succeeded) count against nothing.
         for i in 0..LOGIN_TABLE as u32 + 10 {
             let other = IpAddr::from(std::net::Ipv4Addr::from(i + 100));
-            let _ = l.attempt(other, LOGIN_WINDOW_MS + 1);
+            assert!(l.attempt(other, LOGIN_WINDOW_MS + 1).is_ok());
+            l.succeeded(other);
         }
         assert_eq!(l.len(), LOGIN_TABLE);
+    }
+
+    #[test]
+    fn an_ipv6_64_is_one_address() {
+        let mut l = LoginLimiter::default();
+        for i in 0..LOGIN_ATTEMPTS {
+            let ip: IpAddr = format!("2001:db8:1:2::{:x}", i + 1).parse().unwrap();
+            assert!(l.attempt(ip, 0).is_ok());
+        }
+        let same_64: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        assert!(l.attempt(same_64, 0).is_err());
+        let other_64: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert!(l.attempt(other_64, 0).is_ok());
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(
+            limited_prefix(mapped),
+            "10.0.0.1".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn failures_are_bounded_globally_whatever_the_table_forgets() {
+        let mut l = LoginLimiter::default();
+        let mut failed = 0;
+        // Each address fails once: the table forgets none of the window's
+        // failures, because the global count holds them.
+        for i in 0..LOGIN_TABLE as u32 * 2 {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(i + 1));
+            if l.attempt(ip, 10).is_ok() {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, LOGIN_GLOBAL_ATTEMPTS);
+        let fresh: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!(l.attempt(fresh, 1010), Err(LOGIN_WINDOW_MS - 1010));
+        assert!(l.attempt(fresh, LOGIN_WINDOW_MS + 10).is_ok());
+    }
+
+    #[test]
+    fn failure_lines_are_limited() {
+        let mut l = LoginLimiter::default();
+        assert_eq!(l.log_failure(0), Some(0));
+        assert_eq!(l.log_failure(1), None);
+        assert_eq!(l.log_failure(2), None);
+        assert_eq!(l.log_failure(LOGIN_LOG_INTERVAL_MS), Some(2));
     }
 }

@@ -107,9 +107,7 @@ pub fn session_cookie(buf: &[u8]) -> Result<Option<String>, String> {
                 "no console there (404): is --admin-key set, is this the admin listener?".into(),
             )
         }
-        Some(429) => {
-            return Err("too many login attempts from this address (429); wait a minute".into())
-        }
+        Some(429) => return Err("too many login attempts (429); wait a minute".into()),
         code => return Err(format!("the login answered {}", code.unwrap_or(0))),
     }
     let cookie = (resp.headers.iter())

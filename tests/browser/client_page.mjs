@@ -89,19 +89,23 @@ export async function restartUnderPublisher(t, options) {
         await new Promise((r) => setTimeout(r, 5));
       }
     })();
-    await until(async () => (await messages(page)).length >= 50, "50 messages before the kill");
-    const port = server.port;
-    await server.kill("SIGKILL");
-    await until(async () => (await count(page, "disconnected")) >= 1, "the page to notice");
-    const atKill = sent.length;
-    await until(() => sent.length >= atKill + 100, "100 messages published while the server is down");
-    server = await startCorecast(redisArgs, port);
-    const listening = server.listeningAt;
-    await until(async () => (await count(page, "connected")) >= 2, "the page to reconnect", 15_000);
-    const atBack = sent.length;
-    await until(() => sent.length >= atBack + 100, "100 more after the restart");
-    running = false;
-    await loop;
+    try {
+      await until(async () => (await messages(page)).length >= 50, "50 messages before the kill");
+      const port = server.port;
+      await server.kill("SIGKILL");
+      await until(async () => (await count(page, "disconnected")) >= 1, "the page to notice");
+      const atKill = sent.length;
+      await until(() => sent.length >= atKill + 100, "100 messages published while the server is down");
+      server = await startCorecast(redisArgs, port);
+      await until(async () => (await count(page, "connected")) >= 2, "the page to reconnect", 15_000);
+      const atBack = sent.length;
+      await until(() => sent.length >= atBack + 100, "100 more after the restart");
+    } finally {
+      // Stopped here even when a wait above failed: left running, it would
+      // publish to the stopped publisher and reject after the test ended.
+      running = false;
+      await loop;
+    }
     await until(async () => (await messages(page)).length >= sent.length, "every message in the page", 15_000);
     const got = await messages(page);
     assertExactlyOnce(got, sent);
@@ -113,7 +117,7 @@ export async function restartUnderPublisher(t, options) {
     const [, at, , before] = recovered[0];
     const connectedAt = events.filter(([e]) => e === "connected")[1][2];
     const lostAt = events.find(([e]) => e === "disconnected")[2];
-    t.diagnostic(`offline ${connectedAt - lostAt} ms; connected ${connectedAt - listening} ms after the restarted server listened (backoff up to ${options.maxReconnectDelay} ms); ` +
+    t.diagnostic(`offline ${connectedAt - lostAt} ms; connected ${connectedAt - server.listeningAt} ms after the restarted server listened (backoff up to ${options.maxReconnectDelay} ms); ` +
       `resume recovered ${at.offset - got[before - 1][0]} messages; ${sent.length} messages, each once`);
   });
 }

@@ -68,6 +68,11 @@ test("the console: login, live charts, search, publish, screenshots", async () =
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", "--no-first-run"],
   });
+  // The load below publishes until told to stop: stopped and awaited in
+  // `finally` too, or after a failed step it goes on against the killed
+  // server and rejects ("fetch failed") after the test has ended.
+  let loading = false;
+  let load = Promise.resolve();
   try {
     const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
     const page = await ctx.newPage();
@@ -114,8 +119,8 @@ test("the console: login, live charts, search, publish, screenshots", async () =
     await sub.goto(`${base}/healthz`);
     await subscribe(sub, host, ["needle-channel", "load-0", "load-1", "load-2", "load-3", "load-4"]);
     const pointsBefore = Number(await page.getAttribute("#chart-messages_in", "data-points"));
-    let loading = true;
-    const load = (async () => {
+    loading = true;
+    load = (async () => {
       let i = 0;
       while (loading) await publish(base, `load-${i % 5}`, `load ${i++}`);
     })();
@@ -123,7 +128,10 @@ test("the console: login, live charts, search, publish, screenshots", async () =
       const now = document.getElementById("now-messages_in").textContent;
       return now !== "–" && Number.parseFloat(now) > 0;
     }, null, { timeout: 15_000 });
-    await page.waitForFunction((b) => Number(document.getElementById("chart-messages_in").dataset.points) > b + 1,
+    // A point a second: wait for what is asserted below, two more points
+    // and at least three in all (a console that had none yet gets to two
+    // first, a line of one segment).
+    await page.waitForFunction((b) => Number(document.getElementById("chart-messages_in").dataset.points) >= Math.max(b + 2, 3),
       pointsBefore, { timeout: 15_000 });
     const line = await page.getAttribute("#chart-messages_in .line", "d");
     assert.ok(line && line.split("L").length > 2, `a line is drawn: ${line}`);
@@ -164,6 +172,8 @@ test("the console: login, live charts, search, publish, screenshots", async () =
     loading = false;
     await load;
   } finally {
+    loading = false;
+    await load.catch(() => {});
     await browser.close();
     child.kill();
   }

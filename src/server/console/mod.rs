@@ -81,7 +81,7 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
         );
         let e = HttpError {
             status: 429,
-            message: "too many login attempts from this address",
+            message: "too many login attempts",
         };
         return http::retry_after_response(&e, ka, after_ms);
     }
@@ -89,7 +89,14 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
     let given = session::form_value(body, "key").unwrap_or_default();
     if !session::key_matches(&given, key.expose()) {
         console.counts.logins_failed += 1;
-        log!(Warn, "console login failed", admin = ip);
+        if let Some(suppressed) = console.logins.log_failure(now) {
+            log!(
+                Warn,
+                "console login failed",
+                admin = ip,
+                suppressed = suppressed
+            );
+        }
         let html = LOGIN_PAGE.replace("<!--error-->", "<p class=error>Wrong key.</p>");
         return page(401, &html, (ka, false));
     }
