@@ -229,3 +229,31 @@ async fn the_publish_hook_asks_every_publish_it_applies_to() {
     assert_eq!(r["code"], "forbidden", "{r}");
     assert_eq!(asked(&backend, "/publish").await, 2);
 }
+
+/// The connect hook learns the address corecast saw, as a proxy tells
+/// it: `X-Forwarded-For` with the peer appended to the client's value
+/// (its last element is corecast's), and `X-Real-IP` the peer alone — a
+/// client's own `X-Real-IP` is dropped (before, both went verbatim and
+/// no header carried the real peer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connect_hook_gets_the_real_peer() {
+    let backend = Backend::start();
+    let srv = TestServer::start(|c| {
+        configure(&backend, c, &["connect"], "");
+        c.proxy.http_headers.push("x-real-ip".into());
+    });
+    let req = format!(
+        "GET /ws HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {RFC_KEY}\r\nSec-WebSocket-Version: 13\r\nCookie: sid=good-1\r\n\
+         X-Forwarded-For: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\n\r\n"
+    );
+    let mut conn = HttpConn::connect(srv.addr).await;
+    assert_eq!(conn.request(req.as_bytes()).await.status, 101);
+    let seen = backend.seen().await;
+    let headers = &seen["last"]["/connect"]["headers"];
+    assert_eq!(
+        headers["x-forwarded-for"], "6.6.6.6, 127.0.0.1",
+        "{headers}"
+    );
+    assert_eq!(headers["x-real-ip"], "127.0.0.1", "{headers}");
+}

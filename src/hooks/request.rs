@@ -3,6 +3,8 @@
 //! `channel`, `method`, `data` as the hook needs) and the HTTP/1.1
 //! request that carries them.
 
+use std::net::IpAddr;
+
 use base64::Engine as _;
 use bytes::Bytes;
 use serde::Serialize;
@@ -114,21 +116,48 @@ pub fn refresh(client: &str, user: &str) -> Vec<u8> {
     .json()
 }
 
-/// The allow-listed (`allow`: lowercase names) header lines of a request
-/// head, in order, to forward to the connect hook. The head was parsed
-/// before (under the same header bound), so it parses again.
-pub fn pick_headers(head: &[u8], allow: &[String]) -> Vec<(String, Vec<u8>)> {
+/// The header lines forwarded to the connect hook: the request head's
+/// allow-listed ones (`allow`: lowercase names), in order, then the
+/// address corecast saw the request come from (`peer`), as proxies add
+/// it: `X-Forwarded-For` is the client's value (when allow-listed) with
+/// `peer` appended — so its last element is the one the backend may
+/// trust — and `X-Real-IP` is `peer` alone (a client's own `X-Real-IP`
+/// is never forwarded). The head was parsed before (under the same
+/// header bound), so it parses again.
+pub fn pick_headers(head: &[u8], allow: &[String], peer: IpAddr) -> Vec<(String, Vec<u8>)> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    if req.parse(head).is_err() {
-        return Vec::new();
+    let parsed = req.parse(head).is_ok();
+    let allowed = |name: &str| allow.iter().any(|a| name.eq_ignore_ascii_case(a));
+    let mut out = Vec::new();
+    let mut chain: Vec<u8> = Vec::new();
+    for h in req.headers.iter().filter(|_| parsed) {
+        if h.name.eq_ignore_ascii_case(REAL_IP) || !allowed(h.name) {
+            continue;
+        }
+        if h.name.eq_ignore_ascii_case(FORWARDED_FOR) {
+            if !chain.is_empty() {
+                chain.extend_from_slice(b", ");
+            }
+            chain.extend_from_slice(h.value);
+            continue;
+        }
+        out.push((h.name.to_string(), h.value.to_vec()));
     }
-    req.headers
-        .iter()
-        .filter(|h| allow.iter().any(|a| h.name.eq_ignore_ascii_case(a)))
-        .map(|h| (h.name.to_string(), h.value.to_vec()))
-        .collect()
+    let peer = peer.to_string();
+    if !chain.is_empty() {
+        chain.extend_from_slice(b", ");
+    }
+    chain.extend_from_slice(peer.as_bytes());
+    out.push((FORWARDED_FOR.to_string(), chain));
+    out.push((REAL_IP.to_string(), peer.into_bytes()));
+    out
 }
+
+/// The header the peer's address is appended to.
+pub const FORWARDED_FOR: &str = "X-Forwarded-For";
+/// The header that carries the peer's address alone.
+pub const REAL_IP: &str = "X-Real-IP";
 
 /// The whole `POST` of `body` to `url`: `Host`, JSON content type and
 /// length, the forwarded header lines, then the static ones (so a
@@ -205,12 +234,30 @@ mod tests {
         let head =
             b"GET /ws HTTP/1.1\r\nHost: a\r\nCookie: sid=1\r\nX-Other: no\r\nUser-Agent: t\r\n\r\n";
         let allow = vec!["cookie".to_string(), "user-agent".to_string()];
-        let got = pick_headers(head, &allow);
+        let peer: IpAddr = "192.0.2.7".parse().unwrap();
+        let got = pick_headers(head, &allow, peer);
         assert_eq!(
             got,
             [
                 ("Cookie".into(), b"sid=1".to_vec()),
-                ("User-Agent".into(), b"t".to_vec())
+                ("User-Agent".into(), b"t".to_vec()),
+                ("X-Forwarded-For".into(), b"192.0.2.7".to_vec()),
+                ("X-Real-IP".into(), b"192.0.2.7".to_vec()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_peer_is_appended_and_a_forged_real_ip_dropped() {
+        let head = b"GET /ws HTTP/1.1\r\nX-Forwarded-For: 1.1.1.1\r\nX-Real-IP: 6.6.6.6\r\n\
+                     X-Forwarded-For: 2.2.2.2\r\n\r\n";
+        let allow = vec!["x-forwarded-for".to_string(), "x-real-ip".to_string()];
+        let got = pick_headers(head, &allow, "::1".parse().unwrap());
+        assert_eq!(
+            got,
+            [
+                ("X-Forwarded-For".into(), b"1.1.1.1, 2.2.2.2, ::1".to_vec()),
+                ("X-Real-IP".into(), b"::1".to_vec()),
             ]
         );
     }

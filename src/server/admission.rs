@@ -16,6 +16,8 @@
 //! API's subscribe) are the backend's own decision; they only need a
 //! channel some namespace names ([`server_may_subscribe`]).
 
+use std::net::IpAddr;
+
 use crate::auth::{self, Grants};
 use crate::hooks::HookKind;
 use crate::http::{self, HttpError};
@@ -89,16 +91,16 @@ pub async fn http_read(
     verdict
 }
 
-/// With a connect hook, a request that brings no token is identified by
-/// the backend (`head`: the request's head, for its cookies and
-/// allow-listed headers; none is asked as a request without them);
+/// With a connect hook, a request from `peer` that brings no token is
+/// identified by the backend (`head`: the request's head, for its cookies
+/// and allow-listed headers; none is asked as a request without them);
 /// `json`: the client speaks the JSON protocol. `None`: the hook does
 /// not decide (none is configured, or the request brings a token, whose
 /// rules then apply). `Err`: the complete refusal (the `Origin` not
 /// allowed, the backend's refusal, or its failure: fail closed).
 pub async fn by_connect_hook(
     w: &Worker,
-    (id, req): (ConnId, &http::Request),
+    (id, peer, req): (ConnId, IpAddr, &http::Request),
     head: Option<&[u8]>,
     json: bool,
 ) -> Option<Result<Admitted, Vec<u8>>> {
@@ -119,7 +121,8 @@ pub async fn by_connect_hook(
         return Some(Err(http::error_response(&err, false)));
     }
     let client = client_id(w, id);
-    let admitted = connect_hook::admit(edge, &client, head.unwrap_or_default(), json).await;
+    let head = head.unwrap_or_default();
+    let admitted = connect_hook::admit(edge, (&client, peer), head, json).await;
     Some(admitted.inspect_err(|_| refused("connect hook")))
 }
 

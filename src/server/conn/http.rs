@@ -284,7 +284,7 @@ async fn serve(
         },
         // Boxed: a Redis read inline would enlarge every connection's future.
         Route::History(_) | Route::Presence(_) => {
-            let read = channel_read(w, (id, req), head.as_deref(), &route, keep_alive);
+            let read = channel_read(w, (id, ctx.ip, req), head.as_deref(), &route, keep_alive);
             match Box::pin(read).await {
                 Ok(resp) => resp.into(),
                 Err(refusal) => {
@@ -400,7 +400,7 @@ async fn publish_route(
 /// `Err`: the refusal to answer (the connection closes).
 async fn channel_read(
     w: &Worker,
-    (id, req): (ConnId, &http::Request),
+    (id, ip, req): (ConnId, IpAddr, &http::Request),
     head: Option<&[u8]>,
     route: &Route<'_>,
     keep_alive: bool,
@@ -408,7 +408,7 @@ async fn channel_read(
     let (Route::History(channel) | Route::Presence(channel)) = *route else {
         unreachable!("only history and presence routes are reads of a channel");
     };
-    let grants = match admission::by_connect_hook(w, (id, req), head, false).await {
+    let grants = match admission::by_connect_hook(w, (id, ip, req), head, false).await {
         Some(admitted) => admitted?.grants,
         None => w.authorize(req, None).map_err(|(status, message)| {
             w.hub.borrow_mut().stats.auth_failures += 1;

@@ -105,7 +105,7 @@ pub async fn upgrade(
         // Centrifugo's rule: a client that brings a token is checked as
         // before; one without asks the backend (cookies).
         let json = kind == ConnKind::Ws(formats::JSON);
-        if let Some(admitted) = admission::by_connect_hook(w, (id, req), head, json).await {
+        if let Some(admitted) = admission::by_connect_hook(w, (id, ip, req), head, json).await {
             return hooked_upgrade(w, sock, (id, req), (kind, channel), admitted).await;
         }
     }

@@ -4,6 +4,8 @@
 //! → `403`, the reason in the body — and a failed call refuses it with
 //! `503` (fail closed). A refused client never holds a WebSocket.
 
+use std::net::IpAddr;
+
 use bytes::Bytes;
 
 use super::refresh::Plan;
@@ -33,15 +35,15 @@ pub struct Admitted {
 }
 
 /// Asks the connect hook about the upgrade whose head is `head`, for
-/// connection `client`; `json`: it speaks the JSON protocol (it gets a
+/// connection `client` from address `peer`; `json`: it speaks the JSON protocol (it gets a
 /// `connected` frame). `Err`: the complete refusal response.
 pub async fn admit(
     edge: &HookEdge,
-    client: &str,
+    (client, peer): (&str, IpAddr),
     head: &[u8],
     json: bool,
 ) -> Result<Admitted, Vec<u8>> {
-    let forwarded = request::pick_headers(head, &edge.config().http_headers);
+    let forwarded = request::pick_headers(head, &edge.config().http_headers, peer);
     let body = request::connect(client);
     let max = edge.max_channels;
     let parse = |b: &[u8]| reply::parse_connect(b, max);

@@ -119,7 +119,7 @@ async fn admit(
             retry_after_ms: Some(after_ms),
         }));
     }
-    let grants = match admission::by_connect_hook(w, (id, req), Some(head), false).await {
+    let grants = match admission::by_connect_hook(w, (id, ip, req), Some(head), false).await {
         Some(admitted) => admitted.map_err(Refused::Answered)?.grants,
         None => w.authorize(req, None).map_err(|(status, message)| {
             w.hub.borrow_mut().stats.auth_failures += 1;
