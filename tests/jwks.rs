@@ -274,3 +274,39 @@ async fn the_set_is_fetched_periodically_without_any_token_asking() {
     let s = stats(srv.addr).await;
     assert_eq!(counter(&s, "token_jwks_unknown_kid"), 0, "{s}");
 }
+
+/// A key set decides who is admitted: `--token-jwks-url http://…` to
+/// another machine is a start-up error naming the rule (before, it was
+/// accepted silently and fetched in clear); plain http to a loopback
+/// address (a local sidecar) is allowed, and so is https.
+#[test]
+fn a_plain_http_key_set_is_refused_unless_on_loopback() {
+    let run = |url: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_corecast"))
+            .args([
+                "check-config",
+                "--listen",
+                "127.0.0.1:0",
+                "--token-jwks-url",
+                url,
+            ])
+            .output()
+            .expect("the binary runs")
+    };
+    let out = run("http://idp.example/keys");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("https://"), "{err}");
+    for ok in [
+        "http://127.0.0.1:9/keys",
+        "http://localhost:9/keys",
+        "https://idp.example/keys",
+    ] {
+        let out = run(ok);
+        assert!(
+            out.status.success(),
+            "{ok}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -266,10 +266,16 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "token-jwks-url", CORECAST_TOKEN_JWKS_URL, "URL", -,
-        "http[s]://host[:port]/path of an identity provider's key set (JWKS): require a JWT on every WebSocket upgrade, checked with its RSA and EC signature keys (as --token-public-key's, at most 32, a set of at most 256 KiB); fetched by the worker without blocking it, refreshed every 10 x --token-jwks-refresh and when a token names an unknown `kid`; kept when the provider fails. Until the first set arrives such tokens are refused (401) and the fetch is retried with backoff (default: none)"
+        "https://host[:port]/path of an identity provider's key set (JWKS; plain http:// only to a loopback address): require a JWT on every WebSocket upgrade, checked with its RSA and EC signature keys (as --token-public-key's, at most 32, a set of at most 256 KiB); fetched by the worker without blocking it, refreshed every 10 x --token-jwks-refresh and when a token names an unknown `kid`; kept when the provider fails. Until the first set arrives such tokens are refused (401) and the fetch is retried with backoff (default: none)"
         => |c, v| {
             let v = v.trim();
-            v.parse::<crate::cache::origin::OriginUrl>()?;
+            let url = v.parse::<crate::cache::origin::OriginUrl>()?;
+            if !url.tls && !is_loopback_host(&url.host) {
+                return Err(format!(
+                    "{v}: a key set decides who is admitted, so it is fetched over https:// \
+                     (plain http:// only from a loopback address, e.g. a local sidecar)"
+                ));
+            }
             c.auth.token_jwks_url = (!v.is_empty()).then(|| v.to_string());
             Ok(())
         };
@@ -649,4 +655,14 @@ pub fn help_text() -> String {
         "\nSizes take an optional KiB/MiB/GiB suffix; durations ms, s or m (bare = seconds).\n",
     );
     out
+}
+
+/// Whether `host` names this machine: `localhost`, a 127.0.0.0/8 or
+/// `::1` address.
+fn is_loopback_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }

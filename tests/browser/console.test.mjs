@@ -136,9 +136,11 @@ test("the console: login, live charts, search, publish, screenshots", async () =
     const line = await page.getAttribute("#chart-messages_in .line", "d");
     assert.ok(line && line.split("L").length > 2, `a line is drawn: ${line}`);
 
-    // Find a channel by search, open it.
+    // Find a channel by search, open it. With the load running each step
+    // takes seconds on a busy 2-core machine (2-3 s measured): the waits
+    // below get Playwright's default 30 s, as the ones without a timeout.
     await page.fill("#search", "needle");
-    await page.waitForSelector("#search-results tbody tr[data-name='needle-channel']", { timeout: 10_000 });
+    await page.waitForSelector("#search-results tbody tr[data-name='needle-channel']", { timeout: 30_000 });
     await page.click("#search-results tbody tr[data-name='needle-channel']");
     await page.waitForFunction(() => document.getElementById("detail-name").textContent === "needle-channel");
     assert.equal(await page.inputValue("#pub-channel"), "needle-channel");
@@ -146,12 +148,12 @@ test("the console: login, live charts, search, publish, screenshots", async () =
     // Publish from the console; the subscriber gets it.
     await page.fill("#pub-data", "hello from the console");
     await page.click("#pub-send");
-    await sub.waitForFunction(() => window.got.includes("hello from the console"), null, { timeout: 10_000 });
+    await sub.waitForFunction(() => window.got.includes("hello from the console"), null, { timeout: 30_000 });
     await page.waitForFunction(() => /published to needle-channel/.test(document.getElementById("action-result").textContent));
     // The channel's history now shows it.
     await page.click("#search-results tbody tr[data-name='needle-channel']");
     await page.waitForFunction(() => /hello from the console/.test(document.getElementById("detail-history").textContent),
-      null, { timeout: 10_000 });
+      null, { timeout: 30_000 });
     assert.match(log(), /msg="console action" action=publish target=needle-channel admin=127\.0\.0\.1/);
 
     // Screenshots, while the load still runs: light/dark × desktop/phone.
