@@ -320,3 +320,21 @@ async fn two_instances_deliver_through_a_tls_cluster() {
     let s = stats(a.addr).await;
     assert_eq!(counter(&s, "redis_tls_failures"), 0, "{s}");
 }
+
+/// `--redis-cluster` seeds that mix `redis://` and `rediss://` are a
+/// configuration error naming the rule (before, `rediss://h2` was taken
+/// for a host name).
+#[test]
+fn mixed_cluster_seed_schemes_are_a_configuration_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corecast"))
+        .args([
+            "check-config",
+            "--redis-cluster",
+            "redis://127.0.0.1:7000,rediss://127.0.0.1:7001",
+        ])
+        .output()
+        .expect("the binary runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("mixed redis:// and rediss://"), "{err}");
+}

@@ -98,6 +98,27 @@ fn scheme(s: &str) -> Option<(bool, &str)> {
     }
 }
 
+/// The seed list with a scheme repeated on later seeds taken off; one
+/// that differs from the first's (`tls`) is refused: a cluster is reached
+/// all over TLS or not at all.
+fn same_scheme(hosts: &str, tls: bool) -> Result<String, UrlError> {
+    let mut out = Vec::new();
+    for seed in hosts.split(',') {
+        let seed = seed.trim();
+        let bare = match scheme(seed) {
+            Some((t, _)) if t != tls => {
+                return Err(UrlError(
+                    "mixed redis:// and rediss:// seeds: a cluster is reached all over TLS or not at all",
+                ))
+            }
+            Some((_, rest)) => rest,
+            None => seed,
+        };
+        out.push(bare);
+    }
+    Ok(out.join(","))
+}
+
 /// `--redis-cluster`: seed nodes of a Redis Cluster, with the credentials
 /// every node is opened with:
 /// `[redis[s]://][user:password@]host:port[,host:port...]` (`rediss://`:
@@ -120,10 +141,11 @@ impl std::str::FromStr for ClusterSeeds {
             Some((u, h)) => (Some(u), h),
             None => (None, rest),
         };
+        let hosts = same_scheme(hosts, tls)?;
         if hosts.contains('/') {
             return Err(UrlError("a cluster has no databases: no /db"));
         }
-        let seeds = super::cluster::seeds(hosts)
+        let seeds = super::cluster::seeds(&hosts)
             .map_err(|_| UrlError("expected host:port[,host:port...]"))?;
         let scheme = if tls { "rediss" } else { "redis" };
         let first = match userinfo {
@@ -250,6 +272,18 @@ mod tests {
         let c: ClusterSeeds = "rediss://a:b@h1:7000,h2:7001".parse().unwrap();
         assert!(c.url.tls && c.url_of(&c.seeds[1]).tls);
         assert!(!"h1:7000".parse::<ClusterSeeds>().unwrap().url.tls);
+        // A scheme on every seed is fine when it is the same; mixed is
+        // refused (no seed may be a host named `rediss://h`).
+        let c: ClusterSeeds = "rediss://h1:7000,rediss://h2:7001".parse().unwrap();
+        assert_eq!(c.seeds[1].host, "h2");
+        for mixed in [
+            "redis://h1:7000,rediss://h2:7001",
+            "rediss://h1:7000,redis://h2:7001",
+            "h1:1,rediss://h2:2",
+        ] {
+            let e = mixed.parse::<ClusterSeeds>().unwrap_err();
+            assert!(e.to_string().contains("mixed"), "{mixed}: {e}");
+        }
     }
 
     #[test]
