@@ -81,7 +81,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "tls-max-handshakes", CORECAST_TLS_MAX_HANDSHAKES, "N", "1024",
-        "TLS handshakes under way at once on --listen; more connections are closed before theirs, unanswered, and counted (tls_handshakes_refused), so a handshake storm costs bounded memory (0 = unbounded)"
+        "TLS handshakes under way at once on --listen, a place taken when a connection's ClientHello arrives (a socket that sends nothing holds none); more are closed before any TLS work, unanswered, and counted (tls_handshakes_refused), so a handshake storm costs bounded memory (0 = unbounded)"
         => |c, v| set_num(&mut c.tls.max_handshakes, v);
     "cpu", CORECAST_CPU, "N", -,
         "CPU to pin the worker to (default: first CPU the process may use)"
@@ -522,7 +522,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "named proxies (Centrifugo's `proxies`): backend URLs a namespace picks for its subscribe or publish hook (`subscribe-proxy = \"NAME\"`, `publish-proxy = \"NAME\"`) instead of --proxy-subscribe / --proxy-publish; repeat the flag or comma-separate, TOML also `[[proxy]]` tables with `name` and `endpoint`; at most 16"
         => |c, v| c.proxy.add_named(v);
     "proxy-http-headers", CORECAST_PROXY_HTTP_HEADERS, "LIST", "cookie,authorization,user-agent,origin,x-forwarded-for",
-        "request headers of the upgrade forwarded to the connect hook"
+        "request headers forwarded to the connect hook (of an upgrade, an event stream, a history or presence read); corecast always adds X-Real-IP (the peer it saw) and appends the peer to X-Forwarded-For, and never forwards a client's X-Real-IP"
         => |c, v| c.proxy.set_http_headers(v);
     "proxy-static-headers", CORECAST_PROXY_STATIC_HEADERS, "LIST", -,
         "header lines added to every hook request, comma-separated `Name: value` (e.g. a shared secret the backend checks)"
