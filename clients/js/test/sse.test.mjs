@@ -41,17 +41,22 @@ test("SSE: every message once and in order across a server restart (Redis histor
       await new Promise((r) => setTimeout(r, 5));
     }
   })();
-  await until(() => got.length >= 50, "50 messages over SSE");
-  const port = server.port;
-  await server.kill("SIGKILL");
-  const atKill = sent.length;
-  await until(() => sent.length >= atKill + 100, "100 published while the server is down");
-  server = await startCorecast(args, port);
-  await until(() => connects >= 2, "the SSE stream back", 15_000);
-  const atBack = sent.length;
-  await until(() => sent.length >= atBack + 100, "100 more");
-  running = false;
-  await loop;
+  try {
+    await until(() => got.length >= 50, "50 messages over SSE");
+    const port = server.port;
+    await server.kill("SIGKILL");
+    const atKill = sent.length;
+    await until(() => sent.length >= atKill + 100, "100 published while the server is down");
+    server = await startCorecast(args, port);
+    await until(() => connects >= 2, "the SSE stream back", 15_000);
+    const atBack = sent.length;
+    await until(() => sent.length >= atBack + 100, "100 more");
+  } finally {
+    // Stopped here even when a wait above failed: left running, it would
+    // publish to the stopped publisher and reject after the test ended.
+    running = false;
+    await loop;
+  }
   await until(() => got.length >= sent.length, `every message (have ${got.length} of ${sent.length})`, 15_000);
   assert.deepEqual(got.map(([, d]) => d), sent);
   got.forEach(([o], i) => assert.equal(o, got[0][0] + i));
