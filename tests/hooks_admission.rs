@@ -15,24 +15,11 @@ use std::net::SocketAddr;
 use common::*;
 use corecast::auth::sign_token;
 use corecast::config::{Config, Secret};
-use futures_util::SinkExt;
 use hooks_support::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use sse_support::Sse;
-use tokio_tungstenite::tungstenite::Message;
 
 const SECRET: &str = "hook-admission-secret-0123456789abcdef";
-
-async fn call(ws: &mut Ws, request: Value) -> Value {
-    ws.send(Message::text(request.to_string()))
-        .await
-        .expect("send");
-    next_json(ws).await
-}
-
-async fn asked(backend: &Backend, path: &str) -> u64 {
-    backend.seen().await["requests"][path].as_u64().unwrap_or(0)
-}
 
 fn configure(backend: &Backend, c: &mut Config, hooks: &[&str], namespaces: &str) {
     backend.configure(c, hooks);

@@ -14,24 +14,10 @@ use std::net::SocketAddr;
 use common::*;
 use corecast::auth::sign_token;
 use corecast::config::{Config, Secret};
-use futures_util::SinkExt;
 use hooks_support::*;
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
 
 const SECRET: &str = "hook-namespaces-secret-0123456789abcdef";
-
-async fn call(ws: &mut Ws, request: Value) -> Value {
-    ws.send(Message::text(request.to_string()))
-        .await
-        .expect("send");
-    next_json(ws).await
-}
-
-/// How many requests the backend saw on `path`.
-async fn asked(backend: &Backend, path: &str) -> u64 {
-    backend.seen().await["requests"][path].as_u64().unwrap_or(0)
-}
 
 /// Global subscribe and publish hooks to `backend`, the named proxies
 /// `gate` (subscribe) and `mark` (publish), and `namespaces`.

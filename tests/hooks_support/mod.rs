@@ -8,8 +8,10 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
 use corecast::config::Config;
+use futures_util::SinkExt;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::*;
 
@@ -130,4 +132,17 @@ pub async fn server_api(
         body.len()
     );
     http_raw(addr, req.as_bytes()).await
+}
+
+/// Sends a JSON request and reads the next JSON frame.
+pub async fn call(ws: &mut Ws, request: Value) -> Value {
+    ws.send(Message::text(request.to_string()))
+        .await
+        .expect("send");
+    next_json(ws).await
+}
+
+/// How many requests the backend saw on `path`.
+pub async fn asked(backend: &Backend, path: &str) -> u64 {
+    backend.seen().await["requests"][path].as_u64().unwrap_or(0)
 }

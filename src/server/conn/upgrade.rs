@@ -84,18 +84,7 @@ pub async fn upgrade(
         // The console's feed: read-only, its session checked already;
         // a page of another origin may not open it (`--allowed-origins`,
         // as every other upgrade).
-        if !auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
-            w.hub.borrow_mut().stats.auth_failures += 1;
-            let message = "origin not allowed";
-            log::refused(log::Refusal::Upgrade, "upgrade refused", message);
-            refuse(
-                sock,
-                &HttpError {
-                    status: 403,
-                    message,
-                },
-            )
-            .await?;
+        if !origin_ok(w, sock, req).await? {
             return Ok(None);
         }
         return accept(w, sock, id, req, feed_upgrade(kind, channel)).await;
@@ -247,18 +236,7 @@ async fn pusher_upgrade(
     (id, req): (ConnId, &http::Request),
     key: &str,
 ) -> io::Result<Option<Upgrade>> {
-    if !auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
-        w.hub.borrow_mut().stats.auth_failures += 1;
-        let message = "origin not allowed";
-        log::refused(log::Refusal::Upgrade, "upgrade refused", message);
-        refuse(
-            sock,
-            &HttpError {
-                status: 403,
-                message,
-            },
-        )
-        .await?;
+    if !origin_ok(w, sock, req).await? {
         return Ok(None);
     }
     let verdict = match w.cfg.pusher.by_key(key) {
@@ -280,6 +258,23 @@ async fn pusher_upgrade(
         w.pusher.borrow_mut().pending.insert(id, verdict);
     }
     Ok(accepted)
+}
+
+/// Whether the upgrade's `Origin` is allowed (`--allowed-origins`);
+/// if not, it is refused `403`, counted and logged.
+async fn origin_ok(w: &Worker, sock: &mut Stream, req: &http::Request) -> io::Result<bool> {
+    if auth::origin_allowed(&w.cfg.auth.allowed_origins, req.origin.as_deref()) {
+        return Ok(true);
+    }
+    w.hub.borrow_mut().stats.auth_failures += 1;
+    let message = "origin not allowed";
+    log::refused(log::Refusal::Upgrade, "upgrade refused", message);
+    let err = HttpError {
+        status: 403,
+        message,
+    };
+    refuse(sock, &err).await?;
+    Ok(false)
 }
 
 async fn refuse(sock: &mut Stream, err: &HttpError) -> io::Result<()> {
