@@ -102,6 +102,11 @@
 //!   snapshot parts: top channels, instances, rates, the 15-minute series
 //!   (`snapshot`), and `corecast top`'s requests and text view (`top`).
 //!   Its edge is `server::console`.
+//! - `ring` (leaf): the bounded single-producer, single-consumer ring
+//!   between two threads (the cross-worker transport's building block):
+//!   a push that never blocks (a full ring gives the value back), batched
+//!   drains, and the park/wake handshake that tells a producer when its
+//!   consumer sleeps (sans-I/O: the wake-up itself is the edge's).
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -185,6 +190,8 @@ pub mod presence;
 pub mod pusher;
 #[doc(hidden)]
 pub mod redis;
+#[doc(hidden)]
+pub mod ring;
 pub mod runtime;
 pub(crate) mod secret;
 pub(crate) mod server;
