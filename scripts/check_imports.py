@@ -61,7 +61,8 @@ FEATURE_ROOT = ("corecast", "server")
 SEAMS = {
     ("admission",): "the one admission of a (connection identity, channel) pair",
     ("worker",): "what a worker's tasks share: hub, config, Redis link, cache, parking",
-    ("publish",): "the one publish path (in-process or through Redis)",
+    ("publish",): "the one publish path (in-process, through a channel's owner worker, or through Redis)",
+    ("mesh",): "the rings between workers: what crosses them, channels' owners, the acceptor's loads",
     ("endpoints",): "probes, stats, the status channel's name",
     ("formats",): "the wire formats' ids and encoders the hub is built with",
     ("resolve",): "host names resolved off the worker thread",

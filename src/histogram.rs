@@ -38,6 +38,15 @@ impl Histogram {
         self.count
     }
 
+    /// Adds `other`'s observations (another worker's) to these.
+    pub fn add(&mut self, other: &Histogram) {
+        for (c, o) in self.counts.iter_mut().zip(&other.counts) {
+            *c += o;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+        self.count += other.count;
+    }
+
     /// The observations made since `earlier` (a previous copy of this one).
     pub fn since(&self, earlier: &Histogram) -> Histogram {
         let mut d = Histogram::default();

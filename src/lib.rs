@@ -5,7 +5,8 @@
 //! [`Config`] (its [`Default`] is the binary's defaults, or parse flags
 //! and environment with [`Config::from_args`]), [`Server::start`] it, and
 //! [`Server::stop`] + [`Server::join`] it when done. The server runs on
-//! its own pinned worker thread; the calling thread is free.
+//! its own pinned worker threads (`--workers`, one by default); the
+//! calling thread is free.
 //!
 //! ```
 //! use std::io::{Read, Write};
@@ -55,7 +56,7 @@
 //!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
 //!   keepalive, graceful shutdown. Its own Layout section draws who may
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
-//! - [`config`] → `auth`, `cache`, `console`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `tls`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `console`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `ring`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the README table come from one
 //!   table. It composes the layers' own option structs.

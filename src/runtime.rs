@@ -94,14 +94,22 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 
 /// The first CPU this process may run on.
 pub fn first_allowed_cpu() -> Option<usize> {
+    allowed_cpus().first().copied()
+}
+
+/// The CPUs the calling thread may run on, in ascending order (empty if
+/// the kernel does not say).
+pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set, and
     // sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
+            return Vec::new();
         }
-        (0..libc::CPU_SETSIZE as usize).find(|&cpu| libc::CPU_ISSET(cpu, &set))
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
     }
 }
 

@@ -6,12 +6,13 @@
 //! Plain integers, not atomics: each worker owns its counters and nothing
 //! else ever touches them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::histogram::Histogram;
 
 /// Counters of one worker. Monotonic unless noted.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Stats {
     /// TCP connections accepted into the table.
     pub connections_opened: u64,
@@ -223,6 +224,18 @@ pub struct Stats {
     /// Webhook events dropped: their request failed 5 times, or the queue
     /// was over `--pusher-webhook-queue`.
     pub pusher_webhook_dropped: u64,
+    /// `--workers` above 1: hops this worker sent to the others (through
+    /// a ring or its overflow queue).
+    pub worker_hops_out: u64,
+    /// Hops this worker took from the others' rings.
+    pub worker_hops_in: u64,
+    /// Hops that found their ring full and waited in the sender's
+    /// overflow queue (delayed, not lost).
+    pub worker_ring_full: u64,
+    /// Doorbells rung: a receiving worker was asleep.
+    pub worker_wakes: u64,
+    /// Connections this worker accepted and handed to another.
+    pub worker_connections_handed: u64,
     /// Publish → completed write, per subscriber write (`/metrics` only).
     #[serde(skip)]
     pub fanout_delay: Histogram,
@@ -233,7 +246,8 @@ pub struct Stats {
 
 /// Counters of a worker's Redis link (owned by it). `/stats` names them
 /// with a `redis_` prefix.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RedisStats {
     /// 1 while the command connection is up (gauge).
     #[serde(rename = "redis_connected")]
@@ -287,7 +301,8 @@ pub struct RedisStats {
 }
 
 /// Counters of one Redis Cluster shard (a master and the connections to it).
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ShardStats {
     /// `host:port` of the master.
     pub addr: String,
@@ -310,7 +325,8 @@ pub struct ShardStats {
 
 /// Counters of a worker's HTTP cache (owned by it). `/stats` names them
 /// with a `cache_` prefix.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CacheStats {
     /// Requests answered from a fresh stored response.
     #[serde(rename = "cache_hits")]
@@ -376,7 +392,8 @@ pub struct CacheStats {
 /// permessage-deflate counters (RFC 7692), owned by the compressed wire
 /// formats' encoders (`server::formats`) and the WebSocket edge. `/stats`
 /// names them with a `compression_` prefix.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CompressionStats {
     /// Open WebSockets that negotiated permessage-deflate (gauge).
     #[serde(rename = "compression_connections")]
@@ -405,7 +422,8 @@ pub struct CompressionStats {
 }
 
 /// One Pusher app's counters (`/stats` `pusher_apps`, by app id).
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PusherAppStats {
     /// Open connections (gauge).
     pub connections: u64,
@@ -418,7 +436,8 @@ pub struct PusherAppStats {
 }
 
 /// Counters of the presence layer (`/stats`, `/metrics`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PresenceStats {
     /// Members (users) present, summed over channels (this instance's view
     /// in embedded mode; its local users in Redis mode).
@@ -460,7 +479,8 @@ impl Stats {
 
 /// One channel namespace's counters (`/stats` `namespaces`, `/metrics`
 /// label `namespace`).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NamespaceStats {
     /// Messages published on its channels (by clients or `POST /publish`)
     /// that its rules let through.
@@ -480,7 +500,8 @@ pub struct NamespaceStats {
 }
 
 /// Every layer's counters at one moment, for `/stats` and `/metrics`.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Snapshot {
     /// Connections, fan-out and the HTTP edge.
     #[serde(flatten)]
@@ -513,4 +534,88 @@ pub struct Snapshot {
     /// absent without namespaces.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace_unknown_channel: Option<u64>,
+}
+
+/// The totals of several workers' snapshots: counters and gauges added,
+/// peaks (`*_peak`) the largest, histograms merged.
+pub fn merge(parts: &[Snapshot]) -> Snapshot {
+    let mut total = serde_json::Value::Null;
+    for part in parts {
+        let v = serde_json::to_value(part).expect("stats serialize");
+        add_json(&mut total, v, "");
+    }
+    let mut out: Snapshot = serde_json::from_value(total).expect("merged stats read back");
+    for part in parts {
+        out.worker.fanout_delay.add(&part.worker.fanout_delay);
+        out.worker.loop_lag.add(&part.worker.loop_lag);
+    }
+    out
+}
+
+fn add_json(total: &mut serde_json::Value, v: serde_json::Value, key: &str) {
+    use serde_json::Value;
+    match (total, v) {
+        (t @ Value::Null, v) => *t = v,
+        (Value::Number(t), Value::Number(v)) => {
+            let (a, b) = (t.as_u64().unwrap_or(0), v.as_u64().unwrap_or(0));
+            let sum = match key.ends_with("_peak") {
+                true => a.max(b),
+                false => a.saturating_add(b),
+            };
+            *t = sum.into();
+        }
+        (Value::Object(t), Value::Object(v)) => {
+            for (k, x) in v {
+                add_json(t.entry(k.clone()).or_insert(Value::Null), x, &k);
+            }
+        }
+        // Arrays, strings, switches: the first worker's.
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    #[test]
+    fn workers_counters_add_up_and_peaks_take_the_largest() {
+        let stats = |deliveries, outbound_bytes_peak| Stats {
+            deliveries,
+            outbound_bytes_peak,
+            ..Default::default()
+        };
+        let mut a = Snapshot {
+            connections: 3,
+            worker: stats(10, 700),
+            ..Default::default()
+        };
+        a.worker.loop_lag.observe_ns(1_000);
+        a.namespaces.insert(
+            "chat".into(),
+            NamespaceStats {
+                publishes: 2,
+                ..Default::default()
+            },
+        );
+        let mut b = Snapshot {
+            connections: 4,
+            worker: stats(5, 900),
+            ..Default::default()
+        };
+        b.worker.loop_lag.observe_ns(2_000);
+        b.namespaces.insert(
+            "chat".into(),
+            NamespaceStats {
+                publishes: 1,
+                ..Default::default()
+            },
+        );
+        let t = merge(&[a, b]);
+        assert_eq!(t.connections, 7);
+        assert_eq!(t.worker.deliveries, 15);
+        assert_eq!(t.worker.outbound_bytes_peak, 900);
+        assert_eq!(t.worker.loop_lag.count(), 2);
+        assert_eq!(t.namespaces["chat"].publishes, 3);
+    }
 }

@@ -24,6 +24,12 @@ pub struct Config {
     pub admin_key: Option<crate::secret::Secret>,
     /// CPU to pin the worker to; `None` = the first CPU the process may use.
     pub cpu: Option<usize>,
+    /// How many workers (`--workers`): one pinned thread each.
+    pub workers: super::values::Workers,
+    /// The workers' CPUs (`--cpus`), in worker order.
+    pub cpus: Option<Vec<usize>>,
+    /// Messages each cross-worker ring holds (`--worker-ring`).
+    pub worker_ring: usize,
     /// Channel served at `GET /` upgrades, if any.
     pub root_channel: Option<String>,
     /// WebSocket frame and message limits.

@@ -14,6 +14,7 @@ mod fields;
 mod namespaces;
 mod options;
 mod values;
+mod workers;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -26,6 +27,7 @@ pub use crate::secret::Secret;
 pub use fields::Config;
 pub use options::{help_text, markdown_table, OptionSpec, OPTIONS};
 pub use values::{parse_duration, parse_size};
+pub use values::{Workers, MAX_WORKERS};
 
 impl Default for Config {
     /// Every layer's settings zeroed, then every documented default from
@@ -36,6 +38,9 @@ impl Default for Config {
             admin_listen: None,
             admin_key: None,
             cpu: None,
+            workers: values::Workers::Count(1),
+            cpus: None,
+            worker_ring: 0,
             root_channel: None,
             ws: crate::ws::Limits::default(),
             compression: crate::ws::deflate::Settings::default(),
@@ -269,6 +274,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_workers().map_err(ConfigError)?;
         if self.ws.max_frame_size == 0 || self.ws.max_message_size == 0 {
             return Err(ConfigError("frame and message sizes must be > 0".into()));
         }

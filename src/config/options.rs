@@ -84,9 +84,31 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "TLS handshakes under way at once on --listen, a place taken when a connection's ClientHello arrives (a socket that sends nothing holds none); more are closed before any TLS work, unanswered, and counted (tls_handshakes_refused), so a handshake storm costs bounded memory (0 = unbounded)"
         => |c, v| set_num(&mut c.tls.max_handshakes, v);
     "cpu", CORECAST_CPU, "N", -,
-        "CPU to pin the worker to (default: first CPU the process may use)"
+        "CPU to pin the worker to, the one-worker form of --cpus (default: first CPU the process may use)"
         => |c, v| {
             c.cpu = Some(parse_num(v)?);
+            Ok(())
+        };
+    "workers", CORECAST_WORKERS, "N", "1",
+        "worker threads, each pinned to its CPU with its own connections; one channel space across them (a publish on any worker reaches every subscriber on every worker once, in the channel's order); auto = one per CPU of --cpus or of those the process may use; 1 is the single-core server"
+        => |c, v| {
+            c.workers = super::values::Workers::parse(v)?;
+            Ok(())
+        };
+    "cpus", CORECAST_CPUS, "LIST", -,
+        "the workers' CPUs in worker order, as taskset writes them (0-3, 0,2); --workers N takes the first N (default: the CPUs the process may use, in order)"
+        => |c, v| {
+            c.cpus = Some(super::values::parse_cpus(v)?);
+            Ok(())
+        };
+    "worker-ring", CORECAST_WORKER_RING, "N", "4096",
+        "messages each ring between two workers holds (rounded up to a power of two, 64 to 1048576); a full ring never blocks the sender: what does not fit waits in the sender's overflow queue, which counts toward --publish-backpressure"
+        => |c, v| {
+            let n = parse_num(v)?;
+            if !(64..=crate::ring::MAX_CAPACITY).contains(&n) {
+                return Err(format!("expected 64 to {}", crate::ring::MAX_CAPACITY));
+            }
+            c.worker_ring = n;
             Ok(())
         };
     "root-channel", CORECAST_ROOT_CHANNEL, "NAME", -,

@@ -314,3 +314,78 @@ fn pusher_webhooks_need_a_known_app_and_an_http_or_https_url() {
         assert!(Config::from_args(bad, |_| None).is_err(), "{bad:?}");
     }
 }
+
+fn refused(args: &[&str]) -> String {
+    match Config::from_args(args.iter().copied(), no_env) {
+        Err(e) => e.0,
+        Ok(c) => panic!("expected an error for {args:?}, got {c:?}"),
+    }
+}
+
+#[test]
+fn workers_default_to_one_and_take_their_cpus_in_order() {
+    let c = serve(&[], no_env);
+    assert_eq!(c.workers, Workers::Count(1));
+    assert!(!c.multi_worker());
+    assert_eq!(c.worker_ring, 4096);
+    assert_eq!(
+        c.worker_cpus(&[2, 3]).unwrap(),
+        [2],
+        "the first CPU allowed"
+    );
+    let c = serve(&["--workers", "2"], no_env);
+    assert_eq!(c.worker_cpus(&[0, 1, 5]).unwrap(), [0, 1]);
+    let c = serve(&["--workers", "auto", "--cpus", "1-3,6"], no_env);
+    assert_eq!(
+        c.worker_cpus(&[0]).unwrap(),
+        [1, 2, 3, 6],
+        "--cpus over what is allowed"
+    );
+    let c = serve(&["--workers=2", "--cpus", "3,1,2"], no_env);
+    assert_eq!(c.worker_cpus(&[]).unwrap(), [3, 1], "the first N of --cpus");
+    let c = serve(&["--workers", "auto"], |k| {
+        (k == "CORECAST_CPUS").then(|| "0,2".into())
+    });
+    assert_eq!(c.worker_cpus(&[0, 1, 2, 3]).unwrap(), [0, 2]);
+    let c = serve(&["--cpu", "1"], no_env);
+    assert_eq!(
+        c.worker_cpus(&[0, 1]).unwrap(),
+        [1],
+        "--cpu is the one-worker form"
+    );
+}
+
+#[test]
+fn bad_worker_settings_are_refused_with_their_reason() {
+    let e = serve(&["--workers", "3"], no_env)
+        .worker_cpus(&[0, 1])
+        .unwrap_err();
+    assert!(
+        e.contains("more workers than CPUs (2 the process may use)"),
+        "{e}"
+    );
+    let e = serve(&["--workers", "2", "--cpus", "0"], no_env)
+        .worker_cpus(&[0, 1])
+        .unwrap_err();
+    assert!(e.contains("--cpus lists"), "{e}");
+    assert!(refused(&["--workers", "0"]).contains("expected auto or a count from 1 to 64"));
+    assert!(refused(&["--workers", "65"]).contains("from 1 to 64"));
+    assert!(refused(&["--cpus", "3-1"]).contains("CPU list"));
+    assert!(refused(&["--cpus", "0,0"]).contains("listed twice"));
+    assert!(refused(&["--cpus", "x"]).contains("CPU list"));
+    assert!(refused(&["--cpu", "0", "--cpus", "0-1"]).contains("exclusive"));
+    assert!(refused(&["--worker-ring", "8"]).contains("64 to"));
+    // What several workers do not serve yet is refused, named.
+    for (flag, value, named) in [
+        ("--history-size", "10", "--history-size"),
+        ("--redis-url", "redis://127.0.0.1:6379", "--redis-url"),
+        ("--presence-channels", "*", "--presence-channels"),
+        ("--admin-key", "0123456789abcdef0123", "--admin-key"),
+        ("--proxy-connect", "http://127.0.0.1:1/c", "--proxy-*"),
+        ("--origin", "http://127.0.0.1:1", "--origin"),
+    ] {
+        let e = refused(&["--workers", "2", flag, value]);
+        assert!(e.contains(named) && e.contains("one worker"), "{flag}: {e}");
+        serve(&["--workers", "1", flag, value], no_env);
+    }
+}

@@ -107,3 +107,58 @@ mod tests {
         assert!(parse_duration("5h").is_err());
     }
 }
+
+/// The most workers one process runs: the mesh between them is N × (N−1)
+/// rings, so the bound also bounds their memory.
+pub const MAX_WORKERS: usize = 64;
+
+/// `--workers`: a count, or one per CPU the process may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Exactly this many (1 = the single pinned worker).
+    Count(usize),
+    /// One per CPU of `--cpus`, or per CPU the process may use.
+    Auto,
+}
+
+impl Workers {
+    pub(super) fn parse(v: &str) -> Result<Workers, String> {
+        let v = v.trim();
+        if v.eq_ignore_ascii_case("auto") {
+            return Ok(Workers::Auto);
+        }
+        match v.parse::<usize>() {
+            Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(Workers::Count(n)),
+            _ => Err(format!("expected auto or a count from 1 to {MAX_WORKERS}")),
+        }
+    }
+}
+
+/// A CPU list as `taskset` and cgroups write it: `0-3`, `0,2`, `0-1,4`.
+pub(super) fn parse_cpus(v: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num = |s: &str| s.trim().parse::<usize>().map_err(|_| bad_list(v));
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if lo > hi || hi >= 1024 {
+            return Err(bad_list(v));
+        }
+        for cpu in lo..=hi {
+            if cpus.contains(&cpu) {
+                return Err(format!("CPU {cpu} is listed twice in {v:?}"));
+            }
+            cpus.push(cpu);
+        }
+    }
+    if cpus.is_empty() || cpus.len() > MAX_WORKERS {
+        return Err(format!("expected 1 to {MAX_WORKERS} CPUs in {v:?}"));
+    }
+    Ok(cpus)
+}
+
+fn bad_list(v: &str) -> String {
+    format!("expected a CPU list such as 0-3 or 0,2, got {v:?}")
+}

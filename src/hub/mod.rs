@@ -378,8 +378,8 @@ impl Hub {
         self.publish_in(channel, opcode, payload, sender, at)
     }
 
-    /// [`Hub::publish_at`] at `(epoch, offset)` (SSE ids name the epoch).
-    pub fn publish_in(
+    /// The fan-out itself, without counting the message in.
+    pub(super) fn fan(
         &mut self,
         channel: &str,
         opcode: OpCode,
@@ -387,7 +387,6 @@ impl Hub {
         sender: Option<u64>,
         (epoch, offset): (&str, u64),
     ) -> usize {
-        self.stats.messages_in += 1;
         let Some(cid) = self.registry.lookup(channel) else {
             return 0;
         };

@@ -1,6 +1,7 @@
-//! The facade's side facing an upstream (Redis): the interest log it
-//! follows, and subscribe acknowledgements that wait for the upstream to
-//! confirm a channel (see `registry`).
+//! The facade's side facing an upstream (Redis, or the channels' owners
+//! among several workers): the interest log it follows, subscribe
+//! acknowledgements that wait for the upstream to confirm a channel (see
+//! `registry`), and messages sequenced upstream.
 
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -24,6 +25,32 @@ impl Hub {
         offset: u64,
     ) -> usize {
         self.publish_in(channel, opcode, payload, sender, ("", offset))
+    }
+
+    /// [`Hub::publish_at`] at `(epoch, offset)` (SSE ids name the epoch).
+    pub fn publish_in(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<u64>,
+        at: (&str, u64),
+    ) -> usize {
+        self.stats.messages_in += 1;
+        self.fan(channel, opcode, payload, sender, at)
+    }
+
+    /// Another worker's message, sequenced by its channel's owner, to
+    /// this worker's subscribers: as [`Hub::publish_in`] but not counted
+    /// in `messages_in` again (the owner counted it).
+    pub fn publish_relayed(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<u64>,
+    ) -> usize {
+        self.fan(channel, opcode, payload, sender, ("", 0))
     }
 
     /// Subscribes `id` to `name` and sends it `ack` once the upstream

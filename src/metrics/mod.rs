@@ -11,8 +11,10 @@ use crate::stats::{CompressionStats, RedisStats, Snapshot, Stats};
 mod namespaces;
 mod pusher;
 mod series;
+mod workers;
 use pusher::{pusher, pusher_apps, pusher_webhooks};
 use series::{counter, gauge, labelled};
+pub use workers::render_workers;
 
 /// Gauges sampled when `/metrics` is served.
 #[derive(Debug, Clone, Default)]

@@ -5,6 +5,7 @@
 use crate::histogram::Histogram;
 use crate::http::{self, Route};
 use crate::server::worker::Worker;
+use crate::stats::Snapshot;
 use crate::ws::OpCode;
 
 /// The internal channel of the status feed (`!` keeps clients out of it).
@@ -84,6 +85,73 @@ pub fn metrics_text(w: &Worker) -> String {
         crate::hooks::stats::render(&mut text, &hooks.stats());
     }
     text
+}
+
+/// Longest `/stats` or `/metrics` waits for the other workers' counters;
+/// a worker that has not answered by then (its CPU taken) is left out
+/// and counted in `workers_unanswered`.
+const GATHER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `/stats` and `/metrics` with several workers: the totals of every
+/// worker's counters, and a row (a `worker` label) per worker.
+pub async fn respond_all(
+    w: &Worker,
+    route: &Route<'_>,
+    keep_alive: bool,
+    head_only: bool,
+) -> Vec<u8> {
+    let mesh = w.mesh.get().expect("several workers");
+    let id = mesh.ask_all();
+    let gathered = std::future::poll_fn(|cx| mesh.poll_gathered(id, cx));
+    let _ = monoio::time::timeout(GATHER_WAIT, gathered).await;
+    let mut parts = mesh.take_gathered(id);
+    parts.push((mesh.me(), w.snapshot()));
+    parts.sort_by_key(|p| p.0);
+    let unanswered = mesh.workers() - parts.len();
+    let snaps: Vec<Snapshot> = parts.iter().map(|p| p.1.clone()).collect();
+    let total = crate::stats::merge(&snaps);
+    let rows: Vec<(usize, &Snapshot)> = parts.iter().map(|(i, s)| (*i, s)).collect();
+    if let Route::Metrics = route {
+        let gauges = crate::metrics::Gauges {
+            connections: total.connections,
+            channels: total.channels,
+            outbound_bytes: total.worker.outbound_bytes,
+            redis_enabled: false,
+            ready: w.readiness().is_ok(),
+        };
+        let mut text = crate::metrics::render(&total, &gauges);
+        crate::metrics::render_workers(&mut text, &rows);
+        let ct = "text/plain; version=0.0.4; charset=utf-8";
+        return http::response(200, ct, text.as_bytes(), keep_alive, &[], head_only);
+    }
+    let mut v = serde_json::to_value(&total).expect("stats serialize");
+    v["workers"] = rows.iter().map(|(i, s)| worker_row(*i, s)).collect();
+    v["workers_unanswered"] = unanswered.into();
+    let body = v.to_string();
+    http::response(
+        200,
+        "application/json",
+        body.as_bytes(),
+        keep_alive,
+        &[],
+        head_only,
+    )
+}
+
+/// One worker's row in `/stats`'s `workers`.
+fn worker_row(i: usize, s: &Snapshot) -> serde_json::Value {
+    serde_json::json!({
+        "worker": i,
+        "connections": s.connections,
+        "channels": s.channels,
+        "messages_in": s.worker.messages_in,
+        "deliveries": s.worker.deliveries,
+        "worker_hops_out": s.worker.worker_hops_out,
+        "worker_hops_in": s.worker.worker_hops_in,
+        "worker_ring_full": s.worker.worker_ring_full,
+        "worker_wakes": s.worker.worker_wakes,
+        "worker_connections_handed": s.worker.worker_connections_handed,
+    })
 }
 
 /// Publishes one status sample to the status page's feed, if anyone

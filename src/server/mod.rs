@@ -1,24 +1,50 @@
-//! The network edge: boot a pinned worker, accept, sweep, shut down.
+//! The network edge: boot the pinned workers, accept, sweep, shut down.
 //!
-//! One worker thread, pinned with `bind_to_cpu_set` before its runtime is
-//! built, runs monoio on io_uring (or epoll where io_uring is unavailable or
-//! `--legacy-driver` is set). Everything the worker owns — the hub, its
-//! connections, its scratch buffer — is `!Send` and lives inside it, so more
-//! workers can be added later by starting more of them (with `SO_REUSEPORT`)
-//! without touching the per-connection code.
+//! Each worker thread (`--workers`, one by default), pinned with
+//! `bind_to_cpu_set` before its runtime is built, runs monoio on io_uring
+//! (or epoll where io_uring is unavailable or `--legacy-driver` is set).
+//! Everything a worker owns — the hub, its connections, its scratch
+//! buffer — is `!Send` and lives inside it; nothing on the delivery path
+//! is shared between workers.
+//!
+//! # Several workers
+//! - The first worker owns the listeners and hands each accepted
+//!   connection to the least loaded worker (fewest open connections,
+//!   ties in turn), itself included, over the mesh: one acceptor rather
+//!   than `SO_REUSEPORT`, because the kernel's reuseport hash spreads
+//!   connections evenly whatever each worker's load, and because tests
+//!   and operators can tell where a connection went.
+//! - Each channel has one owner (`mesh::owner`, a hash of its name). A
+//!   publish on any worker goes to the owner, which fans it out to its
+//!   own subscribers and once to each other worker with subscribers (the
+//!   hub's interest log tells the owners, and a subscribe is acknowledged
+//!   once its owner knows): one sequencer per channel, so every
+//!   subscriber sees one order. A slow owner delays its own channels'
+//!   messages; the other workers' channels do not wait for it.
+//! - The rings never block a sender: a full ring's hops wait, in order,
+//!   in the sender's overflow queue, which counts toward
+//!   `--publish-backpressure` (publishers are slowed; nothing accepted is
+//!   dropped).
+//! - `/stats` and `/metrics` gather every worker's counters (a worker
+//!   that does not answer within a second is left out and counted).
+//! - A panic in any worker aborts the process (no silent half-server).
 //!
 //! # Layout
 //! By feature: each folder is the edge of one feature, named after it, and
 //! the files at this level are the boot and the seams the folders meet
 //! through.
-//! - `mod.rs` boots the worker (pinning, driver, sweeper, pacer
-//!   watchdog, shutdown) and starts each feature's tasks.
+//! - `mod.rs` boots the workers (pinning, driver, sweeper, pacer
+//!   watchdog, shutdown) and starts each feature's tasks; `fleet` is a
+//!   worker's side of the mesh (draining its rings, sending its interest
+//!   to channels' owners).
 //! - Seams, which any folder may import: `admission` (the one admission
 //!   of a (connection identity, channel) pair, on every way in),
 //!   `worker` (what the worker's
 //!   tasks share: hub, config, Redis link, cache, parking, scratch
-//!   buffer), `publish` (the one publish path, in-process or through
-//!   Redis, and `POST /publish`), `endpoints` (`/healthz`, `/readyz`,
+//!   buffer), `mesh` (the rings between workers, what crosses them, the
+//!   channels' owners), `publish` (the one publish path — in-process,
+//!   through a channel's owner worker, or through Redis — and
+//!   `POST /publish`), `endpoints` (`/healthz`, `/readyz`,
 //!   `/stats`, `/metrics`, status), `formats` (the wire formats — path
 //!   mode, the JSON envelope, Pusher — as the encoders the hub is built
 //!   with), `resolve` (host names resolved off the worker thread), `sys`
@@ -113,10 +139,12 @@ mod cache;
 mod conn;
 mod console;
 mod endpoints;
+mod fleet;
 pub mod formats;
 mod history;
 mod hooks;
 mod iovec;
+mod mesh;
 mod native;
 mod presence;
 mod publish;
@@ -191,21 +219,28 @@ const BACKLOG: i32 = 4096;
 /// resident ring memory (SQE array and rings) in an idle server.
 const SERVER_RING_ENTRIES: u32 = 1024;
 
-/// A running server: its address, a stop switch and its worker thread.
+/// A running server: its address, a stop switch and its worker threads.
 pub struct Server {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
-    worker: JoinHandle<io::Result<()>>,
+    workers: Vec<JoinHandle<io::Result<()>>>,
 }
 
 impl Server {
     /// Binds the listener (so bind errors surface here and port 0 resolves),
-    /// then starts the pinned worker.
+    /// then starts the pinned workers.
     pub fn start(mut cfg: Config) -> io::Result<Server> {
         // A program may have set namespaces or the global options since.
         cfg.resolve_namespaces()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+        if cfg.multi_worker() {
+            if let Some(name) = cfg.multi_worker_unsupported() {
+                return Err(invalid(format!("--workers: {name} needs one worker")));
+            }
+        }
+        let cpus = cfg.worker_cpus(&runtime::allowed_cpus()).map_err(invalid)?;
         // Certificate files are read before anything binds: a bad one is
         // the start's error, naming the file.
         let tls = tls::edge::TlsEdge::new(&cfg.tls)?;
@@ -219,15 +254,42 @@ impl Server {
             .transpose()?;
         let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let worker = std::thread::Builder::new()
-            .name("corecast-worker-0".into())
-            .spawn(move || run_worker((cfg, (tls, client)), [Some(listener), admin], flag))?;
+        let n = cpus.len();
+        let mut parts = match n {
+            1 => Vec::new(),
+            _ => mesh::build(n, cfg.worker_ring)?,
+        }
+        .into_iter();
+        let mut listeners = Some([Some(listener), admin]);
+        let mut workers = Vec::with_capacity(n);
+        for (i, &cpu) in cpus.iter().enumerate() {
+            let boot = Boot {
+                index: i,
+                workers: n,
+                cpu,
+                pinned: cfg.cpu.is_some() || cfg.cpus.is_some() || n > 1,
+                mesh: parts.next(),
+            };
+            let tls = (tls.as_ref().map(|t| t.share()), client.clone());
+            let (cfg, flag) = (cfg.clone(), stop.clone());
+            // The first worker accepts (and hands connections out).
+            let listeners = listeners.take().unwrap_or([None, None]);
+            let worker = std::thread::Builder::new()
+                .name(format!("corecast-worker-{i}"))
+                .spawn(move || {
+                    let _abort = (n > 1).then_some(AbortOnPanic);
+                    let out = run_worker((cfg, tls), (listeners, boot), flag.clone());
+                    // One worker failing stops them all.
+                    flag.store(true, Ordering::SeqCst);
+                    out
+                })?;
+            workers.push(worker);
+        }
         Ok(Server {
             addr,
             admin_addr,
             stop,
-            worker,
+            workers,
         })
     }
 
@@ -241,36 +303,67 @@ impl Server {
         self.admin_addr
     }
 
-    /// Asks the worker to shut down gracefully (as SIGTERM does).
+    /// Asks the workers to shut down gracefully (as SIGTERM does).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
     }
 
-    /// Whether the worker has exited.
+    /// Whether every worker has exited.
     pub fn is_finished(&self) -> bool {
-        self.worker.is_finished()
+        self.workers.iter().all(JoinHandle::is_finished)
     }
 
-    /// Waits for the worker to exit.
+    /// Waits for the workers to exit; the first error, if any.
     pub fn join(self) -> io::Result<()> {
-        self.worker
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("worker panicked")))
+        let mut out = Ok(());
+        for worker in self.workers {
+            let r = worker
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("worker panicked")));
+            if out.is_ok() {
+                out = r;
+            }
+        }
+        out
     }
 }
 
-/// The main listener and the optional admin listener.
+/// With several workers, a panic in one ends the process: the others
+/// would go on as a silent half-server (its connections and channels
+/// gone, its rings filling).
+struct AbortOnPanic;
+
+impl Drop for AbortOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            log!(Error, "a worker panicked: aborting the process");
+            std::process::abort();
+        }
+    }
+}
+
+/// The main listener and the optional admin listener (the first worker's).
 type Listeners = [Option<std::net::TcpListener>; 2];
+
+/// What one worker starts with besides the configuration.
+struct Boot {
+    index: usize,
+    workers: usize,
+    cpu: usize,
+    /// The CPU was chosen (or there are several workers): not pinning is
+    /// an error, not a warning.
+    pinned: bool,
+    mesh: Option<mesh::Parts>,
+}
 
 fn run_worker(
     (cfg, tls): (Config, WorkerTls),
-    listeners: Listeners,
+    (listeners, boot): (Listeners, Boot),
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
-    let listener = listeners[0].as_ref().expect("the main listener");
-    let cpu = cfg.cpu.or_else(runtime::first_allowed_cpu).unwrap_or(0);
+    let cpu = boot.cpu;
     if let Err(e) = runtime::pin_to_cpu(cpu) {
-        if cfg.cpu.is_some() {
+        if boot.pinned {
             return Err(e);
         }
         log!(Warn, "cannot pin worker", cpu = cpu, error = e);
@@ -281,19 +374,24 @@ fn run_worker(
             l.set_nonblocking(true)?;
         }
     }
-    log!(
-        Info,
-        "corecast listening",
-        addr = listener.local_addr()?,
-        tls = tls.0.is_some(),
-        driver = log::Dbg(driver),
-        cpu = cpu,
-        version = env!("CARGO_PKG_VERSION"),
-    );
+    if let Some(listener) = &listeners[0] {
+        log!(
+            Info,
+            "corecast listening",
+            addr = listener.local_addr()?,
+            tls = tls.0.is_some(),
+            driver = log::Dbg(driver),
+            cpu = cpu,
+            workers = boot.workers,
+            version = env!("CARGO_PKG_VERSION"),
+        );
+    } else {
+        log!(Debug, "worker started", worker = boot.index, cpu = cpu);
+    }
     if let Some(admin) = &listeners[1] {
         log!(Info, "admin listener", admin_addr = admin.local_addr()?);
     }
-    let serve = worker_main((cfg, tls), listeners, stop);
+    let serve = worker_main((cfg, tls), (listeners, boot.mesh), stop);
     match driver {
         DriverKind::IoUring => {
             runtime::uring_runtime_or_plain(true, SERVER_RING_ENTRIES)?.block_on(serve)
@@ -304,13 +402,17 @@ fn run_worker(
 
 async fn worker_main(
     (cfg, tls): (Config, WorkerTls),
-    listeners: Listeners,
+    (listeners, mesh): (Listeners, Option<mesh::Parts>),
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
     let w = Worker::with_tls(cfg, tls, hooks::api::apply);
+    if let Some(parts) = mesh {
+        let _ = w.mesh.set(mesh::Mesh::new(parts));
+        fleet::spawn(&w);
+    }
     let [main, admin] = listeners;
-    let listener = monoio::net::TcpListener::from_std(main.expect("the main listener"))?;
+    let listener = main.map(monoio::net::TcpListener::from_std).transpose()?;
     let admin = admin.map(monoio::net::TcpListener::from_std).transpose()?;
     let started = Instant::now();
     monoio::spawn(sweeper(w.clone(), started));
@@ -349,10 +451,13 @@ async fn worker_main(
             None => std::future::pending().await,
         }
     };
-    let accept_main = race(
-        conn::accept::accept_loop(w.clone(), listener, Listener::Public),
-        accept_admin,
-    );
+    let accept_public = async {
+        match listener {
+            Some(l) => conn::accept::accept_loop(w.clone(), l, Listener::Public).await,
+            None => std::future::pending().await,
+        }
+    };
+    let accept_main = race(accept_public, accept_admin);
     race(accept_main, wait_for_stop(&stop)).await;
     // The listener is dropped here: no new connections from now on.
     graceful_shutdown(&w, shutdown_timeout).await;

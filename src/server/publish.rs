@@ -7,9 +7,12 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::http::{self, HttpError};
 use crate::hub::Hub;
 use crate::redis::resp::Reply;
+use crate::server::mesh::{Hop, Mesh, Msg};
 use crate::server::redis::{RedisLink, ReplyWaiter};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
@@ -27,23 +30,94 @@ pub enum Published {
     Rejected,
 }
 
-/// Publishes in-process, or through Redis in Redis mode.
+/// Where a publish goes after the hub of the worker it arrived on.
+#[derive(Clone, Copy)]
+pub enum Via<'a> {
+    /// One worker, no Redis: fanned out here.
+    Local,
+    /// Redis mode: through Redis, delivered when it comes back.
+    Redis(&'a RedisLink),
+    /// Several workers: through the channel's owner (`mesh`).
+    Mesh(&'a Mesh),
+}
+
+impl<'a> From<Option<&'a RedisLink>> for Via<'a> {
+    fn from(redis: Option<&'a RedisLink>) -> Via<'a> {
+        redis.map_or(Via::Local, Via::Redis)
+    }
+}
+
+/// Where `w`'s publishes go: Redis, the mesh, or its own hub.
+pub fn via(w: &Worker) -> Via<'_> {
+    match (w.redis.as_deref(), w.mesh.get()) {
+        (Some(link), _) => Via::Redis(link),
+        (None, Some(mesh)) => Via::Mesh(mesh),
+        (None, None) => Via::Local,
+    }
+}
+
+/// Publishes in-process, through the channel's owner with several
+/// workers, or through Redis in Redis mode.
 pub fn route_publish(
     hub: &mut Hub,
-    redis: Option<&RedisLink>,
+    via: Via<'_>,
     channel: &str,
     opcode: OpCode,
     payload: &[u8],
     sender: u64,
     want_reply: bool,
 ) -> Published {
-    let Some(link) = redis else {
-        return Published::Local(hub.publish(channel, opcode, payload, Some(sender)));
+    let link = match via {
+        Via::Local => return Published::Local(hub.publish(channel, opcode, payload, Some(sender))),
+        Via::Mesh(mesh) => {
+            return Published::Local(cross(hub, mesh, channel, (opcode, payload, sender)))
+        }
+        Via::Redis(link) => link,
     };
-    match link.publish(channel, opcode, payload, sender, want_reply) {
-        Ok(waiter) => Published::Queued(waiter),
-        Err(_) => Published::Rejected,
+    link.publish(channel, opcode, payload, sender, want_reply)
+        .map_or(Published::Rejected, Published::Queued)
+}
+
+/// A publish with several workers: sequenced here if this worker owns
+/// the channel, else sent to its owner (then 0 local deliveries now:
+/// they come back through the owner).
+fn cross(
+    hub: &mut Hub,
+    mesh: &Mesh,
+    channel: &str,
+    (opcode, payload, sender): (OpCode, &[u8], u64),
+) -> usize {
+    let msg = Msg {
+        channel: channel.into(),
+        opcode,
+        payload: Bytes::copy_from_slice(payload),
+        sender,
+        from: mesh.me() as u8,
+    };
+    match mesh.owner(channel) {
+        o if o == mesh.me() => sequence(hub, mesh, msg),
+        o => {
+            mesh.send(o, Hop::Publish(msg));
+            0
+        }
     }
+}
+
+/// The owner's turn of a publish: its own subscribers, then once to each
+/// other worker with subscribers of the channel, in one step (so every
+/// worker sees the owner's order). Returns the local deliveries.
+pub fn sequence(hub: &mut Hub, mesh: &Mesh, msg: Msg) -> usize {
+    let skip = msg.skip_at(mesh.me());
+    let n = hub.publish(&msg.channel, msg.opcode, &msg.payload, skip);
+    let mut bits = mesh.interested(&msg.channel);
+    while bits != 0 {
+        let to = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        if to != mesh.me() {
+            mesh.send(to, Hop::Deliver(msg.clone()));
+        }
+    }
+    n
 }
 
 /// Counts a publish on `channel` that its namespace's rules let through,
@@ -87,8 +161,7 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
     }
     let outcome = {
         let mut hub = w.hub.borrow_mut();
-        let redis = w.redis.as_deref();
-        route_publish(&mut hub, redis, channel, OpCode::Text, body, 0, true)
+        route_publish(&mut hub, via(w), channel, OpCode::Text, body, 0, true)
     };
     match outcome {
         Published::Local(n) => count_published(w, channel, n as u64),

@@ -113,6 +113,9 @@ pub struct Worker {
     pub tls: Option<TlsEdge>,
     /// The identity provider's key set (`--token-jwks-url`).
     pub jwks: Option<JwksEdge>,
+    /// The other workers, with `--workers` above 1 (set once, before
+    /// the worker's tasks start).
+    pub mesh: std::cell::OnceCell<crate::server::mesh::Mesh>,
     /// Per-namespace counters (none without namespaces).
     pub namespaces: RefCell<Counters>,
     /// The operator console's sessions, instances and series
@@ -179,6 +182,7 @@ impl Worker {
             tls,
             namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
             console: RefCell::default(),
+            mesh: std::cell::OnceCell::new(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -293,9 +297,11 @@ impl Worker {
         edge.has(crate::hooks::HookKind::Connect).then_some(edge)
     }
 
-    /// Whether the worker's write backlog is over `--publish-backpressure`.
+    /// Whether the worker's write backlog (with what waits for a full
+    /// ring to another worker) is over `--publish-backpressure`.
     pub fn over_backlog(&self) -> bool {
-        self.hub.borrow().backlog() > self.cfg.publish_backpressure
+        let crossing = self.mesh.get().map_or(0, |m| m.overflow_bytes());
+        self.hub.borrow().backlog() + crossing > self.cfg.publish_backpressure
     }
 
     /// `Ok` when this instance can deliver (always, without Redis).
@@ -323,6 +329,14 @@ impl Worker {
             worker.history_gaps = r.gaps;
         }
         (worker.history_messages, worker.history_bytes) = (messages as u64, bytes as u64);
+        if let Some(mesh) = self.mesh.get() {
+            let m = mesh.stats.get();
+            worker.worker_hops_out = m.hops_out;
+            worker.worker_hops_in = m.hops_in;
+            worker.worker_ring_full = m.ring_full;
+            worker.worker_wakes = m.wakes;
+            worker.worker_connections_handed = m.handed_over;
+        }
         Snapshot {
             worker,
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
@@ -354,7 +368,7 @@ impl Worker {
 
     /// Runs a delivery into the hub and counts it in the channel's
     /// namespace (Redis mode's deliveries come back here).
-    fn delivering<T>(&self, channel: &str, f: impl FnOnce(&mut Hub) -> T) -> T {
+    pub fn delivering<T>(&self, channel: &str, f: impl FnOnce(&mut Hub) -> T) -> T {
         let mut hub = self.hub.borrow_mut();
         let before = hub.stats.deliveries;
         let out = f(&mut hub);

@@ -3,13 +3,17 @@
 //! spinning.
 
 use std::io;
+use std::net::IpAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::http::{self, Listener};
 use super::sock::Sock;
 use crate::log;
+use crate::server::mesh::{Hop, Mesh};
 use crate::server::worker::Worker;
+use monoio::net::TcpStream;
 
 /// Pause after `accept` fails for lack of descriptors.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -19,10 +23,13 @@ pub async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener, role
     let mut last_warn: Option<Instant> = None;
     loop {
         match listener.accept().await {
-            Ok((stream, peer)) => {
-                let ctx = http::ConnCtx::new(role, peer.ip());
-                monoio::spawn(http::handle(w.clone(), Sock::new(stream), ctx));
-            }
+            Ok((stream, peer)) => match w.mesh.get() {
+                None => {
+                    let ctx = http::ConnCtx::new(role, peer.ip());
+                    monoio::spawn(http::handle(w.clone(), Sock::new(stream), ctx));
+                }
+                Some(mesh) => hand_out(&w, mesh, stream, (peer.ip(), role)),
+            },
             Err(e) if is_fd_exhaustion(&e) => {
                 // Out of descriptors: back off instead of spinning, and log
                 // once per interval rather than once per failed accept.
@@ -35,6 +42,62 @@ pub async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener, role
             Err(e) => log!(Debug, "accept failed", error = e),
         }
     }
+}
+
+/// With several workers: the connection goes to the least loaded one
+/// (fewest connections, ties in turn), this one included.
+fn hand_out(w: &Rc<Worker>, mesh: &Mesh, stream: TcpStream, (ip, role): (IpAddr, Listener)) {
+    let to = mesh.least_loaded();
+    let stream = std_stream(stream);
+    mesh.load(to, true);
+    if to == mesh.me() {
+        return adopt(w, stream, ip, role == Listener::Admin);
+    }
+    mesh.handed_over();
+    let admin = role == Listener::Admin;
+    mesh.send(
+        to,
+        Hop::Conn {
+            stream,
+            peer: ip,
+            admin,
+        },
+    );
+}
+
+/// The accepted socket out of this worker's driver (deregistered), for
+/// another worker's.
+fn std_stream(stream: TcpStream) -> std::net::TcpStream {
+    // SAFETY: `into_raw_fd` gives up the driver's ownership of the
+    // descriptor (and its registration); the new `TcpStream` is its only
+    // owner.
+    unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) }
+}
+
+/// Runs a connection accepted for this worker (by this one's or another
+/// worker's accept loop, which counted it in this worker's load). The
+/// load goes down when the connection ends.
+pub fn adopt(w: &Rc<Worker>, stream: std::net::TcpStream, ip: IpAddr, admin: bool) {
+    let mesh = w.mesh.get().expect("adopted connections come with a mesh");
+    let stream = match TcpStream::from_std(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            mesh.load(mesh.me(), false);
+            return log!(Warn, "handed-over connection unusable", error = e);
+        }
+    };
+    let role = if admin {
+        Listener::Admin
+    } else {
+        Listener::Public
+    };
+    let ctx = http::ConnCtx::new(role, ip);
+    let w = w.clone();
+    monoio::spawn(async move {
+        http::handle(w.clone(), Sock::new(stream), ctx).await;
+        let mesh = w.mesh.get().expect("checked");
+        mesh.load(mesh.me(), false);
+    });
 }
 
 fn is_fd_exhaustion(e: &io::Error) -> bool {

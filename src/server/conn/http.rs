@@ -326,6 +326,11 @@ async fn serve(
             // connection's future larger (by 384 bytes when measured).
             Box::pin(cache::respond(w.cache.as_ref(), &route, inc, &renew)).await
         }
+        Route::Stats | Route::Metrics if w.mesh.get().is_some() => {
+            Box::pin(endpoints::respond_all(w, &route, keep_alive, head_only))
+                .await
+                .into()
+        }
         other => endpoints::respond(w, &other, keep_alive, head_only)
             .expect("every other route is a plain endpoint")
             .into(),

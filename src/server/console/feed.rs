@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::console::snapshot::{self, ChannelRow, Counters, Instance, Point, Top, TOP_CHANNELS};
 use crate::console::{FEED_CHANNEL, INSTANCES_CHANNEL};
 use crate::histogram::Histogram;
-use crate::server::publish::route_publish;
+use crate::server::publish::{route_publish, Via};
 use crate::server::worker::Worker;
 use crate::server::{formats, sys};
 use crate::stats::Snapshot;
@@ -35,7 +35,7 @@ pub fn tick(w: &Worker) {
         let mut hub = w.hub.borrow_mut();
         route_publish(
             &mut hub,
-            Some(link),
+            Via::Redis(link),
             INSTANCES_CHANNEL,
             OpCode::Text,
             &summary,

@@ -22,7 +22,7 @@ use crate::http::{self, HttpError, Method};
 use crate::hub::CloseReason;
 use crate::redis::resp::Reply;
 use crate::server::hooks::{session, users};
-use crate::server::publish::{route_publish, Published};
+use crate::server::publish::{route_publish, Published, Via};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -71,7 +71,7 @@ pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, a
         let mut hub = w.hub.borrow_mut();
         route_publish(
             &mut hub,
-            Some(link),
+            Via::Redis(link),
             CONTROL_CHANNEL,
             OpCode::Text,
             &payload,
@@ -203,7 +203,7 @@ async fn publish_command(w: &Worker, cmd: &Command, deadline: Instant) -> Result
     let outcome = {
         let mut hub = w.hub.borrow_mut();
         let (c, text) = (CONTROL_CHANNEL, OpCode::Text);
-        route_publish(&mut hub, Some(link), c, text, &payload, 0, true)
+        route_publish(&mut hub, Via::Redis(link), c, text, &payload, 0, true)
     };
     let Published::Queued(Some(waiter)) = outcome else {
         return Err(());

@@ -16,8 +16,7 @@ use crate::server::history::recall;
 use crate::server::history::resume;
 use crate::server::hooks::session::{self as hooks_session, HookCall};
 use crate::server::presence::edge::{self as presence_edge, Identity};
-use crate::server::publish::{count_published, count_refused, route_publish, Published};
-use crate::server::redis::RedisLink;
+use crate::server::publish::{count_published, count_refused, route_publish, via, Published, Via};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -83,7 +82,7 @@ pub fn handle(
     (id, serial, grants): (ConnId, u64, &Grants),
     mut env: control::Envelope,
 ) -> Option<Box<Deferred>> {
-    let redis = w.redis.as_deref();
+    let route = via(w);
     let idv = env.id.as_deref();
     if let Some(refusal) = namespace_gate(w, hub, (id, grants), &env.request) {
         hub.send_to(id, control::error(refusal.0, refusal.1, idv));
@@ -137,7 +136,7 @@ pub fn handle(
             payload,
         } => {
             let before = hub.stats.deliveries;
-            let reply = publish_reply(hub, redis, (&channel, opcode, &payload), serial, idv);
+            let reply = publish_reply(hub, route, (&channel, opcode, &payload), serial, idv);
             count_published(w, &channel, hub.stats.deliveries - before);
             reply
         }
@@ -151,12 +150,12 @@ pub fn handle(
 /// `{"op":"publish"}` (the grant already checked): the reply, if any.
 fn publish_reply(
     hub: &mut Hub,
-    redis: Option<&RedisLink>,
+    route: Via<'_>,
     (channel, opcode, payload): (&str, OpCode, &[u8]),
     serial: u64,
     idv: Option<&serde_json::value::RawValue>,
 ) -> Option<Bytes> {
-    match route_publish(hub, redis, channel, opcode, payload, serial, false) {
+    match route_publish(hub, route, channel, opcode, payload, serial, false) {
         Published::Rejected => Some(control::error(
             ErrorCode::Unavailable,
             "redis unavailable and the publish buffer is full; not published",

@@ -14,7 +14,7 @@ use crate::auth::Grants;
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
 use crate::server::presence::edge as presence_edge;
-use crate::server::publish::{count_published, count_refused, route_publish, Published};
+use crate::server::publish::{count_published, count_refused, route_publish, via, Published};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -57,7 +57,7 @@ pub fn on_data(
     opcode: OpCode,
     payload: &[u8],
 ) -> Option<Box<Deferred>> {
-    let redis = w.redis.as_deref();
+    let route = via(w);
     let Some(c) = channel else {
         let who = (id, serial, grants);
         return control::on_control(w, hub, who, opcode, payload);
@@ -84,7 +84,7 @@ pub fn on_data(
         return None;
     }
     let before = hub.stats.deliveries;
-    let outcome = route_publish(hub, redis, c, opcode, payload, serial, false);
+    let outcome = route_publish(hub, route, c, opcode, payload, serial, false);
     count_published(w, c, hub.stats.deliveries - before);
     if let Published::Rejected = outcome {
         // A plain WebSocket has no way to carry an error reply: tell

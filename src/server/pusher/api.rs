@@ -17,7 +17,7 @@ use crate::pusher::api::{self, Event};
 use crate::pusher::sign::{self, ApiRequest};
 use crate::pusher::{internal_channel, local_serial, App, ChannelKind};
 use crate::server::hooks::api as hooks_api;
-use crate::server::publish::{route_publish, wait_for_backlog, Published};
+use crate::server::publish::{route_publish, via, wait_for_backlog, Published};
 use crate::server::pusher::occupancy as pusher_occupancy;
 use crate::server::pusher::presence as pusher_presence;
 use crate::server::worker::Worker;
@@ -137,7 +137,7 @@ async fn publish(
     }
     let tag = w.pusher.borrow().tag;
     let mut hub = w.hub.borrow_mut();
-    let redis = w.redis.as_deref();
+    let route = via(w);
     for e in &events {
         let sender = e
             .socket_id
@@ -150,7 +150,7 @@ async fn publish(
             let bytes = json.as_bytes();
             let outcome = route_publish(
                 &mut hub,
-                redis,
+                route,
                 &internal,
                 OpCode::Text,
                 bytes,

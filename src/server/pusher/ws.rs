@@ -16,7 +16,7 @@ use crate::pusher::protocol::{self, code, ClientMsg};
 use crate::pusher::state::Session;
 use crate::pusher::webhook::Event;
 use crate::pusher::{internal_channel, sign, ChannelKind};
-use crate::server::publish::{route_publish, Published};
+use crate::server::publish::{route_publish, via, Published};
 use crate::server::pusher::occupancy as pusher_occupancy;
 use crate::server::pusher::presence as pusher_presence;
 use crate::server::worker::Worker;
@@ -384,11 +384,10 @@ fn client_event(
     let internal = internal_channel(&app.id, channel);
     hub.stats.pusher_client_events += 1;
     w.pusher.borrow_mut().app_mut(s.app).client_events += 1;
-    let redis = w.redis.as_deref();
     let sender = s.serial | EXCLUDE_ALWAYS;
     let outcome = route_publish(
         hub,
-        redis,
+        via(w),
         &internal,
         OpCode::Text,
         json.as_bytes(),

@@ -68,6 +68,18 @@ impl TlsEdge {
         }))
     }
 
+    /// The same TLS for another worker: the configuration, and the
+    /// session cache and ticket keys behind it, are shared, so a client
+    /// resumes its session whichever worker it lands on.
+    pub fn share(&self) -> TlsEdge {
+        TlsEdge {
+            settings: self.settings.clone(),
+            max_pending: self.max_pending,
+            current: RefCell::new(self.config()),
+            seen: Cell::new(self.seen.get()),
+        }
+    }
+
     /// `--tls-max-handshakes`: handshakes under way at most (0:
     /// unbounded). A session takes its place when the peer's first
     /// bytes (its ClientHello) arrive ([`begin_handshake`]), not at

@@ -1,0 +1,77 @@
+//! How many workers and on which CPUs (`--workers`, `--cpus`, `--cpu`),
+//! and what a multi-worker process does not serve yet. Sans-I/O: the
+//! CPUs the process may use are the caller's (`runtime::allowed_cpus`).
+
+use super::fields::Config;
+use super::values::{Workers, MAX_WORKERS};
+
+impl Config {
+    /// The CPU of each worker, in worker order: `--cpus` (its first N
+    /// with `--workers N`), else `--cpu` for one worker, else the first N
+    /// of `allowed` (the CPUs the process may use, in order).
+    pub fn worker_cpus(&self, allowed: &[usize]) -> Result<Vec<usize>, String> {
+        let from: Vec<usize> = match (&self.cpus, self.cpu) {
+            (Some(list), _) => list.clone(),
+            (None, Some(cpu)) => vec![cpu],
+            (None, None) if allowed.is_empty() => vec![0],
+            (None, None) => allowed.to_vec(),
+        };
+        let n = match self.workers {
+            Workers::Auto => from.len().min(MAX_WORKERS),
+            Workers::Count(n) => n,
+        };
+        if n > from.len() {
+            let whence = match (&self.cpus, self.cpu) {
+                (Some(_), _) => "--cpus lists",
+                (None, Some(_)) => "--cpu names one; use --cpus for more",
+                (None, None) => "the process may use",
+            };
+            return Err(format!(
+                "--workers {n}: more workers than CPUs ({} {whence})",
+                from.len()
+            ));
+        }
+        Ok(from[..n].to_vec())
+    }
+
+    /// Whether more than one worker may run (`--workers` other than 1).
+    pub fn multi_worker(&self) -> bool {
+        self.workers != Workers::Count(1)
+    }
+
+    /// The first setting that more than one worker does not serve yet
+    /// (each keeps per-channel state that has no owner across workers
+    /// yet); `None` when all of them are off.
+    pub fn multi_worker_unsupported(&self) -> Option<&'static str> {
+        let rules = || self.namespaces.table.all_rules();
+        let history = self.history.size > 0 || rules().any(|r| r.history.size > 0);
+        let presence = self.presence.enabled() || rules().any(|r| r.presence == Some(true));
+        [
+            (self.redis.enabled(), "--redis-url / --redis-cluster"),
+            (history, "--history-size (history and resume)"),
+            (presence, "--presence-channels"),
+            (!self.pusher.apps.is_empty(), "--pusher-app"),
+            (self.admin_key.is_some(), "--admin-key (the console)"),
+            (self.proxy.any(), "--proxy-* (hooks)"),
+            (self.cache.origin.is_some(), "--origin (the HTTP cache)"),
+        ]
+        .into_iter()
+        .find_map(|(on, name)| on.then_some(name))
+    }
+
+    pub(super) fn validate_workers(&self) -> Result<(), String> {
+        if self.cpu.is_some() && self.cpus.is_some() {
+            let e = "--cpu and --cpus are exclusive: --cpu N is the one-worker form of --cpus N";
+            return Err(e.into());
+        }
+        if !self.multi_worker() {
+            return Ok(());
+        }
+        if let Some(name) = self.multi_worker_unsupported() {
+            return Err(format!(
+                "--workers other than 1 does not serve {name} yet: run one worker per process for it"
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,167 @@
+//! A worker's side of the mesh (`--workers` above 1): the task that drains
+//! its inboxes in batches into the worker (owner's publishes, deliveries,
+//! interest and its answers, handed-over connections) and sleeps on its
+//! doorbell when they are empty, and the task that tells channels' owners
+//! what this worker's subscribers gained and lost.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::log;
+use crate::server::conn::accept;
+use crate::server::mesh::{Hop, Mesh};
+use crate::server::publish::sequence;
+use crate::server::worker::Worker;
+
+/// Hops taken from one inbox before the next inbox's turn (and, after a
+/// round, the worker's other tasks').
+const BATCH: usize = 64;
+
+/// How often a worker with hops waiting in its overflow queue retries
+/// the rings (a receiver freeing room does not ring back).
+const OVERFLOW_RETRY: Duration = Duration::from_millis(1);
+
+/// Starts the mesh's tasks on this worker.
+pub fn spawn(w: &Rc<Worker>) {
+    monoio::spawn(drain(w.clone()));
+    monoio::spawn(interest(w.clone()));
+}
+
+async fn drain(w: Rc<Worker>) {
+    let mesh = w.mesh.get().expect("a worker of several has a mesh");
+    let bell = mesh.bell.borrow_mut().take().expect("one drain task");
+    let mut bell = match monoio::net::UnixStream::from_std(bell) {
+        Ok(b) => b,
+        Err(e) => {
+            log!(Error, "worker doorbell unusable", error = e);
+            std::process::abort();
+        }
+    };
+    let mut buf = vec![0u8; 64];
+    loop {
+        let took = take_all(&w, mesh);
+        let waiting = mesh.flush_overflow();
+        if took > 0 {
+            YieldNow(false).await;
+            continue;
+        }
+        if waiting {
+            monoio::time::sleep(OVERFLOW_RETRY).await;
+            continue;
+        }
+        if park_all(mesh) {
+            use monoio::io::AsyncReadRent;
+            let (res, b) = bell.read(buf).await;
+            buf = b;
+            if let Err(e) = res {
+                log!(Error, "worker doorbell failed", error = e);
+                std::process::abort();
+            }
+        }
+        for inbox in mesh.inboxes.borrow_mut().iter_mut() {
+            inbox.unpark();
+        }
+    }
+}
+
+/// One batch from each inbox, applied; how many hops.
+fn take_all(w: &Rc<Worker>, mesh: &Mesh) -> usize {
+    let mut took = 0;
+    let mut inboxes = mesh.inboxes.borrow_mut();
+    for inbox in inboxes.iter_mut() {
+        took += inbox.drain(BATCH, |hop| apply(w, mesh, hop));
+    }
+    mesh.took(took);
+    took
+}
+
+/// Announces every inbox asleep; `false` (nothing announced) when one
+/// has hops after all.
+fn park_all(mesh: &Mesh) -> bool {
+    let mut inboxes = mesh.inboxes.borrow_mut();
+    for i in 0..inboxes.len() {
+        if !inboxes[i].park() {
+            for inbox in &mut inboxes[..i] {
+                inbox.unpark();
+            }
+            return false;
+        }
+    }
+    true
+}
+
+fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
+    match hop {
+        Hop::Publish(msg) => {
+            let channel = msg.channel.clone();
+            w.delivering(&channel, |hub| sequence(hub, mesh, msg));
+        }
+        Hop::Deliver(msg) => {
+            let skip = msg.skip_at(mesh.me());
+            w.delivering(&msg.channel, |hub| {
+                hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip)
+            });
+        }
+        Hop::Interest { from, channel, on } => {
+            mesh.set_interest(from as usize, channel.clone(), on);
+            mesh.send(from as usize, Hop::Answered(channel));
+        }
+        Hop::Answered(channel) => w.hub.borrow_mut().interest_answered(&channel),
+        Hop::Ask { from, id } => {
+            let snap = Box::new(w.snapshot());
+            let worker = mesh.me() as u8;
+            mesh.send(from as usize, Hop::Told { id, worker, snap });
+        }
+        Hop::Told { id, worker, snap } => mesh.told(id, worker as usize, *snap),
+        Hop::Conn {
+            stream,
+            peer,
+            admin,
+        } => accept::adopt(w, stream, peer, admin),
+    }
+}
+
+/// Follows the hub's interest log: each channel gained or lost goes to
+/// its owner (answered at once when that is this worker).
+async fn interest(w: Rc<Worker>) {
+    let mesh = w.mesh.get().expect("a worker of several has a mesh");
+    {
+        let mut hub = w.hub.borrow_mut();
+        hub.track_interest();
+        // Marks the log connected: acknowledgements wait for answers.
+        hub.interest_snapshot();
+    }
+    let mut changes = Vec::new();
+    loop {
+        std::future::poll_fn(|cx| w.hub.borrow_mut().poll_interest(cx, &mut changes)).await;
+        for (channel, on) in changes.drain(..) {
+            match mesh.owner(&channel) {
+                o if o == mesh.me() => w.hub.borrow_mut().interest_answered(&channel),
+                o => {
+                    let channel: Arc<str> = Arc::from(&*channel);
+                    let from = mesh.me() as u8;
+                    mesh.send(o, Hop::Interest { from, channel, on });
+                }
+            }
+        }
+    }
+}
+
+/// Pending once: lets the worker's other tasks run between batches.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}

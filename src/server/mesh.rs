@@ -1,0 +1,421 @@
+//! The mesh between workers (`--workers N`): one bounded ring per ordered
+//! pair of workers, a doorbell per worker, and what crosses them.
+//!
+//! - **One channel space.** Each channel has one owner, the worker its
+//!   name hashes to ([`owner`]). A publish on another worker crosses to
+//!   the owner ([`Hop::Publish`]); the owner fans it out to its own
+//!   subscribers and sends it once to each other worker that has
+//!   subscribers for the channel ([`Hop::Deliver`]), never once per
+//!   subscriber. One sequencer per channel: every subscriber on every
+//!   worker sees a channel's messages in the same order.
+//! - **Interest.** A worker tells a channel's owner when the channel
+//!   gains its first or loses its last local subscriber
+//!   ([`Hop::Interest`]); the owner answers ([`Hop::Answered`]) and the
+//!   subscribe acknowledgements held meanwhile go out (the hub's interest
+//!   log, as with Redis): a message published after a client's
+//!   acknowledgement reaches it.
+//! - **A full ring never blocks the sender.** What does not fit waits, in
+//!   order, in the sender's overflow queue for that worker (every later
+//!   hop to it too, until the queue is empty) and is sent on as the ring
+//!   drains; its bytes count toward `--publish-backpressure`, so
+//!   publishers are slowed, and nothing accepted is dropped.
+//! - **Wake-ups.** A worker with nothing to do parks its inboxes and
+//!   sleeps on its doorbell (one end of a socket pair in its runtime); a
+//!   push that finds the receiver parked rings it: one byte, once per
+//!   sleep, none while the receiver is busy.
+//!
+//! Sans the worker: this file moves hops and keeps the owner's interest
+//! table; `server::fleet` drains the inboxes into the worker.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+
+use crate::ring::{self, Consumer, Producer, Pushed};
+use crate::stats::Snapshot;
+use crate::ws::OpCode;
+
+/// A message crossing between workers; its payload is shared by every
+/// worker it goes to.
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub channel: Arc<str>,
+    pub opcode: OpCode,
+    pub payload: Bytes,
+    /// The publishing connection (its worker's id, with the exclude
+    /// flags), 0 for none.
+    pub sender: u64,
+    /// The worker it was published on.
+    pub from: u8,
+}
+
+impl Msg {
+    /// Bytes it holds (what the overflow queue counts).
+    fn size(&self) -> usize {
+        self.payload.len() + self.channel.len() + 64
+    }
+
+    /// The sender to leave out on worker `at`: only the publisher's own
+    /// worker knows the id.
+    pub fn skip_at(&self, at: usize) -> Option<u64> {
+        (at == self.from as usize && self.sender != 0).then_some(self.sender)
+    }
+}
+
+/// What crosses from one worker to another.
+#[derive(Debug)]
+pub enum Hop {
+    /// A publish for the channel's owner to sequence and fan out.
+    Publish(Msg),
+    /// A sequenced message for the receiver's own subscribers.
+    Deliver(Msg),
+    /// Worker `from` gained (`on`) or lost its local subscribers of a
+    /// channel the receiver owns.
+    Interest {
+        from: u8,
+        channel: Arc<str>,
+        on: bool,
+    },
+    /// The owner took an interest change of the receiver's: its waiting
+    /// acknowledgements are due.
+    Answered(Arc<str>),
+    /// Worker `from` asks for the receiver's counters (`/stats`,
+    /// `/metrics`), for its gathering `id`.
+    Ask { from: u8, id: u64 },
+    /// The answer to an [`Hop::Ask`].
+    Told {
+        id: u64,
+        worker: u8,
+        snap: Box<Snapshot>,
+    },
+    /// An accepted connection handed to the receiver (the least loaded).
+    Conn {
+        stream: std::net::TcpStream,
+        peer: std::net::IpAddr,
+        admin: bool,
+    },
+}
+
+impl Hop {
+    fn size(&self) -> usize {
+        match self {
+            Hop::Publish(m) | Hop::Deliver(m) => m.size(),
+            _ => 64,
+        }
+    }
+}
+
+/// The worker a channel belongs to, of `n`: FNV-1a of its name, the same
+/// on every worker.
+pub fn owner(channel: &str, n: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in channel.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % n as u64) as usize
+}
+
+/// One worker's ends of the mesh, made on the starting thread and moved
+/// to the worker's.
+pub struct Parts {
+    me: usize,
+    outboxes: Vec<Option<Producer<Hop>>>,
+    inboxes: Vec<Consumer<Hop>>,
+    bell: UnixStream,
+    bells: Arc<[UnixStream]>,
+    loads: Arc<[AtomicUsize]>,
+}
+
+/// The rings, doorbells and load counters of `n` workers, each ring
+/// holding `capacity` hops: one [`Parts`] per worker, in worker order.
+pub fn build(n: usize, capacity: usize) -> io::Result<Vec<Parts>> {
+    let mut outboxes: Vec<Vec<Option<Producer<Hop>>>> =
+        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    let mut inboxes: Vec<Vec<Consumer<Hop>>> = (0..n).map(|_| Vec::new()).collect();
+    for (from, out) in outboxes.iter_mut().enumerate() {
+        for (to, slot) in out.iter_mut().enumerate().filter(|(to, _)| *to != from) {
+            let (p, c) = ring::ring(capacity)
+                .ok_or_else(|| io::Error::other("worker ring capacity out of range"))?;
+            *slot = Some(p);
+            inboxes[to].push(c);
+        }
+    }
+    let mut rx = Vec::with_capacity(n);
+    let mut tx = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (r, t) = UnixStream::pair()?;
+        r.set_nonblocking(true)?;
+        t.set_nonblocking(true)?;
+        rx.push(r);
+        tx.push(t);
+    }
+    let bells: Arc<[UnixStream]> = tx.into();
+    let loads: Arc<[AtomicUsize]> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+    let parts = outboxes.into_iter().zip(inboxes).zip(rx).enumerate();
+    Ok(parts
+        .map(|(me, ((outboxes, inboxes), bell))| Parts {
+            me,
+            outboxes,
+            inboxes,
+            bell,
+            bells: bells.clone(),
+            loads: loads.clone(),
+        })
+        .collect())
+}
+
+/// The mesh's counters on one worker (`/stats`, `/metrics`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MeshStats {
+    /// Hops sent to other workers (through a ring or the overflow queue).
+    pub hops_out: u64,
+    /// Hops taken from this worker's inboxes.
+    pub hops_in: u64,
+    /// Hops that found their ring full and waited in the overflow queue.
+    pub ring_full: u64,
+    /// Doorbells rung (a receiver was asleep).
+    pub wakes: u64,
+    /// Connections handed to another worker.
+    pub handed_over: u64,
+}
+
+/// The other workers' counters as they arrive.
+#[derive(Default)]
+struct Gather {
+    got: Vec<(usize, Snapshot)>,
+    waker: Option<Waker>,
+}
+
+/// One worker's view of the mesh.
+pub struct Mesh {
+    me: usize,
+    outboxes: RefCell<Vec<Option<Producer<Hop>>>>,
+    /// Per receiver, hops that did not fit its ring, in order.
+    overflow: RefCell<Vec<VecDeque<Hop>>>,
+    overflow_bytes: Cell<usize>,
+    pub(super) inboxes: RefCell<Vec<Consumer<Hop>>>,
+    /// This worker's doorbell (read end), taken by the drain task.
+    pub(super) bell: RefCell<Option<UnixStream>>,
+    bells: Arc<[UnixStream]>,
+    loads: Arc<[AtomicUsize]>,
+    /// For the channels this worker owns: which other workers have
+    /// subscribers (a bit per worker).
+    interested: RefCell<HashMap<Arc<str>, u64>>,
+    /// Where the acceptor starts looking for the least loaded worker.
+    next: Cell<usize>,
+    /// Counters being gathered from the other workers, by id.
+    gathers: RefCell<HashMap<u64, Gather>>,
+    next_gather: Cell<u64>,
+    pub stats: Cell<MeshStats>,
+}
+
+impl Mesh {
+    /// This worker's mesh, from its parts.
+    pub fn new(parts: Parts) -> Mesh {
+        let n = parts.outboxes.len();
+        Mesh {
+            me: parts.me,
+            outboxes: RefCell::new(parts.outboxes),
+            overflow: RefCell::new((0..n).map(|_| VecDeque::new()).collect()),
+            overflow_bytes: Cell::new(0),
+            inboxes: RefCell::new(parts.inboxes),
+            bell: RefCell::new(Some(parts.bell)),
+            bells: parts.bells,
+            loads: parts.loads,
+            interested: RefCell::default(),
+            next: Cell::new(0),
+            gathers: RefCell::default(),
+            next_gather: Cell::new(0),
+            stats: Cell::default(),
+        }
+    }
+
+    /// This worker's index.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// How many workers there are.
+    pub fn workers(&self) -> usize {
+        self.bells.len()
+    }
+
+    /// The owner of `channel`.
+    pub fn owner(&self, channel: &str) -> usize {
+        owner(channel, self.workers())
+    }
+
+    fn count(&self, f: impl FnOnce(&mut MeshStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// Sends `hop` to worker `to` (not this one): through its ring, or
+    /// its overflow queue when the ring is full or the queue is not empty
+    /// (order is kept). Never blocks.
+    pub fn send(&self, to: usize, hop: Hop) {
+        debug_assert_ne!(to, self.me);
+        self.count(|s| s.hops_out += 1);
+        let mut overflow = self.overflow.borrow_mut();
+        if !overflow[to].is_empty() {
+            self.overflow_bytes
+                .set(self.overflow_bytes.get() + hop.size());
+            overflow[to].push_back(hop);
+            return;
+        }
+        let mut outboxes = self.outboxes.borrow_mut();
+        let ring = outboxes[to].as_mut().expect("a ring to every other worker");
+        match ring.push(hop) {
+            Ok(Pushed::Done) => {}
+            Ok(Pushed::Wake) => self.ring_bell(to),
+            Err(hop) => {
+                self.count(|s| s.ring_full += 1);
+                self.overflow_bytes
+                    .set(self.overflow_bytes.get() + hop.size());
+                overflow[to].push_back(hop);
+                // This worker's drain task retries the ring: wake it if
+                // it sleeps.
+                self.ring_bell(self.me);
+            }
+        }
+    }
+
+    /// Moves what waits in the overflow queues into the rings that have
+    /// room again; `true` when something still waits.
+    pub fn flush_overflow(&self) -> bool {
+        let mut overflow = self.overflow.borrow_mut();
+        let mut outboxes = self.outboxes.borrow_mut();
+        let mut left = false;
+        for (to, queue) in overflow.iter_mut().enumerate() {
+            let Some(ring) = outboxes[to].as_mut() else {
+                continue;
+            };
+            while let Some(hop) = queue.pop_front() {
+                let size = hop.size();
+                match ring.push(hop) {
+                    Ok(pushed) => {
+                        self.overflow_bytes.set(self.overflow_bytes.get() - size);
+                        if pushed == Pushed::Wake {
+                            self.ring_bell(to);
+                        }
+                    }
+                    Err(hop) => {
+                        queue.push_front(hop);
+                        left = true;
+                        break;
+                    }
+                }
+            }
+        }
+        left
+    }
+
+    /// Bytes waiting in the overflow queues.
+    pub fn overflow_bytes(&self) -> usize {
+        self.overflow_bytes.get()
+    }
+
+    fn ring_bell(&self, to: usize) {
+        self.count(|s| s.wakes += 1);
+        // A full socket buffer already holds a wake-up: nothing is lost.
+        let _ = (&self.bells[to]).write(&[1]);
+    }
+
+    /// Records worker `from`'s interest in `channel` (owned here).
+    pub fn set_interest(&self, from: usize, channel: Arc<str>, on: bool) {
+        let mut table = self.interested.borrow_mut();
+        let bit = 1u64 << from;
+        if on {
+            *table.entry(channel).or_insert(0) |= bit;
+        } else if let Some(bits) = table.get_mut(&channel) {
+            *bits &= !bit;
+            if *bits == 0 {
+                table.remove(&channel);
+            }
+        }
+    }
+
+    /// The other workers with subscribers of `channel` (owned here).
+    pub fn interested(&self, channel: &str) -> u64 {
+        self.interested.borrow().get(channel).copied().unwrap_or(0)
+    }
+
+    /// The least loaded worker (fewest connections), ties taken in turn.
+    pub fn least_loaded(&self) -> usize {
+        let n = self.workers();
+        let start = self.next.get();
+        let load = |i: usize| self.loads[i].load(Ordering::Relaxed);
+        let best = (0..n).map(|k| (start + k) % n).min_by_key(|&i| load(i));
+        let best = best.unwrap_or(self.me);
+        self.next.set((best + 1) % n);
+        best
+    }
+
+    /// A connection starts (`+1`) or ends (`-1`) on worker `at`.
+    pub fn load(&self, at: usize, up: bool) {
+        match up {
+            true => self.loads[at].fetch_add(1, Ordering::Relaxed),
+            false => self.loads[at].fetch_sub(1, Ordering::Relaxed),
+        };
+    }
+
+    /// Counts a connection handed to another worker.
+    pub fn handed_over(&self) {
+        self.count(|s| s.handed_over += 1);
+    }
+
+    /// Counts hops taken from the inboxes.
+    pub fn took(&self, n: usize) {
+        self.count(|s| s.hops_in += n as u64);
+    }
+
+    /// Asks every other worker for its counters; the gathering's id.
+    pub fn ask_all(&self) -> u64 {
+        let id = self.next_gather.get();
+        self.next_gather.set(id + 1);
+        self.gathers.borrow_mut().insert(id, Gather::default());
+        for to in (0..self.workers()).filter(|&to| to != self.me) {
+            let from = self.me as u8;
+            self.send(to, Hop::Ask { from, id });
+        }
+        id
+    }
+
+    /// Worker `worker` answered gathering `id` (dropped if it was given
+    /// up).
+    pub fn told(&self, id: u64, worker: usize, snap: Snapshot) {
+        if let Some(g) = self.gathers.borrow_mut().get_mut(&id) {
+            g.got.push((worker, snap));
+            if let Some(w) = g.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Ready when every other worker answered gathering `id`.
+    pub fn poll_gathered(&self, id: u64, cx: &mut Context<'_>) -> Poll<()> {
+        let mut gathers = self.gathers.borrow_mut();
+        let Some(g) = gathers.get_mut(&id) else {
+            return Poll::Ready(());
+        };
+        if g.got.len() + 1 >= self.workers() {
+            return Poll::Ready(());
+        }
+        g.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Ends gathering `id`: the answers that came.
+    pub fn take_gathered(&self, id: u64) -> Vec<(usize, Snapshot)> {
+        let g = self.gathers.borrow_mut().remove(&id);
+        g.map(|g| g.got).unwrap_or_default()
+    }
+}

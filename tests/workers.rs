@@ -1,0 +1,216 @@
+//! `--workers 2`: one channel space across pinned workers — every
+//! subscriber on every worker gets each message once, in one order; an
+//! acknowledged subscribe hears the next publish wherever it was made; a
+//! full ring between workers delays messages and loses none; `/stats`
+//! and `/metrics` total the workers and show each.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+use common::*;
+use futures_util::SinkExt;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+fn two_workers(ring: usize) -> TestServer {
+    TestServer::start(|c| {
+        c.workers = corecast::config::Workers::Count(2);
+        c.worker_ring = ring;
+    })
+}
+
+/// A JSON-protocol client subscribed to `channel` (its acknowledgement
+/// read).
+async fn subscriber(addr: SocketAddr, channel: &str) -> Ws {
+    let mut ws = ws_connect(addr, "/ws").await;
+    subscribe(&mut ws, channel).await;
+    ws
+}
+
+async fn subscribe(ws: &mut Ws, channel: &str) {
+    let req = json!({"op": "subscribe", "channel": channel, "id": 1});
+    ws.send(Message::text(req.to_string())).await.expect("send");
+    let ack = next_json(ws).await;
+    assert_eq!(ack["type"], "subscribed", "{ack}");
+}
+
+/// The data of the next message on `channel`.
+async fn next_data(ws: &mut Ws) -> String {
+    let m = next_json(ws).await;
+    assert_eq!(m["type"], "message", "{m}");
+    m["data"].as_str().expect("text data").to_string()
+}
+
+/// The open connections of each worker, from `/stats`'s rows.
+fn per_worker(stats: &Value) -> Vec<u64> {
+    let rows = stats["workers"].as_array().expect("a row per worker");
+    rows.iter()
+        .map(|r| r["connections"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn every_subscriber_on_every_worker_gets_each_message_once_in_one_order() {
+    let srv = two_workers(4096);
+    let mut subs = Vec::new();
+    for _ in 0..6 {
+        subs.push(subscriber(srv.addr, "room").await);
+    }
+    // Connections go to the least loaded worker: the subscribers are on
+    // both (the /stats request itself is a seventh connection).
+    let s = stats(srv.addr).await;
+    let spread = per_worker(&s);
+    assert!(
+        spread.iter().all(|&n| n >= 3),
+        "subscribers spread: {spread:?}"
+    );
+    // Two publishers on keep-alive connections (one on each worker).
+    let mut pubs = vec![
+        HttpConn::connect(srv.addr).await,
+        HttpConn::connect(srv.addr).await,
+    ];
+    const N: usize = 300;
+    let mut b = pubs.pop().unwrap();
+    let mut a = pubs.pop().unwrap();
+    let pa = async {
+        for i in 0..N {
+            a.publish("room", &format!("a{i}")).await;
+        }
+    };
+    let pb = async {
+        for i in 0..N {
+            b.publish("room", &format!("b{i}")).await;
+        }
+    };
+    within("publishing", async { tokio::join!(pa, pb) }).await;
+    let mut orders = Vec::new();
+    for ws in &mut subs {
+        let mut got = Vec::with_capacity(2 * N);
+        for _ in 0..2 * N {
+            got.push(next_data(ws).await);
+        }
+        let unique: HashSet<&String> = got.iter().collect();
+        assert_eq!(unique.len(), 2 * N, "each message once");
+        for p in ["a", "b"] {
+            let seq: Vec<usize> = got
+                .iter()
+                .filter_map(|m| m.strip_prefix(p)?.parse().ok())
+                .collect();
+            assert_eq!(seq, (0..N).collect::<Vec<_>>(), "{p}'s publish order");
+        }
+        orders.push(got);
+    }
+    assert!(
+        orders.windows(2).all(|w| w[0] == w[1]),
+        "every subscriber saw the channel's one order"
+    );
+}
+
+#[tokio::test]
+async fn an_acknowledged_subscribe_hears_the_next_publish_from_any_worker() {
+    let srv = two_workers(4096);
+    // Two clients, one on each worker, and a publisher: channels owned by
+    // either worker are subscribed from both.
+    let mut a = ws_connect(srv.addr, "/ws").await;
+    let mut b = ws_connect(srv.addr, "/ws").await;
+    let mut p = HttpConn::connect(srv.addr).await;
+    assert_eq!(per_worker(&stats(srv.addr).await), [2, 2]);
+    for i in 0..40 {
+        // A channel per client: each hears only its own publish.
+        for (who, ws) in [("a", &mut a), ("b", &mut b)] {
+            let channel = format!("ack-{i}-{who}");
+            subscribe(ws, &channel).await;
+            p.publish(&channel, &format!("first {i}")).await;
+            assert_eq!(next_data(ws).await, format!("first {i}"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_full_ring_between_workers_delays_messages_and_loses_none() {
+    // The smallest ring: a burst of publishes on one worker overruns it.
+    let srv = two_workers(64);
+    let a = subscriber(srv.addr, "burst").await;
+    let b = subscriber(srv.addr, "burst").await;
+    // a, b and the /stats request: a and b are on different workers.
+    let spread = per_worker(&stats(srv.addr).await);
+    assert!(
+        spread.len() == 2 && spread.iter().all(|&n| n >= 1),
+        "{spread:?}"
+    );
+    // Publishes pipelined on one connection: thousands in one read.
+    const N: usize = 5000;
+    let mut conn = HttpConn::connect(srv.addr).await;
+    let mut batch = Vec::new();
+    for i in 0..N {
+        batch.extend(post_request(
+            "/publish/burst",
+            format!("m{i}").as_bytes(),
+            true,
+        ));
+    }
+    use tokio::io::AsyncWriteExt;
+    let write = async {
+        conn.stream()
+            .write_all(&batch)
+            .await
+            .expect("pipelined publishes");
+    };
+    let all = |ws: &'static mut Ws| async move {
+        let mut got = Vec::with_capacity(N);
+        for _ in 0..N {
+            got.push(next_data(ws).await);
+        }
+        got == (0..N).map(|i| format!("m{i}")).collect::<Vec<_>>()
+    };
+    let (read_a, read_b) = (all(Box::leak(Box::new(a))), all(Box::leak(Box::new(b))));
+    let (_, in_order_a, in_order_b) = within_for(DEADLINE * 6, "the burst", async {
+        tokio::join!(write, read_a, read_b)
+    })
+    .await;
+    assert!(
+        in_order_a && in_order_b,
+        "all {N} messages, in order, on both workers"
+    );
+    let s = stats(srv.addr).await;
+    assert!(counter(&s, "worker_ring_full") > 0, "the ring filled: {s}");
+    assert!(counter(&s, "worker_hops_out") >= N as u64);
+}
+
+#[tokio::test]
+async fn stats_and_metrics_total_every_worker_and_show_each() {
+    let srv = two_workers(4096);
+    let mut subs = Vec::new();
+    for _ in 0..4 {
+        subs.push(subscriber(srv.addr, "count").await);
+    }
+    publish(srv.addr, "count", "one").await;
+    for ws in &mut subs {
+        assert_eq!(next_data(ws).await, "one");
+    }
+    let s = wait_stat(srv.addr, "deliveries", |n| n >= 4).await;
+    // 4 WebSockets and the /stats request itself.
+    assert_eq!(counter(&s, "connections"), 5, "{s}");
+    assert_eq!(
+        counter(&s, "messages_in"),
+        1,
+        "a message is counted once: {s}"
+    );
+    assert_eq!(counter(&s, "deliveries"), 4, "{s}");
+    assert_eq!(per_worker(&s).iter().sum::<u64>(), 5);
+    assert_eq!(counter(&s, "workers_unanswered"), 0);
+    let m = get(srv.addr, "/metrics").await;
+    assert_eq!(m.status, 200);
+    let text = String::from_utf8(m.body).unwrap();
+    assert!(
+        text.contains("corecast_worker_connections{worker=\"0\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("corecast_worker_connections{worker=\"1\"}"),
+        "{text}"
+    );
+    assert!(text.contains("\ncorecast_connections 5\n"), "{text}");
+}
