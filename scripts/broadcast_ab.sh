@@ -5,7 +5,9 @@
 #         (RATE x 1,000 deliveries/s), 128 B, 10 s measured after 3 s
 #   fan:  10,000 subscribers, 1 publishing 10 msg/s, 15 s after 3 s
 #   NAME=BINARY: a corecast build (old=/tmp/old/corecast
-#   new=target/release/corecast), or, for a NAME starting with "uws", the
+#   new=target/release/corecast; BINARY@FLAGS runs it with FLAGS, commas
+#   for spaces, instead of --cpu 0: w2=target/release/corecast@--workers,2,--cpus,0-1),
+#   or, for a NAME starting with "uws", the
 #   uWebSockets peer (uws=/tmp/uws-peer/uws-peer, from
 #   ../shared/peers/uws/build.sh).
 # Per run, each server in turn on CPU 0 (corecast with --cpu 0, the peer
@@ -42,12 +44,13 @@ case $rate in
 esac
 for r in $(seq 1 "$runs"); do
   for spec in "$@"; do
-    name=${spec%%=*}; bin=${spec#*=}
+    name=${spec%%=*}; bin=${spec#*=}; pin=(--cpu 0)
+    if [[ $bin == *@* ]]; then IFS=, read -r -a pin <<< "${bin#*@}"; bin=${bin%%@*}; fi
     if [[ $name == uws* ]]; then
       start_uws "$bin" "$out_dir/server_$name.log"
       pid=$UWS_PID; addr=$UWS_ADDR
     else
-      start_corecast "$bin" "$out_dir/server_$name.log" --cpu 0 --max-connections 30000 "${tls_flags[@]}"
+      start_corecast "$bin" "$out_dir/server_$name.log" "${pin[@]}" --max-connections 30000 "${tls_flags[@]}"
       pid=$CORECAST_PID; addr=$CORECAST_ADDR
     fi
     out=$("$bench" broadcast --url "$scheme://$addr/ws/b" "${bench_tls[@]}" "${load[@]}" --size 128 \

@@ -214,3 +214,24 @@ async fn stats_and_metrics_total_every_worker_and_show_each() {
     );
     assert!(text.contains("\ncorecast_connections 5\n"), "{text}");
 }
+
+#[tokio::test]
+async fn the_server_api_is_refused_rather_than_half_done_across_workers() {
+    let srv = TestServer::start(|c| {
+        c.workers = corecast::config::Workers::Count(2);
+        c.auth.publish_key = Some(corecast::config::Secret("k".repeat(20)));
+    });
+    let key = "k".repeat(20);
+    let req = format!(
+        "GET /api/connections?user=u HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    );
+    let resp = http_raw(srv.addr, req.as_bytes()).await;
+    assert_eq!(resp.status, 501, "{resp:?}");
+    // Publishing with the key works as with one worker.
+    let mut ws = subscriber(srv.addr, "keyed").await;
+    let req = format!(
+        "POST /publish/keyed HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+    );
+    assert_eq!(http_raw(srv.addr, req.as_bytes()).await.status, 200);
+    assert_eq!(next_data(&mut ws).await, "hi");
+}
