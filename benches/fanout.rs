@@ -4,6 +4,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -39,6 +40,10 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn hub_with(n: usize, kind: ConnKind, histograms: bool) -> (Hub, Vec<usize>) {
+    hub_on(n, kind, histograms, "bench")
+}
+
+fn hub_on(n: usize, kind: ConnKind, histograms: bool, channel: &str) -> (Hub, Vec<usize>) {
     let cfg = Config {
         max_connections: n + 1,
         latency_histograms: histograms,
@@ -53,7 +58,7 @@ fn hub_with(n: usize, kind: ConnKind, histograms: bool) -> (Hub, Vec<usize>) {
         .map(|_| {
             let id = hub.register(-1).unwrap();
             hub.upgrade(id, kind);
-            hub.subscribe(id, "bench").unwrap();
+            hub.subscribe(id, channel).unwrap();
             id
         })
         .collect();
@@ -63,6 +68,11 @@ fn hub_with(n: usize, kind: ConnKind, histograms: bool) -> (Hub, Vec<usize>) {
 /// Publishes one message and empties every queue, as the writers would.
 fn publish_and_drain(hub: &mut Hub, ids: &[usize], payload: &[u8], batch: &mut Vec<Bytes>) {
     black_box(hub.publish("bench", OpCode::Binary, payload, None));
+    drain(hub, ids, batch);
+}
+
+/// Empties every queue, as the writers would.
+fn drain(hub: &mut Hub, ids: &[usize], batch: &mut Vec<Bytes>) {
     for &id in ids {
         hub.take_batch(id, batch);
         let n = batch.iter().map(Bytes::len).sum();
@@ -105,5 +115,43 @@ fn fanout(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, fanout);
+/// What a publish costs per delivery with its subscribers on one worker,
+/// and on two (`--workers 2`): the owner's half fanned out in its hub, the
+/// message shared once (channel name and payload by reference count) and
+/// carried by a ring to the other worker's hub, which fans out its half
+/// (`Hub::publish_relayed`). Both hubs on this one thread: the path's own
+/// instructions, not the cache-line transfer between cores (the `ring`
+/// bench's `across_threads` prices that).
+fn fanout_workers(c: &mut Criterion) {
+    let payload = [0x42u8; 128];
+    let mut g = c.benchmark_group("fanout_workers_128B");
+    for n in [1_000usize, 10_000] {
+        let kind = ConnKind::Ws(formats::PATH);
+        let (mut one, ids) = hub_on(n, kind, false, "bench");
+        let mut batch = Vec::with_capacity(16);
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_function(BenchmarkId::new("one_worker", n), |b| {
+            b.iter(|| publish_and_drain(&mut one, &ids, &payload, &mut batch))
+        });
+        let (mut a, ids_a) = hub_on(n / 2, kind, false, "bench");
+        let (mut b_hub, ids_b) = hub_on(n / 2, kind, false, "bench");
+        let (mut tx, mut rx) = corecast::ring::ring::<(Arc<str>, Bytes)>(4096).unwrap();
+        let channel: Arc<str> = Arc::from("bench");
+        g.bench_function(BenchmarkId::new("two_workers", n), |bch| {
+            bch.iter(|| {
+                black_box(a.publish("bench", OpCode::Binary, &payload, None));
+                drain(&mut a, &ids_a, &mut batch);
+                let msg = (channel.clone(), Bytes::copy_from_slice(&payload));
+                assert!(tx.push(msg).is_ok());
+                rx.drain(64, |(c, p)| {
+                    black_box(b_hub.publish_relayed(&c, OpCode::Binary, &p, None));
+                });
+                drain(&mut b_hub, &ids_b, &mut batch);
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, fanout, fanout_workers);
 criterion_main!(benches);

@@ -235,3 +235,78 @@ async fn the_server_api_is_refused_rather_than_half_done_across_workers() {
     assert_eq!(http_raw(srv.addr, req.as_bytes()).await.status, 200);
     assert_eq!(next_data(&mut ws).await, "hi");
 }
+
+/// Busy loops pinned to `cpu` until dropped: a worker there gets a
+/// fraction of its CPU.
+struct Hog(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Vec<std::thread::JoinHandle<()>>,
+);
+
+impl Hog {
+    fn on(cpu: usize, threads: usize) -> Hog {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spin = |stop: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+            move || {
+                corecast::runtime::pin_to_cpu(cpu).expect("pin the hog");
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        };
+        let handles = (0..threads)
+            .map(|_| std::thread::spawn(spin(stop.clone())))
+            .collect();
+        Hog(stop, handles)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in self.1.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_starved_worker_slows_down_and_loses_nothing() {
+    let srv = TestServer::start(|c| {
+        c.workers = corecast::config::Workers::Count(2);
+        c.cpus = Some(vec![0, 1]);
+    });
+    let mut a = ws_connect(srv.addr, "/ws").await;
+    let mut b = ws_connect(srv.addr, "/ws").await;
+    let mut p = HttpConn::connect(srv.addr).await;
+    // Channels owned by either worker, each heard by both clients.
+    let channels = ["s-0", "s-1", "s-2", "s-3"];
+    for c in channels {
+        subscribe(&mut a, c).await;
+        subscribe(&mut b, c).await;
+    }
+    // Three busy loops share worker 1's CPU with it from now on.
+    let _hog = Hog::on(1, 3);
+    const N: usize = 250;
+    for i in 0..N {
+        for c in channels {
+            p.publish(c, &format!("{c}/{i}")).await;
+        }
+    }
+    for ws in [&mut a, &mut b] {
+        let mut next = std::collections::HashMap::new();
+        for _ in 0..N * channels.len() {
+            let m = within_for(DEADLINE * 3, "a delivery", next_json(ws)).await;
+            let (c, i) = m["data"].as_str().unwrap().split_once('/').unwrap();
+            let want = next.entry(c.to_string()).or_insert(0usize);
+            assert_eq!(
+                i.parse::<usize>().unwrap(),
+                *want,
+                "{c}: in order, none lost"
+            );
+            *want += 1;
+        }
+    }
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "workers_unanswered"), 0, "{s}");
+}

@@ -56,6 +56,7 @@ impl TestServer {
             ..Config::default()
         };
         tweak(&mut cfg);
+        with_test_workers(&mut cfg);
         let server = Server::start(cfg).expect("server starts");
         let addr = server.local_addr();
         let admin = server.admin_addr();
@@ -149,6 +150,22 @@ where
     while !cond().await {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `CORECAST_TEST_WORKERS=N` (scripts/test.sh's second pass): servers run
+/// N workers, unless the test set `workers` itself or uses a setting
+/// several workers do not serve yet (it then runs with one, as written).
+fn test_workers() -> Option<usize> {
+    std::env::var("CORECAST_TEST_WORKERS").ok()?.parse().ok()
+}
+
+fn with_test_workers(cfg: &mut Config) {
+    let Some(n) = test_workers() else { return };
+    if cfg.workers == corecast::config::Workers::Count(1)
+        && cfg.multi_worker_unsupported().is_none()
+    {
+        cfg.workers = corecast::config::Workers::Count(n);
     }
 }
 
