@@ -102,10 +102,19 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
         }
         Hop::Deliver(msg) => {
             let skip = msg.skip_at(mesh.me());
-            w.delivering(&msg.channel, |hub| {
+            let n = w.delivering(&msg.channel, |hub| {
                 hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip)
             });
+            match msg.ask {
+                Some((at, id)) if at as usize == mesh.me() => mesh.counted(id, n as u64, None),
+                Some((at, id)) => {
+                    let n = n as u64;
+                    mesh.send(at as usize, Hop::Counted { id, n, more: None });
+                }
+                None => {}
+            }
         }
+        Hop::Counted { id, n, more } => mesh.counted(id, n, more),
         Hop::Interest { from, channel, on } => {
             mesh.set_interest(from as usize, channel.clone(), on);
             mesh.send(from as usize, Hop::Answered(channel));

@@ -53,6 +53,9 @@ pub struct Msg {
     pub sender: u64,
     /// The worker it was published on.
     pub from: u8,
+    /// Who waits for the number of deliveries (worker, count id): an
+    /// HTTP publish's or a JSON publish's reply.
+    pub ask: Option<(u8, u64)>,
 }
 
 impl Msg {
@@ -94,6 +97,10 @@ pub enum Hop {
         worker: u8,
         snap: Box<Snapshot>,
     },
+    /// Deliveries of a publish the receiver counts (`ask`): `n` made by
+    /// the sender; from the channel's owner, `more` says how many other
+    /// workers were sent the message and will answer too.
+    Counted { id: u64, n: u64, more: Option<u32> },
     /// An accepted connection handed to the receiver (the least loaded).
     Conn {
         stream: std::net::TcpStream,
@@ -186,6 +193,16 @@ pub struct MeshStats {
     pub handed_over: u64,
 }
 
+/// A publish's deliveries as the workers report them.
+#[derive(Default)]
+struct Count {
+    total: u64,
+    answered: u32,
+    /// Answers to wait for in all: known once the owner answered.
+    expected: Option<u32>,
+    waker: Option<Waker>,
+}
+
 /// The other workers' counters as they arrive.
 #[derive(Default)]
 struct Gather {
@@ -210,6 +227,8 @@ pub struct Mesh {
     interested: RefCell<HashMap<Arc<str>, u64>>,
     /// Where the acceptor starts looking for the least loaded worker.
     next: Cell<usize>,
+    /// Publishes whose deliveries are being counted, by id.
+    counts: RefCell<HashMap<u64, Count>>,
     /// Counters being gathered from the other workers, by id.
     gathers: RefCell<HashMap<u64, Gather>>,
     next_gather: Cell<u64>,
@@ -231,6 +250,7 @@ impl Mesh {
             loads: parts.loads,
             interested: RefCell::default(),
             next: Cell::new(0),
+            counts: RefCell::default(),
             gathers: RefCell::default(),
             next_gather: Cell::new(0),
             stats: Cell::default(),
@@ -348,6 +368,21 @@ impl Mesh {
         self.interested.borrow().get(channel).copied().unwrap_or(0)
     }
 
+    /// How many channels this worker owns that have subscribers on some
+    /// worker: its own (`local` lists this worker's channels) and those
+    /// only other workers hear. Summed over the workers, each channel
+    /// counts once.
+    pub fn owned_channels<'a>(&self, local: impl Iterator<Item = &'a str>) -> usize {
+        let interested = self.interested.borrow();
+        let mut n = interested.len();
+        for c in local {
+            if self.owner(c) == self.me && !interested.contains_key(c) {
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// The least loaded worker (fewest connections), ties taken in turn.
     pub fn least_loaded(&self) -> usize {
         let n = self.workers();
@@ -359,12 +394,16 @@ impl Mesh {
         best
     }
 
-    /// A connection starts (`+1`) or ends (`-1`) on worker `at`.
-    pub fn load(&self, at: usize, up: bool) {
-        match up {
-            true => self.loads[at].fetch_add(1, Ordering::Relaxed),
-            false => self.loads[at].fetch_sub(1, Ordering::Relaxed),
-        };
+    /// A connection was handed to worker `at` (counted at once, so a
+    /// burst of accepts spreads before the workers next report).
+    pub fn load_one(&self, at: usize) {
+        self.loads[at].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// This worker's load is `connections` (its sweeper, every tick:
+    /// connections that ended come off).
+    pub fn set_load(&self, connections: usize) {
+        self.loads[self.me].store(connections, Ordering::Relaxed);
     }
 
     /// Counts a connection handed to another worker.
@@ -417,5 +456,56 @@ impl Mesh {
     pub fn take_gathered(&self, id: u64) -> Vec<(usize, Snapshot)> {
         let g = self.gathers.borrow_mut().remove(&id);
         g.map(|g| g.got).unwrap_or_default()
+    }
+
+    /// Starts counting a publish's deliveries: `total` made already,
+    /// `expected` answers to come (`None`: the owner's answer says).
+    pub fn count_start(&self, total: u64, expected: Option<u32>) -> u64 {
+        let id = self.next_gather.get();
+        self.next_gather.set(id + 1);
+        let count = Count {
+            total,
+            expected,
+            ..Count::default()
+        };
+        self.counts.borrow_mut().insert(id, count);
+        id
+    }
+
+    /// An answer for count `id` (dropped if it was given up).
+    pub fn counted(&self, id: u64, n: u64, more: Option<u32>) {
+        let mut counts = self.counts.borrow_mut();
+        let Some(c) = counts.get_mut(&id) else {
+            return;
+        };
+        c.total += n;
+        c.answered += 1;
+        if let Some(k) = more {
+            c.expected = Some(1 + k);
+        }
+        if c.expected.is_some_and(|e| c.answered >= e) {
+            if let Some(w) = c.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Ready when every answer of count `id` arrived.
+    pub fn poll_count(&self, id: u64, cx: &mut Context<'_>) -> Poll<()> {
+        let mut counts = self.counts.borrow_mut();
+        let Some(c) = counts.get_mut(&id) else {
+            return Poll::Ready(());
+        };
+        if c.expected.is_some_and(|e| c.answered >= e) {
+            return Poll::Ready(());
+        }
+        c.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Ends count `id`: the deliveries counted.
+    pub fn count_end(&self, id: u64) -> u64 {
+        let c = self.counts.borrow_mut().remove(&id);
+        c.map_or(0, |c| c.total)
     }
 }

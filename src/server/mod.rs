@@ -510,6 +510,9 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
             due = now + TICK;
             hub.set_now(started.elapsed().as_millis() as u64);
             hub.sweep(&mut expired);
+            if let Some(mesh) = w.mesh.get() {
+                mesh.set_load(hub.connection_count());
+            }
             if let Some(relay) = &w.relay {
                 let now = hub.now_ms();
                 relay

@@ -28,6 +28,10 @@ pub enum Published {
     Queued(Option<Rc<ReplyWaiter>>),
     /// Redis mode, buffer full: not published.
     Rejected,
+    /// Several workers: the deliveries are being counted (`mesh`'s count
+    /// of this id) as the workers with subscribers make them; this many
+    /// were made here.
+    Counting(u64, usize),
 }
 
 /// Where a publish goes after the hub of the worker it arrived on.
@@ -69,9 +73,7 @@ pub fn route_publish(
 ) -> Published {
     let link = match via {
         Via::Local => return Published::Local(hub.publish(channel, opcode, payload, Some(sender))),
-        Via::Mesh(mesh) => {
-            return Published::Local(cross(hub, mesh, channel, (opcode, payload, sender)))
-        }
+        Via::Mesh(mesh) => return cross(hub, mesh, channel, (opcode, payload, sender), want_reply),
         Via::Redis(link) => link,
     };
     link.publish(channel, opcode, payload, sender, want_reply)
@@ -79,45 +81,74 @@ pub fn route_publish(
 }
 
 /// A publish with several workers: sequenced here if this worker owns
-/// the channel, else sent to its owner (then 0 local deliveries now:
-/// they come back through the owner).
+/// the channel, else sent to its owner. With `count`, the deliveries the
+/// other workers make are counted as they answer ([`Published::Counting`]).
 fn cross(
     hub: &mut Hub,
     mesh: &Mesh,
     channel: &str,
     (opcode, payload, sender): (OpCode, &[u8], u64),
-) -> usize {
-    let msg = Msg {
+    count: bool,
+) -> Published {
+    let mut msg = Msg {
         channel: channel.into(),
         opcode,
         payload: Bytes::copy_from_slice(payload),
         sender,
         from: mesh.me() as u8,
+        ask: None,
     };
-    match mesh.owner(channel) {
-        o if o == mesh.me() => sequence(hub, mesh, msg),
-        o => {
-            mesh.send(o, Hop::Publish(msg));
-            0
+    let owner = mesh.owner(channel);
+    if owner != mesh.me() {
+        let id = count.then(|| mesh.count_start(0, None));
+        msg.ask = id.map(|id| (mesh.me() as u8, id));
+        mesh.send(owner, Hop::Publish(msg));
+        return id.map_or(Published::Local(0), |id| Published::Counting(id, 0));
+    }
+    let id = count.then(|| mesh.count_start(0, None));
+    msg.ask = id.map(|id| (mesh.me() as u8, id));
+    let (n, others) = sequence(hub, mesh, msg);
+    match id {
+        Some(id) if others > 0 => {
+            // This worker's own answer; each of the others answers too.
+            mesh.counted(id, n as u64, Some(others));
+            Published::Counting(id, n)
         }
+        Some(id) => {
+            mesh.count_end(id);
+            Published::Local(n)
+        }
+        None => Published::Local(n),
     }
 }
 
 /// The owner's turn of a publish: its own subscribers, then once to each
 /// other worker with subscribers of the channel, in one step (so every
-/// worker sees the owner's order). Returns the local deliveries.
-pub fn sequence(hub: &mut Hub, mesh: &Mesh, msg: Msg) -> usize {
+/// worker sees the owner's order). The local deliveries and how many
+/// workers it went to; an asker on another worker is told both.
+pub fn sequence(hub: &mut Hub, mesh: &Mesh, msg: Msg) -> (usize, u32) {
     let skip = msg.skip_at(mesh.me());
     let n = hub.publish(&msg.channel, msg.opcode, &msg.payload, skip);
-    let mut bits = mesh.interested(&msg.channel);
+    let mut bits = mesh.interested(&msg.channel) & !(1u64 << mesh.me());
+    let others = bits.count_ones();
+    let ask = msg.ask;
     while bits != 0 {
         let to = bits.trailing_zeros() as usize;
         bits &= bits - 1;
-        if to != mesh.me() {
-            mesh.send(to, Hop::Deliver(msg.clone()));
-        }
+        mesh.send(to, Hop::Deliver(msg.clone()));
     }
-    n
+    if let Some((at, id)) = ask.filter(|(at, _)| *at as usize != mesh.me()) {
+        let more = Some(others);
+        mesh.send(
+            at as usize,
+            Hop::Counted {
+                id,
+                n: n as u64,
+                more,
+            },
+        );
+    }
+    (n, others)
 }
 
 /// Counts a publish on `channel` that its namespace's rules let through,
@@ -164,7 +195,7 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
         route_publish(&mut hub, via(w), channel, OpCode::Text, body, 0, true)
     };
     match outcome {
-        Published::Local(n) => count_published(w, channel, n as u64),
+        Published::Local(n) | Published::Counting(_, n) => count_published(w, channel, n as u64),
         Published::Queued(_) => count_published(w, channel, 0),
         Published::Rejected => {}
     }
@@ -178,6 +209,13 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
             return error(503, "redis unavailable and the publish buffer is full")
         }
         Published::Queued(waiter) => confirmation(w, waiter, channel, local).await,
+        Published::Counting(id, _) => {
+            let n = counted(w, id).await;
+            (
+                200,
+                serde_json::json!({ "channel": channel, "subscribers": n }),
+            )
+        }
     };
     http::response(
         status,
@@ -187,6 +225,20 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
         &[],
         false,
     )
+}
+
+/// Longest a publish's reply waits for the other workers to count their
+/// deliveries; a worker that has not answered by then (its CPU taken) is
+/// left out of the count (its deliveries still happen).
+const COUNT_WAIT: Duration = Duration::from_secs(1);
+
+/// The deliveries of a publish counted by every worker (several
+/// workers): what a reply's `subscribers` says.
+pub async fn counted(w: &Worker, id: u64) -> u64 {
+    let mesh = w.mesh.get().expect("counting needs several workers");
+    let all = std::future::poll_fn(|cx| mesh.poll_count(id, cx));
+    let _ = monoio::time::timeout(COUNT_WAIT, all).await;
+    mesh.count_end(id)
 }
 
 /// The same backpressure as WebSocket publishers, bounded in time: `false`

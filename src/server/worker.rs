@@ -344,13 +344,23 @@ impl Worker {
             compression: self.compression.borrow().clone(),
             presence: self.presence.borrow().stats,
             connections: hub.connection_count() as u64,
-            channels: hub.channel_count() as u64,
+            channels: self.channel_count(&hub) as u64,
             messages_out: hub.stats.deliveries,
             pusher_apps: self.pusher_apps(),
             namespaces: self.namespace_stats(&hub),
             namespace_unknown_channel: (!self.cfg.namespaces.table.is_empty())
                 .then(|| self.namespaces.borrow().unknown),
         }
+    }
+
+    /// Channels with subscribers; with several workers, those this one
+    /// owns (so the workers' sum counts each channel once).
+    fn channel_count(&self, hub: &Hub) -> usize {
+        let Some(mesh) = self.mesh.get() else {
+            return hub.channel_count();
+        };
+        let local = hub.channels_with_prefix("");
+        mesh.owned_channels(local.iter().map(|(c, _)| &**c))
     }
 
     /// Per-namespace counters and gauges (one pass over the channels,

@@ -49,7 +49,7 @@ pub async fn accept_loop(w: Rc<Worker>, listener: monoio::net::TcpListener, role
 fn hand_out(w: &Rc<Worker>, mesh: &Mesh, stream: TcpStream, (ip, role): (IpAddr, Listener)) {
     let to = mesh.least_loaded();
     let stream = std_stream(stream);
-    mesh.load(to, true);
+    mesh.load_one(to);
     if to == mesh.me() {
         return adopt(w, stream, ip, role == Listener::Admin);
     }
@@ -75,16 +75,12 @@ fn std_stream(stream: TcpStream) -> std::net::TcpStream {
 }
 
 /// Runs a connection accepted for this worker (by this one's or another
-/// worker's accept loop, which counted it in this worker's load). The
-/// load goes down when the connection ends.
+/// worker's accept loop, which counted it in this worker's load; the
+/// worker's sweeper sets its load to its connection count every tick).
 pub fn adopt(w: &Rc<Worker>, stream: std::net::TcpStream, ip: IpAddr, admin: bool) {
-    let mesh = w.mesh.get().expect("adopted connections come with a mesh");
     let stream = match TcpStream::from_std(stream) {
         Ok(s) => s,
-        Err(e) => {
-            mesh.load(mesh.me(), false);
-            return log!(Warn, "handed-over connection unusable", error = e);
-        }
+        Err(e) => return log!(Warn, "handed-over connection unusable", error = e),
     };
     let role = if admin {
         Listener::Admin
@@ -92,12 +88,7 @@ pub fn adopt(w: &Rc<Worker>, stream: std::net::TcpStream, ip: IpAddr, admin: boo
         Listener::Public
     };
     let ctx = http::ConnCtx::new(role, ip);
-    let w = w.clone();
-    monoio::spawn(async move {
-        http::handle(w.clone(), Sock::new(stream), ctx).await;
-        let mesh = w.mesh.get().expect("checked");
-        mesh.load(mesh.me(), false);
-    });
+    monoio::spawn(http::handle(w.clone(), Sock::new(stream), ctx));
 }
 
 fn is_fd_exhaustion(e: &io::Error) -> bool {

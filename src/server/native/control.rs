@@ -27,6 +27,13 @@ pub enum Deferred {
     Resume(resume::Deferred),
     /// A subscribe, publish or rpc asked of the backend first.
     Hook(HookCall),
+    /// A publish whose reply waits for the other workers' count of
+    /// their deliveries (`--workers` above 1).
+    Count {
+        count: u64,
+        channel: String,
+        id: Option<Box<serde_json::value::RawValue>>,
+    },
 }
 
 /// The hub's coarse time at which a token with `exp` (seconds since the
@@ -136,9 +143,15 @@ pub fn handle(
             payload,
         } => {
             let before = hub.stats.deliveries;
-            let reply = publish_reply(hub, route, (&channel, opcode, &payload), serial, idv);
+            // Several workers: a reply's count waits for theirs.
+            let count = matches!(route, Via::Mesh(_)) && idv.is_some();
+            let outcome = route_publish(hub, route, &channel, opcode, &payload, serial, count);
             count_published(w, &channel, hub.stats.deliveries - before);
-            reply
+            if let Published::Counting(count, _) = outcome {
+                let id = env.id.clone();
+                return Some(Box::new(Deferred::Count { count, channel, id }));
+            }
+            publish_reply(hub, outcome, &channel, idv)
         }
     };
     if let Some(frame) = reply {
@@ -147,15 +160,14 @@ pub fn handle(
     None
 }
 
-/// `{"op":"publish"}` (the grant already checked): the reply, if any.
+/// `{"op":"publish"}`'s reply (the grant already checked), if any.
 fn publish_reply(
     hub: &mut Hub,
-    route: Via<'_>,
-    (channel, opcode, payload): (&str, OpCode, &[u8]),
-    serial: u64,
+    outcome: Published,
+    channel: &str,
     idv: Option<&serde_json::value::RawValue>,
 ) -> Option<Bytes> {
-    match route_publish(hub, route, channel, opcode, payload, serial, false) {
+    match outcome {
         Published::Rejected => Some(control::error(
             ErrorCode::Unavailable,
             "redis unavailable and the publish buffer is full; not published",

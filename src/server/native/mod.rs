@@ -28,6 +28,16 @@ pub async fn subscribe_deferred(w: &Rc<Worker>, id: ConnId, d: Deferred) {
     let call = match d {
         Deferred::Resume(r) => return resume::subscribe(w, id, r).await,
         Deferred::Hook(call) => call,
+        Deferred::Count {
+            count,
+            channel,
+            id: idv,
+        } => {
+            let n = crate::server::publish::counted(w, count).await as usize;
+            let reply = crate::control::ack("published", &channel, Some(n), idv.as_deref());
+            w.hub.borrow_mut().send_to(id, reply);
+            return;
+        }
     };
     let Some((env, serial, grants)) = hooks_session::run(w, id, call).await else {
         return;
