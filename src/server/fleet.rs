@@ -72,10 +72,21 @@ async fn drain(w: Rc<Worker>) {
 fn take_all(w: &Rc<Worker>, mesh: &Mesh) -> usize {
     let mut took = 0;
     let mut inboxes = mesh.inboxes.borrow_mut();
-    for inbox in inboxes.iter_mut() {
-        took += inbox.drain(BATCH, |hop| apply(w, mesh, hop));
+    for (k, inbox) in inboxes.iter_mut().enumerate() {
+        let mut bytes = 0;
+        took += inbox.drain(BATCH, |hop| {
+            bytes += hop.message_bytes().unwrap_or(0);
+            apply(w, mesh, hop)
+        });
+        if bytes > 0 {
+            mesh.taken(mesh.sender_of(k), bytes);
+        }
     }
     mesh.took(took);
+    if took > 0 {
+        let hub = w.hub.borrow();
+        mesh.set_backlog(hub.backlog(), hub.pressed());
+    }
     took
 }
 

@@ -31,7 +31,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -110,6 +110,15 @@ pub enum Hop {
 }
 
 impl Hop {
+    /// A message's bytes (publishes and deliveries: what the in-flight
+    /// window counts).
+    pub fn message_bytes(&self) -> Option<usize> {
+        match self {
+            Hop::Publish(m) | Hop::Deliver(m) => Some(m.size()),
+            _ => None,
+        }
+    }
+
     fn size(&self) -> usize {
         match self {
             Hop::Publish(m) | Hop::Deliver(m) => m.size(),
@@ -129,6 +138,19 @@ pub fn owner(channel: &str, n: usize) -> usize {
     (h % n as u64) as usize
 }
 
+/// What a worker reports for the others' publishers to see (relaxed: a
+/// hint for flow control, never for correctness).
+#[derive(Default)]
+pub struct Report {
+    /// Its write backlog.
+    backlog: AtomicUsize,
+    /// A subscriber of its is over its bound.
+    pressed: AtomicBool,
+    /// Message bytes it sent to other workers that they have not taken
+    /// yet (the receivers take them off).
+    in_flight: AtomicUsize,
+}
+
 /// One worker's ends of the mesh, made on the starting thread and moved
 /// to the worker's.
 pub struct Parts {
@@ -138,6 +160,7 @@ pub struct Parts {
     bell: UnixStream,
     bells: Arc<[UnixStream]>,
     loads: Arc<[AtomicUsize]>,
+    backlogs: Arc<[Report]>,
 }
 
 /// The rings, doorbells and load counters of `n` workers, each ring
@@ -165,6 +188,7 @@ pub fn build(n: usize, capacity: usize) -> io::Result<Vec<Parts>> {
     }
     let bells: Arc<[UnixStream]> = tx.into();
     let loads: Arc<[AtomicUsize]> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+    let backlogs: Arc<[Report]> = (0..n).map(|_| Report::default()).collect();
     let parts = outboxes.into_iter().zip(inboxes).zip(rx).enumerate();
     Ok(parts
         .map(|(me, ((outboxes, inboxes), bell))| Parts {
@@ -174,6 +198,7 @@ pub fn build(n: usize, capacity: usize) -> io::Result<Vec<Parts>> {
             bell,
             bells: bells.clone(),
             loads: loads.clone(),
+            backlogs: backlogs.clone(),
         })
         .collect())
 }
@@ -222,6 +247,8 @@ pub struct Mesh {
     pub(super) bell: RefCell<Option<UnixStream>>,
     bells: Arc<[UnixStream]>,
     loads: Arc<[AtomicUsize]>,
+    /// Each worker's write backlog as it last reported it.
+    backlogs: Arc<[Report]>,
     /// For the channels this worker owns: which other workers have
     /// subscribers (a bit per worker).
     interested: RefCell<HashMap<Arc<str>, u64>>,
@@ -248,6 +275,7 @@ impl Mesh {
             bell: RefCell::new(Some(parts.bell)),
             bells: parts.bells,
             loads: parts.loads,
+            backlogs: parts.backlogs,
             interested: RefCell::default(),
             next: Cell::new(0),
             counts: RefCell::default(),
@@ -284,6 +312,11 @@ impl Mesh {
     pub fn send(&self, to: usize, hop: Hop) {
         debug_assert_ne!(to, self.me);
         self.count(|s| s.hops_out += 1);
+        if let Some(bytes) = hop.message_bytes() {
+            self.backlogs[self.me]
+                .in_flight
+                .fetch_add(bytes, Ordering::Relaxed);
+        }
         let mut overflow = self.overflow.borrow_mut();
         if !overflow[to].is_empty() {
             self.overflow_bytes
@@ -381,6 +414,62 @@ impl Mesh {
             }
         }
         n
+    }
+
+    /// Reports this worker's write backlog and whether a subscriber of
+    /// its is over its bound (after each batch from the rings, each check
+    /// of a publisher's, and every sweeper tick): two relaxed stores.
+    pub fn set_backlog(&self, bytes: usize, pressed: bool) {
+        let r = &self.backlogs[self.me];
+        r.backlog.store(bytes, Ordering::Relaxed);
+        r.pressed.store(pressed, Ordering::Relaxed);
+    }
+
+    fn others(&self) -> impl Iterator<Item = &Report> {
+        let me = self.me;
+        let all = self.backlogs.iter().enumerate();
+        all.filter(move |(i, _)| *i != me).map(|(_, r)| r)
+    }
+
+    /// The largest backlog another worker reported: a publisher here is
+    /// slowed when the workers its messages go to fall behind, as with
+    /// one worker when its own subscribers do.
+    pub fn others_backlog(&self) -> usize {
+        let backlogs = self.others().map(|r| r.backlog.load(Ordering::Relaxed));
+        backlogs.max().unwrap_or(0)
+    }
+
+    /// Whether another worker reported a subscriber over its bound.
+    pub fn others_pressed(&self) -> bool {
+        self.others().any(|r| r.pressed.load(Ordering::Relaxed))
+    }
+
+    /// The most message bytes any worker has sent that are not taken
+    /// yet: the window a publisher may fill before a subscriber's
+    /// pressure, wherever it is, can be seen (see `Worker::over_backlog`).
+    pub fn most_in_flight(&self) -> usize {
+        let all = self
+            .backlogs
+            .iter()
+            .map(|r| r.in_flight.load(Ordering::Relaxed));
+        all.max().unwrap_or(0)
+    }
+
+    /// Worker `from`'s messages worth `bytes` were taken here.
+    pub fn taken(&self, from: usize, bytes: usize) {
+        self.backlogs[from]
+            .in_flight
+            .fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// The worker whose ring is this worker's inbox `k` (inboxes are in
+    /// sender order, this worker left out).
+    pub fn sender_of(&self, k: usize) -> usize {
+        if k < self.me {
+            k
+        } else {
+            k + 1
+        }
     }
 
     /// The least loaded worker (fewest connections), ties taken in turn.

@@ -512,6 +512,7 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
             hub.sweep(&mut expired);
             if let Some(mesh) = w.mesh.get() {
                 mesh.set_load(hub.connection_count());
+                mesh.set_backlog(hub.backlog(), hub.pressed());
             }
             if let Some(relay) = &w.relay {
                 let now = hub.now_ms();

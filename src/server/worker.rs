@@ -298,10 +298,31 @@ impl Worker {
     }
 
     /// Whether the worker's write backlog (with what waits for a full
-    /// ring to another worker) is over `--publish-backpressure`.
+    /// ring to another worker) is over `--publish-backpressure`; with
+    /// several workers, or another worker's.
     pub fn over_backlog(&self) -> bool {
-        let crossing = self.mesh.get().map_or(0, |m| m.overflow_bytes());
-        self.hub.borrow().backlog() + crossing > self.cfg.publish_backpressure
+        let (own, pressed) = {
+            let hub = self.hub.borrow();
+            (hub.backlog(), hub.pressed())
+        };
+        let Some(mesh) = self.mesh.get() else {
+            return own > self.cfg.publish_backpressure;
+        };
+        mesh.set_backlog(own, pressed);
+        // What is on its way to other workers is not in any queue yet: at
+        // most a subscriber's bound of it, so a subscriber anywhere is not
+        // overrun before its pressure can be seen.
+        if mesh.most_in_flight() > self.cfg.max_outbound_queue {
+            return true;
+        }
+        let worst = (own + mesh.overflow_bytes()).max(mesh.others_backlog());
+        worst > self.cfg.publish_backpressure
+    }
+
+    /// Whether another worker has a subscriber over its bound (its own
+    /// are `Hub::pressed`): a publisher here waits as for its own.
+    pub fn others_pressed(&self) -> bool {
+        self.mesh.get().is_some_and(|m| m.others_pressed())
     }
 
     /// `Ok` when this instance can deliver (always, without Redis).

@@ -159,10 +159,12 @@ impl WsReader<'_> {
                     self.held = Some(Box::new(msg));
                     return Drained::Pressed;
                 }
-                if self.w.over_backlog() {
-                    // The server is behind on its own writes: slow the
-                    // publishers down rather than let every subscriber's
-                    // queue grow until the slow-consumer policy cuts them.
+                if self.w.over_backlog() || self.w.others_pressed() {
+                    // The server is behind on its own writes (or another
+                    // worker on its, or has a subscriber over its bound):
+                    // slow the publishers down rather than let every
+                    // subscriber's queue grow until the slow-consumer
+                    // policy cuts them.
                     self.w.hub.borrow_mut().stats.publish_backpressure += 1;
                     self.held = Some(Box::new(msg));
                     return Drained::Throttled(1);
