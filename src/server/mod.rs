@@ -411,6 +411,8 @@ async fn worker_main(
         let _ = w.mesh.set(mesh::Mesh::new(parts));
         fleet::spawn(&w);
     }
+    let listening: Vec<std::os::fd::RawFd> =
+        listeners.iter().flatten().map(|l| l.as_raw_fd()).collect();
     let [main, admin] = listeners;
     let listener = main.map(monoio::net::TcpListener::from_std).transpose()?;
     let admin = admin.map(monoio::net::TcpListener::from_std).transpose()?;
@@ -458,7 +460,17 @@ async fn worker_main(
         }
     };
     let accept_main = race(accept_public, accept_admin);
-    race(accept_main, wait_for_stop(&stop)).await;
+    let stopped = async {
+        wait_for_stop(&stop).await;
+        // Stop listening now, while the accept loops still own the
+        // listeners (their fds cannot have been reused): io_uring closes
+        // a dropped listener asynchronously, and a connect landing in its
+        // backlog meanwhile would wait unanswered instead of being reset.
+        for &fd in &listening {
+            sys::shutdown(fd);
+        }
+    };
+    race(accept_main, stopped).await;
     // The listener is dropped here: no new connections from now on.
     graceful_shutdown(&w, shutdown_timeout).await;
     Ok(())

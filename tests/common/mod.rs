@@ -162,8 +162,11 @@ fn test_workers() -> Option<usize> {
 
 fn with_test_workers(cfg: &mut Config) {
     let Some(n) = test_workers() else { return };
+    // Namespaces turn presence and history on only once resolved.
+    let mut resolved = cfg.clone();
+    let _ = resolved.resolve_namespaces();
     if cfg.workers == corecast::config::Workers::Count(1)
-        && cfg.multi_worker_unsupported().is_none()
+        && resolved.multi_worker_unsupported().is_none()
     {
         cfg.workers = corecast::config::Workers::Count(n);
     }
