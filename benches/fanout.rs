@@ -117,8 +117,9 @@ fn fanout(c: &mut Criterion) {
 
 /// What a publish costs per delivery with its subscribers on one worker,
 /// and on two (`--workers 2`): the owner's half fanned out in its hub, the
-/// message shared once (channel name and payload by reference count) and
-/// carried by a ring to the other worker's hub, which fans out its half
+/// message shared once (channel name, payload and the owner's encoded
+/// frames by reference count) and carried by a ring to the other
+/// worker's hub, which fans out its half reusing those frames
 /// (`Hub::publish_relayed`). Both hubs on this one thread: the path's own
 /// instructions, not the cache-line transfer between cores (the `ring`
 /// bench's `across_threads` prices that).
@@ -135,16 +136,23 @@ fn fanout_workers(c: &mut Criterion) {
         });
         let (mut a, ids_a) = hub_on(n / 2, kind, false, "bench");
         let (mut b_hub, ids_b) = hub_on(n / 2, kind, false, "bench");
-        let (mut tx, mut rx) = corecast::ring::ring::<(Arc<str>, Bytes)>(4096).unwrap();
+        type Hop = (Arc<str>, Bytes, Arc<corecast::hub::Frames>);
+        let (mut tx, mut rx) = corecast::ring::ring::<Hop>(4096).unwrap();
         let channel: Arc<str> = Arc::from("bench");
         g.bench_function(BenchmarkId::new("two_workers", n), |bch| {
             bch.iter(|| {
-                black_box(a.publish("bench", OpCode::Binary, &payload, None));
+                let (n, frames) = a.publish_shared("bench", OpCode::Binary, &payload, None);
+                black_box(n);
                 drain(&mut a, &ids_a, &mut batch);
-                let msg = (channel.clone(), Bytes::copy_from_slice(&payload));
+                let msg = (
+                    channel.clone(),
+                    Bytes::copy_from_slice(&payload),
+                    Arc::new(frames),
+                );
                 assert!(tx.push(msg).is_ok());
-                rx.drain(64, |(c, p)| {
-                    black_box(b_hub.publish_relayed(&c, OpCode::Binary, &p, None));
+                rx.drain(64, |(c, p, f)| {
+                    let seed = Some(&*f);
+                    black_box(b_hub.publish_relayed(&c, OpCode::Binary, &p, None, seed));
                 });
                 drain(&mut b_hub, &ids_b, &mut batch);
             })

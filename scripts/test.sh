@@ -77,7 +77,8 @@ set +e
 CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --test control \
     --test http_api --test identity_tokens --test isolation --test metrics --test namespaces \
     --test parking --test pressure --test protocol --test resources --test shutdown \
-    --test smuggling --test sse --test tls 2>&1 | tee target/test-output-workers.txt
+    --test smuggling --test sse --test tls --test compression --test python_websockets 2>&1 |
+    tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e
 [ "$status" -eq 0 ] || exit "$status"

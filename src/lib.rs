@@ -118,7 +118,11 @@
 //!   `hub/mod.rs` is a facade (`hub::Hub`); behind it, one module per
 //!   job: `conn` (a connection's entry, kind, state), `registry`
 //!   (channels, subscriber lists, the Redis interest log), `outbox`
-//!   (queues, slow-consumer policy, worker-wide budget, batches), `timers`
+//!   (queues, slow-consumer policy, worker-wide budget, batches), `publish`
+//!   (a publish's fan-out; the frames an owner worker encoded reused by
+//!   the others), `upstream` (the interest log an upstream — Redis, or
+//!   the channels' owner workers — follows, and messages sequenced
+//!   there), `timers`
 //!   (close reasons, deadlines, token expiry, the keepalive sweep), `pacer`
 //!   (at most `--fanout-window` writers at a time), `format` (wire-format
 //!   ids and the encoders the edge supplies) and `limits` (`HubLimits`,

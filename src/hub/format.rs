@@ -211,6 +211,11 @@ impl<'a> Keepalives<'a> {
 }
 
 /// One publish's frames: encoded on first use, per format.
+/// The frames one publish was encoded into, by format slot (what the
+/// channel's owner worker hands to the others, so a format is encoded
+/// once per publish, not once per worker).
+pub type Frames = [Option<Bytes>; MAX_FORMATS];
+
 pub(super) struct FrameCache<'a> {
     delivery: Delivery<'a>,
     encoders: &'a Encoders,
@@ -224,6 +229,20 @@ impl<'a> FrameCache<'a> {
             encoders,
             frames: Default::default(),
         }
+    }
+
+    /// A cache that starts with `frames` (another worker's encodings).
+    pub(super) fn seeded(delivery: Delivery<'a>, encoders: &'a Encoders, frames: &Frames) -> Self {
+        FrameCache {
+            delivery,
+            encoders,
+            frames: frames.clone(),
+        }
+    }
+
+    /// What was encoded (or seeded).
+    pub(super) fn into_frames(self) -> Frames {
+        self.frames
     }
 
     /// The frame for `format`, encoded now if this is its first subscriber.

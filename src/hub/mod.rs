@@ -45,6 +45,7 @@ mod outbox;
 mod pacer;
 mod parking;
 mod pressure;
+mod publish;
 mod recall;
 mod registry;
 mod subs;
@@ -63,7 +64,7 @@ mod tests;
 mod timer_tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
-pub use format::{Delivery, Encoder, Encoders, Format, MAX_FORMATS};
+pub use format::{Delivery, Encoder, Encoders, Format, Frames, MAX_FORMATS};
 pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{
     WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
@@ -73,7 +74,6 @@ pub use recall::Resumed;
 pub use registry::SubscribeError;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
-use format::FrameCache;
 use outbox::{Queueing, Totals};
 use pacer::Pacer;
 use registry::Registry;
@@ -371,66 +371,17 @@ impl Hub {
         payload: &[u8],
         sender: Option<u64>,
     ) -> usize {
-        let room = self.history_room();
-        let entry = (opcode, payload);
-        let at = recall::record(&mut self.history, channel, entry, self.now_ms, room);
+        let at = self.record(channel, opcode, payload);
         let at = at.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
         self.publish_in(channel, opcode, payload, sender, at)
     }
 
-    /// The fan-out itself, without counting the message in.
-    pub(super) fn fan(
-        &mut self,
-        channel: &str,
-        opcode: OpCode,
-        payload: &[u8],
-        sender: Option<u64>,
-        (epoch, offset): (&str, u64),
-    ) -> usize {
-        let Some(cid) = self.registry.lookup(channel) else {
-            return 0;
-        };
-        self.registry.count_message(cid);
-        let skip = sender
-            .filter(|s| self.limits.exclude_sender || s & EXCLUDE_ALWAYS != 0)
-            .map(|s| s & !EXCLUDE_ALWAYS);
-        // One clock read per publish (not per subscriber); none when the
-        // histogram is off.
-        let t0 = if self.limits.histograms {
-            self.clock_ns()
-        } else {
-            0
-        };
-        let delivery = Delivery {
-            channel,
-            opcode,
-            payload,
-            offset,
-            epoch,
-        };
-        let Hub {
-            registry,
-            conns,
-            limits,
-            encoders,
-            stats,
-            now_ms,
-            totals,
-            pacer,
-            ..
-        } = self;
-        let mut frames = FrameCache::new(delivery, encoders);
-        let mut q = Queueing {
-            limits,
-            stats,
-            now_ms: *now_ms,
-            totals,
-            pacer,
-        };
-        let n = q.fan_out(conns, registry.subscribers(cid), &mut frames, skip, t0);
-        // One compare per publish: the peak of what the queues held.
-        stats.outbound_bytes_peak = stats.outbound_bytes_peak.max(totals.all as u64);
-        n
+    /// Keeps a message in its channel's history, if it has one: its
+    /// position.
+    fn record(&mut self, channel: &str, opcode: OpCode, payload: &[u8]) -> Option<Position> {
+        let room = self.history_room();
+        let entry = (opcode, payload);
+        recall::record(&mut self.history, channel, entry, self.now_ms, room)
     }
 
     /// Queues a data frame addressed to one connection (a control-protocol

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 
 use super::conn::ConnId;
+use super::format::Frames;
 use super::registry::SubscribeError;
 use super::Hub;
 use crate::ws::OpCode;
@@ -42,15 +43,36 @@ impl Hub {
 
     /// Another worker's message, sequenced by its channel's owner, to
     /// this worker's subscribers: as [`Hub::publish_in`] but not counted
-    /// in `messages_in` again (the owner counted it).
+    /// in `messages_in` again (the owner counted it), and starting from
+    /// the frames the owner encoded (`seed`), so a format the owner's
+    /// subscribers use is not encoded again here.
     pub fn publish_relayed(
         &mut self,
         channel: &str,
         opcode: OpCode,
         payload: &[u8],
         sender: Option<u64>,
+        seed: Option<&Frames>,
     ) -> usize {
-        self.fan(channel, opcode, payload, sender, ("", 0))
+        let msg = (channel, opcode, payload);
+        self.fan_sharing(msg, sender, ("", 0), (seed, false)).0
+    }
+
+    /// [`Hub::publish`] by a channel's owner worker: also the frames it
+    /// encoded, for the other workers ([`Hub::publish_relayed`]).
+    pub fn publish_shared(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<u64>,
+    ) -> (usize, Frames) {
+        let at = self.record(channel, opcode, payload);
+        let at = at.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
+        self.stats.messages_in += 1;
+        let msg = (channel, opcode, payload);
+        let (n, frames) = self.fan_sharing(msg, sender, at, (None, true));
+        (n, frames.unwrap_or_default())
     }
 
     /// Subscribes `id` to `name` and sends it `ack` once the upstream

@@ -114,7 +114,8 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
         Hop::Deliver(msg) => {
             let skip = msg.skip_at(mesh.me());
             let n = w.delivering(&msg.channel, |hub| {
-                hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip)
+                let seed = msg.frames.as_deref();
+                hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip, seed)
             });
             match msg.ask {
                 Some((at, id)) if at as usize == mesh.me() => mesh.counted(id, n as u64, None),

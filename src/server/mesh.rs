@@ -37,6 +37,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 
+use crate::hub::Frames;
 use crate::ring::{self, Consumer, Producer, Pushed};
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
@@ -56,6 +57,9 @@ pub struct Msg {
     /// Who waits for the number of deliveries (worker, count id): an
     /// HTTP publish's or a JSON publish's reply.
     pub ask: Option<(u8, u64)>,
+    /// The frames its owner encoded (deliveries): the other workers
+    /// reuse them instead of encoding (compressing) the message again.
+    pub frames: Option<Arc<Frames>>,
 }
 
 impl Msg {

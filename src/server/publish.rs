@@ -7,6 +7,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::http::{self, HttpError};
@@ -97,6 +99,7 @@ fn cross(
         sender,
         from: mesh.me() as u8,
         ask: None,
+        frames: None,
     };
     let owner = mesh.owner(channel);
     if owner != mesh.me() {
@@ -126,11 +129,18 @@ fn cross(
 /// other worker with subscribers of the channel, in one step (so every
 /// worker sees the owner's order). The local deliveries and how many
 /// workers it went to; an asker on another worker is told both.
-pub fn sequence(hub: &mut Hub, mesh: &Mesh, msg: Msg) -> (usize, u32) {
+pub fn sequence(hub: &mut Hub, mesh: &Mesh, mut msg: Msg) -> (usize, u32) {
     let skip = msg.skip_at(mesh.me());
-    let n = hub.publish(&msg.channel, msg.opcode, &msg.payload, skip);
     let mut bits = mesh.interested(&msg.channel) & !(1u64 << mesh.me());
     let others = bits.count_ones();
+    let n = match others {
+        0 => hub.publish(&msg.channel, msg.opcode, &msg.payload, skip),
+        _ => {
+            let (n, frames) = hub.publish_shared(&msg.channel, msg.opcode, &msg.payload, skip);
+            msg.frames = Some(Arc::new(frames));
+            n
+        }
+    };
     let ask = msg.ask;
     while bits != 0 {
         let to = bits.trailing_zeros() as usize;

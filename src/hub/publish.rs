@@ -1,0 +1,82 @@
+//! A publish's fan-out: the frame encoded at most once per wire format
+//! among the subscribers (or taken from another worker's encodings) and
+//! shared by reference count, a queue push per subscriber.
+
+use super::format::{Delivery, FrameCache, Frames};
+use super::outbox::Queueing;
+use super::{Hub, EXCLUDE_ALWAYS};
+use crate::ws::OpCode;
+
+impl Hub {
+    /// The fan-out itself, without counting the message in.
+    pub(super) fn fan(
+        &mut self,
+        channel: &str,
+        opcode: OpCode,
+        payload: &[u8],
+        sender: Option<u64>,
+        at: (&str, u64),
+    ) -> usize {
+        self.fan_sharing((channel, opcode, payload), sender, at, (None, false))
+            .0
+    }
+
+    /// [`Hub::fan`] starting from `seed`'s frames (another worker's) and,
+    /// with `keep`, giving back the frames it encoded or reused.
+    #[inline]
+    pub(super) fn fan_sharing(
+        &mut self,
+        (channel, opcode, payload): (&str, OpCode, &[u8]),
+        sender: Option<u64>,
+        (epoch, offset): (&str, u64),
+        (seed, keep): (Option<&Frames>, bool),
+    ) -> (usize, Option<Frames>) {
+        let Some(cid) = self.registry.lookup(channel) else {
+            return (0, seed.filter(|_| keep).cloned());
+        };
+        self.registry.count_message(cid);
+        let skip = sender
+            .filter(|s| self.limits.exclude_sender || s & EXCLUDE_ALWAYS != 0)
+            .map(|s| s & !EXCLUDE_ALWAYS);
+        // One clock read per publish (not per subscriber); none when the
+        // histogram is off.
+        let t0 = if self.limits.histograms {
+            self.clock_ns()
+        } else {
+            0
+        };
+        let delivery = Delivery {
+            channel,
+            opcode,
+            payload,
+            offset,
+            epoch,
+        };
+        let Hub {
+            registry,
+            conns,
+            limits,
+            encoders,
+            stats,
+            now_ms,
+            totals,
+            pacer,
+            ..
+        } = self;
+        let mut frames = match seed {
+            Some(seed) => FrameCache::seeded(delivery, encoders, seed),
+            None => FrameCache::new(delivery, encoders),
+        };
+        let mut q = Queueing {
+            limits,
+            stats,
+            now_ms: *now_ms,
+            totals,
+            pacer,
+        };
+        let n = q.fan_out(conns, registry.subscribers(cid), &mut frames, skip, t0);
+        // One compare per publish: the peak of what the queues held.
+        stats.outbound_bytes_peak = stats.outbound_bytes_peak.max(totals.all as u64);
+        (n, keep.then(|| frames.into_frames()))
+    }
+}
