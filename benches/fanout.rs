@@ -136,7 +136,7 @@ fn fanout_workers(c: &mut Criterion) {
         });
         let (mut a, ids_a) = hub_on(n / 2, kind, false, "bench");
         let (mut b_hub, ids_b) = hub_on(n / 2, kind, false, "bench");
-        type Hop = (Arc<str>, Bytes, Arc<corecast::hub::Frames>);
+        type Hop = (Arc<str>, Bytes, Box<corecast::hub::Frames>);
         let (mut tx, mut rx) = corecast::ring::ring::<Hop>(4096).unwrap();
         let channel: Arc<str> = Arc::from("bench");
         g.bench_function(BenchmarkId::new("two_workers", n), |bch| {
@@ -147,11 +147,11 @@ fn fanout_workers(c: &mut Criterion) {
                 let msg = (
                     channel.clone(),
                     Bytes::copy_from_slice(&payload),
-                    Arc::new(frames),
+                    Box::new(corecast::hub::copy_frames(&frames)),
                 );
                 assert!(tx.push(msg).is_ok());
                 rx.drain(64, |(c, p, f)| {
-                    let seed = Some(&*f);
+                    let seed = Some(*f);
                     black_box(b_hub.publish_relayed(&c, OpCode::Binary, &p, None, seed));
                 });
                 drain(&mut b_hub, &ids_b, &mut batch);

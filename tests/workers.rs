@@ -106,6 +106,10 @@ async fn every_subscriber_on_every_worker_gets_each_message_once_in_one_order() 
         orders.windows(2).all(|w| w[0] == w[1]),
         "every subscriber saw the channel's one order"
     );
+    // Everything written: every worker's memory budget got every byte
+    // back (frames one worker encoded and another sent are copies, never
+    // a buffer two workers' budgets both hold).
+    wait_stat(srv.addr, "outbound_memory_bytes", |m| m == 0).await;
 }
 
 #[tokio::test]

@@ -216,6 +216,12 @@ impl<'a> Keepalives<'a> {
 /// once per publish, not once per worker).
 pub type Frames = [Option<Bytes>; MAX_FORMATS];
 
+/// Copies of `frames` that share no buffer with them (one per worker a
+/// message goes to: a memcpy per format, far less than an encoding).
+pub fn copy_frames(frames: &Frames) -> Frames {
+    std::array::from_fn(|i| frames[i].as_deref().map(Bytes::copy_from_slice))
+}
+
 pub(super) struct FrameCache<'a> {
     delivery: Delivery<'a>,
     encoders: &'a Encoders,
@@ -231,12 +237,14 @@ impl<'a> FrameCache<'a> {
         }
     }
 
-    /// A cache that starts with `frames` (another worker's encodings).
-    pub(super) fn seeded(delivery: Delivery<'a>, encoders: &'a Encoders, frames: &Frames) -> Self {
+    /// A cache that starts with `frames` (another worker's encodings,
+    /// copies this hub alone holds: the memory budget charges a frame
+    /// when the cache's reference is its only other one).
+    pub(super) fn seeded(delivery: Delivery<'a>, encoders: &'a Encoders, frames: Frames) -> Self {
         FrameCache {
             delivery,
             encoders,
-            frames: frames.clone(),
+            frames,
         }
     }
 

@@ -64,7 +64,7 @@ mod tests;
 mod timer_tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
-pub use format::{Delivery, Encoder, Encoders, Format, Frames, MAX_FORMATS};
+pub use format::{copy_frames, Delivery, Encoder, Encoders, Format, Frames, MAX_FORMATS};
 pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{
     WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,

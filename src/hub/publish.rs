@@ -29,10 +29,10 @@ impl Hub {
         (channel, opcode, payload): (&str, OpCode, &[u8]),
         sender: Option<u64>,
         (epoch, offset): (&str, u64),
-        (seed, keep): (Option<&Frames>, bool),
+        (seed, keep): (Option<Frames>, bool),
     ) -> (usize, Option<Frames>) {
         let Some(cid) = self.registry.lookup(channel) else {
-            return (0, seed.filter(|_| keep).cloned());
+            return (0, seed.filter(|_| keep));
         };
         self.registry.count_message(cid);
         let skip = sender

@@ -52,14 +52,16 @@ impl Hub {
         opcode: OpCode,
         payload: &[u8],
         sender: Option<u64>,
-        seed: Option<&Frames>,
+        seed: Option<Frames>,
     ) -> usize {
         let msg = (channel, opcode, payload);
         self.fan_sharing(msg, sender, ("", 0), (seed, false)).0
     }
 
     /// [`Hub::publish`] by a channel's owner worker: also the frames it
-    /// encoded, for the other workers ([`Hub::publish_relayed`]).
+    /// encoded, for the other workers ([`Hub::publish_relayed`]) — each
+    /// gets copies (`copy_frames`): a frame still referenced by another
+    /// worker would never look released to this hub's memory budget.
     pub fn publish_shared(
         &mut self,
         channel: &str,

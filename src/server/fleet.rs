@@ -111,10 +111,10 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
             let channel = msg.channel.clone();
             w.delivering(&channel, |hub| sequence(hub, mesh, msg));
         }
-        Hop::Deliver(msg) => {
+        Hop::Deliver(mut msg) => {
             let skip = msg.skip_at(mesh.me());
             let n = w.delivering(&msg.channel, |hub| {
-                let seed = msg.frames.as_deref();
+                let seed = msg.frames.take().map(|f| *f);
                 hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip, seed)
             });
             match msg.ask {

@@ -44,7 +44,7 @@ use crate::ws::OpCode;
 
 /// A message crossing between workers; its payload is shared by every
 /// worker it goes to.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Msg {
     pub channel: Arc<str>,
     pub opcode: OpCode,
@@ -57,9 +57,25 @@ pub struct Msg {
     /// Who waits for the number of deliveries (worker, count id): an
     /// HTTP publish's or a JSON publish's reply.
     pub ask: Option<(u8, u64)>,
-    /// The frames its owner encoded (deliveries): the other workers
-    /// reuse them instead of encoding (compressing) the message again.
-    pub frames: Option<Arc<Frames>>,
+    /// Copies of the frames its owner encoded (deliveries), this
+    /// receiver's alone: it reuses them instead of encoding
+    /// (compressing) the message again. Not cloned with the message.
+    pub frames: Option<Box<Frames>>,
+}
+
+impl Clone for Msg {
+    /// The message without its frames (each receiver gets its own copies).
+    fn clone(&self) -> Msg {
+        Msg {
+            channel: self.channel.clone(),
+            opcode: self.opcode,
+            payload: self.payload.clone(),
+            sender: self.sender,
+            from: self.from,
+            ask: self.ask,
+            frames: None,
+        }
+    }
 }
 
 impl Msg {

@@ -7,12 +7,10 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
 use crate::http::{self, HttpError};
-use crate::hub::Hub;
+use crate::hub::{copy_frames, Hub};
 use crate::redis::resp::Reply;
 use crate::server::mesh::{Hop, Mesh, Msg};
 use crate::server::redis::{RedisLink, ReplyWaiter};
@@ -129,23 +127,27 @@ fn cross(
 /// other worker with subscribers of the channel, in one step (so every
 /// worker sees the owner's order). The local deliveries and how many
 /// workers it went to; an asker on another worker is told both.
-pub fn sequence(hub: &mut Hub, mesh: &Mesh, mut msg: Msg) -> (usize, u32) {
+pub fn sequence(hub: &mut Hub, mesh: &Mesh, msg: Msg) -> (usize, u32) {
     let skip = msg.skip_at(mesh.me());
     let mut bits = mesh.interested(&msg.channel) & !(1u64 << mesh.me());
     let others = bits.count_ones();
-    let n = match others {
-        0 => hub.publish(&msg.channel, msg.opcode, &msg.payload, skip),
+    let (n, frames) = match others {
+        0 => (
+            hub.publish(&msg.channel, msg.opcode, &msg.payload, skip),
+            None,
+        ),
         _ => {
             let (n, frames) = hub.publish_shared(&msg.channel, msg.opcode, &msg.payload, skip);
-            msg.frames = Some(Arc::new(frames));
-            n
+            (n, Some(frames))
         }
     };
     let ask = msg.ask;
     while bits != 0 {
         let to = bits.trailing_zeros() as usize;
         bits &= bits - 1;
-        mesh.send(to, Hop::Deliver(msg.clone()));
+        let mut copy = msg.clone();
+        copy.frames = frames.as_ref().map(|f| Box::new(copy_frames(f)));
+        mesh.send(to, Hop::Deliver(copy));
     }
     if let Some((at, id)) = ask.filter(|(at, _)| *at as usize != mesh.me()) {
         let more = Some(others);
