@@ -79,9 +79,11 @@ impl Clone for Msg {
 }
 
 impl Msg {
-    /// Bytes it holds (what the overflow queue counts).
+    /// Bytes it holds, its frames' copies included (what the overflow
+    /// queue and the in-flight window count).
     fn size(&self) -> usize {
-        self.payload.len() + self.channel.len() + 64
+        let frames = self.frames.iter().flat_map(|f| f.iter().flatten());
+        self.payload.len() + self.channel.len() + 64 + frames.map(|b| b.len()).sum::<usize>()
     }
 
     /// The sender to leave out on worker `at`: only the publisher's own

@@ -45,12 +45,6 @@ pub enum Via<'a> {
     Mesh(&'a Mesh),
 }
 
-impl<'a> From<Option<&'a RedisLink>> for Via<'a> {
-    fn from(redis: Option<&'a RedisLink>) -> Via<'a> {
-        redis.map_or(Via::Local, Via::Redis)
-    }
-}
-
 /// Where `w`'s publishes go: Redis, the mesh, or its own hub.
 pub fn via(w: &Worker) -> Via<'_> {
     match (w.redis.as_deref(), w.mesh.get()) {
