@@ -68,16 +68,23 @@ set -e
 
 # The whole-server suites whose settings several workers serve, again
 # with two workers (issue 42): connections alternate between them, so
-# every publish in them crosses workers. tests/workers.rs runs two
-# workers in the pass above; the suites not listed use a setting
-# --workers above 1 does not serve yet (history, presence, Redis, Pusher,
-# hooks, the cache, the console) or test a per-worker bound.
+# every publish in them crosses workers (or, in Redis mode, where each
+# worker is an instance, goes through Redis between them).
+# tests/workers.rs and tests/redis_workers.rs run two workers in the pass
+# above; a test that counts one instance's Redis connections keeps one
+# worker (common::one_worker_per_server); the suites not listed use a
+# setting --workers above 1 does not serve yet without Redis (history,
+# presence, Pusher, hooks, the cache, the console) or test a per-worker
+# bound.
 step "the whole-server suites again with --workers 2 (CORECAST_TEST_WORKERS=2)"
 set +e
 CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --test control \
     --test http_api --test identity_tokens --test isolation --test metrics --test namespaces \
     --test parking --test pressure --test protocol --test resources --test shutdown \
-    --test smuggling --test sse --test tls --test compression --test python_websockets 2>&1 |
+    --test smuggling --test sse --test tls --test compression --test python_websockets \
+    --test redis --test redis_ack --test redis_history --test redis_cluster --test redis_hostile \
+    --test redis_tls --test redis_drivers --test presence_redis --test pusher_redis \
+    --test sse_redis --test console 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

@@ -537,7 +537,11 @@ pub struct Snapshot {
 }
 
 /// The totals of several workers' snapshots: counters and gauges added,
-/// peaks (`*_peak`) the largest, histograms merged.
+/// peaks (`*_peak`) the largest, histograms merged; in Redis mode (each
+/// worker an instance with its own connections) `redis_connected` is 1
+/// only while every worker's link is, and `redis_shards` has one row per
+/// master any worker knows, its counters added, `connected` only while
+/// every worker that knows it is, `slots` the most any worker places.
 pub fn merge(parts: &[Snapshot]) -> Snapshot {
     let mut total = serde_json::Value::Null;
     for part in parts {
@@ -548,6 +552,26 @@ pub fn merge(parts: &[Snapshot]) -> Snapshot {
     for part in parts {
         out.worker.fanout_delay.add(&part.worker.fanout_delay);
         out.worker.loop_lag.add(&part.worker.loop_lag);
+    }
+    out.redis.connected = parts.iter().map(|p| p.redis.connected).min().unwrap_or(0);
+    out.redis.shards = merge_shards(parts.iter().flat_map(|p| &p.redis.shards));
+    out
+}
+
+fn merge_shards<'a>(rows: impl Iterator<Item = &'a ShardStats>) -> Vec<ShardStats> {
+    let mut out: Vec<ShardStats> = Vec::new();
+    for r in rows {
+        let Some(t) = out.iter_mut().find(|t| t.addr == r.addr) else {
+            out.push(r.clone());
+            continue;
+        };
+        t.connected = t.connected.min(r.connected);
+        t.slots = t.slots.max(r.slots);
+        t.subscriptions += r.subscriptions;
+        t.publishes += r.publishes;
+        t.moved += r.moved;
+        t.resubscribes += r.resubscribes;
+        t.reconnects += r.reconnects;
     }
     out
 }
@@ -617,5 +641,42 @@ mod merge_tests {
         assert_eq!(t.worker.outbound_bytes_peak, 900);
         assert_eq!(t.worker.loop_lag.count(), 2);
         assert_eq!(t.namespaces["chat"].publishes, 3);
+    }
+
+    #[test]
+    fn redis_links_of_workers_merge_by_shard() {
+        let shard = |addr: &str, connected, slots, publishes| ShardStats {
+            addr: addr.into(),
+            connected,
+            slots,
+            publishes,
+            ..Default::default()
+        };
+        let worker = |connected, shards| Snapshot {
+            redis: RedisStats {
+                connected,
+                shards,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let a = worker(1, vec![shard("a:1", 1, 8192, 5), shard("b:1", 1, 8192, 1)]);
+        let b = worker(0, vec![shard("b:1", 0, 4096, 2), shard("c:1", 1, 4096, 3)]);
+        let t = merge(&[a, b]);
+        assert_eq!(t.redis.connected, 0, "one worker's link is down");
+        let rows: Vec<_> = t
+            .redis
+            .shards
+            .iter()
+            .map(|s| (s.addr.as_str(), s.connected, s.slots, s.publishes))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("a:1", 1, 8192, 5),
+                ("b:1", 0, 8192, 3),
+                ("c:1", 1, 4096, 3)
+            ]
+        );
     }
 }

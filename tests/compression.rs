@@ -276,6 +276,7 @@ async fn bomb_inflating_to_64_mib_leaves_peak_memory_near_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_mode_carries_messages_plain_and_each_instance_compresses_once() {
+    one_worker_per_server("counts what one instance subscribes and compresses");
     let redis = redis_support::RedisServer::start(&[]).await;
     let (a, b) = redis_support::ready_pair(&redis).await;
     let mut rc = redis_support::RespConn::open(redis.port, None).await;

@@ -366,9 +366,11 @@ async fn every_instance_is_listed_in_redis_mode() {
     let mut bob = ws_connect(b.addr, &format!("/ws/room?token={token}")).await;
     let cookie = login(a.addr).await;
     let mut ws = feed(a.addr, &cookie).await;
+    // In Redis mode each worker is an instance: a row each.
+    let rows = 2 * default_workers();
     let snap = snapshot_where(&mut ws, |s| {
         let list = s["instances"].as_array().unwrap();
-        list.len() == 2
+        list.len() == rows
             && list
                 .iter()
                 .any(|i| i["connections"].as_u64() >= Some(1) && i["id"] != s["instance"])
@@ -384,7 +386,7 @@ async fn every_instance_is_listed_in_redis_mode() {
     // A disconnect from a's console reaches b's connection of the user,
     // through the server API's control channel.
     let gone = action(a.addr, "disconnect", json!({"user":"bob"}), &cookie, true).await;
-    assert_eq!(gone.json(), json!({"instances": 2}));
+    assert_eq!(gone.json(), json!({ "instances": rows }));
     assert_eq!(expect_close(&mut bob).await, 4005);
 }
 
@@ -657,11 +659,12 @@ async fn redis_cluster_shards_are_shown() {
     let b = redis_support::cluster_instance(&cluster, keyed);
     let cookie = login(a.addr).await;
     let mut ws = feed(a.addr, &cookie).await;
-    // Both instances heard through the cluster, every shard up, every
-    // slot placed.
+    // Both instances heard through the cluster (a row per worker), every
+    // shard up, every slot placed.
+    let rows = 2 * default_workers();
     let snap = snapshot_where(&mut ws, |s| {
         let shards = s["redis"]["shards"].as_array().map_or(0, |v| v.len());
-        s["instances"].as_array().unwrap().len() == 2
+        s["instances"].as_array().unwrap().len() == rows
             && shards == 3
             && s["redis"]["shards"]
                 .as_array()

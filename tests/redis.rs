@@ -75,6 +75,7 @@ fn numbered<'a>(texts: impl IntoIterator<Item = &'a str>, prefix: &str) -> Vec<u
 /// JSON-mode subscriber on A gets the envelope (text and binary).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_published_on_b_reach_subscribers_on_a() {
+    one_worker_per_server("counts instances as Redis subscribers");
     let redis = RedisServer::start(&[]).await;
     let (a, b) = ready_pair(&redis).await;
     let mut rc = RespConn::open(redis.port, None).await;
@@ -327,6 +328,7 @@ fn check_at_least_once(
 /// every subscriber — at least once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_crash_mid_stream_loses_no_accepted_message() {
+    one_worker_per_server("counts instances as Redis subscribers");
     let mut redis = RedisServer::start(&[]).await;
     // The default resume delay (1 s) is what covers the two instances
     // reconnecting up to a backoff step apart; keep it.
@@ -472,6 +474,7 @@ async fn redis_crash_mid_stream_loses_no_accepted_message() {
 /// buffered ones are delivered, in order, exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_publish_buffer_refuses_and_the_buffered_are_delivered_later() {
+    one_worker_per_server("each worker has its own publish buffer");
     let mut redis = RedisServer::start(&[]).await;
     let a = instance(redis.url("", ""), |c| c.redis.publish_buffer = 4096);
     wait_readyz(a.addr, 200).await;
@@ -560,6 +563,7 @@ async fn a_full_publish_buffer_refuses_and_the_buffered_are_delivered_later() {
 /// password: ready and delivering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_password_is_reported_and_not_retried_in_a_loop() {
+    one_worker_per_server("counts one instance's connection attempts");
     let redis = RedisServer::start(&["--requirepass", "secret"]).await;
     let mut rc = RespConn::open(redis.port, Some("secret")).await;
     let wrong = instance(redis.url(":wrong@", ""), |_| {});
@@ -645,6 +649,7 @@ async fn an_unknown_database_is_reported() {
 /// must not count against the fresh subscriber connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_outage_ends_with_one_clean_reconnect() {
+    one_worker_per_server("counts one instance's Redis connections");
     let mut redis = RedisServer::start(&[]).await;
     let a = instance(redis.url("", ""), |_| {});
     wait_readyz(a.addr, 200).await;

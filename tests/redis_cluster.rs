@@ -122,6 +122,7 @@ async fn wait_shardnumsub(port: u16, channel: &str, want: i64) {
 /// in order; losing the last local subscriber unsubscribes on the owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_channels_over_three_masters_arrive_once_in_order() {
+    one_worker_per_server("counts one instance's shard connections");
     let c = RedisCluster::start(3, 0).await;
     let a = cluster_instance(&c, |_| {});
     let b = cluster_instance(&c, |_| {});
@@ -582,6 +583,7 @@ fn seeds_config(seeds: &str) -> impl FnOnce(&mut corecast::config::Config) {
 /// why, and the reads back off (100 ms doubling) instead of storming.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_seeds_are_reported_and_retried_with_backoff() {
+    one_worker_per_server("counts one instance's connection attempts");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -633,6 +635,7 @@ async fn a_node_not_in_cluster_mode_and_refused_credentials_are_clear() {
 /// on and `/readyz` stays 200 without that master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_emptied_of_slots_is_retired_and_its_channels_move() {
+    one_worker_per_server("follows one instance's slot map");
     let c = RedisCluster::start(3, 0).await;
     let a = cluster_instance(&c, |_| {});
     wait_readyz(a.addr, 200).await;

@@ -184,6 +184,7 @@ async fn a_redis_restart_without_persistence_is_a_new_epoch() {
 /// get all of them, in order, none twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_subscriber_connection_loses_nothing() {
+    one_worker_per_server("counts instances as Redis subscribers");
     let redis = RedisServer::start(&[]).await;
     let (a, b) = pair(&redis).await;
     kill_during_publishes(&redis, &a, &b, KillWhom::AllPubSub).await;
@@ -194,6 +195,7 @@ async fn a_killed_subscriber_connection_loses_nothing() {
 /// stream (`backfilled_messages`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_range_is_backfilled_from_the_stream() {
+    one_worker_per_server("counts instances as Redis subscribers");
     let redis = RedisServer::start(&[]).await;
     let (a, b) = pair(&redis).await;
     kill_during_publishes(&redis, &a, &b, KillWhom::OnlyA).await;
@@ -315,6 +317,7 @@ async fn a_flushed_script_cache_is_reloaded() {
 /// the gap is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_redis_trimmed_is_a_gap_notice_not_a_silent_loss() {
+    one_worker_per_server("counts instances as Redis subscribers");
     let redis = RedisServer::start(&[]).await;
     let small = |c: &mut corecast::Config| c.history.size = 10;
     let a = instance(redis.url("", ""), small);

@@ -185,6 +185,7 @@ fn envelope(opcode: u8, payload: &[u8]) -> Vec<u8> {
 /// A ready server on a fresh fake Redis, with one WebSocket subscriber of
 /// `news` that has received a first message through the fake.
 async fn setup(tweak: impl FnOnce(&mut corecast::config::Config)) -> (FakeRedis, TestServer, Ws) {
+    one_worker_per_server("the fake Redis serves one instance's connections");
     let (fake, port) = FakeRedis::start().await;
     let url = format!("redis://127.0.0.1:{port}").parse().expect("url");
     let server = instance(url, tweak);

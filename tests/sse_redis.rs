@@ -98,6 +98,7 @@ async fn streams_and_websockets_share_positions_and_resume_across_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_history_a_stream_is_subscribed_once_redis_confirms() {
+    one_worker_per_server("counts instances as Redis subscribers");
     let redis = RedisServer::start(&[]).await;
     let (a, b) = pair(&redis, 0).await;
     let mut rc = RespConn::open(redis.port, None).await;

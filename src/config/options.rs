@@ -90,7 +90,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
             Ok(())
         };
     "workers", CORECAST_WORKERS, "N", "1",
-        "worker threads, each pinned to its CPU with its own connections; one channel space across them (a publish on any worker reaches every subscriber on every worker once, in the channel's order); auto = one per CPU of --cpus or of those the process may use; 1 is the single-core server"
+        "worker threads, each pinned to its CPU with its own connections; one channel space across them (a publish on any worker reaches every subscriber on every worker once, in the channel's order; in Redis mode each worker is an instance with its own Redis connections); auto = one per CPU of --cpus or of those the process may use; 1 is the single-core server"
         => |c, v| {
             c.workers = super::values::Workers::parse(v)?;
             Ok(())

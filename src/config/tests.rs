@@ -378,7 +378,6 @@ fn bad_worker_settings_are_refused_with_their_reason() {
     // What several workers do not serve yet is refused, named.
     for (flag, value, named) in [
         ("--history-size", "10", "--history-size"),
-        ("--redis-url", "redis://127.0.0.1:6379", "--redis-url"),
         ("--presence-channels", "*", "--presence-channels"),
         ("--admin-key", "0123456789abcdef0123", "--admin-key"),
         ("--proxy-connect", "http://127.0.0.1:1/c", "--proxy-*"),
@@ -387,5 +386,16 @@ fn bad_worker_settings_are_refused_with_their_reason() {
         let e = refused(&["--workers", "2", flag, value]);
         assert!(e.contains(named) && e.contains("one worker"), "{flag}: {e}");
         serve(&["--workers", "1", flag, value], no_env);
+    }
+    // In Redis mode each worker is an instance: what lives in Redis is
+    // served with several workers.
+    let redis = ["--workers", "2", "--redis-url", "redis://127.0.0.1:6379"];
+    for more in [
+        &["--history-size", "10"][..],
+        &["--presence-channels", "*"],
+        &["--admin-key", "0123456789abcdef0123"],
+        &["--pusher-app", "1:key:secret"],
+    ] {
+        serve(&[&redis[..], more].concat(), no_env);
     }
 }

@@ -46,12 +46,24 @@ impl Config {
         let rules = || self.namespaces.table.all_rules();
         let history = self.history.size > 0 || rules().any(|r| r.history.size > 0);
         let presence = self.presence.enabled() || rules().any(|r| r.presence == Some(true));
+        // In Redis mode each worker is an instance of its own: what lives
+        // in Redis (history, presence, occupancy, the console's rows) is
+        // shared the way it is between processes.
+        let alone = !self.redis.enabled();
         [
-            (self.redis.enabled(), "--redis-url / --redis-cluster"),
-            (history, "--history-size (history and resume)"),
-            (presence, "--presence-channels"),
-            (!self.pusher.apps.is_empty(), "--pusher-app"),
-            (self.admin_key.is_some(), "--admin-key (the console)"),
+            (
+                history && alone,
+                "--history-size (history and resume) without Redis",
+            ),
+            (presence && alone, "--presence-channels without Redis"),
+            (
+                !self.pusher.apps.is_empty() && alone,
+                "--pusher-app without Redis",
+            ),
+            (
+                self.admin_key.is_some() && alone,
+                "--admin-key (the console) without Redis",
+            ),
             (self.proxy.any(), "--proxy-* (hooks)"),
             (self.cache.origin.is_some(), "--origin (the HTTP cache)"),
         ]

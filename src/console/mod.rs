@@ -17,6 +17,8 @@ pub mod session;
 pub mod snapshot;
 pub mod top;
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 /// Shortest `--admin-key` accepted at start.
 pub const MIN_KEY_LEN: usize = 16;
 /// The feed's internal channel (`!`: no client may name it).
@@ -29,14 +31,37 @@ pub const INSTANCES_CHANNEL: &str = "!console";
 /// needs a CORS preflight the server never grants.
 pub const ACTION_HEADER: &str = "x-corecast-console";
 
-/// What the console keeps on a worker: sessions, the login limiter, the
-/// instances heard, the series, and last second's readings.
+/// Who may use the console: the live sessions and the login limiter.
+/// One per process, shared by its workers — a login on one worker is
+/// valid on every worker, and an address's attempts count once however
+/// the connections are spread. Locked only by console requests (a few a
+/// second), never on the delivery path.
+#[derive(Debug, Default, Clone)]
+pub struct Access(Arc<Mutex<Gate>>);
+
+/// What [`Access`] guards.
 #[derive(Debug, Default)]
-pub struct State {
+pub struct Gate {
     /// Live sessions.
     pub sessions: session::Sessions,
     /// Login attempts per address.
     pub logins: session::LoginLimiter,
+}
+
+impl Access {
+    /// The gate (a worker that panicked aborts the process, so a
+    /// poisoned lock holds consistent data).
+    pub fn lock(&self) -> MutexGuard<'_, Gate> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What the console keeps on a worker: the process's [`Access`], the
+/// instances heard, the series, and last second's readings.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Sessions and login limits, the process's.
+    pub access: Access,
     /// Instances heard through Redis (Redis mode).
     pub instances: snapshot::Instances,
     /// The last 15 minutes.

@@ -25,10 +25,14 @@ const BATCH: usize = 64;
 /// the rings (a receiver freeing room does not ring back).
 const OVERFLOW_RETRY: Duration = Duration::from_millis(1);
 
-/// Starts the mesh's tasks on this worker.
+/// Starts the mesh's tasks on this worker. In Redis mode messages cross
+/// workers through Redis (each worker is an instance), so the hub's
+/// interest log is the Redis link's alone and owners learn nothing.
 pub fn spawn(w: &Rc<Worker>) {
     monoio::spawn(drain(w.clone()));
-    monoio::spawn(interest(w.clone()));
+    if w.redis.is_none() {
+        monoio::spawn(interest(w.clone()));
+    }
 }
 
 async fn drain(w: Rc<Worker>) {

@@ -171,6 +171,9 @@ pub struct Report {
     /// Message bytes it sent to other workers that they have not taken
     /// yet (the receivers take them off).
     in_flight: AtomicUsize,
+    /// It can deliver (its Redis link is up, in Redis mode): false until
+    /// it says so, so a worker still starting is not counted ready.
+    ready: AtomicBool,
 }
 
 /// One worker's ends of the mesh, made on the starting thread and moved
@@ -445,6 +448,21 @@ impl Mesh {
         let r = &self.backlogs[self.me];
         r.backlog.store(bytes, Ordering::Relaxed);
         r.pressed.store(pressed, Ordering::Relaxed);
+    }
+
+    /// Says whether this worker can deliver (each tick).
+    pub fn set_ready(&self, ready: bool) {
+        self.backlogs[self.me].ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The first other worker that last said it cannot deliver (or has
+    /// not said yet): `/readyz` is ready only when every worker is.
+    pub fn unready_other(&self) -> Option<usize> {
+        let all = self.backlogs.iter().enumerate();
+        let mut others = all.filter(|(i, _)| *i != self.me);
+        others
+            .find(|(_, r)| !r.ready.load(Ordering::Relaxed))
+            .map(|(i, _)| i)
     }
 
     fn others(&self) -> impl Iterator<Item = &Report> {

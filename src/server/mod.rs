@@ -36,7 +36,9 @@
 //! - `mod.rs` boots the workers (pinning, driver, sweeper, pacer
 //!   watchdog, shutdown) and starts each feature's tasks; `fleet` is a
 //!   worker's side of the mesh (draining its rings, sending its interest
-//!   to channels' owners).
+//!   to channels' owners — not in Redis mode, where each worker is an
+//!   instance with its own Redis link and messages cross workers through
+//!   Redis; the mesh then carries only connections, counts and stats).
 //! - Seams, which any folder may import: `admission` (the one admission
 //!   of a (connection identity, channel) pair, on every way in),
 //!   `worker` (what the worker's
@@ -262,6 +264,7 @@ impl Server {
         .into_iter();
         let mut listeners = Some([Some(listener), admin]);
         let mut workers = Vec::with_capacity(n);
+        let console = crate::console::Access::default();
         for (i, &cpu) in cpus.iter().enumerate() {
             let boot = Boot {
                 index: i,
@@ -269,6 +272,7 @@ impl Server {
                 cpu,
                 pinned: cfg.cpu.is_some() || cfg.cpus.is_some() || n > 1,
                 mesh: parts.next(),
+                console: console.clone(),
             };
             let tls = (tls.as_ref().map(|t| t.share()), client.clone());
             let (cfg, flag) = (cfg.clone(), stop.clone());
@@ -354,6 +358,8 @@ struct Boot {
     /// an error, not a warning.
     pinned: bool,
     mesh: Option<mesh::Parts>,
+    /// The console's sessions and login limits, one set per process.
+    console: crate::console::Access,
 }
 
 fn run_worker(
@@ -391,7 +397,7 @@ fn run_worker(
     if let Some(admin) = &listeners[1] {
         log!(Info, "admin listener", admin_addr = admin.local_addr()?);
     }
-    let serve = worker_main((cfg, tls), (listeners, boot.mesh), stop);
+    let serve = worker_main((cfg, tls), (listeners, boot.mesh, boot.console), stop);
     match driver {
         DriverKind::IoUring => {
             runtime::uring_runtime_or_plain(true, SERVER_RING_ENTRIES)?.block_on(serve)
@@ -402,13 +408,16 @@ fn run_worker(
 
 async fn worker_main(
     (cfg, tls): (Config, WorkerTls),
-    (listeners, mesh): (Listeners, Option<mesh::Parts>),
+    (listeners, mesh, console): (Listeners, Option<mesh::Parts>, crate::console::Access),
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
     let w = Worker::with_tls(cfg, tls, hooks::api::apply);
+    w.console.borrow_mut().access = console;
     if let Some(parts) = mesh {
-        let _ = w.mesh.set(mesh::Mesh::new(parts));
+        let mesh = mesh::Mesh::new(parts);
+        mesh.set_ready(w.own_readiness().is_ok());
+        let _ = w.mesh.set(mesh);
         fleet::spawn(&w);
     }
     let listening: Vec<std::os::fd::RawFd> =
@@ -525,6 +534,7 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
             if let Some(mesh) = w.mesh.get() {
                 mesh.set_load(hub.connection_count());
                 mesh.set_backlog(hub.backlog(), hub.pressed());
+                mesh.set_ready(w.own_readiness().is_ok());
             }
             if let Some(relay) = &w.relay {
                 let now = hub.now_ms();

@@ -325,8 +325,25 @@ impl Worker {
         self.mesh.get().is_some_and(|m| m.others_pressed())
     }
 
-    /// `Ok` when this instance can deliver (always, without Redis).
+    /// `Ok` when this process can deliver (always, without Redis): this
+    /// worker's Redis link is ready, and every other worker said its own
+    /// is at its last tick.
     pub fn readiness(&self) -> Result<(), String> {
+        let own = self.own_readiness();
+        if let Some(mesh) = self.mesh.get() {
+            // Said now too, not only at the tick: a probe answered ready
+            // here is not contradicted by the next one on another worker.
+            mesh.set_ready(own.is_ok());
+        }
+        own?;
+        match self.mesh.get().and_then(|m| m.unready_other()) {
+            Some(i) => Err(format!("worker {i} is not ready (its Redis link)")),
+            None => Ok(()),
+        }
+    }
+
+    /// `Ok` when this worker can deliver: its Redis link's readiness.
+    pub fn own_readiness(&self) -> Result<(), String> {
         self.redis.as_ref().map_or(Ok(()), |l| l.readiness())
     }
 

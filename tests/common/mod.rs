@@ -160,8 +160,30 @@ fn test_workers() -> Option<usize> {
     std::env::var("CORECAST_TEST_WORKERS").ok()?.parse().ok()
 }
 
+thread_local! {
+    static ONE_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keeps the servers this test thread starts at one worker in the
+/// second pass too: for a test that counts what one *instance* opens in
+/// Redis (subscriber connections, reconnects, its own publish buffer) —
+/// in Redis mode each worker is an instance, which tests/redis_workers.rs
+/// covers. `_why` documents the reason at the call.
+pub fn one_worker_per_server(_why: &str) {
+    ONE_WORKER.with(|c| c.set(true));
+}
+
+/// How many workers a server this test starts without a setting of its
+/// own runs (2 in scripts/test.sh's second pass, else 1).
+pub fn default_workers() -> usize {
+    test_workers().unwrap_or(1)
+}
+
 fn with_test_workers(cfg: &mut Config) {
     let Some(n) = test_workers() else { return };
+    if ONE_WORKER.with(|c| c.get()) {
+        return;
+    }
     // Namespaces turn presence and history on only once resolved.
     let mut resolved = cfg.clone();
     let _ = resolved.resolve_namespaces();

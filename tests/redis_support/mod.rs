@@ -175,7 +175,7 @@ impl Drop for RedisServer {
 }
 
 /// A port nobody listens on right now (bound, read, released).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local addr").port()
 }

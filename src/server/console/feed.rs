@@ -249,7 +249,7 @@ fn cache(w: &Worker, snap: &Snapshot) -> Value {
 fn console(w: &Worker) -> Value {
     let c = w.console.borrow();
     json!({
-        "sessions": c.sessions.len(),
+        "sessions": c.access.lock().sessions.len(),
         "counts": c.counts,
     })
 }

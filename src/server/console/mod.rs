@@ -25,7 +25,8 @@ const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'un
 /// Whether `req` carries the cookie of a live session.
 pub fn session_ok(w: &Worker, req: &Request) -> bool {
     let token = req.cookie.as_deref().and_then(session::cookie_token);
-    token.is_some_and(|t| w.console.borrow().sessions.valid(t, w.now_ms()))
+    let access = w.console.borrow().access.clone();
+    token.is_some_and(|t| access.lock().sessions.valid(t, w.now_ms()))
 }
 
 /// Answers `GET /console`, `POST /console/login` and
@@ -72,7 +73,9 @@ fn page(status: u16, html: &str, (ka, head): (bool, bool)) -> Vec<u8> {
 fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8> {
     let now = w.now_ms();
     let mut console = w.console.borrow_mut();
-    if let Err(after_ms) = console.logins.attempt(ip, now) {
+    let access = console.access.clone();
+    let mut gate = access.lock();
+    if let Err(after_ms) = gate.logins.attempt(ip, now) {
         console.counts.logins_limited += 1;
         log::refused(
             log::Refusal::PerIp,
@@ -89,7 +92,7 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
     let given = session::form_value(body, "key").unwrap_or_default();
     if !session::key_matches(&given, key.expose()) {
         console.counts.logins_failed += 1;
-        if let Some(suppressed) = console.logins.log_failure(now) {
+        if let Some(suppressed) = gate.logins.log_failure(now) {
             log!(
                 Warn,
                 "console login failed",
@@ -102,8 +105,8 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
     }
     let token = session::new_token();
     let cookie = session::set_cookie(&token, tls);
-    console.sessions.start(token, now);
-    console.logins.succeeded(ip);
+    gate.sessions.start(token, now);
+    gate.logins.succeeded(ip);
     console.counts.logins += 1;
     log!(
         Info,
@@ -119,7 +122,8 @@ fn login(w: &Worker, body: &[u8], (ip, tls): (IpAddr, bool), ka: bool) -> Vec<u8
 /// checked): the session ends and the cookie is cleared.
 pub fn logout(w: &Worker, req: &Request, ip: IpAddr) -> Vec<u8> {
     if let Some(token) = req.cookie.as_deref().and_then(session::cookie_token) {
-        w.console.borrow_mut().sessions.end(token);
+        let access = w.console.borrow().access.clone();
+        access.lock().sessions.end(token);
     }
     log!(Info, "console logout", admin = ip);
     let cookie = session::clear_cookie();
