@@ -216,25 +216,76 @@ async fn stats_and_metrics_total_every_worker_and_show_each() {
     assert!(text.contains("\ncorecast_connections 5\n"), "{text}");
 }
 
+/// The server API acts on a user's connections on every worker: the
+/// listing has both, a subscribe and a disconnect reach both, and the
+/// counts add the workers' answers.
 #[tokio::test]
-async fn the_server_api_is_refused_rather_than_half_done_across_workers() {
+async fn the_server_api_acts_on_a_users_connections_on_every_worker() {
+    const SECRET: &str = "workers-api-secret-0123456789abcdef";
+    let key = "k".repeat(20);
     let srv = TestServer::start(|c| {
         c.workers = corecast::config::Workers::Count(2);
-        c.auth.publish_key = Some(corecast::config::Secret("k".repeat(20)));
+        c.auth.publish_key = Some(corecast::config::Secret(key.clone()));
+        c.auth.token_secret = Some(corecast::config::Secret(SECRET.into()));
     });
-    let key = "k".repeat(20);
+    let claims = r#"{"exp":9999999999,"sub":"u","subscribe":["*"],"publish":["*"]}"#;
+    let token = corecast::auth::sign_token(claims, SECRET.as_bytes());
+    let mut conns = vec![
+        ws_connect(srv.addr, &format!("/ws?token={token}")).await,
+        ws_connect(srv.addr, &format!("/ws?token={token}")).await,
+    ];
+    let spread = per_worker(&stats(srv.addr).await);
+    assert!(spread.iter().all(|&n| n >= 1), "spread: {spread:?}");
+    let api = |method: &str, path: &str, body: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let r = http_raw(
+        srv.addr,
+        api("GET", "/api/connections?user=u", "").as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let listing = r.json();
+    let listed = listing["connections"].as_array().expect("a list");
+    assert_eq!(listed.len(), 2, "{listing}");
+    let tags: HashSet<u64> = listed
+        .iter()
+        .map(|c| c["instance"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tags.len(), 2, "one connection on each worker: {listing}");
+    assert_eq!(listing["instances"]["missing"], 0, "{listing}");
+    let body = r#"{"user":"u","channel":"extra"}"#;
+    let r = http_raw(srv.addr, api("POST", "/api/subscribe", body).as_bytes()).await;
+    assert_eq!(r.json(), json!({"connections": 2}));
+    for ws in &mut conns {
+        let m = next_json(ws).await;
+        assert_eq!(
+            (m["type"].as_str(), m["channel"].as_str()),
+            (Some("subscribed"), Some("extra"))
+        );
+    }
+    // Publishing with the key reaches both of the server's subscriptions.
     let req = format!(
-        "GET /api/connections?user=u HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+        "POST /publish/extra HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
     );
-    let resp = http_raw(srv.addr, req.as_bytes()).await;
-    assert_eq!(resp.status, 501, "{resp:?}");
-    // Publishing with the key works as with one worker.
-    let mut ws = subscriber(srv.addr, "keyed").await;
-    let req = format!(
-        "POST /publish/keyed HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
-    );
-    assert_eq!(http_raw(srv.addr, req.as_bytes()).await.status, 200);
-    assert_eq!(next_data(&mut ws).await, "hi");
+    let r = http_raw(srv.addr, req.as_bytes()).await;
+    assert_eq!(r.json()["subscribers"], 2, "{:?}", r.json());
+    for ws in &mut conns {
+        assert_eq!(next_data(ws).await, "hi");
+    }
+    let r = http_raw(
+        srv.addr,
+        api("POST", "/api/disconnect", r#"{"user":"u"}"#).as_bytes(),
+    )
+    .await;
+    assert_eq!(r.json(), json!({"connections": 2}));
+    for ws in &mut conns {
+        assert_eq!(expect_close(ws).await, 4005);
+    }
 }
 
 /// Busy loops pinned to `cpu` until dropped: a worker there gets a

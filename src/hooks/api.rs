@@ -192,6 +192,12 @@ pub fn reply_channel(tag: u32) -> String {
 /// Instance `instance`'s answer to request `id`: as many of `conns` as
 /// fit in [`MAX_ANSWER_BYTES`], in order.
 pub fn encode_answer(id: u64, instance: u32, conns: Vec<ConnectionInfo>) -> Vec<u8> {
+    serde_json::to_vec(&answer(id, instance, conns)).expect("answers serialize")
+}
+
+/// Instance (or worker) `instance`'s answer to request `id`: as many of
+/// `conns` as fit in [`MAX_ANSWER_BYTES`] encoded, in order.
+pub fn answer(id: u64, instance: u32, conns: Vec<ConnectionInfo>) -> ConnectionsAnswer {
     // The envelope's own fields take well under 128 bytes.
     let mut budget = MAX_ANSWER_BYTES - 128;
     let mut kept = Vec::with_capacity(conns.len());
@@ -204,13 +210,12 @@ pub fn encode_answer(id: u64, instance: u32, conns: Vec<ConnectionInfo>) -> Vec<
         budget -= len;
         kept.push(c);
     }
-    let answer = ConnectionsAnswer {
+    ConnectionsAnswer {
         id,
         instance,
         truncated: kept.len() < total,
         connections: kept,
-    };
-    serde_json::to_vec(&answer).expect("answers serialize")
+    }
 }
 
 /// An answer heard on a reply channel; `None` if it is not one or is

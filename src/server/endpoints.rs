@@ -116,7 +116,7 @@ pub async fn respond_all(
             connections: total.connections,
             channels: total.channels,
             outbound_bytes: total.worker.outbound_bytes,
-            redis_enabled: false,
+            redis_enabled: w.redis.is_some(),
             ready: w.readiness().is_ok(),
         };
         let mut text = crate::metrics::render(&total, &gauges);

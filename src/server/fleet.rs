@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::log;
 use crate::server::conn::accept;
+use crate::server::hooks::api as hooks_api;
 use crate::server::mesh::{Hop, Mesh};
 use crate::server::publish::sequence;
 use crate::server::worker::Worker;
@@ -142,6 +143,11 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
             mesh.send(from as usize, Hop::Told { id, worker, snap });
         }
         Hop::Told { id, worker, snap } => mesh.told(id, worker as usize, *snap),
+        Hop::Api { from, id, cmd } => {
+            let answer = hooks_api::answer_here(w, id, &cmd);
+            mesh.send(from as usize, answer);
+        }
+        Hop::Listed(answer) => w.api_waits.borrow_mut().answer(*answer),
         Hop::Conn {
             stream,
             peer,

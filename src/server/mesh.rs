@@ -123,6 +123,16 @@ pub enum Hop {
     /// the sender; from the channel's owner, `more` says how many other
     /// workers were sent the message and will answer too.
     Counted { id: u64, n: u64, more: Option<u32> },
+    /// A server API command (`/api/*`) for the receiver's connections,
+    /// from worker `from`: answered with [`Hop::Counted`] (connections
+    /// acted on) or, for a listing, [`Hop::Listed`], under `id`.
+    Api {
+        from: u8,
+        id: u64,
+        cmd: Box<crate::hooks::api::Command>,
+    },
+    /// The receiver's share of a `GET /api/connections` listing.
+    Listed(Box<crate::hooks::api::ConnectionsAnswer>),
     /// An accepted connection handed to the receiver (the least loaded).
     Conn {
         stream: std::net::TcpStream,

@@ -294,17 +294,6 @@ async fn serve(
                 }
             }
         }
-        // The server API acts on a user's connections wherever they are:
-        // through Redis in Redis mode (each worker hears the control
-        // channel), not across workers without it yet, so refused rather
-        // than half done.
-        Route::ServerApi(_) if w.mesh.get().is_some() && w.redis.is_none() => {
-            let e = HttpError {
-                status: 501,
-                message: "the server API is not served with --workers above 1 yet",
-            };
-            http::error_response(&e, keep_alive).into()
-        }
         Route::PusherApi(_) | Route::ServerApi(_) => {
             let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
                 return Ok(Next::Close);

@@ -10,7 +10,9 @@
 //! instance's connections without Redis, the cluster's in Redis mode: a
 //! request on the control channel, every instance's answer on the
 //! asker's reply channel, gathered within `--api-connections-timeout`
-//! ([`Waits`]).
+//! ([`Waits`]). With several workers and no Redis, commands and
+//! listings go to every other worker as mesh hops ([`Hop::Api`]),
+//! answered with counts or listings ([`answer_here`]).
 
 use std::rc::Rc;
 use std::task::Poll;
@@ -22,9 +24,14 @@ use crate::http::{self, HttpError, Method};
 use crate::hub::CloseReason;
 use crate::redis::resp::Reply;
 use crate::server::hooks::{session, users};
+use crate::server::mesh::{Hop, Mesh};
 use crate::server::publish::{route_publish, Published, Via};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
+
+/// Longest a command waits for the other workers' counts (several
+/// workers, no Redis).
+const WORKERS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Answers `/api/{rest}`.
 pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -> Vec<u8> {
@@ -63,7 +70,11 @@ pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -
 pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, api::Refusal> {
     let Some(link) = &w.redis else {
         let tag = w.pusher.borrow().tag;
-        let n = apply(&w.rc(), (cmd, tag));
+        let n = apply(&w.rc(), (cmd, tag)) as u64;
+        let n = match w.mesh.get() {
+            Some(mesh) => on_every_worker(mesh, cmd, n).await,
+            None => n,
+        };
         return Ok(serde_json::json!({ "connections": n }));
     };
     let payload = api::encode(cmd);
@@ -88,6 +99,39 @@ pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, a
             503,
             "redis did not confirm; the command may still be carried out",
         )),
+    }
+}
+
+/// Several workers without Redis: `cmd` (carried out here on `here`
+/// connections) goes to every other worker, which carries it out on its
+/// own and answers how many; the total of those that answered within
+/// [`WORKERS_WAIT`] (a worker that answers later still acts).
+async fn on_every_worker(mesh: &Mesh, cmd: &Command, here: u64) -> u64 {
+    let id = mesh.count_start(here, Some(mesh.workers() as u32 - 1));
+    let from = mesh.me() as u8;
+    for to in (0..mesh.workers()).filter(|&i| i != mesh.me()) {
+        let cmd = Box::new(cmd.clone());
+        mesh.send(to, Hop::Api { from, id, cmd });
+    }
+    let all = std::future::poll_fn(|cx| mesh.poll_count(id, cx));
+    let _ = monoio::time::timeout(WORKERS_WAIT, all).await;
+    mesh.count_end(id)
+}
+
+/// A server API command from another worker (several workers, no
+/// Redis), carried out on this worker's connections: the hop that
+/// answers it.
+pub fn answer_here(w: &Rc<Worker>, id: u64, cmd: &Command) -> Hop {
+    let tag = w.pusher.borrow().tag;
+    match cmd {
+        Command::Connections { user, .. } => {
+            let list = users::list(&w.hub.borrow(), &w.users.borrow(), tag, user);
+            Hop::Listed(Box::new(api::answer(id, tag, list)))
+        }
+        cmd => {
+            let n = apply(w, (cmd, tag)) as u64;
+            Hop::Counted { id, n, more: None }
+        }
     }
 }
 
@@ -140,7 +184,7 @@ async fn connections(w: &Worker, query: Option<&str>) -> Result<serde_json::Valu
     let user = query
         .and_then(|q| auth::query_param(q, "user"))
         .unwrap_or("");
-    if w.redis.is_none() {
+    if w.redis.is_none() && w.mesh.get().is_none() {
         return Ok(connections_of(w, user));
     }
     cluster_connections(w, user).await
@@ -169,9 +213,12 @@ async fn cluster_connections(w: &Worker, user: &str) -> Result<serde_json::Value
         reply_to,
         id,
     };
-    let n = match publish_command(w, &cmd, deadline).await {
-        Ok(Reply::Integer(n)) => n.max(0) as u64,
-        _ => return Err((503, "redis did not confirm; no instance was asked")),
+    let n = match (&w.redis, w.mesh.get()) {
+        (None, Some(mesh)) => ask_workers(w, mesh, &cmd),
+        _ => match publish_command(w, &cmd, deadline).await {
+            Ok(Reply::Integer(n)) => n.max(0) as u64,
+            _ => return Err((503, "redis did not confirm; no instance was asked")),
+        },
     };
     if let Some((g, _)) = w.api_waits.borrow_mut().get_mut(id) {
         g.expected = Some(n);
@@ -193,6 +240,24 @@ async fn cluster_connections(w: &Worker, user: &str) -> Result<serde_json::Value
     let g = w.api_waits.borrow_mut().close(id);
     drop(opened);
     Ok(g.unwrap_or_default().into_json(user))
+}
+
+/// Several workers without Redis: listing `cmd` goes to every other
+/// worker, this worker answers at once; how many answers to wait for.
+fn ask_workers(w: &Worker, mesh: &Mesh, cmd: &Command) -> u64 {
+    let Command::Connections { user, id, reply_to } = cmd else {
+        return 0;
+    };
+    let list = users::list(&w.hub.borrow(), &w.users.borrow(), *reply_to, user);
+    w.api_waits
+        .borrow_mut()
+        .answer(api::answer(*id, *reply_to, list));
+    let from = mesh.me() as u8;
+    for to in (0..mesh.workers()).filter(|&i| i != mesh.me()) {
+        let cmd = Box::new(cmd.clone());
+        mesh.send(to, Hop::Api { from, id: *id, cmd });
+    }
+    mesh.workers() as u64
 }
 
 /// Publishes `cmd` on the control channel; Redis's reply (the number of
