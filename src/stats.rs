@@ -534,6 +534,13 @@ pub struct Snapshot {
     /// absent without namespaces.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace_unknown_channel: Option<u64>,
+    /// The hooks that are on and their counters (`/stats` writes them as
+    /// `proxy`, with each one's p99; `/metrics` as `corecast_proxy_*`).
+    #[serde(skip)]
+    pub proxy: Vec<(crate::hooks::HookKind, crate::hooks::stats::HookStats)>,
+    /// Connections opened to the hooks' backends.
+    #[serde(skip)]
+    pub proxy_backend_connections_opened: u64,
 }
 
 /// The totals of several workers' snapshots: counters and gauges added,
@@ -554,6 +561,17 @@ pub fn merge(parts: &[Snapshot]) -> Snapshot {
         out.worker.loop_lag.add(&part.worker.loop_lag);
     }
     out.redis.connected = parts.iter().map(|p| p.redis.connected).min().unwrap_or(0);
+    out.proxy = parts.first().map(|p| p.proxy.clone()).unwrap_or_default();
+    for (k, t) in &mut out.proxy {
+        *t = Default::default();
+        for (_, s) in parts.iter().flat_map(|p| &p.proxy).filter(|(j, _)| j == k) {
+            t.add(s);
+        }
+    }
+    out.proxy_backend_connections_opened = parts
+        .iter()
+        .map(|p| p.proxy_backend_connections_opened)
+        .sum();
     out.redis.shards = merge_shards(parts.iter().flat_map(|p| &p.redis.shards));
     out
 }

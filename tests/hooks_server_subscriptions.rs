@@ -147,7 +147,7 @@ async fn the_server_api_subscribes_and_unsubscribes_as_the_client_would() {
         // Embedded mode counts the connections acted on; Redis mode the
         // instances that heard the command (each acts on its own).
         let answer = |n: u64| match mode {
-            "redis" => json!({"instances": 1}),
+            "redis" => json!({ "instances": default_workers() }),
             _ => json!({"connections": n}),
         };
         let nobody = json!({"user":"nobody"});

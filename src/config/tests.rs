@@ -380,7 +380,6 @@ fn bad_worker_settings_are_refused_with_their_reason() {
         ("--history-size", "10", "--history-size"),
         ("--presence-channels", "*", "--presence-channels"),
         ("--admin-key", "0123456789abcdef0123", "--admin-key"),
-        ("--proxy-connect", "http://127.0.0.1:1/c", "--proxy-*"),
         ("--origin", "http://127.0.0.1:1", "--origin"),
     ] {
         let e = refused(&["--workers", "2", flag, value]);
@@ -398,4 +397,9 @@ fn bad_worker_settings_are_refused_with_their_reason() {
     ] {
         serve(&[&redis[..], more].concat(), no_env);
     }
+    // Hooks are served with several workers, with or without Redis.
+    serve(
+        &["--workers", "2", "--proxy-connect", "http://127.0.0.1:1/c"],
+        no_env,
+    );
 }

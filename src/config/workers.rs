@@ -64,7 +64,6 @@ impl Config {
                 self.admin_key.is_some() && alone,
                 "--admin-key (the console) without Redis",
             ),
-            (self.proxy.any(), "--proxy-* (hooks)"),
             (self.cache.origin.is_some(), "--origin (the HTTP cache)"),
         ]
         .into_iter()

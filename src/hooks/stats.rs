@@ -26,6 +26,17 @@ pub struct HookStats {
     pub latency: Histogram,
 }
 
+impl HookStats {
+    /// Adds another worker's counters and latencies to these.
+    pub fn add(&mut self, other: &HookStats) {
+        self.requests += other.requests;
+        self.refusals += other.refusals;
+        self.errors += other.errors;
+        self.timeouts += other.timeouts;
+        self.latency.add(&other.latency);
+    }
+}
+
 /// `/stats`: `{"connect":{...},...}` for the hooks that are on.
 pub fn json(stats: &[(HookKind, HookStats)]) -> serde_json::Value {
     let map = stats

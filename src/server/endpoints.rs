@@ -60,14 +60,17 @@ pub fn respond(
 /// With hooks on, their counters are `proxy` (per hook) and
 /// `proxy_backend_connections_opened`.
 pub fn stats_json(w: &Worker) -> String {
-    let snap = w.snapshot();
-    let Some(hooks) = &w.hooks else {
-        return serde_json::to_string(&snap).expect("stats serialize");
-    };
-    let mut v = serde_json::to_value(&snap).expect("stats serialize");
-    v["proxy"] = crate::hooks::stats::json(&hooks.stats());
-    v["proxy_backend_connections_opened"] = hooks.backend_connects().into();
-    v.to_string()
+    stats_value(&w.snapshot(), w.hooks.is_some()).to_string()
+}
+
+/// A snapshot as `/stats` writes it (`hooks`: they are on).
+fn stats_value(snap: &Snapshot, hooks: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(snap).expect("stats serialize");
+    if hooks {
+        v["proxy"] = crate::hooks::stats::json(&snap.proxy);
+        v["proxy_backend_connections_opened"] = snap.proxy_backend_connections_opened.into();
+    }
+    v
 }
 
 /// `/metrics`: the Prometheus exposition of this worker.
@@ -81,8 +84,8 @@ pub fn metrics_text(w: &Worker) -> String {
         ready: w.readiness().is_ok(),
     };
     let mut text = crate::metrics::render(&snap, &gauges);
-    if let Some(hooks) = &w.hooks {
-        crate::hooks::stats::render(&mut text, &hooks.stats());
+    if w.hooks.is_some() {
+        crate::hooks::stats::render(&mut text, &snap.proxy);
     }
     text
 }
@@ -120,11 +123,14 @@ pub async fn respond_all(
             ready: w.readiness().is_ok(),
         };
         let mut text = crate::metrics::render(&total, &gauges);
+        if w.hooks.is_some() {
+            crate::hooks::stats::render(&mut text, &total.proxy);
+        }
         crate::metrics::render_workers(&mut text, &rows);
         let ct = "text/plain; version=0.0.4; charset=utf-8";
         return http::response(200, ct, text.as_bytes(), keep_alive, &[], head_only);
     }
-    let mut v = serde_json::to_value(&total).expect("stats serialize");
+    let mut v = stats_value(&total, w.hooks.is_some());
     v["workers"] = rows.iter().map(|(i, s)| worker_row(*i, s)).collect();
     v["workers_unanswered"] = unanswered.into();
     let body = v.to_string();

@@ -388,6 +388,11 @@ impl Worker {
             namespaces: self.namespace_stats(&hub),
             namespace_unknown_channel: (!self.cfg.namespaces.table.is_empty())
                 .then(|| self.namespaces.borrow().unknown),
+            proxy: self.hooks.as_ref().map(|h| h.stats()).unwrap_or_default(),
+            proxy_backend_connections_opened: self
+                .hooks
+                .as_ref()
+                .map_or(0, |h| h.backend_connects()),
         }
     }
 

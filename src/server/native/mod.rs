@@ -46,11 +46,13 @@ pub async fn subscribe_deferred(w: &Rc<Worker>, id: ConnId, d: Deferred) {
         let mut hub = w.hub.borrow_mut();
         control::handle(w, &mut hub, (id, serial, &grants), env)
     };
-    if let Some(d) = later {
-        // Only a resume: the request was approved, it is not asked again.
-        if let Deferred::Resume(r) = *d {
-            Box::pin(resume::subscribe(w, id, r)).await;
+    match later.map(|d| *d) {
+        // The request was approved, it is not asked again: a resume, or a
+        // publish's reply waiting for the other workers' counts.
+        Some(d @ (Deferred::Resume(_) | Deferred::Count { .. })) => {
+            Box::pin(subscribe_deferred(w, id, d)).await;
         }
+        Some(Deferred::Hook(_)) | None => {}
     }
 }
 
