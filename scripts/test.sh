@@ -85,7 +85,7 @@ CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --
     --test redis --test redis_ack --test redis_history --test redis_cluster --test redis_hostile \
     --test redis_tls --test redis_drivers --test presence_redis --test pusher_redis \
     --test sse_redis --test console --test hooks --test hooks_admission --test hooks_api \
-    --test hooks_namespaces --test hooks_server_subscriptions --test hooks_session 2>&1 |
+    --test hooks_namespaces --test hooks_server_subscriptions --test hooks_session --test jwks 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

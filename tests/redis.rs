@@ -330,9 +330,13 @@ fn check_at_least_once(
 async fn redis_crash_mid_stream_loses_no_accepted_message() {
     one_worker_per_server("counts instances as Redis subscribers");
     let mut redis = RedisServer::start(&[]).await;
-    // The default resume delay (1 s) is what covers the two instances
-    // reconnecting up to a backoff step apart; keep it.
-    let one_sec = |c: &mut corecast::config::Config| c.redis.resume_delay = Duration::from_secs(1);
+    // The default resume delay (1.5 s) is what covers the two instances
+    // reconnecting up to a backoff step (1 s) apart; keep it (with 1 s,
+    // a fresh clone's CI run lost one message: A subscribed again just
+    // after B flushed its buffer).
+    let default = corecast::config::Config::default().redis.resume_delay;
+    assert_eq!(default, Duration::from_millis(1500));
+    let one_sec = |c: &mut corecast::config::Config| c.redis.resume_delay = default;
     let a = instance(redis.url("", ""), one_sec);
     let b = instance(redis.url("", ""), one_sec);
     wait_readyz(a.addr, 200).await;

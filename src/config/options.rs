@@ -388,8 +388,8 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "redis-canary-interval", CORECAST_REDIS_CANARY_INTERVAL, "DURATION", "1s",
         "interval of the round-trip canary behind /readyz (ready while one returned within 3 intervals)"
         => |c, v| set_duration(&mut c.redis.canary_interval, v);
-    "redis-resume-delay", CORECAST_REDIS_RESUME_DELAY, "DURATION", "1s",
-        "after (re)subscribing, wait this long before sending buffered publishes, so other instances can re-subscribe first"
+    "redis-resume-delay", CORECAST_REDIS_RESUME_DELAY, "DURATION", "1500ms",
+        "after (re)subscribing, wait this long before sending buffered publishes, so other instances can re-subscribe first (the default covers their reconnects being one backoff step, up to 1 s, apart)"
         => |c, v| set_duration(&mut c.redis.resume_delay, v);
     "redis-max-reply-size", CORECAST_REDIS_MAX_REPLY_SIZE, "BYTES", "64MiB",
         "largest reply accepted from Redis; a larger one (or nesting deeper than 4 arrays) drops the connection"

@@ -198,6 +198,13 @@ pub struct Parts {
     backlogs: Arc<[Report]>,
 }
 
+impl Parts {
+    /// The worker these ends are for.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+}
+
 /// The rings, doorbells and load counters of `n` workers, each ring
 /// holding `capacity` hops: one [`Parts`] per worker, in worker order.
 pub fn build(n: usize, capacity: usize) -> io::Result<Vec<Parts>> {

@@ -264,7 +264,7 @@ impl Server {
         .into_iter();
         let mut listeners = Some([Some(listener), admin]);
         let mut workers = Vec::with_capacity(n);
-        let console = crate::console::Access::default();
+        let shared = Shared::default();
         for (i, &cpu) in cpus.iter().enumerate() {
             let boot = Boot {
                 index: i,
@@ -272,7 +272,7 @@ impl Server {
                 cpu,
                 pinned: cfg.cpu.is_some() || cfg.cpus.is_some() || n > 1,
                 mesh: parts.next(),
-                console: console.clone(),
+                shared: shared.clone(),
             };
             let tls = (tls.as_ref().map(|t| t.share()), client.clone());
             let (cfg, flag) = (cfg.clone(), stop.clone());
@@ -358,8 +358,16 @@ struct Boot {
     /// an error, not a warning.
     pinned: bool,
     mesh: Option<mesh::Parts>,
-    /// The console's sessions and login limits, one set per process.
+    shared: Shared,
+}
+
+/// What the workers of a process share (behind locks or atomics that no
+/// delivery takes): the console's sessions and login limits, and the
+/// identity provider's key set (fetched once per process).
+#[derive(Clone, Default)]
+struct Shared {
     console: crate::console::Access,
+    jwks: Arc<auth::jwks::SharedKeys>,
 }
 
 fn run_worker(
@@ -397,7 +405,7 @@ fn run_worker(
     if let Some(admin) = &listeners[1] {
         log!(Info, "admin listener", admin_addr = admin.local_addr()?);
     }
-    let serve = worker_main((cfg, tls), (listeners, boot.mesh, boot.console), stop);
+    let serve = worker_main((cfg, tls), (listeners, boot.mesh, boot.shared), stop);
     match driver {
         DriverKind::IoUring => {
             runtime::uring_runtime_or_plain(true, SERVER_RING_ENTRIES)?.block_on(serve)
@@ -408,13 +416,17 @@ fn run_worker(
 
 async fn worker_main(
     (cfg, tls): (Config, WorkerTls),
-    (listeners, mesh, console): (Listeners, Option<mesh::Parts>, crate::console::Access),
+    (listeners, mesh, shared): (Listeners, Option<mesh::Parts>, Shared),
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
     let w = Worker::with_tls(cfg, tls, hooks::api::apply);
-    w.console.borrow_mut().access = console;
+    w.console.borrow_mut().access = shared.console;
     if let Some(parts) = mesh {
+        if let Some(jwks) = &w.jwks {
+            // The first worker fetches the set; the others copy it.
+            jwks.share(shared.jwks, parts.me() == 0);
+        }
         let mesh = mesh::Mesh::new(parts);
         mesh.set_ready(w.own_readiness().is_ok());
         let _ = w.mesh.set(mesh);
@@ -442,7 +454,7 @@ async fn worker_main(
             monoio::spawn(pusher::occupancy::settle_loop(w.clone(), link.clone()));
         }
     }
-    if w.jwks.is_some() {
+    if w.jwks.as_ref().is_some_and(|j| j.fetches()) {
         let w = w.clone();
         monoio::spawn(async move {
             let jwks = w.jwks.as_ref().expect("checked");

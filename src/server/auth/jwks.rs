@@ -12,11 +12,18 @@
 //! At start the set is fetched at once; until it arrives tokens signed
 //! with a public key are refused (401) and the fetch is retried with
 //! backoff — the server serves everything else meanwhile.
+//!
+//! With several workers the set is fetched once per process: the first
+//! worker fetches and publishes each good set in [`SharedKeys`]; the
+//! others copy it when its generation moves (one relaxed load per token
+//! checked, a lock only on a change) and flag an unknown `kid` there,
+//! which the fetcher looks at every [`NUDGE_POLL`].
 
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -35,8 +42,29 @@ use crate::stats::Stats;
 /// Largest response head from the provider.
 const MAX_HEAD: usize = 16 * 1024;
 
+/// How often the fetcher looks for another worker's unknown `kid`
+/// (several workers).
+const NUDGE_POLL: Duration = Duration::from_millis(100);
+
+/// The process's key set, shared by its workers: the fetching worker
+/// publishes each good set; the others copy it.
+#[derive(Default)]
+pub struct SharedKeys {
+    /// Moves with each set published.
+    generation: AtomicU64,
+    keys: Mutex<Vec<PublicKey>>,
+    /// A worker that does not fetch saw an unknown `kid`.
+    nudge: AtomicBool,
+}
+
 /// One worker's copy of the key set and its fetcher's state.
 pub struct JwksEdge {
+    /// The process's set, and whether this worker is the one fetching
+    /// it (the only one, or the first of several).
+    shared: RefCell<Arc<SharedKeys>>,
+    fetches: Cell<bool>,
+    /// The generation of the shared set copied last.
+    seen: Cell<u64>,
     client: OriginClient,
     request: Bytes,
     /// `--token-public-key`'s keys, then the last good set's.
@@ -62,6 +90,9 @@ impl JwksEdge {
         let accept = [(&b"Accept"[..], &b"application/json"[..])];
         let request = encode_request(&url, path, "", accept.into_iter(), Validators::default());
         Some(JwksEdge {
+            shared: RefCell::default(),
+            fetches: Cell::new(true),
+            seen: Cell::new(0),
             client: OriginClient::new(url, &client_config(cfg.token_jwks_timeout), tls),
             request,
             keys: RefCell::new(cfg.token_public_keys.clone()),
@@ -73,6 +104,33 @@ impl JwksEdge {
         })
     }
 
+    /// Several workers: this one uses the process's `shared` set, and
+    /// fetches it when `fetches` (one worker does).
+    pub fn share(&self, shared: Arc<SharedKeys>, fetches: bool) {
+        *self.shared.borrow_mut() = shared;
+        self.fetches.set(fetches);
+    }
+
+    /// Whether this worker runs the fetcher.
+    pub fn fetches(&self) -> bool {
+        self.fetches.get()
+    }
+
+    /// A worker that does not fetch: the shared set, if it moved since
+    /// the last copy.
+    fn follow(&self) {
+        let shared = self.shared.borrow();
+        let generation = shared.generation.load(Ordering::Acquire);
+        if self.fetches.get() || generation == self.seen.get() {
+            return;
+        }
+        let fresh = shared.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut keys = self.keys.borrow_mut();
+        keys.truncate(self.configured);
+        keys.extend(fresh.iter().cloned());
+        self.seen.set(generation);
+    }
+
     /// Checks `token` with `cfg`'s secret and the keys held. A `kid` no
     /// key has is counted and asks for an early fetch.
     pub fn verify(
@@ -81,10 +139,13 @@ impl JwksEdge {
         token: &[u8],
         stats: &mut Stats,
     ) -> Result<Grants, TokenError> {
+        self.follow();
         let result = cfg.verify_with(token, &self.keys.borrow());
         if let Err(TokenError::UnknownKey) = result {
             stats.token_jwks_unknown_kid += 1;
-            if self.refresh.borrow_mut().want() {
+            if !self.fetches.get() {
+                self.shared.borrow().nudge.store(true, Ordering::Relaxed);
+            } else if self.refresh.borrow_mut().want() {
                 self.nudged.set(true);
                 if let Some(w) = self.waker.take() {
                     w.wake();
@@ -106,9 +167,21 @@ impl JwksEdge {
             return;
         }
         let mut sleep = pin!(monoio::time::sleep(Duration::from_millis(due - now)));
+        // Another worker's unknown `kid` cannot wake this one: looked at
+        // every NUDGE_POLL (only while several workers share the set).
+        let shared = Arc::strong_count(&self.shared.borrow()) > 1;
+        let mut poll = pin!(monoio::time::sleep(NUDGE_POLL));
         poll_fn(|cx| {
             if self.nudged.replace(false) || sleep.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(());
+            }
+            if shared && poll.as_mut().poll(cx).is_ready() {
+                let nudge = self.shared.borrow().nudge.swap(false, Ordering::Relaxed);
+                if nudge && self.refresh.borrow_mut().want() {
+                    return Poll::Ready(());
+                }
+                poll.set(monoio::time::sleep(NUDGE_POLL));
+                let _ = poll.as_mut().poll(cx);
             }
             self.waker.set(Some(cx.waker().clone()));
             Poll::Pending
@@ -128,6 +201,7 @@ impl JwksEdge {
         match outcome {
             Ok(fresh) => {
                 stats.token_jwks_keys = fresh.len() as u64;
+                self.publish(&fresh);
                 let mut keys = self.keys.borrow_mut();
                 keys.truncate(self.configured);
                 keys.extend(fresh);
@@ -147,6 +221,17 @@ impl JwksEdge {
                 false
             }
         }
+    }
+}
+
+impl JwksEdge {
+    /// A good set, for the other workers.
+    fn publish(&self, fresh: &[PublicKey]) {
+        let shared = self.shared.borrow();
+        let mut keys = shared.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.clear();
+        keys.extend(fresh.iter().cloned());
+        shared.generation.fetch_add(1, Ordering::Release);
     }
 }
 
