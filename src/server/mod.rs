@@ -414,6 +414,21 @@ fn run_worker(
     }
 }
 
+/// Gives the worker what it shares with the others: the console's
+/// access, and with several workers the mesh and the key set (the first
+/// worker fetches it; the others copy it).
+fn join(w: &Rc<Worker>, mesh: Option<mesh::Parts>, shared: Shared) {
+    w.console.borrow_mut().access = shared.console;
+    let Some(parts) = mesh else { return };
+    if let Some(jwks) = &w.jwks {
+        jwks.share(shared.jwks, parts.me() == 0);
+    }
+    let mesh = mesh::Mesh::new(parts);
+    mesh.set_ready(w.own_readiness().is_ok());
+    let _ = w.mesh.set(mesh);
+    fleet::spawn(w);
+}
+
 async fn worker_main(
     (cfg, tls): (Config, WorkerTls),
     (listeners, mesh, shared): (Listeners, Option<mesh::Parts>, Shared),
@@ -421,17 +436,7 @@ async fn worker_main(
 ) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
     let w = Worker::with_tls(cfg, tls, hooks::api::apply);
-    w.console.borrow_mut().access = shared.console;
-    if let Some(parts) = mesh {
-        if let Some(jwks) = &w.jwks {
-            // The first worker fetches the set; the others copy it.
-            jwks.share(shared.jwks, parts.me() == 0);
-        }
-        let mesh = mesh::Mesh::new(parts);
-        mesh.set_ready(w.own_readiness().is_ok());
-        let _ = w.mesh.set(mesh);
-        fleet::spawn(&w);
-    }
+    join(&w, mesh, shared);
     let listening: Vec<std::os::fd::RawFd> =
         listeners.iter().flatten().map(|l| l.as_raw_fd()).collect();
     let [main, admin] = listeners;
