@@ -290,7 +290,17 @@ async fn connections_over_the_limit_get_503() {
             .is_ok_and(|r| r.status == 200)
     })
     .await;
-    let s = stats(addr).await;
+    // With several workers the probe's own connection may still be
+    // counted for a moment (its worker releases it): ask until answered.
+    let s = within("/stats answers", async {
+        loop {
+            if let Ok(v) = try_stats(addr).await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     assert!(counter(&s, "connections_rejected") >= 2, "{s}");
     assert_eq!(counter(&s, "websockets_opened"), 3);
 }
@@ -504,7 +514,9 @@ async fn a_big_fan_out_does_not_stall_other_requests(legacy: bool) {
         assert_eq!(f.payload, b"hello");
     }
     let s = stats(addr).await;
-    assert!(counter(&s, "fanout_paced") >= (N - 8) as u64, "{s}");
+    // The window is per worker (each paces its own subscribers).
+    let window = 8 * default_workers();
+    assert!(counter(&s, "fanout_paced") >= (N - window) as u64, "{s}");
 }
 
 /// Writes to subscribers that never read never complete. More of them

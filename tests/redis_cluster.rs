@@ -321,7 +321,9 @@ async fn busy_channel_across_a_slot_move(
             tick.tick().await;
             let req = post_request("/publish/busy", n.to_string().as_bytes(), true);
             let r = http.request(&req).await;
-            assert_eq!(r.status, 200, "publish {n}: {r:?}");
+            // Accepted either way: confirmed (200), or buffered while the
+            // link to the slot's new master is being made (202).
+            assert!(matches!(r.status, 200 | 202), "publish {n}: {r:?}");
             n += 1;
         }
         let r = http

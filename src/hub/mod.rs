@@ -74,6 +74,9 @@ pub use recall::Resumed;
 pub use registry::SubscribeError;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use outbox::{Queueing, Totals};
 use pacer::Pacer;
 use registry::Registry;
@@ -103,6 +106,10 @@ pub struct Hub {
     last_sweep_ms: u64,
     /// Per-channel message history (`--history-size`).
     history: History,
+    /// Several workers: the connections of all of them together, which
+    /// `max_connections` bounds (one relaxed add per connection opened,
+    /// one subtract per connection removed).
+    process_conns: Option<Arc<AtomicUsize>>,
     /// Counters, read by `/stats`.
     pub stats: Stats,
 }
@@ -130,8 +137,16 @@ impl Hub {
             next_serial: 0,
             pacer: Pacer::new(window),
             last_sweep_ms: 0,
+            process_conns: None,
             stats: Stats::default(),
         }
+    }
+
+    /// Counts this hub's connections in `all` too, the process's count
+    /// that `max_connections` bounds (several workers).
+    pub fn count_connections_in(&mut self, all: Arc<AtomicUsize>) {
+        all.fetch_add(self.conns.len(), Ordering::Relaxed);
+        self.process_conns = Some(all);
     }
 
     /// The limits in force.
@@ -194,6 +209,12 @@ impl Hub {
     pub fn register(&mut self, fd: i32) -> Option<ConnId> {
         if self.conns.len() >= self.limits.max_connections {
             return None;
+        }
+        if let Some(all) = &self.process_conns {
+            if all.fetch_add(1, Ordering::Relaxed) >= self.limits.max_connections {
+                all.fetch_sub(1, Ordering::Relaxed);
+                return None;
+            }
         }
         self.next_serial += 1;
         let id = self
@@ -340,6 +361,9 @@ impl Hub {
         let Some(mut conn) = self.conns.try_remove(id) else {
             return;
         };
+        if let Some(all) = &self.process_conns {
+            all.fetch_sub(1, Ordering::Relaxed);
+        }
         let n = conn.pending_bytes;
         self.totals.sub(&mut conn, n);
         self.totals.release_all(conn.queue.iter().chain(&conn.ctrl));

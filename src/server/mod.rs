@@ -38,7 +38,10 @@
 //!   worker's side of the mesh (draining its rings, sending its interest
 //!   to channels' owners — not in Redis mode, where each worker is an
 //!   instance with its own Redis link and messages cross workers through
-//!   Redis; the mesh then carries only connections, counts and stats).
+//!   Redis; the mesh then carries only connections, counts and stats);
+//!   `shared` is what a process's workers share behind a lock or an
+//!   atomic no delivery takes (console sessions, the key set, the
+//!   per-address table, the count of open connections).
 //! - Seams, which any folder may import: `admission` (the one admission
 //!   of a (connection identity, channel) pair, on every way in),
 //!   `worker` (what the worker's
@@ -153,6 +156,7 @@ mod publish;
 mod pusher;
 mod redis;
 mod resolve;
+mod shared;
 mod sse;
 mod sys;
 mod tls;
@@ -171,6 +175,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conn::http::Listener;
+use shared::Shared;
 use worker::Worker;
 
 use crate::config::Config;
@@ -264,7 +269,7 @@ impl Server {
         .into_iter();
         let mut listeners = Some([Some(listener), admin]);
         let mut workers = Vec::with_capacity(n);
-        let shared = Shared::default();
+        let shared = Shared::new(&cfg.peers);
         for (i, &cpu) in cpus.iter().enumerate() {
             let boot = Boot {
                 index: i,
@@ -361,15 +366,6 @@ struct Boot {
     shared: Shared,
 }
 
-/// What the workers of a process share (behind locks or atomics that no
-/// delivery takes): the console's sessions and login limits, and the
-/// identity provider's key set (fetched once per process).
-#[derive(Clone, Default)]
-struct Shared {
-    console: crate::console::Access,
-    jwks: Arc<auth::jwks::SharedKeys>,
-}
-
 fn run_worker(
     (cfg, tls): (Config, WorkerTls),
     (listeners, boot): (Listeners, Boot),
@@ -419,7 +415,9 @@ fn run_worker(
 /// worker fetches it; the others copy it).
 fn join(w: &Rc<Worker>, mesh: Option<mesh::Parts>, shared: Shared) {
     w.console.borrow_mut().access = shared.console;
+    *w.peers.borrow_mut() = shared.peers;
     let Some(parts) = mesh else { return };
+    w.hub.borrow_mut().count_connections_in(shared.connections);
     if let Some(jwks) = &w.jwks {
         jwks.share(shared.jwks, parts.me() == 0);
     }
@@ -536,8 +534,10 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
             endpoints::publish_status(&w, &mut status_prev);
             console::feed::tick(&w);
             w.parking.trim();
-            let now = w.now_ms();
-            w.peers.borrow_mut().evict_idle(now, crate::peers::IDLE_MS);
+            // The per-address table is the process's: one worker sweeps it.
+            if w.mesh.get().is_none_or(|m| m.me() == 0) {
+                w.peers.borrow().evict_idle(crate::peers::IDLE_MS);
+            }
         }
         {
             let now = Instant::now();

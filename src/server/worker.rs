@@ -20,7 +20,6 @@ use crate::history::Entry;
 use crate::hooks::api::CONTROL_CHANNEL;
 use crate::hub::Hub;
 use crate::namespace::counters::Counters;
-use crate::peers::Peers;
 use crate::pusher::state::Session;
 use crate::pusher::PusherState;
 use crate::redis::envelope::Envelope;
@@ -34,6 +33,7 @@ use crate::server::hooks::users::{self, Users};
 use crate::server::hooks::HookEdge;
 use crate::server::pusher::webhook::Webhooks;
 use crate::server::redis::{Local, RedisLink};
+use crate::server::shared::SharedPeers;
 use crate::server::sys;
 use crate::server::tls::client::ClientTls;
 use crate::server::tls::edge::TlsEdge;
@@ -84,7 +84,7 @@ pub struct Worker {
     /// The HTTP cache, when `--origin` is set.
     pub cache: Option<Rc<CacheEdge>>,
     /// Per-client-address limits.
-    pub peers: RefCell<Peers>,
+    pub peers: RefCell<SharedPeers>,
     /// Input held by WebSocket readers (`--max-total-inbound`).
     pub inbound: Cell<usize>,
     /// permessage-deflate's counters (shared with the compressed formats'
@@ -168,7 +168,7 @@ impl Worker {
             compression,
             cache: CacheEdge::new(&cfg, redis.clone(), client.http.clone()),
             redis,
-            peers: RefCell::new(Peers::new(cfg.peers.clone())),
+            peers: RefCell::new(SharedPeers::new(cfg.peers.clone())),
             inbound: Cell::new(0),
             pusher: RefCell::new(PusherState::new(cfg.pusher.apps.len())),
             pusher_sessions: RefCell::default(),
@@ -202,7 +202,7 @@ impl Worker {
     pub fn forget(&self, id: crate::hub::ConnId, release_ip: Option<std::net::IpAddr>) {
         self.hub.borrow_mut().remove(id);
         if let Some(ip) = release_ip {
-            self.peers.borrow_mut().release(ip, self.now_ms());
+            self.peers.borrow().release(ip);
         }
     }
 
@@ -352,7 +352,12 @@ impl Worker {
         let hub = self.hub.borrow();
         let mut worker = hub.stats.clone();
         worker.refusal_logs_suppressed = crate::log::refusals_suppressed();
-        worker.per_ip_tracked = self.peers.borrow().tracked() as u64;
+        // The table is the process's: one worker reports it.
+        let reports = self.mesh.get().is_none_or(|m| m.me() == 0);
+        worker.per_ip_tracked = match reports {
+            true => self.peers.borrow().tracked() as u64,
+            false => 0,
+        };
         worker.outbound_bytes = hub.total_pending() as u64;
         worker.parked_connections = self.parking.count() as u64;
         worker.sse_connections = worker.sse_opened.saturating_sub(worker.sse_closed);

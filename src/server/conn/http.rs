@@ -40,7 +40,7 @@ pub async fn handle(w: Rc<Worker>, sock: Sock, ctx: ConnCtx) {
     // only a connection (bounded per address and by --max-connections)
     // until --handshake-timeout.
     let tls = w.tls.as_ref().filter(|_| ctx.role == Listener::Public);
-    let per_ip = w.peers.borrow_mut().connect(ctx.ip, w.now_ms());
+    let per_ip = w.peers.borrow().connect(ctx.ip);
     let registered = match per_ip {
         Ok(_) => w.hub.borrow_mut().register(fd),
         Err(_) => None,
@@ -100,7 +100,7 @@ fn refused(w: &Worker, per_ip: Result<bool, PeerRefusal>, ip: IpAddr) -> HttpErr
         "too many connections from this address"
     } else {
         if per_ip == Ok(true) {
-            w.peers.borrow_mut().release(ip, w.now_ms());
+            w.peers.borrow().release(ip);
         }
         w.hub.borrow_mut().stats.connections_rejected += 1;
         "too many connections"

@@ -60,7 +60,7 @@ pub async fn upgrade(
     (req, head): (&http::Request, Option<&[u8]>),
     (kind, channel): (ConnKind, Option<String>),
 ) -> io::Result<Option<Upgrade>> {
-    let verdict = w.peers.borrow_mut().handshake(ip, w.now_ms());
+    let verdict = w.peers.borrow().handshake(ip);
     if let Err(PeerRefusal::TooFast(after_ms)) = verdict {
         w.hub.borrow_mut().stats.per_ip_handshakes_limited += 1;
         log::refused(

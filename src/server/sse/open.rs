@@ -109,7 +109,7 @@ async fn admit(
     req: &http::Request,
     head: &[u8],
 ) -> Result<(Grants, Subscription), Refused> {
-    if let Err(PeerRefusal::TooFast(after_ms)) = w.peers.borrow_mut().handshake(ip, w.now_ms()) {
+    if let Err(PeerRefusal::TooFast(after_ms)) = w.peers.borrow().handshake(ip) {
         w.hub.borrow_mut().stats.per_ip_handshakes_limited += 1;
         return Err(Refused::Http(Refusal {
             err: HttpError {
