@@ -180,28 +180,22 @@ async fn presence_joins_and_leaves_are_seen_across_workers() {
     subscribe(&mut ann, req.clone()).await;
     subscribe(&mut bob, req).await;
     // Ann (first in) hears Bob join; then Bob leaves and she hears it.
-    let about_bob = |v: &Value| v["user"] == "bob";
-    let j = within("bob's join", async {
-        loop {
-            let v = next_json(&mut ann).await;
-            if about_bob(&v) {
-                return v;
-            }
-        }
-    })
-    .await;
-    assert_eq!(j["type"], "join", "{j}");
+    assert_eq!(next_about(&mut ann, "bob").await["type"], "join");
     drop(bob);
-    let l = within("bob's leave", async {
+    assert_eq!(next_about(&mut ann, "bob").await["type"], "leave");
+}
+
+/// The next presence event about `user` (other frames skipped).
+async fn next_about(ws: &mut Ws, user: &str) -> Value {
+    within(&format!("an event about {user}"), async {
         loop {
-            let v = next_json(&mut ann).await;
-            if about_bob(&v) {
+            let v = next_json(ws).await;
+            if v["user"] == user {
                 return v;
             }
         }
     })
-    .await;
-    assert_eq!(l["type"], "leave", "{l}");
+    .await
 }
 
 /// The server API (Redis mode) reaches a user's connections on every
