@@ -25,13 +25,9 @@ use crate::hub::CloseReason;
 use crate::redis::resp::Reply;
 use crate::server::hooks::{session, users};
 use crate::server::mesh::{Hop, Mesh};
-use crate::server::publish::{route_publish, Published, Via};
+use crate::server::publish::{counted, route_publish, Published, Via};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
-
-/// Longest a command waits for the other workers' counts (several
-/// workers, no Redis).
-const WORKERS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Answers `/api/{rest}`.
 pub async fn respond(w: &Worker, rest: &str, req: &http::Request, body: &[u8]) -> Vec<u8> {
@@ -72,7 +68,7 @@ pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, a
         let tag = w.pusher.borrow().tag;
         let n = apply(&w.rc(), (cmd, tag)) as u64;
         let n = match w.mesh.get() {
-            Some(mesh) => on_every_worker(mesh, cmd, n).await,
+            Some(mesh) => on_every_worker(w, mesh, cmd, n).await,
             None => n,
         };
         return Ok(serde_json::json!({ "connections": n }));
@@ -104,18 +100,17 @@ pub async fn carry_out(w: &Worker, cmd: &Command) -> Result<serde_json::Value, a
 
 /// Several workers without Redis: `cmd` (carried out here on `here`
 /// connections) goes to every other worker, which carries it out on its
-/// own and answers how many; the total of those that answered within
-/// [`WORKERS_WAIT`] (a worker that answers later still acts).
-async fn on_every_worker(mesh: &Mesh, cmd: &Command, here: u64) -> u64 {
+/// own and answers how many; the total of those that answered within a
+/// second (`publish::counted`'s wait; a worker that answers later still
+/// acts).
+async fn on_every_worker(w: &Worker, mesh: &Mesh, cmd: &Command, here: u64) -> u64 {
     let id = mesh.count_start(here, Some(mesh.workers() as u32 - 1));
     let from = mesh.me() as u8;
     for to in (0..mesh.workers()).filter(|&i| i != mesh.me()) {
         let cmd = Box::new(cmd.clone());
         mesh.send(to, Hop::Api { from, id, cmd });
     }
-    let all = std::future::poll_fn(|cx| mesh.poll_count(id, cx));
-    let _ = monoio::time::timeout(WORKERS_WAIT, all).await;
-    mesh.count_end(id)
+    counted(w, id).await
 }
 
 /// A server API command from another worker (several workers, no
