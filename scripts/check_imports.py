@@ -85,6 +85,7 @@ EXCEPTIONS = [
     (("conn", "websocket", "parked"), ("sse",), "the parked-connections poller resumes a parked event stream through its edge"),
     (("sse",), ("conn",), "an event stream is a connection: its socket (stream, transport) and its parking are conn's"),
     (("sse", "open"), ("history", "resume"), "a stream's subscribe in Redis mode with history resumes from Redis as the JSON subscribe does"),
+    (("sse", "open"), ("history", "owner"), "a stream's subscribe on a worker without a copy of the channel's ring asks its owner as the JSON subscribe does"),
     (("conn", "websocket"), ("native",), "a WebSocket runs its session: corecast's own protocol"),
     (("conn", "websocket"), ("pusher", "ws"), "a WebSocket runs its session: Pusher's"),
     (("native",), ("history",), "the JSON subscribe replays history (and resumes it from Redis)"),

@@ -472,6 +472,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 pub mod relay;
+pub mod waits;
 
 #[cfg(test)]
 mod tests;

@@ -362,3 +362,103 @@ async fn a_starved_worker_slows_down_and_loses_nothing() {
     let s = stats(srv.addr).await;
     assert_eq!(counter(&s, "workers_unanswered"), 0, "{s}");
 }
+
+/// The worker `channel` belongs to of `n`: the server's rule (FNV-1a of
+/// the name), so that the test can show it covered both owners.
+fn owner_of(channel: &str, n: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in channel.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % n
+}
+
+/// A request's reply on a JSON-protocol connection.
+async fn call(ws: &mut Ws, request: Value) -> Value {
+    ws.send(Message::text(request.to_string()))
+        .await
+        .expect("send");
+    next_json(ws).await
+}
+
+/// The offsets and data of the next `n` messages.
+async fn next_messages(ws: &mut Ws, n: usize) -> Vec<(u64, String)> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let m = next_json(ws).await;
+        assert_eq!(m["type"], "message", "{m}");
+        let data = m["data"].as_str().expect("text").to_string();
+        got.push((m["offset"].as_u64().expect("an offset"), data));
+    }
+    got
+}
+
+/// History without Redis with two workers: a channel has one position on
+/// every worker (the same epoch whichever worker a subscriber is on,
+/// whichever it asked first), and a resume on either worker from a
+/// position given by the other gets exactly the messages published while
+/// no worker had a subscriber, then the live ones, once.
+#[tokio::test]
+async fn history_and_resume_are_one_per_channel_across_workers() {
+    let srv = TestServer::start(|c| {
+        c.workers = corecast::config::Workers::Count(2);
+        c.history.size = 100;
+    });
+    let mut a = ws_connect(srv.addr, "/ws").await;
+    let mut b = ws_connect(srv.addr, "/ws").await;
+    let mut p = HttpConn::connect(srv.addr).await;
+    let spread = per_worker(&stats(srv.addr).await);
+    assert!(spread[0] >= 1 && spread[1] >= 1, "{spread:?}");
+    let channels: Vec<String> = (0..6).map(|i| format!("hist-{i}")).collect();
+    let owners: HashSet<u64> = channels.iter().map(|c| owner_of(c, 2)).collect();
+    assert_eq!(owners.len(), 2, "channels owned by both workers");
+    for (i, ch) in channels.iter().enumerate() {
+        // `a` first on even channels, `b` first on odd ones: on each
+        // worker, the first subscribe of some channels it does not own
+        // finds no copy of the ring and asks the owner.
+        let (first, second) = if i % 2 == 0 {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
+        let sub = json!({"op": "subscribe", "channel": ch});
+        let r1 = call(first, sub.clone()).await;
+        let r2 = call(second, sub).await;
+        assert_eq!(r1["type"], "subscribed", "{r1}");
+        assert_eq!((&r1["epoch"], &r1["offset"]), (&r2["epoch"], &r2["offset"]));
+        assert_eq!(r1["offset"], 0);
+        let epoch = r1["epoch"].as_str().expect("an epoch").to_string();
+        for k in 1..=3 {
+            p.publish(ch, &format!("m{k}")).await;
+        }
+        let want: Vec<(u64, String)> = (1..=3).map(|k| (k, format!("m{k}"))).collect();
+        assert_eq!(next_messages(&mut a, 3).await, want);
+        assert_eq!(next_messages(&mut b, 3).await, want);
+        for ws in [&mut a, &mut b] {
+            let r = call(ws, json!({"op": "unsubscribe", "channel": ch})).await;
+            assert_eq!(r["type"], "unsubscribed", "{r}");
+        }
+        // Published while neither worker has a subscriber.
+        for k in 4..=6 {
+            p.publish(ch, &format!("m{k}")).await;
+        }
+        for (ws, from) in [(&mut a, 2u64), (&mut b, 3)] {
+            let since = json!({"epoch": epoch, "offset": from});
+            let r = call(
+                ws,
+                json!({"op": "subscribe", "channel": ch, "since": since}),
+            )
+            .await;
+            let at = json!({"type": "subscribed", "channel": ch, "recovered": true,
+                "epoch": epoch, "offset": 6});
+            assert_eq!(r, at);
+            let want: Vec<(u64, String)> = (from + 1..=6).map(|k| (k, format!("m{k}"))).collect();
+            assert_eq!(next_messages(ws, want.len()).await, want);
+        }
+        p.publish(ch, "live").await;
+        for ws in [&mut a, &mut b] {
+            assert_eq!(next_messages(ws, 1).await, [(7, "live".to_string())]);
+        }
+    }
+}

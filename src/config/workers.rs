@@ -44,17 +44,12 @@ impl Config {
     /// yet); `None` when all of them are off.
     pub fn multi_worker_unsupported(&self) -> Option<&'static str> {
         let rules = || self.namespaces.table.all_rules();
-        let history = self.history.size > 0 || rules().any(|r| r.history.size > 0);
         let presence = self.presence.enabled() || rules().any(|r| r.presence == Some(true));
         // In Redis mode each worker is an instance of its own: what lives
         // in Redis (history, presence, occupancy, the console's rows) is
         // shared the way it is between processes.
         let alone = !self.redis.enabled();
         [
-            (
-                history && alone,
-                "--history-size (history and resume) without Redis",
-            ),
             (presence && alone, "--presence-channels without Redis"),
             (
                 !self.pusher.apps.is_empty() && alone,

@@ -636,6 +636,17 @@ impl Hub {
     /// The periodic sweep: queues keepalive pings and returns the sockets
     /// whose deadline passed, for the edge to shut down.
     pub fn sweep(&mut self, expired: &mut Vec<(i32, Expired)>) {
+        self.sweep_with(expired, |_| false);
+    }
+
+    /// [`Hub::sweep`]; a channel whose TTL passed keeps its history's
+    /// position (epoch, offset) while it has subscribers here or
+    /// `elsewhere` says it has some on another worker.
+    pub fn sweep_with(
+        &mut self,
+        expired: &mut Vec<(i32, Expired)>,
+        elsewhere: impl Fn(&str) -> bool,
+    ) {
         let Hub {
             conns,
             limits,
@@ -657,8 +668,9 @@ impl Hub {
         let pt = (pacer, totals);
         timers::sweep(conns, limits, clock, pt, stats, encoders, &mut due);
         let registry = &self.registry;
-        self.history
-            .sweep(*now_ms, |name| registry.lookup(name).is_some());
+        self.history.sweep(*now_ms, |name| {
+            registry.lookup(name).is_some() || elsewhere(name)
+        });
         for c in due.closes {
             self.close(c.id, c.code, c.reason, c.why);
         }

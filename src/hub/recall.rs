@@ -85,3 +85,18 @@ pub(super) fn record(
     let payload = Bytes::copy_from_slice(payload);
     Some(history.append(channel, opcode, payload, now_ms, room))
 }
+
+/// Keeps a message another worker (its channel's owner) recorded at `at`
+/// in this worker's copy of the channel's ring (`History::store`: a ring
+/// that was elsewhere starts over at it).
+pub(super) fn store(
+    history: &mut History,
+    channel: &str,
+    at: (&str, u64),
+    entry: (OpCode, Bytes),
+    (now_ms, room): (u64, usize),
+) {
+    if history.enabled_for(channel) && crate::channel::keeps_history(channel) {
+        history.store(channel, at, entry, now_ms, room);
+    }
+}

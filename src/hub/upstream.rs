@@ -10,8 +10,10 @@ use bytes::Bytes;
 
 use super::conn::ConnId;
 use super::format::Frames;
+use super::recall;
 use super::registry::SubscribeError;
 use super::Hub;
+use crate::history::Position;
 use crate::ws::OpCode;
 
 impl Hub {
@@ -45,17 +47,24 @@ impl Hub {
     /// this worker's subscribers: as [`Hub::publish_in`] but not counted
     /// in `messages_in` again (the owner counted it), and starting from
     /// the frames the owner encoded (`seed`), so a format the owner's
-    /// subscribers use is not encoded again here.
+    /// subscribers use is not encoded again here. `at`: the position the
+    /// owner's history gave it, kept in this worker's copy of the ring.
     pub fn publish_relayed(
         &mut self,
         channel: &str,
         opcode: OpCode,
-        payload: &[u8],
+        payload: &Bytes,
         sender: Option<u64>,
-        seed: Option<Frames>,
+        (seed, at): (Option<Frames>, Option<(&str, u64)>),
     ) -> usize {
-        let msg = (channel, opcode, payload);
-        self.fan_sharing(msg, sender, ("", 0), (seed, false)).0
+        if let Some(at) = at {
+            let room = self.history_budget();
+            let entry = (opcode, payload.clone());
+            recall::store(&mut self.history, channel, at, entry, (self.now_ms, room));
+        }
+        let msg = (channel, opcode, &payload[..]);
+        let at = at.unwrap_or(("", 0));
+        self.fan_sharing(msg, sender, at, (seed, false)).0
     }
 
     /// [`Hub::publish`] by a channel's owner worker: also the frames it
@@ -69,12 +78,26 @@ impl Hub {
         payload: &[u8],
         sender: Option<u64>,
     ) -> (usize, Frames) {
-        let at = self.record(channel, opcode, payload);
-        let at = at.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
+        let (n, frames, _) = self.publish_owned((channel, opcode, payload), sender, true);
+        (n, frames.unwrap_or_default())
+    }
+
+    /// [`Hub::publish`] by a channel's owner worker, with what the other
+    /// workers need: with `share` the frames it encoded (see
+    /// [`Hub::publish_shared`]), and the position its history gave the
+    /// message, if the channel keeps history.
+    pub fn publish_owned(
+        &mut self,
+        (channel, opcode, payload): (&str, OpCode, &[u8]),
+        sender: Option<u64>,
+        share: bool,
+    ) -> (usize, Option<Frames>, Option<Position>) {
+        let pos = self.record(channel, opcode, payload);
+        let at = pos.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
         self.stats.messages_in += 1;
         let msg = (channel, opcode, payload);
-        let (n, frames) = self.fan_sharing(msg, sender, at, (None, true));
-        (n, frames.unwrap_or_default())
+        let (n, frames) = self.fan_sharing(msg, sender, at, (None, share));
+        (n, frames, pos)
     }
 
     /// Subscribes `id` to `name` and sends it `ack` once the upstream
@@ -215,5 +238,32 @@ impl Hub {
         out: &mut Vec<(Rc<str>, bool)>,
     ) -> Poll<()> {
         self.registry.poll_interest(cx, out)
+    }
+}
+
+impl Hub {
+    /// Whether this worker holds a ring (a position) for `channel`.
+    pub fn history_held(&self, channel: &str) -> bool {
+        self.history.peek(channel).is_some()
+    }
+
+    /// `channel`'s position, for another worker without a copy of its
+    /// ring; with `create`, a channel with history that has no ring yet
+    /// gets one (a subscribe needs an epoch). `None`: no history.
+    pub fn history_locate(&mut self, channel: &str, create: bool) -> Option<Position> {
+        let keeps = self.history.enabled_for(channel) && crate::channel::keeps_history(channel);
+        match self.history.peek(channel) {
+            Some(p) => Some(p),
+            None if create && keeps => Some(self.history.position(channel, self.now_ms)),
+            None => None,
+        }
+    }
+
+    /// Takes `channel`'s position from its owner: a ring starts there,
+    /// unless one is held already (what arrived since is newer).
+    pub fn history_adopt(&mut self, channel: &str, at: (&str, u64)) {
+        if !self.history_held(channel) {
+            self.history.reset(channel, at, self.now_ms);
+        }
     }
 }

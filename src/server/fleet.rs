@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::log;
 use crate::server::conn::accept;
+use crate::server::history::owner;
 use crate::server::hooks::api as hooks_api;
 use crate::server::mesh::{Hop, Mesh};
 use crate::server::publish::sequence;
@@ -120,7 +121,8 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
             let skip = msg.skip_at(mesh.me());
             let n = w.delivering(&msg.channel, |hub| {
                 let seed = msg.frames.take().map(|f| *f);
-                hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip, seed)
+                let at = msg.at.as_ref().map(|(e, o)| (&**e, *o));
+                hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip, (seed, at))
             });
             match msg.ask {
                 Some((at, id)) if at as usize == mesh.me() => mesh.counted(id, n as u64, None),
@@ -148,6 +150,16 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
             mesh.send(from as usize, answer);
         }
         Hop::Listed(answer) => w.api_waits.borrow_mut().answer(*answer),
+        Hop::Locate {
+            from,
+            id,
+            channel,
+            create,
+        } => {
+            let at = owner::locate_here(&w.hub, &channel, create);
+            mesh.send(from as usize, Hop::Located { id, channel, at });
+        }
+        Hop::Located { id, channel, at } => owner::located(w, id, &channel, at),
         Hop::Conn {
             stream,
             peer,

@@ -8,6 +8,10 @@
 //!   subscribers for the channel ([`Hop::Deliver`]), never once per
 //!   subscriber. One sequencer per channel: every subscriber on every
 //!   worker sees a channel's messages in the same order.
+//! - **History.** A message the owner's history kept goes to *every*
+//!   other worker with its position, for each worker's copy of the ring;
+//!   a worker without a copy asks the owner ([`Hop::Locate`]). The design
+//!   is `server::history::owner`'s.
 //! - **Interest.** A worker tells a channel's owner when the channel
 //!   gains its first or loses its last local subscriber
 //!   ([`Hop::Interest`]); the owner answers ([`Hop::Answered`]) and the
@@ -61,6 +65,9 @@ pub struct Msg {
     /// receiver's alone: it reuses them instead of encoding
     /// (compressing) the message again. Not cloned with the message.
     pub frames: Option<Box<Frames>>,
+    /// The position (epoch, offset) its owner's history gave it: the
+    /// receiver keeps it in its copy of the ring (`history::owner`).
+    pub at: Option<(Arc<str>, u64)>,
 }
 
 impl Clone for Msg {
@@ -74,6 +81,7 @@ impl Clone for Msg {
             from: self.from,
             ask: self.ask,
             frames: None,
+            at: self.at.clone(),
         }
     }
 }
@@ -133,6 +141,22 @@ pub enum Hop {
     },
     /// The receiver's share of a `GET /api/connections` listing.
     Listed(Box<crate::hooks::api::ConnectionsAnswer>),
+    /// Worker `from` has no copy of the history of a channel the
+    /// receiver owns: its position, for wait `id` (with `create`, made
+    /// if the channel has none, as a subscribe does).
+    Locate {
+        from: u8,
+        id: u64,
+        channel: Arc<str>,
+        create: bool,
+    },
+    /// The answer to a [`Hop::Locate`]: the channel's position, `None`
+    /// when it has no history.
+    Located {
+        id: u64,
+        channel: Arc<str>,
+        at: Option<(Arc<str>, u64)>,
+    },
     /// An accepted connection handed to the receiver (the least loaded).
     Conn {
         stream: std::net::TcpStream,
@@ -335,6 +359,11 @@ impl Mesh {
     /// How many workers there are.
     pub fn workers(&self) -> usize {
         self.bells.len()
+    }
+
+    /// Every worker, a bit each.
+    pub fn all(&self) -> u64 {
+        u64::MAX >> (64 - self.workers())
     }
 
     /// The owner of `channel`.

@@ -77,7 +77,9 @@
 //! - `history/`: `recall` (a JSON subscribe's reply and replay,
 //!   `GET /history`), `resume` (a subscribe in Redis mode with history:
 //!   read, then subscribe + replay in one step; `/history` from Redis),
-//!   `relay` (Redis mode's deliveries in offset order and gap notices).
+//!   `relay` (Redis mode's deliveries in offset order and gap notices),
+//!   `owner` (several workers without Redis: the owner's ring, a copy on
+//!   every worker, a position asked of the owner when a worker has none).
 //! - `redis/`: Redis mode's connections around a shard; it sees the
 //!   worker only through the narrow `redis::Local` handle. Its `backfill`
 //!   (reads of a channel's stream) stays here, not in `history/`: the
@@ -547,7 +549,12 @@ async fn sweeper(w: Rc<Worker>, started: Instant) {
             hub.stats.loop_lag.observe_ns(lag.as_nanos() as u64);
             due = now + TICK;
             hub.set_now(started.elapsed().as_millis() as u64);
-            hub.sweep(&mut expired);
+            match w.mesh.get() {
+                // A channel's owner keeps its history's position while
+                // any worker has subscribers (`history::owner`).
+                Some(mesh) => hub.sweep_with(&mut expired, |c| mesh.interested(c) != 0),
+                None => hub.sweep(&mut expired),
+            }
             if let Some(mesh) = w.mesh.get() {
                 mesh.set_load(hub.connection_count());
                 mesh.set_backlog(hub.backlog(), hub.pressed());

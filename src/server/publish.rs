@@ -5,6 +5,7 @@
 //! in the same order). History and a cross-worker bus hang off here too.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -92,6 +93,7 @@ fn cross(
         from: mesh.me() as u8,
         ask: None,
         frames: None,
+        at: None,
     };
     let owner = mesh.owner(channel);
     if owner != mesh.me() {
@@ -119,28 +121,30 @@ fn cross(
 
 /// The owner's turn of a publish: its own subscribers, then once to each
 /// other worker with subscribers of the channel, in one step (so every
-/// worker sees the owner's order). The local deliveries and how many
-/// workers it went to; an asker on another worker is told both.
-pub fn sequence(hub: &mut Hub, mesh: &Mesh, msg: Msg) -> (usize, u32) {
+/// worker sees the owner's order). A message its history kept goes to
+/// every other worker, each of which keeps a copy of the channel's ring
+/// (`history::owner`). The local deliveries and how many workers it went
+/// to; an asker on another worker is told both.
+pub fn sequence(hub: &mut Hub, mesh: &Mesh, mut msg: Msg) -> (usize, u32) {
     let skip = msg.skip_at(mesh.me());
-    let mut bits = mesh.interested(&msg.channel) & !(1u64 << mesh.me());
-    let others = bits.count_ones();
-    let (n, frames) = match others {
-        0 => (
-            hub.publish(&msg.channel, msg.opcode, &msg.payload, skip),
-            None,
-        ),
-        _ => {
-            let (n, frames) = hub.publish_shared(&msg.channel, msg.opcode, &msg.payload, skip);
-            (n, Some(frames))
-        }
+    let me = 1u64 << mesh.me();
+    let hear = mesh.interested(&msg.channel) & !me;
+    let m = (&*msg.channel, msg.opcode, &msg.payload[..]);
+    let (n, frames, at) = hub.publish_owned(m, skip, hear != 0);
+    let mut bits = match at {
+        Some(_) => mesh.all() & !me,
+        None => hear,
     };
+    msg.at = at.map(|p| (Arc::from(&*p.epoch), p.offset));
+    let others = bits.count_ones();
     let ask = msg.ask;
     while bits != 0 {
         let to = bits.trailing_zeros() as usize;
         bits &= bits - 1;
         let mut copy = msg.clone();
-        copy.frames = frames.as_ref().map(|f| Box::new(copy_frames(f)));
+        if hear & (1 << to) != 0 {
+            copy.frames = frames.as_ref().map(|f| Box::new(copy_frames(f)));
+        }
         mesh.send(to, Hop::Deliver(copy));
     }
     if let Some((at, id)) = ask.filter(|(at, _)| *at as usize != mesh.me()) {

@@ -107,6 +107,8 @@ pub struct Worker {
     pub users: RefCell<Users>,
     /// `GET /api/connections` requests waiting for other instances.
     pub api_waits: RefCell<crate::hooks::api::Waits>,
+    /// Subscribes waiting for a channel's owner worker (`history::owner`).
+    pub locating: RefCell<crate::history::waits::Locating>,
     /// Parked WebSockets (`--park-after`).
     pub parking: Parking,
     /// TLS on the public listener (`--tls-cert`).
@@ -176,6 +178,7 @@ impl Worker {
             hooks: HookEdge::new(&cfg, client.http.clone()).map(Rc::new),
             users: RefCell::default(),
             api_waits: RefCell::default(),
+            locating: RefCell::default(),
             webhooks: Webhooks::new(&cfg, client.http),
             presence: RefCell::default(),
             parking: parking(&cfg),

@@ -21,7 +21,7 @@ use crate::server::conn::sock::Sock;
 use crate::server::conn::stream::Stream;
 use crate::server::conn::upgrade::{self, Upgrade};
 use crate::server::conn::websocket as ws_conn;
-use crate::server::history::{recall, resume};
+use crate::server::history::{owner, recall, resume};
 use crate::server::hooks::api as hooks_api;
 use crate::server::presence::edge as presence_edge;
 use crate::server::pusher::api as pusher_api;
@@ -430,7 +430,10 @@ async fn channel_read(
         (_, Some(l)) if l.keeps_history_of(channel) => {
             resume::history_http(w, channel, query, keep_alive).await
         }
-        _ => recall::history_http(&w.hub.borrow(), channel, query, keep_alive),
+        _ => match owner::locate(w, channel, false).await {
+            Ok(()) => recall::history_http(&w.hub.borrow(), channel, query, keep_alive),
+            Err(why) => recall::error(503, why, keep_alive),
+        },
     })
 }
 

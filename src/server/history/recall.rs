@@ -57,6 +57,16 @@ fn send_resumed(hub: &mut Hub, id: ConnId, channel: &str, r: Resumed, idv: Optio
     send_position(hub, (id, channel), at, (r.recovered, &r.replay), idv);
 }
 
+/// `recover-on-subscribe` without `since`: the position just before
+/// `channel`'s latest message, if it has one here.
+pub fn before_latest(hub: &Hub, channel: &str) -> Option<control::Since> {
+    let (at, _) = hub.history(channel, u64::MAX, 0)?;
+    (at.offset > 0).then(|| control::Since {
+        epoch: at.epoch.to_string(),
+        offset: at.offset - 1,
+    })
+}
+
 /// Queues the `subscribed` reply with the channel's position, then the
 /// replay (embedded or read from Redis), stopping if the queue refuses.
 pub fn send_position(

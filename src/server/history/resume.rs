@@ -102,9 +102,9 @@ async fn before_latest(w: &Worker, channel: &str) -> Option<Since> {
     })
 }
 
-/// A deferred subscribe was refused: what `native::control` did for it before
-/// the read (presence joined, its events watched) is undone.
-fn refused(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, d: &Deferred) {
+/// A deferred subscribe was refused: what `native::control` did for it
+/// before the read (or the owner's answer) (presence joined, its events watched) is undone.
+pub fn refused(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, d: &Deferred) {
     if d.fresh {
         presence_edge::unsubscribe(w, hub, id, &d.channel);
     }

@@ -13,7 +13,7 @@ use crate::hooks::{frames, request, Answer, HookKind};
 use crate::hub::{CloseReason, ConnId, Hub};
 use crate::log;
 use crate::server::admission;
-use crate::server::history::{recall, resume};
+use crate::server::history::{self, owner, recall, resume};
 use crate::server::hooks::connect::Welcome;
 use crate::server::hooks::refresh::refresh_loop;
 use crate::server::hooks::Failure;
@@ -65,7 +65,10 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
         );
         return;
     }
-    let deferred = w.redis.as_deref().is_some_and(|l| l.keeps_history_of(c));
+    let deferred = match w.redis.as_deref() {
+        Some(l) => l.keeps_history_of(c),
+        None => owner::waits_for_owner(w, hub, c),
+    };
     if !deferred {
         recall::subscribe(hub, id, c, None, None);
         if hub.is_subscribed(id, c) {
@@ -83,7 +86,7 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
         latest: w.cfg.namespaces.table.recovers(c),
     };
     let w = w.clone();
-    monoio::spawn(async move { resume::subscribe(&w, id, d).await });
+    monoio::spawn(async move { history::subscribe_deferred(&w, id, d).await });
 }
 
 /// The server API's subscribe of connection `id`, whose user and info

@@ -13,7 +13,7 @@ use crate::hub::{ConnId, Hub};
 use crate::namespace::Refusal;
 use crate::server::admission;
 use crate::server::history::recall;
-use crate::server::history::resume;
+use crate::server::history::{owner, resume};
 use crate::server::hooks::session::{self as hooks_session, HookCall};
 use crate::server::presence::edge::{self as presence_edge, Identity};
 use crate::server::publish::{count_published, count_refused, route_publish, via, Published, Via};
@@ -219,10 +219,10 @@ fn before_subscribe(
         presence_edge::watch(hub, id, channel);
     }
     // (The name is valid: `control::parse` checked it.)
-    let defer = w
-        .redis
-        .as_deref()
-        .is_some_and(|l| l.keeps_history_of(channel));
+    let defer = match w.redis.as_deref() {
+        Some(l) => l.keeps_history_of(channel),
+        None => owner::waits_for_owner(w, hub, channel),
+    };
     if !defer {
         return None;
     }
@@ -282,16 +282,7 @@ fn recover_latest(w: &Worker, hub: &Hub, request: &mut control::Request) {
     if since.is_some() || !w.cfg.namespaces.table.recovers(channel) {
         return;
     }
-    if let Some((at, _)) = hub
-        .history(channel, u64::MAX, 0)
-        .filter(|(at, _)| at.offset > 0)
-    {
-        let epoch = at.epoch.to_string();
-        *since = Some(control::Since {
-            epoch,
-            offset: at.offset - 1,
-        });
-    }
+    *since = recall::before_latest(hub, channel);
 }
 
 /// Whether the connection may subscribe to (or query) or publish on the

@@ -18,7 +18,7 @@ use crate::server::publish::{count_published, count_refused, route_publish, via,
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
-use crate::server::history::resume;
+use crate::server::history;
 use crate::server::hooks::session as hooks_session;
 
 pub use control::Deferred;
@@ -26,7 +26,7 @@ pub use control::Deferred;
 /// Runs a deferred request to the end (replies queued).
 pub async fn subscribe_deferred(w: &Rc<Worker>, id: ConnId, d: Deferred) {
     let call = match d {
-        Deferred::Resume(r) => return resume::subscribe(w, id, r).await,
+        Deferred::Resume(r) => return history::subscribe_deferred(w, id, r).await,
         Deferred::Hook(call) => call,
         Deferred::Count {
             count,

@@ -18,7 +18,7 @@ use crate::peers::PeerRefusal;
 use crate::server::admission;
 use crate::server::conn::stream::Stream;
 use crate::server::formats;
-use crate::server::history::resume;
+use crate::server::history::{owner, resume};
 use crate::server::redis::RedisLink;
 use crate::server::worker::Worker;
 use crate::sse::{self, Subscription};
@@ -161,6 +161,14 @@ async fn subscribe(w: &Rc<Worker>, id: ConnId, channel: &str, sub: &Subscription
             // The client reconnects (`EventSource` does) and tries again.
             Err((_, why)) => hub.close(id, 1013, why, CloseReason::Overloaded),
         }
+        return;
+    }
+    // Several workers: this worker's copy of the channel's history
+    // first (`history::owner`).
+    if let Err(why) = owner::locate(w, channel, true).await {
+        w.hub
+            .borrow_mut()
+            .close(id, 1013, why, CloseReason::Overloaded);
         return;
     }
     let mut hub = w.hub.borrow_mut();

@@ -1,0 +1,131 @@
+//! History with several workers and no Redis (`--workers N`).
+//!
+//! A channel's history has one owner: the worker that sequences its
+//! messages (`server::mesh::owner`). The owner gives each message its
+//! position (epoch, offset) in its ring and sends it, position included,
+//! to *every* other worker, not only to those with subscribers; each
+//! keeps a copy of the ring (the payload is shared, not copied). A resume
+//! (`since`, `Last-Event-ID`), `recover-on-subscribe` and `GET /history`
+//! on any worker are answered from its own copy, in one step with the
+//! subscribe, exactly as with one worker: the copy and the live messages
+//! come down the same ring from the owner, so a replay and what follows
+//! it meet without a gap or a duplicate.
+//!
+//! A worker without a copy of a channel's ring (nothing was published on
+//! it since that worker started, or its copy expired) never makes up an
+//! epoch of its own: it asks the owner for the position
+//! ([`Hop::Locate`]), and the subscribe waits for the answer — at most
+//! [`LOCATE_TIMEOUT`], at most [`MAX_LOCATING`](crate::history::waits::MAX_LOCATING) waits per worker at once.
+//! Ring order makes the answer exact: whatever the owner sent before
+//! answering arrives first.
+//!
+//! A slow owner delays, on the other workers, only the subscribes that
+//! need a position from it (after the timeout they fail with
+//! `unavailable`, and retry); resumes on a worker with a copy do not wait.
+//! Each copy is trimmed by its own worker's memory budget and expires on
+//! its own worker's clock; the owner keeps a channel's position while any
+//! worker has subscribers of it.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::control::{self, ErrorCode};
+use crate::hub::{ConnId, Hub};
+use crate::server::history::recall;
+use crate::server::history::resume::{self, Deferred};
+use crate::server::mesh::Hop;
+use crate::server::worker::Worker;
+
+/// Longest a subscribe waits for its channel's owner to say where the
+/// channel's history stands.
+pub const LOCATE_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::history::waits::Locating;
+
+const BUSY: &str = "too many subscribes waiting for the channel's worker; retry";
+const SLOW: &str = "the channel's worker did not answer in time; not subscribed, retry";
+
+/// Takes wait `id` out however its subscribe ends (a timeout included).
+struct Opened<'a>(&'a RefCell<Locating>, u64);
+
+impl Drop for Opened<'_> {
+    fn drop(&mut self) {
+        self.0.borrow_mut().close(self.1);
+    }
+}
+
+/// Whether a subscribe to `channel` here must first ask the channel's
+/// owner where its history stands: several workers, no Redis, history on
+/// for it, another worker owns it, and this one holds no copy.
+pub fn waits_for_owner(w: &Worker, hub: &Hub, channel: &str) -> bool {
+    let Some(mesh) = w.mesh.get() else {
+        return false;
+    };
+    if w.redis.is_some() || mesh.owner(channel) == mesh.me() {
+        return false;
+    }
+    hub.history_enabled(channel)
+        && crate::channel::keeps_history(channel)
+        && !hub.history_held(channel)
+}
+
+/// Makes sure this worker holds `channel`'s position when it must ask
+/// for it ([`waits_for_owner`]); with `create`, a channel without
+/// history gets one at its owner (as a subscribe there would).
+pub async fn locate(w: &Worker, channel: &str, create: bool) -> Result<(), &'static str> {
+    if !waits_for_owner(w, &w.hub.borrow(), channel) {
+        return Ok(());
+    }
+    let mesh = w.mesh.get().expect("waits_for_owner saw it");
+    let id = w.locating.borrow_mut().open().ok_or(BUSY)?;
+    let _opened = Opened(&w.locating, id);
+    let from = mesh.me() as u8;
+    let hop = Hop::Locate {
+        from,
+        id,
+        channel: Arc::from(channel),
+        create,
+    };
+    mesh.send(mesh.owner(channel), hop);
+    let answered = std::future::poll_fn(|cx| w.locating.borrow_mut().poll(id, cx));
+    monoio::time::timeout(LOCATE_TIMEOUT, answered)
+        .await
+        .map_err(|_| SLOW)
+}
+
+/// The owner's answer to a [`Hop::Locate`].
+pub fn locate_here(hub: &RefCell<Hub>, channel: &str, create: bool) -> Option<(Arc<str>, u64)> {
+    let at = hub.borrow_mut().history_locate(channel, create)?;
+    Some((Arc::from(&*at.epoch), at.offset))
+}
+
+/// An owner's [`Hop::Located`]: this worker's copy starts at the
+/// position (unless one arrived meanwhile), and the wait ends.
+pub fn located(w: &Worker, id: u64, channel: &str, at: Option<(Arc<str>, u64)>) {
+    if let Some((epoch, offset)) = at {
+        w.hub.borrow_mut().history_adopt(channel, (&epoch, offset));
+    }
+    w.locating.borrow_mut().answer(id);
+}
+
+/// A JSON subscribe (or a server-side one) that waited for its channel's
+/// position: subscribed here from this worker's copy once the owner
+/// answered, as with one worker.
+pub async fn subscribe(w: &Rc<Worker>, id: ConnId, mut d: Deferred) {
+    let located = locate(w, &d.channel, true).await;
+    let mut hub = w.hub.borrow_mut();
+    let idv = d.id.as_deref();
+    if let Err(why) = located {
+        hub.send_to(id, control::error(ErrorCode::Unavailable, why, idv));
+        resume::refused(w, &mut hub, id, &d);
+        return;
+    }
+    if d.latest {
+        d.since = recall::before_latest(&hub, &d.channel);
+    }
+    recall::subscribe(&mut hub, id, &d.channel, d.since.as_ref(), idv);
+    if !hub.is_subscribed(id, &d.channel) {
+        resume::refused(w, &mut hub, id, &d);
+    }
+}
