@@ -91,6 +91,8 @@ EXCEPTIONS = [
     (("native",), ("history",), "the JSON subscribe replays history (and resumes it from Redis)"),
     (("native",), ("presence",), "the JSON protocol's presence ops (join on subscribe, query)"),
     (("history", "resume"), ("presence", "edge"), "a deferred subscribe refused meanwhile leaves presence as ws_control would"),
+    (("history", "owner"), ("presence", "edge"), "a subscribe waiting for an owner worker, refused, answers and leaves presence as the JSON subscribe would"),
+    (("history", "owner"), ("presence", "owner"), "a subscribe on another worker than its channel's owner joins presence there before it is answered"),
     (("presence", "redis"), ("pusher", "occupancy"), "a Pusher presence subscription Redis refuses gives its occupancy back at once"),
     (("pusher", "presence"), ("presence", "redis"), "Pusher presence channels keep their members through the same Redis scripts"),
     (("cache", "origin"), ("tls", "client"), "an https:// origin's bytes are TLS: the client reads and writes through tls::client's stream"),

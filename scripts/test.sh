@@ -86,7 +86,7 @@ CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --
     --test redis_tls --test redis_drivers --test presence_redis --test pusher_redis \
     --test sse_redis --test console --test hooks --test hooks_admission --test hooks_api \
     --test hooks_namespaces --test hooks_server_subscriptions --test hooks_session --test jwks \
-    --test limits --test tls_abuse --test history 2>&1 |
+    --test limits --test tls_abuse --test history --test presence --test presence_refusals 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

@@ -472,7 +472,6 @@ fn mix(mut z: u64) -> u64 {
 }
 
 pub mod relay;
-pub mod waits;
 
 #[cfg(test)]
 mod tests;

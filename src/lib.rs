@@ -108,6 +108,8 @@
 //!   a push that never blocks (a full ring gives the value back), batched
 //!   drains, and the park/wake handshake that tells a producer when its
 //!   consumer sleeps (sans-I/O: the wake-up itself is the edge's).
+//! - `waits` (leaf): a worker's requests waiting for another worker's
+//!   answer (a channel's owner), bounded, each with its waker (sans-I/O).
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -205,6 +207,8 @@ pub mod sse;
 pub(crate) mod stats;
 #[doc(hidden)]
 pub mod tls;
+#[doc(hidden)]
+pub mod waits;
 pub mod ws;
 
 pub use config::Config;

@@ -2,7 +2,8 @@
 //! subscriber on every worker gets each message once, in one order; an
 //! acknowledged subscribe hears the next publish wherever it was made; a
 //! full ring between workers delays messages and loses none; `/stats`
-//! and `/metrics` total the workers and show each.
+//! and `/metrics` total the workers and show each; without Redis, history
+//! and presence are one per channel whichever worker a client is on.
 
 mod common;
 
@@ -461,4 +462,84 @@ async fn history_and_resume_are_one_per_channel_across_workers() {
             assert_eq!(next_messages(ws, 1).await, [(7, "live".to_string())]);
         }
     }
+}
+
+const PRESENCE_SECRET: &str = "workers-presence-secret-0123456789abcdef";
+
+fn presence_token(sub: &str) -> String {
+    let claims = format!(r#"{{"exp":9999999999,"sub":"{sub}","subscribe":["*"]}}"#);
+    corecast::auth::sign_token(&claims, PRESENCE_SECRET.as_bytes())
+}
+
+/// The users a `presence` answer lists.
+fn listed(answer: &Value) -> Vec<String> {
+    let members = answer["members"].as_array();
+    let members = members.unwrap_or_else(|| panic!("no members: {answer}"));
+    members
+        .iter()
+        .map(|m| m["user"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Presence without Redis with two workers: a channel's members are one
+/// set whichever worker its subscribers are on — each subscriber gets its
+/// reply then its own join, sees the others join and leave once, lists
+/// the same members from either worker, and the member limit counts
+/// users on both workers.
+#[tokio::test]
+async fn presence_is_one_per_channel_across_workers() {
+    let srv = TestServer::start(|c| {
+        c.workers = corecast::config::Workers::Count(2);
+        c.auth.token_secret = Some(corecast::config::Secret(PRESENCE_SECRET.into()));
+        c.presence.set_patterns("room-*").unwrap();
+        c.presence.max_members = 2;
+        c.presence.read_rate = 0;
+    });
+    let path = |user: &str| format!("/ws?token={}", presence_token(user));
+    let mut ann = ws_connect(srv.addr, &path("ann")).await;
+    let mut bob = ws_connect(srv.addr, &path("bob")).await;
+    let spread = per_worker(&stats(srv.addr).await);
+    assert!(spread[0] >= 1 && spread[1] >= 1, "{spread:?}");
+    let mut cid = ws_connect(srv.addr, &path("cid")).await;
+    let channels: Vec<String> = (0..6).map(|i| format!("room-{i}")).collect();
+    let owners: HashSet<u64> = channels.iter().map(|c| owner_of(c, 2)).collect();
+    assert_eq!(owners.len(), 2, "channels owned by both workers");
+    let join_of = |ch: &str, user: &str| json!({"type": "join", "channel": ch, "user": user});
+    for ch in &channels {
+        let sub = json!({"op": "subscribe", "channel": ch, "presence": true, "id": 1});
+        for (ws, user) in [(&mut ann, "ann"), (&mut bob, "bob")] {
+            let r = call(ws, sub.clone()).await;
+            assert_eq!(r["type"], "subscribed", "{r}");
+            assert_eq!(
+                next_json(ws).await,
+                join_of(ch, user),
+                "its own join, after its reply"
+            );
+        }
+        assert_eq!(next_json(&mut ann).await, join_of(ch, "bob"));
+        for ws in [&mut ann, &mut bob] {
+            let r = call(ws, json!({"op": "presence", "channel": ch})).await;
+            assert_eq!(listed(&r), ["ann", "bob"], "{r}");
+        }
+        // A third user is over the limit, whichever worker it is on.
+        let r = call(&mut cid, sub.clone()).await;
+        assert_eq!(r["code"], "presence_full", "{r}");
+        let r = call(&mut bob, json!({"op": "unsubscribe", "channel": ch})).await;
+        assert_eq!(r["type"], "unsubscribed", "{r}");
+        let left = json!({"type": "leave", "channel": ch, "user": "bob"});
+        assert_eq!(next_json(&mut ann).await, left);
+        let r = call(&mut ann, json!({"op": "presence", "channel": ch})).await;
+        assert_eq!(listed(&r), ["ann"], "{r}");
+    }
+    let s = stats(srv.addr).await;
+    assert_eq!(
+        counter(&s, "presence_members"),
+        channels.len() as u64,
+        "{s}"
+    );
+    assert_eq!(
+        counter(&s, "presence_refused"),
+        channels.len() as u64,
+        "{s}"
+    );
 }

@@ -377,7 +377,6 @@ fn bad_worker_settings_are_refused_with_their_reason() {
     assert!(refused(&["--worker-ring", "8"]).contains("64 to"));
     // What several workers do not serve yet is refused, named.
     for (flag, value, named) in [
-        ("--presence-channels", "*", "--presence-channels"),
         ("--admin-key", "0123456789abcdef0123", "--admin-key"),
         ("--origin", "http://127.0.0.1:1", "--origin"),
     ] {
@@ -396,9 +395,10 @@ fn bad_worker_settings_are_refused_with_their_reason() {
     ] {
         serve(&[&redis[..], more].concat(), no_env);
     }
-    // History is kept by each channel's owner worker, with or without
-    // Redis; so are hooks.
+    // History and presence are kept by each channel's owner worker, with
+    // or without Redis; hooks run on every worker.
     serve(&["--workers", "2", "--history-size", "10"], no_env);
+    serve(&["--workers", "2", "--presence-channels", "*"], no_env);
     // Hooks are served with several workers, with or without Redis.
     serve(
         &["--workers", "2", "--proxy-connect", "http://127.0.0.1:1/c"],

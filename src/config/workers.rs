@@ -43,14 +43,11 @@ impl Config {
     /// (each keeps per-channel state that has no owner across workers
     /// yet); `None` when all of them are off.
     pub fn multi_worker_unsupported(&self) -> Option<&'static str> {
-        let rules = || self.namespaces.table.all_rules();
-        let presence = self.presence.enabled() || rules().any(|r| r.presence == Some(true));
         // In Redis mode each worker is an instance of its own: what lives
         // in Redis (history, presence, occupancy, the console's rows) is
         // shared the way it is between processes.
         let alone = !self.redis.enabled();
         [
-            (presence && alone, "--presence-channels without Redis"),
             (
                 !self.pusher.apps.is_empty() && alone,
                 "--pusher-app without Redis",

@@ -16,6 +16,7 @@ use crate::server::conn::accept;
 use crate::server::history::owner;
 use crate::server::hooks::api as hooks_api;
 use crate::server::mesh::{Hop, Mesh};
+use crate::server::presence::owner as presence_owner;
 use crate::server::publish::sequence;
 use crate::server::worker::Worker;
 
@@ -160,6 +161,8 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
             mesh.send(from as usize, Hop::Located { id, channel, at });
         }
         Hop::Located { id, channel, at } => owner::located(w, id, &channel, at),
+        hop @ (Hop::Presence { .. } | Hop::Members { .. }) => presence_owner::apply(w, mesh, hop),
+        Hop::Answer { id, answer } => w.owner_waits.borrow_mut().answer(id, answer),
         Hop::Conn {
             stream,
             peer,

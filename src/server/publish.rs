@@ -131,10 +131,10 @@ pub fn sequence(hub: &mut Hub, mesh: &Mesh, mut msg: Msg) -> (usize, u32) {
     let hear = mesh.interested(&msg.channel) & !me;
     let m = (&*msg.channel, msg.opcode, &msg.payload[..]);
     let (n, frames, at) = hub.publish_owned(m, skip, hear != 0);
-    let mut bits = match at {
-        Some(_) => mesh.all() & !me,
-        None => hear,
-    };
+    // Presence events too (few: `--presence-max-events`): a watcher's
+    // reply need not wait for its interest in them (`presence::owner`).
+    let everywhere = at.is_some() || msg.channel.starts_with(crate::presence::EVENTS_PREFIX);
+    let mut bits = if everywhere { mesh.all() & !me } else { hear };
     msg.at = at.map(|p| (Arc::from(&*p.epoch), p.offset));
     let others = bits.count_ones();
     let ask = msg.ask;

@@ -73,6 +73,9 @@ impl Drop for InboundCharge<'_> {
     }
 }
 
+/// This worker's requests waiting for owners' answers.
+pub type OwnerWaits = crate::waits::Waits<crate::server::mesh::Answer>;
+
 /// One worker's shared state.
 pub struct Worker {
     /// Connection table and channels.
@@ -97,6 +100,9 @@ pub struct Worker {
     pub pusher: RefCell<PusherState>,
     /// Presence members of this instance (`--presence-channels`).
     pub presence: RefCell<crate::presence::Presence>,
+    /// Several workers without Redis: the members of the channels this
+    /// worker owns, every worker's connections (`presence::owner`).
+    pub owned_presence: RefCell<crate::presence::Presence>,
     /// Open Pusher connections' sessions, by connection id.
     pub pusher_sessions: RefCell<std::collections::HashMap<crate::hub::ConnId, Session>>,
     /// Pusher webhooks' queues (`--pusher-webhook`).
@@ -107,8 +113,9 @@ pub struct Worker {
     pub users: RefCell<Users>,
     /// `GET /api/connections` requests waiting for other instances.
     pub api_waits: RefCell<crate::hooks::api::Waits>,
-    /// Subscribes waiting for a channel's owner worker (`history::owner`).
-    pub locating: RefCell<crate::history::waits::Locating>,
+    /// Requests waiting for a channel's owner worker (`history::owner`,
+    /// `presence::owner`).
+    pub owner_waits: RefCell<OwnerWaits>,
     /// Parked WebSockets (`--park-after`).
     pub parking: Parking,
     /// TLS on the public listener (`--tls-cert`).
@@ -178,9 +185,10 @@ impl Worker {
             hooks: HookEdge::new(&cfg, client.http.clone()).map(Rc::new),
             users: RefCell::default(),
             api_waits: RefCell::default(),
-            locating: RefCell::default(),
+            owner_waits: RefCell::default(),
             webhooks: Webhooks::new(&cfg, client.http),
             presence: RefCell::default(),
+            owned_presence: RefCell::default(),
             parking: parking(&cfg),
             tls,
             namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
@@ -388,7 +396,7 @@ impl Worker {
             redis: self.redis.as_ref().map(|l| l.stats()).unwrap_or_default(),
             cache: self.cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             compression: self.compression.borrow().clone(),
-            presence: self.presence.borrow().stats,
+            presence: self.presence_stats(),
             connections: hub.connection_count() as u64,
             channels: self.channel_count(&hub) as u64,
             messages_out: hub.stats.deliveries,
@@ -402,6 +410,21 @@ impl Worker {
                 .as_ref()
                 .map_or(0, |h| h.backend_connects()),
         }
+    }
+
+    /// Presence's counters: with several workers and no Redis, members,
+    /// joins and leaves are the owner's (the channels this worker owns),
+    /// refusals and limited reads wherever they happened.
+    fn presence_stats(&self) -> crate::presence::PresenceStats {
+        let mut s = self.presence.borrow().stats;
+        if self.mesh.get().is_some() && self.redis.is_none() {
+            let o = self.owned_presence.borrow().stats;
+            s.presence_members = o.presence_members;
+            s.presence_joins = o.presence_joins;
+            s.presence_leaves = o.presence_leaves;
+            s.presence_refused += o.presence_refused;
+        }
+        s
     }
 
     /// Channels with subscribers; with several workers, those this one

@@ -15,7 +15,7 @@
 //! it since that worker started, or its copy expired) never makes up an
 //! epoch of its own: it asks the owner for the position
 //! ([`Hop::Locate`]), and the subscribe waits for the answer — at most
-//! [`LOCATE_TIMEOUT`], at most [`MAX_LOCATING`](crate::history::waits::MAX_LOCATING) waits per worker at once.
+//! [`LOCATE_TIMEOUT`], at most [`MAX_WAITING`](crate::waits::MAX_WAITING) waits per worker at once.
 //! Ring order makes the answer exact: whatever the owner sent before
 //! answering arrives first.
 //!
@@ -35,25 +35,21 @@ use crate::control::{self, ErrorCode};
 use crate::hub::{ConnId, Hub};
 use crate::server::history::recall;
 use crate::server::history::resume::{self, Deferred};
+use crate::server::mesh::Answer;
 use crate::server::mesh::Hop;
+use crate::server::presence::edge as presence_edge;
+use crate::server::presence::owner as presence_owner;
 use crate::server::worker::Worker;
 
 /// Longest a subscribe waits for its channel's owner to say where the
 /// channel's history stands.
 pub const LOCATE_TIMEOUT: Duration = Duration::from_secs(5);
-use crate::history::waits::Locating;
+use crate::waits::Opened;
 
 const BUSY: &str = "too many subscribes waiting for the channel's worker; retry";
+const PRESENCE_SLOW: &str =
+    "the channel's worker did not answer the presence join; not subscribed, retry";
 const SLOW: &str = "the channel's worker did not answer in time; not subscribed, retry";
-
-/// Takes wait `id` out however its subscribe ends (a timeout included).
-struct Opened<'a>(&'a RefCell<Locating>, u64);
-
-impl Drop for Opened<'_> {
-    fn drop(&mut self) {
-        self.0.borrow_mut().close(self.1);
-    }
-}
 
 /// Whether a subscribe to `channel` here must first ask the channel's
 /// owner where its history stands: several workers, no Redis, history on
@@ -78,8 +74,8 @@ pub async fn locate(w: &Worker, channel: &str, create: bool) -> Result<(), &'sta
         return Ok(());
     }
     let mesh = w.mesh.get().expect("waits_for_owner saw it");
-    let id = w.locating.borrow_mut().open().ok_or(BUSY)?;
-    let _opened = Opened(&w.locating, id);
+    let id = w.owner_waits.borrow_mut().open().ok_or(BUSY)?;
+    let _opened = Opened(&w.owner_waits, id);
     let from = mesh.me() as u8;
     let hop = Hop::Locate {
         from,
@@ -88,9 +84,10 @@ pub async fn locate(w: &Worker, channel: &str, create: bool) -> Result<(), &'sta
         create,
     };
     mesh.send(mesh.owner(channel), hop);
-    let answered = std::future::poll_fn(|cx| w.locating.borrow_mut().poll(id, cx));
+    let answered = std::future::poll_fn(|cx| w.owner_waits.borrow_mut().poll(id, cx));
     monoio::time::timeout(LOCATE_TIMEOUT, answered)
         .await
+        .map(drop)
         .map_err(|_| SLOW)
 }
 
@@ -106,13 +103,30 @@ pub fn located(w: &Worker, id: u64, channel: &str, at: Option<(Arc<str>, u64)>) 
     if let Some((epoch, offset)) = at {
         w.hub.borrow_mut().history_adopt(channel, (&epoch, offset));
     }
-    w.locating.borrow_mut().answer(id);
+    w.owner_waits.borrow_mut().answer(id, Answer::Located);
 }
 
 /// A JSON subscribe (or a server-side one) that waited for its channel's
 /// position: subscribed here from this worker's copy once the owner
 /// answered, as with one worker.
 pub async fn subscribe(w: &Rc<Worker>, id: ConnId, mut d: Deferred) {
+    let mut announced = None;
+    if let Some(who) = d.join.take() {
+        match presence_owner::join_at_owner(w, id, &d.channel, who.clone()).await {
+            Ok(true) => announced = Some(who),
+            Ok(false) => {}
+            Err(code) => {
+                let mut hub = w.hub.borrow_mut();
+                let reply = match code {
+                    ErrorCode::PresenceFull => presence_edge::refusal(code, d.id.as_deref()),
+                    _ => control::error(code, PRESENCE_SLOW, d.id.as_deref()),
+                };
+                hub.send_to(id, reply);
+                resume::refused(w, &mut hub, id, &d);
+                return;
+            }
+        }
+    }
     let located = locate(w, &d.channel, true).await;
     let mut hub = w.hub.borrow_mut();
     let idv = d.id.as_deref();
@@ -127,5 +141,7 @@ pub async fn subscribe(w: &Rc<Worker>, id: ConnId, mut d: Deferred) {
     recall::subscribe(&mut hub, id, &d.channel, d.since.as_ref(), idv);
     if !hub.is_subscribed(id, &d.channel) {
         resume::refused(w, &mut hub, id, &d);
+    } else if let Some((user, info)) = &announced {
+        presence_owner::tell_joiner(&mut hub, id, &d.channel, (user, info.as_deref()));
     }
 }

@@ -33,6 +33,9 @@ pub struct Deferred {
     /// Without `since`, in a `recover-on-subscribe` namespace: resume
     /// from just before the channel's latest message.
     pub latest: bool,
+    /// Several workers without Redis: the presence join (user, info) to
+    /// make at the channel's owner worker before the subscribe.
+    pub join: Option<(String, Option<String>)>,
 }
 
 /// Runs a deferred subscribe to the end (reply queued).

@@ -84,6 +84,7 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
         id: None,
         fresh: !hub.is_subscribed(id, c),
         latest: w.cfg.namespaces.table.recovers(c),
+        join: None,
     };
     let w = w.clone();
     monoio::spawn(async move { history::subscribe_deferred(&w, id, d).await });

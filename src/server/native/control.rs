@@ -16,6 +16,7 @@ use crate::server::history::recall;
 use crate::server::history::{owner, resume};
 use crate::server::hooks::session::{self as hooks_session, HookCall};
 use crate::server::presence::edge::{self as presence_edge, Identity};
+use crate::server::presence::owner as presence_owner;
 use crate::server::publish::{count_published, count_refused, route_publish, via, Published, Via};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
@@ -219,15 +220,20 @@ fn before_subscribe(
         presence_edge::watch(hub, id, channel);
     }
     // (The name is valid: `control::parse` checked it.)
+    let remote = presence_owner::elsewhere(w, channel);
     let defer = match w.redis.as_deref() {
         Some(l) => l.keeps_history_of(channel),
-        None => owner::waits_for_owner(w, hub, channel),
+        None => remote || owner::waits_for_owner(w, hub, channel),
     };
     if !defer {
         return None;
     }
-    // Presence does not wait for the history read.
-    presence_edge::join(w, hub, id, &who, channel, *presence);
+    // Presence does not wait for the history read; with several workers
+    // the join is made at the channel's owner first.
+    let join = remote.then(|| (who.user.clone(), who.info.map(str::to_string)));
+    if !remote {
+        presence_edge::join(w, hub, id, &who, channel, *presence);
+    }
     let latest = since.is_none() && w.cfg.namespaces.table.recovers(channel);
     let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
     Some(Some(Box::new(Deferred::Resume(resume::Deferred {
@@ -236,6 +242,7 @@ fn before_subscribe(
         id,
         fresh,
         latest,
+        join,
     }))))
 }
 

@@ -21,6 +21,7 @@ use crate::control::{self, ErrorCode};
 use crate::http::{self, HttpError};
 use crate::hub::{ConnId, Hub};
 use crate::presence::{self, event, Joined, Left};
+use crate::server::presence::owner::{self as presence_owner, Row};
 use crate::server::presence::redis as presence_redis;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
@@ -57,6 +58,17 @@ pub fn admit(w: &Worker, who: &Identity<'_>, channel: &str, events: bool) -> Res
             Err(ErrorCode::PresenceOff)
         } else {
             Ok(())
+        };
+    }
+    if let Some(mesh) = presence_owner::mesh(w) {
+        // The owner decides: here, or (a subscribe on another worker)
+        // when the join is made there (`presence_owner::join_at_owner`).
+        let here = mesh.owner(channel) == mesh.me();
+        let ok = !here || presence_owner::admits(w, channel, &who.user);
+        return if ok {
+            Ok(())
+        } else {
+            Err(ErrorCode::PresenceFull)
         };
     }
     let (max_members, _) = w.cfg.presence_limits(channel);
@@ -98,6 +110,15 @@ pub fn join(
     }
     let (max_members, max_events) = w.cfg.presence_limits(channel);
     let mut p = w.presence.borrow_mut();
+    if presence_owner::mesh(w).is_some() {
+        // This worker's own record; the owner counts and announces.
+        let joined = p.join(id as u64, channel, (&who.user, who.info), usize::MAX);
+        drop(p);
+        if matches!(joined, Ok(Joined::User | Joined::Connection)) {
+            presence_owner::join(w, hub, id, channel, (&who.user, who.info));
+        }
+        return;
+    }
     let joined = p.join(id as u64, channel, (&who.user, who.info), max_members);
     if let Some(link) = &w.redis {
         drop(p);
@@ -141,7 +162,7 @@ pub fn unsubscribe(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str) {
     hub.unsubscribe(id, &presence::events_channel(channel));
     let left = w.presence.borrow_mut().leave(id as u64, channel);
     if let Some(l) = left {
-        announce_leave(w, hub, &l);
+        announce_leave(w, hub, id, &l);
     }
 }
 
@@ -157,13 +178,16 @@ pub fn close(w: &Rc<Worker>, id: ConnId) {
     }
     let mut hub = w.hub.borrow_mut();
     for l in &left {
-        announce_leave(w, &mut hub, l);
+        announce_leave(w, &mut hub, id, l);
     }
 }
 
-fn announce_leave(w: &Rc<Worker>, hub: &mut Hub, l: &Left) {
+fn announce_leave(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, l: &Left) {
     if let Some(link) = &w.redis {
         return presence_redis::left(w, link, l);
+    }
+    if presence_owner::mesh(w).is_some() {
+        return presence_owner::leave(w, hub, id, &l.channel);
     }
     let mut p = w.presence.borrow_mut();
     // Counted as it was before the leave: the leave of a join that was
@@ -203,7 +227,21 @@ async fn answer(
         let count = pruned.users as usize;
         return Some(event::answer(channel, members, count, id));
     }
+    if presence_owner::mesh(w).is_some() {
+        let rows = presence_owner::rows(w, channel).await?;
+        return Some(rows_answer(channel, &rows, count_only, id));
+    }
     Some(local_answer(w, channel, count_only, id))
+}
+
+/// The `presence` answer from an owner worker's `rows` (several workers).
+fn rows_answer(channel: &str, rows: &[Row], count_only: bool, idv: Option<&RawValue>) -> String {
+    let rows: Vec<event::MemberRow<'_>> = rows
+        .iter()
+        .map(|(u, i, n)| (u.as_str(), i.as_deref(), *n))
+        .collect();
+    let members = (!count_only).then_some(rows.as_slice());
+    event::answer(channel, members, rows.len(), idv)
 }
 
 /// Embedded mode's `presence` answer: this instance's members.
@@ -249,10 +287,13 @@ pub fn query(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str, idv: Opti
         hub.send_to(id, control::error(ErrorCode::RateLimited, &msg, idv));
         return;
     }
-    if w.redis.is_none() {
+    if w.redis.is_none() && !presence_owner::elsewhere(w, channel) {
         // Nothing to wait for: answered now, in order with the
         // connection's other replies (the hub is borrowed by the caller).
-        let text = local_answer(w, channel, false, idv);
+        let text = match presence_owner::mesh(w) {
+            Some(_) => rows_answer(channel, &presence_owner::rows_here(w, channel), false, idv),
+            None => local_answer(w, channel, false, idv),
+        };
         hub.send_to(id, encode_server_frame(OpCode::Text, text.as_bytes()));
         return;
     }
@@ -262,7 +303,7 @@ pub fn query(w: &Rc<Worker>, hub: &mut Hub, id: ConnId, channel: &str, idv: Opti
         let frame = match answer(&w, &channel, false, idv.as_deref()).await {
             Some(t) => encode_server_frame(OpCode::Text, t.as_bytes()),
             None => {
-                let msg = "presence unavailable (redis); retry";
+                let msg = "presence unavailable (its worker or redis did not answer); retry";
                 control::error(ErrorCode::Unavailable, msg, idv.as_deref())
             }
         };
@@ -300,7 +341,7 @@ pub async fn http_answer(
     let Some(body) = answer(w, channel, count_only, None).await else {
         let e = HttpError {
             status: 503,
-            message: "presence unavailable (redis)",
+            message: "presence unavailable (its worker or redis did not answer)",
         };
         return http::error_response(&e, keep_alive);
     };

@@ -39,153 +39,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
-
-use crate::hub::Frames;
 use crate::ring::{self, Consumer, Producer, Pushed};
 use crate::stats::Snapshot;
-use crate::ws::OpCode;
 
-/// A message crossing between workers; its payload is shared by every
-/// worker it goes to.
-#[derive(Debug)]
-pub struct Msg {
-    pub channel: Arc<str>,
-    pub opcode: OpCode,
-    pub payload: Bytes,
-    /// The publishing connection (its worker's id, with the exclude
-    /// flags), 0 for none.
-    pub sender: u64,
-    /// The worker it was published on.
-    pub from: u8,
-    /// Who waits for the number of deliveries (worker, count id): an
-    /// HTTP publish's or a JSON publish's reply.
-    pub ask: Option<(u8, u64)>,
-    /// Copies of the frames its owner encoded (deliveries), this
-    /// receiver's alone: it reuses them instead of encoding
-    /// (compressing) the message again. Not cloned with the message.
-    pub frames: Option<Box<Frames>>,
-    /// The position (epoch, offset) its owner's history gave it: the
-    /// receiver keeps it in its copy of the ring (`history::owner`).
-    pub at: Option<(Arc<str>, u64)>,
-}
+mod hop;
 
-impl Clone for Msg {
-    /// The message without its frames (each receiver gets its own copies).
-    fn clone(&self) -> Msg {
-        Msg {
-            channel: self.channel.clone(),
-            opcode: self.opcode,
-            payload: self.payload.clone(),
-            sender: self.sender,
-            from: self.from,
-            ask: self.ask,
-            frames: None,
-            at: self.at.clone(),
-        }
-    }
-}
-
-impl Msg {
-    /// Bytes it holds, its frames' copies included (what the overflow
-    /// queue and the in-flight window count).
-    fn size(&self) -> usize {
-        let frames = self.frames.iter().flat_map(|f| f.iter().flatten());
-        self.payload.len() + self.channel.len() + 64 + frames.map(|b| b.len()).sum::<usize>()
-    }
-
-    /// The sender to leave out on worker `at`: only the publisher's own
-    /// worker knows the id.
-    pub fn skip_at(&self, at: usize) -> Option<u64> {
-        (at == self.from as usize && self.sender != 0).then_some(self.sender)
-    }
-}
-
-/// What crosses from one worker to another.
-#[derive(Debug)]
-pub enum Hop {
-    /// A publish for the channel's owner to sequence and fan out.
-    Publish(Msg),
-    /// A sequenced message for the receiver's own subscribers.
-    Deliver(Msg),
-    /// Worker `from` gained (`on`) or lost its local subscribers of a
-    /// channel the receiver owns.
-    Interest {
-        from: u8,
-        channel: Arc<str>,
-        on: bool,
-    },
-    /// The owner took an interest change of the receiver's: its waiting
-    /// acknowledgements are due.
-    Answered(Arc<str>),
-    /// Worker `from` asks for the receiver's counters (`/stats`,
-    /// `/metrics`), for its gathering `id`.
-    Ask { from: u8, id: u64 },
-    /// The answer to an [`Hop::Ask`].
-    Told {
-        id: u64,
-        worker: u8,
-        snap: Box<Snapshot>,
-    },
-    /// Deliveries of a publish the receiver counts (`ask`): `n` made by
-    /// the sender; from the channel's owner, `more` says how many other
-    /// workers were sent the message and will answer too.
-    Counted { id: u64, n: u64, more: Option<u32> },
-    /// A server API command (`/api/*`) for the receiver's connections,
-    /// from worker `from`: answered with [`Hop::Counted`] (connections
-    /// acted on) or, for a listing, [`Hop::Listed`], under `id`.
-    Api {
-        from: u8,
-        id: u64,
-        cmd: Box<crate::hooks::api::Command>,
-    },
-    /// The receiver's share of a `GET /api/connections` listing.
-    Listed(Box<crate::hooks::api::ConnectionsAnswer>),
-    /// Worker `from` has no copy of the history of a channel the
-    /// receiver owns: its position, for wait `id` (with `create`, made
-    /// if the channel has none, as a subscribe does).
-    Locate {
-        from: u8,
-        id: u64,
-        channel: Arc<str>,
-        create: bool,
-    },
-    /// The answer to a [`Hop::Locate`]: the channel's position, `None`
-    /// when it has no history.
-    Located {
-        id: u64,
-        channel: Arc<str>,
-        at: Option<(Arc<str>, u64)>,
-    },
-    /// An accepted connection handed to the receiver (the least loaded).
-    Conn {
-        stream: std::net::TcpStream,
-        peer: std::net::IpAddr,
-        admin: bool,
-    },
-}
-
-impl Hop {
-    /// A message's bytes (publishes and deliveries: what the in-flight
-    /// window counts).
-    pub fn message_bytes(&self) -> Option<usize> {
-        match self {
-            Hop::Publish(m) | Hop::Deliver(m) => Some(m.size()),
-            _ => None,
-        }
-    }
-
-    fn size(&self) -> usize {
-        match self {
-            Hop::Publish(m) | Hop::Deliver(m) => m.size(),
-            _ => 64,
-        }
-    }
-}
+pub use hop::{Answer, Hop, Msg};
 
 /// The worker a channel belongs to, of `n`: FNV-1a of its name, the same
-/// on every worker.
+/// on every worker. A channel's presence events (`presence/{channel}`)
+/// belong to the channel's owner, which keeps its members.
 pub fn owner(channel: &str, n: usize) -> usize {
+    let channel = channel
+        .strip_prefix(crate::presence::EVENTS_PREFIX)
+        .unwrap_or(channel);
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in channel.bytes() {
         h ^= b as u64;
