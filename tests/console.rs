@@ -7,6 +7,7 @@
 mod common;
 mod redis_support;
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use common::*;
@@ -124,6 +125,7 @@ async fn upgrade_status(addr: SocketAddr, path: &str, extra: &str) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_page_cookie_and_feed() {
+    one_worker_per_server("the feed shows the view of its own worker, one instance of several (as in Redis mode); tests/workers.rs lists every worker");
     let srv = TestServer::start(keyed);
     // No session: the login page, a form posting `key` to the login.
     let page = get(srv.addr, "/console").await;
@@ -306,6 +308,7 @@ async fn no_key_no_console_and_the_admin_listener_keeps_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_snapshot_is_bounded() {
+    one_worker_per_server("the feed shows the view of its own worker, one instance of several (as in Redis mode); tests/workers.rs lists every worker");
     let srv = TestServer::start(|c| {
         keyed(c);
         c.max_subscriptions = 1000;
@@ -348,6 +351,52 @@ async fn the_snapshot_is_bounded() {
     .await;
     assert_eq!(found.json()["channels"][0]["name"], "ch-042");
     assert_eq!(found.json()["channels"].as_array().unwrap().len(), 1);
+}
+
+/// Several workers without Redis: each worker is a row of the instances
+/// table, and the console's listing and disconnect reach a user's
+/// connections on every worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_worker_is_listed_without_redis() {
+    const SECRET: &str = "console-test-secret-0123456789abcdef";
+    let srv = TestServer::start(|c| {
+        keyed(c);
+        c.workers = corecast::config::Workers::Count(2);
+        c.auth.token_secret = Some(Secret::new(SECRET));
+    });
+    let claims = r#"{"exp":9999999999,"sub":"bob","subscribe":["*"]}"#;
+    let token = corecast::auth::sign_token(claims, SECRET.as_bytes());
+    // Connections go to the least loaded worker, in turn: one each.
+    let mut one = ws_connect(srv.addr, &format!("/ws/room?token={token}")).await;
+    let mut two = ws_connect(srv.addr, &format!("/ws/room?token={token}")).await;
+    let cookie = login(srv.addr).await;
+    let mut ws = feed(srv.addr, &cookie).await;
+    let snap = snapshot_where(&mut ws, |s| {
+        let list = s["instances"].as_array().unwrap();
+        list.len() == 2 && list.iter().all(|i| i["connections"].as_u64() >= Some(1))
+    })
+    .await;
+    let ids: HashSet<&str> = snap["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "a row per worker: {snap}");
+    let list = action(
+        srv.addr,
+        "connections",
+        json!({"user":"bob"}),
+        &cookie,
+        true,
+    )
+    .await;
+    let listed = list.json()["connections"].as_array().unwrap().len();
+    assert_eq!(listed, 2, "both workers' connections: {}", list.json());
+    let gone = action(srv.addr, "disconnect", json!({"user":"bob"}), &cookie, true).await;
+    assert_eq!(gone.json(), json!({ "connections": 2 }));
+    assert_eq!(expect_close(&mut one).await, 4005);
+    assert_eq!(expect_close(&mut two).await, 4005);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -468,6 +517,7 @@ async fn top_output(args: Vec<String>) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_once_prints_one_snapshot() {
+    one_worker_per_server("the feed shows the view of its own worker, one instance of several (as in Redis mode); tests/workers.rs lists every worker");
     let srv = TestServer::start(keyed);
     let mut sub = ws_connect(srv.addr, "/ws/news").await;
     let url = format!("http://{}", srv.addr);
@@ -506,6 +556,7 @@ async fn top_once_prints_one_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_refreshes_in_a_terminal() {
+    one_worker_per_server("the feed shows the view of its own worker, one instance of several (as in Redis mode); tests/workers.rs lists every worker");
     use std::io::Read;
     let srv = TestServer::start(keyed);
     let mut sub = ws_connect(srv.addr, "/ws/news").await;
@@ -576,17 +627,30 @@ async fn one_connection_of_a_user_is_disconnected() {
         .map(|c| c["client"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(clients.len(), 2, "{:?}", list.json());
-    // The first one (its serial is the smaller).
-    let target = clients
-        .iter()
-        .min_by_key(|c| c.split('.').nth(1).unwrap().parse::<u64>().unwrap());
-    let body = json!({"user":"alice","client":target.unwrap()});
+    // One of them, by its client id (with several workers the two may
+    // be on different workers, each numbering its own connections).
+    let body = json!({"user":"alice","client":&clients[0]});
     let gone = action(srv.addr, "disconnect", body, &cookie, true).await;
     assert_eq!(gone.json(), json!({"connections": 1}));
-    assert_eq!(expect_close(&mut first).await, 4005);
-    // The other stays: it still gets what is published.
+    // That one is closed; the other stays: it still gets what is published.
     publish(srv.addr, "news", "still here").await;
-    assert_eq!(next_text(&mut second).await, "still here");
+    let (closed, stays) = match next_msg(&mut first).await {
+        Message::Text(t) => {
+            assert_eq!(t, "still here");
+            (&mut second, "first")
+        }
+        Message::Close(Some(f)) => {
+            assert_eq!(u16::from(f.code), 4005);
+            assert_eq!(next_text(&mut second).await, "still here");
+            return;
+        }
+        other => panic!("expected the message or the close, got {other:?}"),
+    };
+    assert_eq!(
+        expect_close(closed).await,
+        4005,
+        "{stays} stayed, second closed"
+    );
 }
 
 /// An origin answering every request with a small cacheable body, one

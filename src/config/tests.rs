@@ -377,7 +377,7 @@ fn bad_worker_settings_are_refused_with_their_reason() {
     assert!(refused(&["--worker-ring", "8"]).contains("64 to"));
     // What several workers do not serve yet is refused, named.
     for (flag, value, named) in [
-        ("--admin-key", "0123456789abcdef0123", "--admin-key"),
+        ("--pusher-app", "1:key:secret", "--pusher-app"),
         ("--origin", "http://127.0.0.1:1", "--origin"),
     ] {
         let e = refused(&["--workers", "2", flag, value]);
@@ -399,6 +399,10 @@ fn bad_worker_settings_are_refused_with_their_reason() {
     // or without Redis; hooks run on every worker.
     serve(&["--workers", "2", "--history-size", "10"], no_env);
     serve(&["--workers", "2", "--presence-channels", "*"], no_env);
+    serve(
+        &["--workers", "2", "--admin-key", "0123456789abcdef0123"],
+        no_env,
+    );
     // Hooks are served with several workers, with or without Redis.
     serve(
         &["--workers", "2", "--proxy-connect", "http://127.0.0.1:1/c"],

@@ -52,10 +52,6 @@ impl Config {
                 !self.pusher.apps.is_empty() && alone,
                 "--pusher-app without Redis",
             ),
-            (
-                self.admin_key.is_some() && alone,
-                "--admin-key (the console) without Redis",
-            ),
             (self.cache.origin.is_some(), "--origin (the HTTP cache)"),
         ]
         .into_iter()

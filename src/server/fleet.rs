@@ -163,6 +163,7 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
         Hop::Located { id, channel, at } => owner::located(w, id, &channel, at),
         hop @ (Hop::Presence { .. } | Hop::Members { .. }) => presence_owner::apply(w, mesh, hop),
         Hop::Answer { id, answer } => w.owner_waits.borrow_mut().answer(id, answer),
+        Hop::Summary(inst) => w.heard_summary(*inst),
         Hop::Conn {
             stream,
             peer,

@@ -41,13 +41,15 @@
 //!   Redis; the mesh then carries only connections, counts and stats);
 //!   `shared` is what a process's workers share behind a lock or an
 //!   atomic no delivery takes (console sessions, the key set, the
-//!   per-address table, the count of open connections).
+//!   per-address table, the count of open connections); `heard` is what
+//!   a worker hears besides its clients (Redis mode's `!` channels and
+//!   the Redis link's view of the worker, other workers' console rows).
 //! - Seams, which any folder may import: `admission` (the one admission
 //!   of a (connection identity, channel) pair, on every way in),
 //!   `worker` (what the worker's
 //!   tasks share: hub, config, Redis link, cache, parking, scratch
-//!   buffer), `mesh` (the rings between workers, what crosses them, the
-//!   channels' owners), `publish` (the one publish path — in-process,
+//!   buffer), `mesh` (the rings between workers, what crosses them
+//!   (`mesh/hop.rs`), the channels' owners), `publish` (the one publish path — in-process,
 //!   through a channel's owner worker, or through Redis — and
 //!   `POST /publish`), `endpoints` (`/healthz`, `/readyz`,
 //!   `/stats`, `/metrics`, status), `formats` (the wire formats — path
@@ -148,6 +150,7 @@ mod console;
 mod endpoints;
 mod fleet;
 pub mod formats;
+mod heard;
 mod history;
 mod hooks;
 mod iovec;

@@ -16,6 +16,7 @@ use crate::http::{self, HttpError, Request};
 use crate::hub::ConnId;
 use crate::log;
 use crate::server::console::{logout, session_ok, unauthorized};
+use crate::server::history::owner as history_owner;
 use crate::server::history::{recall, resume};
 use crate::server::hooks::api as hooks_api;
 use crate::server::presence::edge as presence_edge;
@@ -87,14 +88,20 @@ async fn act(w: &Worker, id: ConnId, action: &str, b: &Body, ka: bool) -> Vec<u8
         }
         ("history", Some(c)) => match &w.redis {
             Some(l) if l.keeps_history_of(c) => resume::history_http(w, c, None, ka).await,
-            _ => recall::history_http(&w.hub.borrow(), c, None, ka),
+            _ => match history_owner::locate(w, c, false).await {
+                Ok(()) => recall::history_http(&w.hub.borrow(), c, None, ka),
+                Err(why) => recall::error(503, why, ka),
+            },
         },
         ("presence", Some(c)) => presence_edge::http_answer(w, (id, c), None, ka).await,
         ("channels", _) => search(w, b.search.as_deref().unwrap_or(""), ka),
         ("disconnect", _) => disconnect(w, b, ka).await,
         ("connections", _) => {
-            let list = hooks_api::connections_of(w, b.user.as_deref().unwrap_or(""));
-            json_answer(&list, ka)
+            let user = b.user.as_deref().unwrap_or("");
+            match hooks_api::console_connections(w, user).await {
+                Ok(list) => json_answer(&list, ka),
+                Err((status, message)) => http::error_response(&HttpError { status, message }, ka),
+            }
         }
         ("publish" | "history" | "presence", None) => {
             error(400, "a valid \"channel\" is needed", ka)

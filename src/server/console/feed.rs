@@ -1,6 +1,6 @@
 //! The console's feed: once a second, this instance's reading (a point
 //! of the series, its summary — published on the instances channel in
-//! Redis mode — and, while someone watches, the whole snapshot published
+//! Redis mode, sent to the other workers with several workers — and, while someone watches, the whole snapshot published
 //! on the feed's internal channel). Bounded: each top list holds
 //! [`TOP_CHANNELS`], the instances table [`MAX_INSTANCES`](crate::console::snapshot::MAX_INSTANCES).
 
@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use crate::console::snapshot::{self, ChannelRow, Counters, Instance, Point, Top, TOP_CHANNELS};
 use crate::console::{FEED_CHANNEL, INSTANCES_CHANNEL};
 use crate::histogram::Histogram;
+use crate::server::mesh::Hop;
 use crate::server::publish::{route_publish, Via};
 use crate::server::worker::Worker;
 use crate::server::{formats, sys};
@@ -30,6 +31,12 @@ pub fn tick(w: &Worker) {
     let snap = w.snapshot();
     let reading = read(w, &snap);
     w.console.borrow_mut().series.push(reading.point);
+    if let (None, Some(mesh)) = (&w.redis, w.mesh.get()) {
+        // Several workers without Redis: each worker is a row.
+        for to in (0..mesh.workers()).filter(|&to| to != mesh.me()) {
+            mesh.send(to, Hop::Summary(Box::new(reading.me.clone())));
+        }
+    }
     if let Some(link) = &w.redis {
         let summary = serde_json::to_vec(&reading.me).expect("instance serialize");
         let mut hub = w.hub.borrow_mut();

@@ -173,6 +173,19 @@ pub fn apply(w: &Rc<Worker>, (cmd, tag): (&Command, u32)) -> usize {
     n
 }
 
+/// The console's listing of `user`'s connections: every worker's with
+/// several workers and no Redis (the process is the instance), else this
+/// instance's.
+pub async fn console_connections(
+    w: &Worker,
+    user: &str,
+) -> Result<serde_json::Value, api::Refusal> {
+    match (&w.redis, w.mesh.get()) {
+        (None, Some(_)) => cluster_connections(w, user).await,
+        _ => Ok(connections_of(w, user)),
+    }
+}
+
 /// `GET /api/connections?user=...`: the user's connections, this
 /// instance's (embedded mode) or every instance's (Redis mode).
 async fn connections(w: &Worker, query: Option<&str>) -> Result<serde_json::Value, api::Refusal> {

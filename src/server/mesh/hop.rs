@@ -139,6 +139,9 @@ pub enum Hop {
         id: u64,
         channel: Arc<str>,
     },
+    /// Worker's console summary, each second (`--admin-key`): a row of
+    /// every worker's instances table.
+    Summary(Box<crate::console::snapshot::Instance>),
     /// An owner's answer to wait `id` of the receiver's.
     Answer { id: u64, answer: Answer },
     /// An accepted connection handed to the receiver (the least loaded).
