@@ -78,21 +78,24 @@ impl Hub {
         payload: &[u8],
         sender: Option<u64>,
     ) -> (usize, Frames) {
-        let (n, frames, _) = self.publish_owned((channel, opcode, payload), sender, true);
+        let (n, frames, _) = self.publish_owned((channel, opcode, payload), sender, (true, true));
         (n, frames.unwrap_or_default())
     }
 
     /// [`Hub::publish`] by a channel's owner worker, with what the other
     /// workers need: with `share` the frames it encoded (see
-    /// [`Hub::publish_shared`]), and the position its history gave the
-    /// message, if the channel keeps history.
+    /// [`Hub::publish_shared`]), and, with `record`, the position its
+    /// history gave the message, if the channel keeps history.
     pub fn publish_owned(
         &mut self,
         (channel, opcode, payload): (&str, OpCode, &[u8]),
         sender: Option<u64>,
-        share: bool,
+        (share, record): (bool, bool),
     ) -> (usize, Option<Frames>, Option<Position>) {
-        let pos = self.record(channel, opcode, payload);
+        let pos = match record {
+            true => self.record(channel, opcode, payload),
+            false => None,
+        };
         let at = pos.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
         self.stats.messages_in += 1;
         let msg = (channel, opcode, payload);

@@ -68,22 +68,42 @@ pub fn route_publish(
 ) -> Published {
     let link = match via {
         Via::Local => return Published::Local(hub.publish(channel, opcode, payload, Some(sender))),
-        Via::Mesh(mesh) => return cross(hub, mesh, channel, (opcode, payload, sender), want_reply),
+        Via::Mesh(mesh) => {
+            let msg = (opcode, payload, sender);
+            return cross(hub, mesh, channel, msg, (want_reply, false));
+        }
         Via::Redis(link) => link,
     };
     link.publish(channel, opcode, payload, sender, want_reply)
         .map_or(Published::Rejected, Published::Queued)
 }
 
+/// A publish kept out of history (a publish hook's `skip_history`,
+/// without Redis): fanned out here, or through the channel's owner with
+/// several workers, as [`route_publish`] does.
+pub fn route_unrecorded(
+    hub: &mut Hub,
+    via: Via<'_>,
+    channel: &str,
+    (opcode, payload, sender): (OpCode, &[u8], u64),
+    count: bool,
+) -> Published {
+    match via {
+        Via::Mesh(mesh) => cross(hub, mesh, channel, (opcode, payload, sender), (count, true)),
+        _ => Published::Local(hub.publish_at(channel, opcode, payload, Some(sender), 0)),
+    }
+}
+
 /// A publish with several workers: sequenced here if this worker owns
 /// the channel, else sent to its owner. With `count`, the deliveries the
-/// other workers make are counted as they answer ([`Published::Counting`]).
+/// other workers make are counted as they answer ([`Published::Counting`]);
+/// `unrecorded`: kept out of history.
 fn cross(
     hub: &mut Hub,
     mesh: &Mesh,
     channel: &str,
     (opcode, payload, sender): (OpCode, &[u8], u64),
-    count: bool,
+    (count, unrecorded): (bool, bool),
 ) -> Published {
     let mut msg = Msg {
         channel: channel.into(),
@@ -94,6 +114,7 @@ fn cross(
         ask: None,
         frames: None,
         at: None,
+        unrecorded,
     };
     let owner = mesh.owner(channel);
     if owner != mesh.me() {
@@ -130,7 +151,7 @@ pub fn sequence(hub: &mut Hub, mesh: &Mesh, mut msg: Msg) -> (usize, u32) {
     let me = 1u64 << mesh.me();
     let hear = mesh.interested(&msg.channel) & !me;
     let m = (&*msg.channel, msg.opcode, &msg.payload[..]);
-    let (n, frames, at) = hub.publish_owned(m, skip, hear != 0);
+    let (n, frames, at) = hub.publish_owned(m, skip, (hear != 0, !msg.unrecorded));
     // Presence events too (few: `--presence-max-events`): a watcher's
     // reply need not wait for its interest in them (`presence::owner`).
     let everywhere = at.is_some() || msg.channel.starts_with(crate::presence::EVENTS_PREFIX);

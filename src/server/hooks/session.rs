@@ -18,6 +18,7 @@ use crate::server::hooks::connect::Welcome;
 use crate::server::hooks::refresh::refresh_loop;
 use crate::server::hooks::Failure;
 use crate::server::presence::edge::{self as presence_edge, Identity};
+use crate::server::publish::{self, Published};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -205,7 +206,7 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
             let skip = r.skip_history && w.redis.is_none();
             let env = rewritten(env, r);
             if skip {
-                return publish_unrecorded(w, (id, serial), env);
+                return publish_unrecorded(w, (id, serial), env).await;
             }
             env
         }
@@ -223,9 +224,14 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
     Some((env, serial, grants))
 }
 
-/// A publish whose hook said `skip_history` (embedded mode): fanned out
-/// without a history offset, acknowledged as any publish.
-fn publish_unrecorded<T>(w: &Worker, (id, serial): (ConnId, u64), env: Envelope) -> Option<T> {
+/// A publish whose hook said `skip_history` (without Redis): fanned out
+/// without a history offset (through the channel's owner with several
+/// workers), acknowledged as any publish.
+async fn publish_unrecorded<T>(
+    w: &Worker,
+    (id, serial): (ConnId, u64),
+    env: Envelope,
+) -> Option<T> {
     let Request::Publish {
         channel,
         opcode,
@@ -234,13 +240,20 @@ fn publish_unrecorded<T>(w: &Worker, (id, serial): (ConnId, u64), env: Envelope)
     else {
         return None;
     };
-    let mut hub = w.hub.borrow_mut();
-    let n = hub.publish_at(channel, *opcode, payload, Some(serial), 0);
+    let outcome = {
+        let mut hub = w.hub.borrow_mut();
+        let count = env.id.is_some();
+        let msg = (*opcode, &payload[..], serial);
+        publish::route_unrecorded(&mut hub, publish::via(w), channel, msg, count)
+    };
+    let n = match outcome {
+        Published::Counting(count, _) => publish::counted(w, count).await as usize,
+        Published::Local(n) => n,
+        _ => 0,
+    };
     if let Some(i) = env.id.as_deref() {
-        hub.send_to(
-            id,
-            crate::control::ack("published", channel, Some(n), Some(i)),
-        );
+        let ack = crate::control::ack("published", channel, Some(n), Some(i));
+        w.hub.borrow_mut().send_to(id, ack);
     }
     None
 }

@@ -32,6 +32,8 @@ pub struct Msg {
     /// The position (epoch, offset) its owner's history gave it: the
     /// receiver keeps it in its copy of the ring (`history::owner`).
     pub at: Option<(Arc<str>, u64)>,
+    /// Kept out of history (a publish hook's `skip_history`).
+    pub unrecorded: bool,
 }
 
 impl Clone for Msg {
@@ -46,6 +48,7 @@ impl Clone for Msg {
             ask: self.ask,
             frames: None,
             at: self.at.clone(),
+            unrecorded: self.unrecorded,
         }
     }
 }

@@ -254,6 +254,7 @@ fn announce(w: &Worker, hub: &mut Hub, channel: &str, text: &str, skip: (u8, u64
         ask: None,
         frames: None,
         at: None,
+        unrecorded: true,
     };
     sequence(hub, mesh, msg);
 }
