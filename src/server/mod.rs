@@ -21,6 +21,11 @@
 //!   once its owner knows): one sequencer per channel, so every
 //!   subscriber sees one order. A slow owner delays its own channels'
 //!   messages; the other workers' channels do not wait for it.
+//! - Without Redis the owner also holds what must be single: a channel's
+//!   history ring, whose messages (with their offsets) it sends to every
+//!   worker for a local copy (`history::owner`), and its presence members
+//!   (`presence::owner`). A subscribe that needs the owner's answer (no
+//!   copy yet, a presence join) waits for it, bounded (`crate::waits`).
 //! - The rings never block a sender: a full ring's hops wait, in order,
 //!   in the sender's overflow queue, which counts toward
 //!   `--publish-backpressure` (publishers are slowed; nothing accepted is
