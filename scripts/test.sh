@@ -49,6 +49,10 @@ step "import graph, file and function sizes (scripts/check_imports.py)"
 python3 scripts/check_imports.py --self-test
 python3 scripts/check_imports.py
 
+step "relative links and anchors in the Markdown (scripts/check_links.py)"
+python3 scripts/check_links.py --self-test
+python3 scripts/check_links.py
+
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
