@@ -95,6 +95,8 @@ EXCEPTIONS = [
     (("history", "owner"), ("presence", "owner"), "a subscribe on another worker than its channel's owner joins presence there before it is answered"),
     (("presence", "redis"), ("pusher", "occupancy"), "a Pusher presence subscription Redis refuses gives its occupancy back at once"),
     (("pusher", "presence"), ("presence", "redis"), "Pusher presence channels keep their members through the same Redis scripts"),
+    (("pusher", "presence"), ("presence", "owner"), "with several workers and no Redis, Pusher presence channels keep their members at the channel's owner worker as JSON presence does"),
+    (("presence", "owner"), ("pusher", "owner"), "an owner worker announces a Pusher channel's member events and webhooks the Pusher way"),
     (("cache", "origin"), ("tls", "client"), "an https:// origin's bytes are TLS: the client reads and writes through tls::client's stream"),
     (("pusher", "webhook"), ("cache", "origin"), "webhooks are sent with the cache's pooled, bounded HTTP client"),
     (("auth", "jwks"), ("cache", "origin"), "the identity provider's key set is fetched with the cache's bounded HTTP client"),

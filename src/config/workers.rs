@@ -43,19 +43,10 @@ impl Config {
     /// (each keeps per-channel state that has no owner across workers
     /// yet); `None` when all of them are off.
     pub fn multi_worker_unsupported(&self) -> Option<&'static str> {
-        // In Redis mode each worker is an instance of its own: what lives
-        // in Redis (history, presence, occupancy, the console's rows) is
-        // shared the way it is between processes.
-        let alone = !self.redis.enabled();
-        [
-            (
-                !self.pusher.apps.is_empty() && alone,
-                "--pusher-app without Redis",
-            ),
-            (self.cache.origin.is_some(), "--origin (the HTTP cache)"),
-        ]
-        .into_iter()
-        .find_map(|(on, name)| on.then_some(name))
+        self.cache
+            .origin
+            .is_some()
+            .then_some("--origin (the HTTP cache)")
     }
 
     pub(super) fn validate_workers(&self) -> Result<(), String> {

@@ -4,6 +4,7 @@
 
 use crate::histogram::Histogram;
 use crate::http::{self, Route};
+use crate::server::mesh::{Asked, Told};
 use crate::server::worker::Worker;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
@@ -93,7 +94,7 @@ pub fn metrics_text(w: &Worker) -> String {
 /// Longest `/stats` or `/metrics` waits for the other workers' counters;
 /// a worker that has not answered by then (its CPU taken) is left out
 /// and counted in `workers_unanswered`.
-const GATHER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub const GATHER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `/stats` and `/metrics` with several workers: the totals of every
 /// worker's counters, and a row (a `worker` label) per worker.
@@ -104,10 +105,16 @@ pub async fn respond_all(
     head_only: bool,
 ) -> Vec<u8> {
     let mesh = w.mesh.get().expect("several workers");
-    let id = mesh.ask_all();
+    let id = mesh.ask_all(Asked::Counters);
     let gathered = std::future::poll_fn(|cx| mesh.poll_gathered(id, cx));
     let _ = monoio::time::timeout(GATHER_WAIT, gathered).await;
-    let mut parts = mesh.take_gathered(id);
+    let told = mesh.take_gathered(id).into_iter();
+    let mut parts: Vec<(usize, Snapshot)> = told
+        .filter_map(|(i, t)| match t {
+            Told::Counters(s) => Some((i, *s)),
+            Told::Channels(_) => None,
+        })
+        .collect();
     parts.push((mesh.me(), w.snapshot()));
     parts.sort_by_key(|p| p.0);
     let unanswered = mesh.workers() - parts.len();

@@ -15,9 +15,11 @@ use crate::log;
 use crate::server::conn::accept;
 use crate::server::history::owner;
 use crate::server::hooks::api as hooks_api;
-use crate::server::mesh::{Hop, Mesh};
+use crate::server::mesh::{Asked, Hop, Mesh, Told};
 use crate::server::presence::owner as presence_owner;
 use crate::server::publish::sequence;
+use crate::server::pusher::occupancy as pusher_occupancy;
+use crate::server::pusher::owner as pusher_owner;
 use crate::server::worker::Worker;
 
 /// Hops taken from one inbox before the next inbox's turn (and, after a
@@ -137,15 +139,19 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
         Hop::Counted { id, n, more } => mesh.counted(id, n, more),
         Hop::Interest { from, channel, on } => {
             mesh.set_interest(from as usize, channel.clone(), on);
+            pusher_owner::settle(w, &mut w.hub.borrow_mut(), &channel);
             mesh.send(from as usize, Hop::Answered(channel));
         }
         Hop::Answered(channel) => w.hub.borrow_mut().interest_answered(&channel),
-        Hop::Ask { from, id } => {
-            let snap = Box::new(w.snapshot());
+        Hop::Ask { from, id, what } => {
+            let told = match what {
+                Asked::Counters => Told::Counters(Box::new(w.snapshot())),
+                Asked::Channels(prefix) => Told::Channels(pusher_occupancy::here(w, &prefix)),
+            };
             let worker = mesh.me() as u8;
-            mesh.send(from as usize, Hop::Told { id, worker, snap });
+            mesh.send(from as usize, Hop::Told { id, worker, told });
         }
-        Hop::Told { id, worker, snap } => mesh.told(id, worker as usize, *snap),
+        Hop::Told { id, worker, told } => mesh.told(id, worker as usize, told),
         Hop::Api { from, id, cmd } => {
             let answer = hooks_api::answer_here(w, id, &cmd);
             mesh.send(from as usize, answer);

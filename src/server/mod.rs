@@ -279,7 +279,7 @@ impl Server {
         .into_iter();
         let mut listeners = Some([Some(listener), admin]);
         let mut workers = Vec::with_capacity(n);
-        let shared = Shared::new(&cfg.peers);
+        let shared = Shared::new(&cfg.peers, cfg.pusher.apps.len());
         for (i, &cpu) in cpus.iter().enumerate() {
             let boot = Boot {
                 index: i,
@@ -428,6 +428,9 @@ fn join(w: &Rc<Worker>, mesh: Option<mesh::Parts>, shared: Shared) {
     *w.peers.borrow_mut() = shared.peers;
     let Some(parts) = mesh else { return };
     w.hub.borrow_mut().count_connections_in(shared.connections);
+    let (first, apps) = shared.pusher;
+    let at = (first, parts.me(), parts.workers());
+    w.pusher.borrow_mut().join_process(at, apps);
     if let Some(jwks) = &w.jwks {
         jwks.share(shared.jwks, parts.me() == 0);
     }

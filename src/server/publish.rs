@@ -70,7 +70,7 @@ pub fn route_publish(
         Via::Local => return Published::Local(hub.publish(channel, opcode, payload, Some(sender))),
         Via::Mesh(mesh) => {
             let msg = (opcode, payload, sender);
-            return cross(hub, mesh, channel, msg, (want_reply, false));
+            return cross(hub, (mesh, mesh.me()), channel, msg, (want_reply, false));
         }
         Via::Redis(link) => link,
     };
@@ -89,18 +89,44 @@ pub fn route_unrecorded(
     count: bool,
 ) -> Published {
     match via {
-        Via::Mesh(mesh) => cross(hub, mesh, channel, (opcode, payload, sender), (count, true)),
+        Via::Mesh(mesh) => cross(
+            hub,
+            (mesh, mesh.me()),
+            channel,
+            (opcode, payload, sender),
+            (count, true),
+        ),
         _ => Published::Local(hub.publish_at(channel, opcode, payload, Some(sender), 0)),
     }
 }
 
+/// As [`route_publish`] without a reply, leaving out connection `sender`
+/// of worker `at` (with several workers, another worker's connection: a
+/// Pusher `socket_id` names it).
+pub fn route_publish_skipping(
+    hub: &mut Hub,
+    via: Via<'_>,
+    channel: &str,
+    (opcode, payload): (OpCode, &[u8]),
+    (at, sender): (usize, u64),
+) -> Published {
+    match via {
+        Via::Mesh(mesh) if at != mesh.me() => {
+            let msg = (opcode, payload, sender);
+            cross(hub, (mesh, at), channel, msg, (false, false))
+        }
+        _ => route_publish(hub, via, channel, opcode, payload, sender, false),
+    }
+}
+
 /// A publish with several workers: sequenced here if this worker owns
-/// the channel, else sent to its owner. With `count`, the deliveries the
-/// other workers make are counted as they answer ([`Published::Counting`]);
-/// `unrecorded`: kept out of history.
+/// the channel, else sent to its owner; `sender` is a connection of
+/// worker `from`. With `count`, the deliveries the other workers make are
+/// counted as they answer ([`Published::Counting`]); `unrecorded`: kept
+/// out of history.
 fn cross(
     hub: &mut Hub,
-    mesh: &Mesh,
+    (mesh, from): (&Mesh, usize),
     channel: &str,
     (opcode, payload, sender): (OpCode, &[u8], u64),
     (count, unrecorded): (bool, bool),
@@ -110,7 +136,7 @@ fn cross(
         opcode,
         payload: Bytes::copy_from_slice(payload),
         sender,
-        from: mesh.me() as u8,
+        from: from as u8,
         ask: None,
         frames: None,
         at: None,

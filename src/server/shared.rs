@@ -1,33 +1,45 @@
 //! What the workers of one process share, behind a lock or an atomic
 //! that no delivery takes: the console's sessions and login limits, the
 //! identity provider's key set, the per-address table and the count of
-//! open connections (`--max-connections` is the process's). A process of
+//! open connections (`--max-connections` is the process's), each Pusher
+//! app's connections and the first `socket_id` tag. A process of
 //! one worker has its own of each, unshared.
 
 use std::net::IpAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::peers::{PeerConfig, PeerRefusal, Peers};
+use crate::pusher::state::{process_tag, AppConnections};
 use crate::server::auth::jwks::SharedKeys;
 
 /// Made once per process by `Server::start`, cloned into each worker.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Shared {
     pub console: crate::console::Access,
     pub jwks: Arc<SharedKeys>,
     pub peers: SharedPeers,
     /// Connections open on every worker together.
     pub connections: Arc<AtomicUsize>,
+    /// The process's first Pusher tag (`pusher::state::process_tag`)
+    /// and each app's connections on every worker.
+    pub pusher: (u32, AppConnections),
 }
 
 impl Shared {
-    /// The parts for a process configured with `peers`.
-    pub fn new(peers: &PeerConfig) -> Shared {
+    /// The parts for a process configured with `peers` and `apps` Pusher
+    /// apps.
+    pub fn new(peers: &PeerConfig, apps: usize) -> Shared {
         Shared {
             peers: SharedPeers::new(peers.clone()),
-            ..Shared::default()
+            console: Default::default(),
+            jwks: Default::default(),
+            connections: Default::default(),
+            pusher: (
+                process_tag(),
+                (0..apps).map(|_| AtomicU64::new(0)).collect(),
+            ),
         }
     }
 }

@@ -68,6 +68,23 @@ impl Msg {
     }
 }
 
+/// What a gathering asks every other worker for.
+#[derive(Debug, Clone)]
+pub enum Asked {
+    /// Its counters.
+    Counters,
+    /// Its channels whose names start with the prefix, with their
+    /// subscribers (the Pusher HTTP API's listings).
+    Channels(Arc<str>),
+}
+
+/// A worker's answer to a gathering.
+#[derive(Debug)]
+pub enum Told {
+    Counters(Box<Snapshot>),
+    Channels(Vec<(String, u64)>),
+}
+
 /// What crosses from one worker to another.
 #[derive(Debug)]
 pub enum Hop {
@@ -86,13 +103,13 @@ pub enum Hop {
     /// acknowledgements are due.
     Answered(Arc<str>),
     /// Worker `from` asks for the receiver's counters (`/stats`,
-    /// `/metrics`), for its gathering `id`.
-    Ask { from: u8, id: u64 },
+    /// `/metrics`) or channels, for its gathering `id`.
+    Ask { from: u8, id: u64, what: Asked },
     /// The answer to an [`Hop::Ask`].
     Told {
         id: u64,
         worker: u8,
-        snap: Box<Snapshot>,
+        told: Told,
     },
     /// Deliveries of a publish the receiver counts (`ask`): `n` made by
     /// the sender; from the channel's owner, `more` says how many other

@@ -40,11 +40,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::ring::{self, Consumer, Producer, Pushed};
-use crate::stats::Snapshot;
 
 mod hop;
 
-pub use hop::{Answer, Hop, Msg};
+pub use hop::{Answer, Asked, Hop, Msg, Told};
 
 /// The worker a channel belongs to, of `n`: FNV-1a of its name, the same
 /// on every worker. A channel's presence events (`presence/{channel}`)
@@ -93,6 +92,11 @@ impl Parts {
     /// The worker these ends are for.
     pub fn me(&self) -> usize {
         self.me
+    }
+
+    /// How many workers there are.
+    pub fn workers(&self) -> usize {
+        self.outboxes.len()
     }
 }
 
@@ -164,7 +168,7 @@ struct Count {
 /// The other workers' counters as they arrive.
 #[derive(Default)]
 struct Gather {
-    got: Vec<(usize, Snapshot)>,
+    got: Vec<(usize, Told)>,
     waker: Option<Waker>,
 }
 
@@ -458,23 +462,24 @@ impl Mesh {
         self.count(|s| s.hops_in += n as u64);
     }
 
-    /// Asks every other worker for its counters; the gathering's id.
-    pub fn ask_all(&self) -> u64 {
+    /// Asks every other worker for `what`; the gathering's id.
+    pub fn ask_all(&self, what: Asked) -> u64 {
         let id = self.next_gather.get();
         self.next_gather.set(id + 1);
         self.gathers.borrow_mut().insert(id, Gather::default());
         for to in (0..self.workers()).filter(|&to| to != self.me) {
             let from = self.me as u8;
-            self.send(to, Hop::Ask { from, id });
+            let what = what.clone();
+            self.send(to, Hop::Ask { from, id, what });
         }
         id
     }
 
     /// Worker `worker` answered gathering `id` (dropped if it was given
     /// up).
-    pub fn told(&self, id: u64, worker: usize, snap: Snapshot) {
+    pub fn told(&self, id: u64, worker: usize, told: Told) {
         if let Some(g) = self.gathers.borrow_mut().get_mut(&id) {
-            g.got.push((worker, snap));
+            g.got.push((worker, told));
             if let Some(w) = g.waker.take() {
                 w.wake();
             }
@@ -495,7 +500,7 @@ impl Mesh {
     }
 
     /// Ends gathering `id`: the answers that came.
-    pub fn take_gathered(&self, id: u64) -> Vec<(usize, Snapshot)> {
+    pub fn take_gathered(&self, id: u64) -> Vec<(usize, Told)> {
         let g = self.gathers.borrow_mut().remove(&id);
         g.map(|g| g.got).unwrap_or_default()
     }

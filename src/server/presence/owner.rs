@@ -34,6 +34,7 @@ use crate::hub::{ConnId, Hub, EXCLUDE_ALWAYS};
 use crate::presence::{self, event, Joined};
 use crate::server::mesh::{Answer, Hop, Mesh, Msg};
 use crate::server::publish::sequence;
+use crate::server::pusher::owner as pusher_owner;
 use crate::server::worker::Worker;
 use crate::waits::Opened;
 use crate::ws::frame::encode_server_frame;
@@ -75,10 +76,15 @@ pub fn admits(w: &Worker, channel: &str, user: &str) -> bool {
 
 /// A connection in an owner's table (its key: worker and slot) and its
 /// serial (what a publish's sender exclusion names).
-type Conn = (u64, u64);
+pub type Conn = (u64, u64);
 
 fn serial(hub: &Hub, id: ConnId) -> u64 {
     hub.conn(id).map_or(0, |c| c.serial())
+}
+
+/// Connection `id` of this worker as owners know it: its key and serial.
+pub fn conn_of(mesh: &Mesh, hub: &Hub, id: ConnId) -> Conn {
+    (key(mesh.me(), id), serial(hub, id))
 }
 
 /// Connection `id` (present here already, in `Worker::presence`) joins
@@ -152,31 +158,58 @@ pub async fn join_at_owner(
     if !matches!(joined, Ok(Joined::User | Joined::Connection)) {
         return Ok(false);
     }
-    let undo = || drop(w.presence.borrow_mut().leave(id as u64, channel));
-    let Some(wait) = w.owner_waits.borrow_mut().open() else {
-        undo();
-        return Err(ErrorCode::Unavailable);
-    };
+    let answer = ask_join(w, mesh, id, channel, (user, info)).await;
+    if !matches!(answer, Ok(Answer::Joined(Some(_)))) {
+        drop(w.presence.borrow_mut().leave(id as u64, channel));
+    }
+    match answer? {
+        Answer::Joined(Some(announced)) => Ok(announced),
+        _ => Err(ErrorCode::PresenceFull),
+    }
+}
+
+/// A Pusher presence subscribe of connection `id` (a member here
+/// already) to `channel`, which another worker owns: the join, made at
+/// the owner, and the members it lists (the joiner among them).
+/// `Err(PresenceFull)`: refused; `Err(Unavailable)`: no answer in time
+/// (the join taken back).
+pub async fn enter_at_owner(
+    w: &Worker,
+    id: ConnId,
+    channel: &str,
+    who: (String, Option<String>),
+) -> Result<Vec<Row>, ErrorCode> {
+    let mesh = mesh(w).ok_or(ErrorCode::Unavailable)?;
+    match ask_join(w, mesh, id, channel, who).await? {
+        Answer::Members(rows) => Ok(rows),
+        _ => Err(ErrorCode::PresenceFull),
+    }
+}
+
+/// Sends connection `id`'s join to `channel`'s owner and waits for its
+/// answer; without one in time (or with too many waits open) the join is
+/// taken back at the owner.
+async fn ask_join(
+    w: &Worker,
+    mesh: &Mesh,
+    id: ConnId,
+    channel: &str,
+    who: (String, Option<String>),
+) -> Result<Answer, ErrorCode> {
+    let wait = w
+        .owner_waits
+        .borrow_mut()
+        .open()
+        .ok_or(ErrorCode::Unavailable)?;
     let _opened = Opened(&w.owner_waits, wait);
     let conn = (key(mesh.me(), id), serial(&w.hub.borrow(), id));
     let owner = mesh.owner(channel);
-    send(
-        mesh,
-        owner,
-        (wait, conn),
-        channel,
-        Some(Box::new((user, info))),
-    );
+    send(mesh, owner, (wait, conn), channel, Some(Box::new(who)));
     let answered = std::future::poll_fn(|cx| w.owner_waits.borrow_mut().poll(wait, cx));
     match monoio::time::timeout(OWNER_TIMEOUT, answered).await {
-        Ok(Some(Answer::Joined(Some(announced)))) => Ok(announced),
-        Ok(Some(Answer::Joined(None))) => {
-            undo();
-            Err(ErrorCode::PresenceFull)
-        }
+        Ok(Some(answer)) => Ok(answer),
         _ => {
             // The owner may still take the join: take it back.
-            undo();
             send(mesh, owner, (0, conn), channel, None);
             Err(ErrorCode::Unavailable)
         }
@@ -199,6 +232,7 @@ pub fn leave(w: &Worker, hub: &mut Hub, id: ConnId, channel: &str) {
 
 /// The owner's side of a join by `joiner` (its worker, its key here and
 /// serial): whether it was announced; `None` when the channel is full.
+/// A Pusher channel's events are Pusher's (`server::pusher::owner`).
 pub fn joined_here(
     w: &Worker,
     hub: &mut Hub,
@@ -206,26 +240,44 @@ pub fn joined_here(
     channel: &str,
     who: (&str, Option<&str>),
 ) -> Option<bool> {
-    let (max_members, max_events) = w.cfg.presence_limits(channel);
+    let pusher = pusher_owner::max_members(w, channel);
+    let (max_members, max_events) = match pusher {
+        Some(max) => (max, usize::MAX),
+        None => w.cfg.presence_limits(channel),
+    };
     let mut t = w.owned_presence.borrow_mut();
-    match t.join(conn, channel, who, max_members) {
-        Ok(Joined::User) if t.count(channel) <= max_events => {
-            t.stats.presence_joins += 1;
-            drop(t);
-            let text = event::join(channel, who.0, who.1);
-            announce(w, hub, channel, &text, (from, serial | EXCLUDE_ALWAYS));
-            Some(true)
-        }
-        Ok(_) => Some(false),
-        Err(_) => None,
+    let joined = t.join(conn, channel, who, max_members);
+    let announced = match joined {
+        Ok(Joined::User) => t.count(channel) <= max_events,
+        Ok(_) => false,
+        Err(_) => return None,
+    };
+    if pusher.is_some() {
+        drop(t);
+        pusher_owner::joined(w, hub, channel, who, (announced, (from, serial)));
+        return Some(announced);
     }
+    if announced {
+        t.stats.presence_joins += 1;
+        drop(t);
+        let text = event::join(channel, who.0, who.1);
+        announce(w, hub, channel, &text, (from, serial | EXCLUDE_ALWAYS));
+    }
+    Some(announced)
 }
 
 /// The owner's side of a leave.
 pub fn left_here(w: &Worker, hub: &mut Hub, conn: u64, channel: &str) {
+    let pusher = pusher_owner::max_members(w, channel).is_some();
     let (_, max_events) = w.cfg.presence_limits(channel);
     let mut t = w.owned_presence.borrow_mut();
-    let Some(l) = t.leave(conn, channel) else {
+    let left = t.leave(conn, channel);
+    if pusher {
+        drop(t);
+        let user = left.as_ref().filter(|l| l.last).map(|l| l.user.as_str());
+        return pusher_owner::left(w, hub, channel, user);
+    }
+    let Some(l) = left else {
         return;
     };
     // Counted as it was before the leave, as with one worker.
@@ -303,7 +355,14 @@ pub fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
                 return left_here(w, &mut hub, conn.0, &channel);
             };
             let who = (who.0.as_str(), who.1.as_deref());
-            let answer = Answer::Joined(joined_here(w, &mut hub, (from, conn), &channel, who));
+            let joined = joined_here(w, &mut hub, (from, conn), &channel, who);
+            // A Pusher joiner's reply lists the members.
+            let answer = match joined {
+                Some(_) if pusher_owner::max_members(w, &channel).is_some() => {
+                    Answer::Members(rows_here(w, &channel))
+                }
+                joined => Answer::Joined(joined),
+            };
             if id != 0 {
                 mesh.send(from as usize, Hop::Answer { id, answer });
             }

@@ -15,9 +15,9 @@ use crate::hub::EXCLUDE_ALWAYS;
 use crate::log;
 use crate::pusher::api::{self, Event};
 use crate::pusher::sign::{self, ApiRequest};
-use crate::pusher::{internal_channel, local_serial, App, ChannelKind};
+use crate::pusher::{internal_channel, App, ChannelKind};
 use crate::server::hooks::api as hooks_api;
-use crate::server::publish::{route_publish, via, wait_for_backlog, Published};
+use crate::server::publish::{route_publish_skipping, via, wait_for_backlog, Published};
 use crate::server::pusher::occupancy as pusher_occupancy;
 use crate::server::pusher::presence as pusher_presence;
 use crate::server::worker::Worker;
@@ -125,7 +125,7 @@ async fn terminate(w: &Worker, app: &App, call: &str, keep_alive: bool) -> Vec<u
 }
 
 /// Publishes every event on each of its channels; `socket_id` (when it
-/// is one of this instance's connections) is skipped.
+/// is one of this process's connections, on any worker) is skipped.
 async fn publish(
     w: &Worker,
     (index, app): (usize, &App),
@@ -135,28 +135,19 @@ async fn publish(
     if !wait_for_backlog(w).await {
         return error(503, "server overloaded, retry later", keep_alive);
     }
-    let tag = w.pusher.borrow().tag;
     let mut hub = w.hub.borrow_mut();
     let route = via(w);
     for e in &events {
-        let sender = e
+        let skip = e
             .socket_id
             .as_deref()
-            .and_then(|s| local_serial(tag, s))
-            .map_or(0, |s| s | EXCLUDE_ALWAYS);
+            .and_then(|s| w.pusher.borrow().socket_of(s))
+            .map_or((0, 0), |(at, serial)| (at, serial | EXCLUDE_ALWAYS));
         for c in &e.channels {
             let json = crate::pusher::protocol::event(&e.name, Some(c), &e.data);
             let internal = internal_channel(&app.id, c);
-            let bytes = json.as_bytes();
-            let outcome = route_publish(
-                &mut hub,
-                route,
-                &internal,
-                OpCode::Text,
-                bytes,
-                sender,
-                false,
-            );
+            let message = (OpCode::Text, json.as_bytes());
+            let outcome = route_publish_skipping(&mut hub, route, &internal, message, skip);
             if let Published::Rejected = outcome {
                 return error(
                     503,

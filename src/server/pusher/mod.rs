@@ -10,13 +10,16 @@
 //!   `presence::redis` in Redis mode).
 //! - `occupancy`: which channels are occupied — the listings and
 //!   `channel_occupied`/`channel_vacated`, across instances in Redis mode.
+//! - `owner`: with several workers and no Redis, what a channel's owner
+//!   worker decides: occupancy webhooks, presence events.
 //! - `webhook`: each app's webhook queue and sender (the cache's origin
 //!   client).
 //!
-//! Imports go one way: `ws`, `api` → `presence`, `occupancy`.
+//! Imports go one way: `ws`, `api` → `presence`, `occupancy` → `owner`.
 
 pub mod api;
 pub mod occupancy;
+pub mod owner;
 pub mod presence;
 pub mod webhook;
 pub mod ws;

@@ -11,9 +11,13 @@
 //! decide when the app's channel is occupied, and when, after
 //! `--pusher-vacated-grace` with no subscriber anywhere, it is vacated;
 //! the instance whose script saw it sends the webhook, so each is sent
-//! once per app. Listings read Redis.
+//! once per app. Listings read Redis. With several workers and no Redis,
+//! each channel's owner worker decides (`pusher::owner`) and listings
+//! gather every worker's counts.
 
+use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::hub::Hub;
@@ -22,6 +26,9 @@ use crate::pusher::webhook::Event;
 use crate::pusher::{internal_channel, App, ChannelKind};
 use crate::redis::occupancy::{self as ro, Place, Timing};
 use crate::redis::resp::Reply;
+use crate::server::endpoints::GATHER_WAIT;
+use crate::server::mesh::{Asked, Told};
+use crate::server::pusher::owner as pusher_owner;
 use crate::server::redis::{RedisLink, ReplyWaiter};
 use crate::server::worker::Worker;
 
@@ -40,6 +47,10 @@ pub fn changed(
 ) {
     if ChannelKind::of(channel) == ChannelKind::User {
         return; // users' own channels are not the app's channels
+    }
+    if pusher_owner::mesh(w).is_some() {
+        // The owner decides, hearing other workers' interest.
+        return pusher_owner::settle(w, hub, internal);
     }
     let n = hub.subscriber_count(internal);
     let edge = if joined { n == 1 } else { n == 0 };
@@ -195,6 +206,14 @@ async fn settle(w: &Worker, link: &RedisLink, app: usize) {
 /// this instance's embedded, every instance's in Redis mode (`None`:
 /// Redis did not answer).
 pub async fn channels(w: &Worker, app: &App) -> Option<Vec<(String, u64)>> {
+    if pusher_owner::mesh(w).is_some() {
+        let prefix = internal_channel(&app.id, "");
+        let all = every_worker(w, &prefix).await?;
+        let named = all
+            .into_iter()
+            .map(|(c, n)| (c[prefix.len()..].to_string(), n));
+        return Some(named.collect());
+    }
     let Some(link) = &w.redis else {
         let prefix = internal_channel(&app.id, "");
         let listed = w.hub.borrow().channels_with_prefix(&prefix);
@@ -213,6 +232,11 @@ pub async fn channels(w: &Worker, app: &App) -> Option<Vec<(String, u64)>> {
 
 /// The subscriptions to app `app`'s `channel`, as [`channels`].
 pub async fn subscriptions(w: &Worker, app: &App, channel: &str) -> Option<u64> {
+    if pusher_owner::mesh(w).is_some() {
+        let internal = internal_channel(&app.id, channel);
+        let all = every_worker(w, &internal).await?;
+        return Some(all.get(&internal).copied().unwrap_or(0));
+    }
     let Some(link) = &w.redis else {
         let internal = internal_channel(&app.id, channel);
         return Some(w.hub.borrow().subscriber_count(&internal) as u64);
@@ -221,4 +245,35 @@ pub async fn subscriptions(w: &Worker, app: &App, channel: &str) -> Option<u64> 
     let cmd = ro::read_one(&at, channel);
     let waiter = link.command_encoded(&at.route_key(), cmd).ok()?;
     ro::parse_one(&wait(link.command_timeout(), &waiter).await?)
+}
+
+/// This worker's channels named `prefix…` with subscribers, and how many
+/// (its answer to another worker's gathering).
+pub fn here(w: &Worker, prefix: &str) -> Vec<(String, u64)> {
+    let listed = w.hub.borrow().channels_with_prefix(prefix);
+    let occupied = listed.into_iter().filter(|(_, n)| *n > 0);
+    occupied.map(|(c, n)| (c.to_string(), n as u64)).collect()
+}
+
+/// Several workers without Redis: every worker's channels named
+/// `prefix…`, their subscribers summed (`None`: a worker did not answer
+/// within `GATHER_WAIT`).
+async fn every_worker(w: &Worker, prefix: &str) -> Option<BTreeMap<String, u64>> {
+    let mesh = pusher_owner::mesh(w)?;
+    let id = mesh.ask_all(Asked::Channels(Arc::from(prefix)));
+    let gathered = std::future::poll_fn(|cx| mesh.poll_gathered(id, cx));
+    let complete = monoio::time::timeout(GATHER_WAIT, gathered).await.is_ok();
+    let told = mesh.take_gathered(id);
+    if !complete {
+        return None;
+    }
+    let mut all = BTreeMap::new();
+    let lists = told.into_iter().filter_map(|(_, t)| match t {
+        Told::Channels(list) => Some(list),
+        Told::Counters(_) => None,
+    });
+    for (c, n) in lists.flatten().chain(here(w, prefix)) {
+        *all.entry(c).or_insert(0) += n;
+    }
+    Some(all)
 }

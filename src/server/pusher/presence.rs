@@ -3,15 +3,19 @@
 //! across instances by `presence::redis` — `member_added`/`member_removed`
 //! decided by Redis's scripts and published on the channel itself, the
 //! `subscription_succeeded` member list and the HTTP API's `users` and
-//! `user_count` read from Redis.
+//! `user_count` read from Redis. With several workers and no Redis, the
+//! channel's owner worker keeps them (`presence::owner`, `pusher::owner`):
+//! a join on another worker waits for the owner's member list.
 
 use std::rc::Rc;
 
+use crate::control::ErrorCode;
 use crate::hub::{ConnId, Hub, EXCLUDE_ALWAYS};
 use crate::presence::Joined;
 use crate::pusher::presence::{self as pp, Member};
 use crate::pusher::protocol;
 use crate::pusher::state::Session;
+use crate::server::presence::owner as presence_owner;
 use crate::server::presence::redis as presence_redis;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
@@ -46,6 +50,9 @@ pub fn subscribe(
     };
     if w.redis.is_some() {
         return subscribe_redis(w, hub, (s, id), (channel, internal), m);
+    }
+    if presence_owner::mesh(w).is_some() {
+        return subscribe_owned(w, hub, (s, id), (channel, internal), m);
     }
     let data = snapshot(w, internal);
     let ack = text_frame(&protocol::subscription_succeeded(&channel, &data));
@@ -108,6 +115,110 @@ fn subscribe_redis(
     s.channels.insert(channel, Some(m.user_id));
 }
 
+/// Several workers without Redis: the member joins at the channel's
+/// owner (`presence::owner`, `pusher::owner`), which announces
+/// `member_added` and lists the members for `subscription_succeeded`;
+/// on another worker the reply waits for the owner (the channel is
+/// marked subscribed meanwhile, so that an unsubscribe or a close leaves
+/// as for any member).
+fn subscribe_owned(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    (s, id): (&mut Session, ConnId),
+    (channel, internal): (String, &str),
+    m: Member,
+) {
+    let max_subs = hub.limits().max_subscriptions;
+    if hub
+        .conn(id)
+        .is_none_or(|c| c.subscription_count() >= max_subs)
+    {
+        w.presence.borrow_mut().leave(id as u64, internal);
+        return refuse(hub, id, &channel, 400, "subscription limit reached");
+    }
+    let Some(mesh) = presence_owner::mesh(w) else {
+        return;
+    };
+    s.channels.insert(channel.clone(), Some(m.user_id.clone()));
+    if mesh.owner(internal) != mesh.me() {
+        let (w, internal) = (w.clone(), internal.to_string());
+        let serial = s.serial;
+        monoio::spawn(async move {
+            let who = (m.user_id, m.user_info);
+            let rows = presence_owner::enter_at_owner(&w, id, &internal, who).await;
+            entered(&w, (id, serial), (&channel, &internal), rows);
+        });
+        return;
+    }
+    let conn = presence_owner::conn_of(mesh, hub, id);
+    let who = (m.user_id.as_str(), m.user_info.as_deref());
+    let rows = match presence_owner::joined_here(w, hub, (mesh.me() as u8, conn), internal, who) {
+        Some(_) => Ok(presence_owner::rows_here(w, internal)),
+        None => Err(ErrorCode::PresenceFull),
+    };
+    if !finish(w, hub, id, (&channel, internal), rows) {
+        s.channels.remove(&channel);
+    }
+}
+
+/// The owner's answer to a join from this worker: the subscription, if
+/// the connection still waits for it (session `serial`, the channel still
+/// marked).
+fn entered(
+    w: &Rc<Worker>,
+    (id, serial): (ConnId, u64),
+    (channel, internal): (&str, &str),
+    rows: Result<Vec<presence_owner::Row>, ErrorCode>,
+) {
+    let mut hub = w.hub.borrow_mut();
+    let waiting = w
+        .pusher_sessions
+        .borrow()
+        .get(&id)
+        .is_some_and(|s| s.serial == serial && s.channels.contains_key(channel));
+    if !waiting {
+        // Unsubscribed or closed meanwhile: its leave went to the owner
+        // after the join.
+        return;
+    }
+    if !finish(w, &mut hub, id, (channel, internal), rows) {
+        if let Some(s) = w.pusher_sessions.borrow_mut().get_mut(&id) {
+            s.channels.remove(channel);
+        }
+    }
+}
+
+/// Subscribes connection `id` with the owner's `rows` as the member
+/// list, or refuses (the member leaves here and, if it joined, at the
+/// owner): false, and the caller unmarks the channel.
+fn finish(
+    w: &Rc<Worker>,
+    hub: &mut Hub,
+    id: ConnId,
+    (channel, internal): (&str, &str),
+    rows: Result<Vec<presence_owner::Row>, ErrorCode>,
+) -> bool {
+    let refused = match rows {
+        Ok(rows) => {
+            let members = rows.iter().map(|(u, i, _)| (u.as_str(), i.as_deref()));
+            let data = pp::snapshot(members);
+            let ack = text_frame(&protocol::subscription_succeeded(channel, &data));
+            match hub.subscribe_internal_acked(id, internal, ack) {
+                Ok(_) => return true,
+                Err(_) => (400, "subscription limit reached", true),
+            }
+        }
+        Err(ErrorCode::PresenceFull) => (403, "presence channel full", false),
+        Err(_) => (503, "presence unavailable (no answer in time)", false),
+    };
+    let (status, message, joined) = refused;
+    if w.presence.borrow_mut().leave(id as u64, internal).is_some() && joined {
+        presence_owner::leave(w, hub, id, internal);
+    }
+    refuse(hub, id, channel, status, message);
+    false
+}
+
 /// This instance's members of `internal`, as `subscription_succeeded`'s data.
 pub fn snapshot(w: &Worker, internal: &str) -> String {
     let p = w.presence.borrow();
@@ -131,6 +242,9 @@ pub fn leave(
     if let Some(link) = &w.redis {
         return presence_redis::left(w, link, &l);
     }
+    if presence_owner::mesh(w).is_some() {
+        return presence_owner::leave(w, hub, id, internal);
+    }
     if l.last {
         let cfg = &w.cfg.pusher;
         w.webhooks
@@ -149,6 +263,10 @@ pub async fn user_ids(w: &Worker, internal: &str) -> Option<Vec<String>> {
         let p = presence_redis::members(w, link, internal).await?;
         return Some(p.members.into_iter().map(|m| m.user).collect());
     }
+    if presence_owner::mesh(w).is_some() {
+        let rows = presence_owner::rows(w, internal).await?;
+        return Some(rows.into_iter().map(|(u, _, _)| u).collect());
+    }
     let p = w.presence.borrow();
     Some(
         p.members(internal)
@@ -163,6 +281,9 @@ pub async fn user_ids(w: &Worker, internal: &str) -> Option<Vec<String>> {
 pub async fn user_count(w: &Worker, internal: &str) -> Option<usize> {
     if let Some(link) = &w.redis {
         return Some(presence_redis::members(w, link, internal).await?.users as usize);
+    }
+    if presence_owner::mesh(w).is_some() {
+        return Some(presence_owner::rows(w, internal).await?.len());
     }
     Some(w.presence.borrow().count(internal))
 }

@@ -18,6 +18,7 @@ use crate::pusher::webhook::Event;
 use crate::pusher::{internal_channel, sign, ChannelKind};
 use crate::server::publish::{route_publish, via, Published};
 use crate::server::pusher::occupancy as pusher_occupancy;
+use crate::server::pusher::owner as pusher_owner;
 use crate::server::pusher::presence as pusher_presence;
 use crate::server::worker::Worker;
 use crate::ws::frame::encode_server_frame;
@@ -259,6 +260,10 @@ fn subscribe_member(
     m: presence::Member,
 ) {
     let app = s.app;
+    if pusher_owner::mesh(w).is_some() {
+        // The channel's owner worker sends the webhooks (`owner`).
+        return pusher_presence::subscribe(w, hub, (s, id), (channel, internal), m);
+    }
     let first = w.redis.is_none() && hub.subscriber_count(internal) == 0;
     if first {
         hook(w, hub, app, Event::ChannelOccupied { channel: &channel });
