@@ -76,9 +76,8 @@ set -e
 # worker is an instance, goes through Redis between them).
 # tests/workers.rs and tests/redis_workers.rs run two workers in the pass
 # above; a test that counts one instance's Redis connections keeps one
-# worker (common::one_worker_per_server); the suites not listed use a
-# setting --workers above 1 does not serve yet (the HTTP cache:
-# cache, origin_tls) or measure one worker's memory (idle_memory).
+# worker (common::one_worker_per_server); idle_memory, not listed,
+# measures one worker's memory.
 step "the whole-server suites again with --workers 2 (CORECAST_TEST_WORKERS=2)"
 set +e
 CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --test control \
@@ -90,7 +89,7 @@ CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --
     --test sse_redis --test console --test hooks --test hooks_admission --test hooks_api \
     --test hooks_namespaces --test hooks_server_subscriptions --test hooks_session --test jwks \
     --test limits --test tls_abuse --test history --test presence --test presence_refusals \
-    --test pusher_protocol --test pusher_js 2>&1 |
+    --test pusher_protocol --test pusher_js --test cache --test origin_tls 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

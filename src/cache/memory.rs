@@ -6,7 +6,7 @@
 //! passed in, so the store is plain data and its tests need no clock.
 
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use slab::Slab;
@@ -16,7 +16,7 @@ use slab::Slab;
 pub const ENTRY_OVERHEAD: usize = 96;
 
 struct Node {
-    key: Rc<[u8]>,
+    key: Arc<[u8]>,
     value: Bytes,
     expires_ms: u64,
     /// Towards the most recently used end.
@@ -27,7 +27,7 @@ struct Node {
 
 /// An LRU map from keys to encoded entries, at most `max_bytes` in total.
 pub struct MemoryStore {
-    map: HashMap<Rc<[u8]>, usize>,
+    map: HashMap<Arc<[u8]>, usize>,
     nodes: Slab<Node>,
     newest: Option<usize>,
     oldest: Option<usize>,
@@ -99,7 +99,7 @@ impl MemoryStore {
                 None => break,
             }
         }
-        let key: Rc<[u8]> = key.into();
+        let key: Arc<[u8]> = key.into();
         let slot = self.nodes.insert(Node {
             key: key.clone(),
             value,

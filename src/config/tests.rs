@@ -375,11 +375,6 @@ fn bad_worker_settings_are_refused_with_their_reason() {
     assert!(refused(&["--cpus", "x"]).contains("CPU list"));
     assert!(refused(&["--cpu", "0", "--cpus", "0-1"]).contains("exclusive"));
     assert!(refused(&["--worker-ring", "8"]).contains("64 to"));
-    // What several workers do not serve yet is refused, named.
-    let origin = ["--origin", "http://127.0.0.1:1"];
-    let e = refused(&[&["--workers", "2"][..], &origin].concat());
-    assert!(e.contains("--origin") && e.contains("one worker"), "{e}");
-    serve(&[&["--workers", "1"][..], &origin].concat(), no_env);
     // In Redis mode each worker is an instance: what lives in Redis is
     // served with several workers.
     let redis = ["--workers", "2", "--redis-url", "redis://127.0.0.1:6379"];
@@ -392,10 +387,14 @@ fn bad_worker_settings_are_refused_with_their_reason() {
         serve(&[&redis[..], more].concat(), no_env);
     }
     // History, presence and Pusher apps' channels are kept by each
-    // channel's owner worker, with or without Redis; hooks run on every
-    // worker.
+    // channel's owner worker, with or without Redis; the HTTP cache's
+    // memory store is the process's; hooks run on every worker.
     serve(&["--workers", "2", "--history-size", "10"], no_env);
     serve(&["--workers", "2", "--pusher-app", "1:key:secret"], no_env);
+    serve(
+        &["--workers", "2", "--origin", "http://127.0.0.1:1"],
+        no_env,
+    );
     serve(&["--workers", "2", "--presence-channels", "*"], no_env);
     serve(
         &["--workers", "2", "--admin-key", "0123456789abcdef0123"],

@@ -1,5 +1,5 @@
-//! How many workers and on which CPUs (`--workers`, `--cpus`, `--cpu`),
-//! and what a multi-worker process does not serve yet. Sans-I/O: the
+//! How many workers and on which CPUs (`--workers`, `--cpus`, `--cpu`).
+//! Sans-I/O: the
 //! CPUs the process may use are the caller's (`runtime::allowed_cpus`).
 
 use super::fields::Config;
@@ -39,28 +39,10 @@ impl Config {
         self.workers != Workers::Count(1)
     }
 
-    /// The first setting that more than one worker does not serve yet
-    /// (each keeps per-channel state that has no owner across workers
-    /// yet); `None` when all of them are off.
-    pub fn multi_worker_unsupported(&self) -> Option<&'static str> {
-        self.cache
-            .origin
-            .is_some()
-            .then_some("--origin (the HTTP cache)")
-    }
-
     pub(super) fn validate_workers(&self) -> Result<(), String> {
         if self.cpu.is_some() && self.cpus.is_some() {
             let e = "--cpu and --cpus are exclusive: --cpu N is the one-worker form of --cpus N";
             return Err(e.into());
-        }
-        if !self.multi_worker() {
-            return Ok(());
-        }
-        if let Some(name) = self.multi_worker_unsupported() {
-            return Err(format!(
-                "--workers other than 1 does not serve {name} yet: run one worker per process for it"
-            ));
         }
         Ok(())
     }

@@ -170,11 +170,30 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
         hop @ (Hop::Presence { .. } | Hop::Members { .. }) => presence_owner::apply(w, mesh, hop),
         Hop::Answer { id, answer } => w.owner_waits.borrow_mut().answer(id, answer),
         Hop::Summary(inst) => w.heard_summary(*inst),
+        Hop::CacheReleased(key) => {
+            if let Some(cache) = &w.cache {
+                cache.released(&key);
+            }
+        }
         Hop::Conn {
             stream,
             peer,
             admin,
         } => accept::adopt(w, stream, peer, admin),
+    }
+}
+
+/// What tells the other workers that this worker's claimed fetch of a
+/// cache key is over (`cache::claim`).
+pub fn cache_release(w: &Rc<Worker>) -> impl Fn(&[u8]) {
+    let weak = Rc::downgrade(w);
+    move |key: &[u8]| {
+        let Some(w) = weak.upgrade() else { return };
+        let Some(mesh) = w.mesh.get() else { return };
+        let key: Arc<[u8]> = Arc::from(key);
+        for to in (0..mesh.workers()).filter(|&i| i != mesh.me()) {
+            mesh.send(to, Hop::CacheReleased(key.clone()));
+        }
     }
 }
 

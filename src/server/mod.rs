@@ -252,11 +252,6 @@ impl Server {
         cfg.resolve_namespaces()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
-        if cfg.multi_worker() {
-            if let Some(name) = cfg.multi_worker_unsupported() {
-                return Err(invalid(format!("--workers: {name} needs one worker")));
-            }
-        }
         let cpus = cfg.worker_cpus(&runtime::allowed_cpus()).map_err(invalid)?;
         // Certificate files are read before anything binds: a bad one is
         // the start's error, naming the file.
@@ -279,7 +274,7 @@ impl Server {
         .into_iter();
         let mut listeners = Some([Some(listener), admin]);
         let mut workers = Vec::with_capacity(n);
-        let shared = Shared::new(&cfg.peers, cfg.pusher.apps.len());
+        let shared = Shared::new(&cfg);
         for (i, &cpu) in cpus.iter().enumerate() {
             let boot = Boot {
                 index: i,
@@ -431,6 +426,9 @@ fn join(w: &Rc<Worker>, mesh: Option<mesh::Parts>, shared: Shared) {
     let (first, apps) = shared.pusher;
     let at = (first, parts.me(), parts.workers());
     w.pusher.borrow_mut().join_process(at, apps);
+    if let (Some(edge), Some(cache)) = (&w.cache, shared.cache) {
+        edge.share(cache, parts.me(), Rc::new(fleet::cache_release(w)));
+    }
     if let Some(jwks) = &w.jwks {
         jwks.share(shared.jwks, parts.me() == 0);
     }

@@ -2,7 +2,8 @@
 //! that no delivery takes: the console's sessions and login limits, the
 //! identity provider's key set, the per-address table and the count of
 //! open connections (`--max-connections` is the process's), each Pusher
-//! app's connections and the first `socket_id` tag. A process of
+//! app's connections and the first `socket_id` tag, the HTTP cache's
+//! memory store. A process of
 //! one worker has its own of each, unshared.
 
 use std::net::IpAddr;
@@ -10,9 +11,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use crate::cache::memory::MemoryStore;
+use crate::config::Config;
 use crate::peers::{PeerConfig, PeerRefusal, Peers};
 use crate::pusher::state::{process_tag, AppConnections};
 use crate::server::auth::jwks::SharedKeys;
+use crate::server::cache::SharedCache;
 
 /// Made once per process by `Server::start`, cloned into each worker.
 #[derive(Clone)]
@@ -25,14 +29,23 @@ pub struct Shared {
     /// The process's first Pusher tag (`pusher::state::process_tag`)
     /// and each app's connections on every worker.
     pub pusher: (u32, AppConnections),
+    /// The HTTP cache's memory store, purge epoch and fetch claims
+    /// (without Redis).
+    pub cache: Option<SharedCache>,
 }
 
 impl Shared {
-    /// The parts for a process configured with `peers` and `apps` Pusher
-    /// apps.
-    pub fn new(peers: &PeerConfig, apps: usize) -> Shared {
+    /// The parts for a process configured with `cfg`.
+    pub fn new(cfg: &Config) -> Shared {
+        let apps = cfg.pusher.apps.len();
+        let memory = cfg.cache.origin.is_some() && !cfg.redis.enabled();
+        let cache = memory.then(|| {
+            let store = MemoryStore::new(cfg.cache.max_bytes);
+            (Arc::new(Mutex::new(store)), Arc::default(), Arc::default())
+        });
         Shared {
-            peers: SharedPeers::new(peers.clone()),
+            peers: SharedPeers::new(cfg.peers.clone()),
+            cache,
             console: Default::default(),
             jwks: Default::default(),
             connections: Default::default(),

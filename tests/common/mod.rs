@@ -154,8 +154,8 @@ where
 }
 
 /// `CORECAST_TEST_WORKERS=N` (scripts/test.sh's second pass): servers run
-/// N workers, unless the test set `workers` itself or uses a setting
-/// several workers do not serve yet (it then runs with one, as written).
+/// N workers, unless the test set `workers` itself (or keeps one:
+/// [`one_worker_per_server`]).
 fn test_workers() -> Option<usize> {
     std::env::var("CORECAST_TEST_WORKERS").ok()?.parse().ok()
 }
@@ -184,12 +184,7 @@ fn with_test_workers(cfg: &mut Config) {
     if ONE_WORKER.with(|c| c.get()) {
         return;
     }
-    // Namespaces turn presence and history on only once resolved.
-    let mut resolved = cfg.clone();
-    let _ = resolved.resolve_namespaces();
-    if cfg.workers == corecast::config::Workers::Count(1)
-        && resolved.multi_worker_unsupported().is_none()
-    {
+    if cfg.workers == corecast::config::Workers::Count(1) {
         cfg.workers = corecast::config::Workers::Count(n);
     }
 }

@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,9 +28,14 @@ use crate::secret::Secret;
 use crate::server::redis::RedisLink;
 use crate::stats::CacheStats;
 
+use super::claim::{Claims, Release, SharedClaims};
 use super::flight::{FlightGuard, Flights, Outcome, Served};
 use super::origin::{FetchError, Fetched, OriginClient};
-use super::store::{Item, Store, StoreError};
+use super::store::{Item, SharedMemory, Store, StoreError};
+
+/// What the workers of a process share of the cache without Redis: the
+/// memory store, the purge epoch, the fetch claims.
+pub type SharedCache = (SharedMemory, Arc<AtomicU64>, SharedClaims);
 
 pub struct CacheEdge {
     pub(super) prefix: String,
@@ -42,6 +48,8 @@ pub struct CacheEdge {
     pub(super) origin: OriginClient,
     pub(super) store: Store,
     pub(super) flights: Rc<Flights>,
+    /// Fetches claimed across workers (several workers, no Redis).
+    pub(super) claims: Rc<Claims>,
     /// Counters, read by `/stats` and `/metrics`.
     pub(super) stats: RefCell<CacheStats>,
 }
@@ -80,13 +88,36 @@ impl CacheEdge {
             origin: OriginClient::new(url, c, tls),
             flights: Rc::new(Flights::new(flight_keep(&store, c.redis_timeout))),
             store,
+            claims: Rc::default(),
             stats: RefCell::new(CacheStats::default()),
         }))
     }
 
-    /// A snapshot of the counters.
+    /// A snapshot of the counters (the memory store's bytes as they are
+    /// now: with several workers, another worker may have written).
     pub fn stats(&self) -> CacheStats {
-        self.stats.borrow().clone()
+        let mut s = self.stats.borrow().clone();
+        if let Some(m) = self.store.memory_bytes() {
+            s.memory_bytes = m;
+        }
+        s
+    }
+
+    /// Makes this worker (`me`) of several without Redis use the
+    /// process's memory store, purge epoch and fetch claims, so that an
+    /// entry stored or purged on one worker is one on every worker and a
+    /// cold key is fetched once; `release` tells the other workers that a
+    /// claimed fetch is over.
+    pub fn share(&self, shared: SharedCache, me: usize, release: Release) {
+        let (memory, purges, claims) = shared;
+        self.store.share(memory);
+        self.flights.share_epoch(purges);
+        self.claims.share(claims, me, release);
+    }
+
+    /// Another worker's fetch of `key` is over.
+    pub fn released(&self, key: &[u8]) {
+        self.claims.wake(key);
     }
 
     pub(super) fn count(&self, f: impl FnOnce(&mut CacheStats)) {
@@ -354,11 +385,13 @@ impl CacheEdge {
         }
         let edge = self.clone();
         monoio::spawn(async move {
-            let result = edge.store.set(&items).await;
+            let valid = || edge.flights.epoch() == epoch;
+            let result = edge.store.set(&items, valid).await;
             let memory = edge.store.memory_bytes();
             edge.count(|s| {
                 match &result {
-                    Ok(bytes) => {
+                    Ok(None) => {}
+                    Ok(Some(bytes)) => {
                         s.stores += items.len() as u64;
                         s.bytes_stored += bytes;
                     }

@@ -25,6 +25,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::poll_fn;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,7 @@ use crate::cache::now_ms;
 use crate::cache::policy::Freshness;
 use crate::cache::response::Fwd;
 
+use super::claim::Claim;
 use super::origin::FetchError;
 
 /// What an origin fetch came to, shared by the fetcher and its waiters.
@@ -158,6 +161,9 @@ pub struct Flights {
     map: RefCell<HashMap<Vec<u8>, Rc<Flight>>>,
     /// Bumped by every purge: fetches started before it do not store.
     epoch: Cell<u64>,
+    /// Several workers sharing the memory store: bumped by a purge on any
+    /// of them (added to `epoch`).
+    shared_epoch: RefCell<Option<Arc<AtomicU64>>>,
     /// Bumped each time a flight leaves the map.
     ended: Cell<u64>,
     /// Lookups in progress, by the `ended` count when they began.
@@ -238,7 +244,8 @@ impl Flights {
             flights: self.clone(),
             key,
             flight,
-            epoch: self.epoch.get(),
+            epoch: self.epoch(),
+            claim: None,
         }
     }
 
@@ -304,13 +311,24 @@ impl Flights {
         }
     }
 
-    /// The purge epoch: a fetch stores only if it is unchanged.
-    pub fn epoch(&self) -> u64 {
-        self.epoch.get()
+    /// Counts the purges of every worker that shares `epoch` too.
+    pub fn share_epoch(&self, epoch: Arc<AtomicU64>) {
+        *self.shared_epoch.borrow_mut() = Some(epoch);
     }
 
-    /// A purge happened: fetches in flight must not store what they get.
+    /// The purge epoch: a fetch stores only if it is unchanged.
+    pub fn epoch(&self) -> u64 {
+        let shared = self.shared_epoch.borrow();
+        let others = shared.as_ref().map_or(0, |e| e.load(Ordering::Acquire));
+        self.epoch.get().wrapping_add(others)
+    }
+
+    /// A purge happened: fetches in flight must not store what they get
+    /// (on every worker sharing the epoch).
     pub fn purged(&self) {
+        if let Some(e) = &*self.shared_epoch.borrow() {
+            e.fetch_add(1, Ordering::AcqRel);
+        }
         self.epoch.set(self.epoch.get() + 1);
         // What ended before the purge must not stand in for the store.
         self.retired.borrow_mut().clear();
@@ -336,9 +354,17 @@ pub struct FlightGuard {
     key: Vec<u8>,
     flight: Rc<Flight>,
     epoch: u64,
+    /// The process-wide claim on the key (several workers), released
+    /// with the guard: once the response is stored.
+    claim: Option<Claim>,
 }
 
 impl FlightGuard {
+    /// Holds `claim` until the flight ends.
+    pub fn hold(&mut self, claim: Option<Claim>) {
+        self.claim = claim;
+    }
+
     /// Publishes the outcome to the waiters.
     pub fn complete(&self, outcome: Rc<Outcome>) {
         self.flight.complete(outcome);
@@ -482,5 +508,19 @@ mod tests {
         assert!(lookup.ended_recently(b"other").is_none());
         flights.purged();
         assert!(lookup.ended_recently(b"k").is_none(), "a purge forgets it");
+    }
+
+    #[test]
+    fn a_purge_on_one_worker_changes_every_sharing_workers_epoch() {
+        let shared = Arc::new(AtomicU64::new(0));
+        let (a, b) = (Rc::new(Flights::default()), Rc::new(Flights::default()));
+        a.share_epoch(shared.clone());
+        b.share_epoch(shared);
+        let guard = b.begin(b"k".to_vec(), false);
+        assert_eq!(guard.epoch(), b.epoch());
+        a.purged();
+        assert_ne!(guard.epoch(), b.epoch(), "b's fetch must not store");
+        let again = b.begin(b"j".to_vec(), false);
+        assert_eq!(again.epoch(), b.epoch());
     }
 }

@@ -133,8 +133,22 @@ impl Job<'_> {
         if let Some(f) = self.edge.flights.get(&self.base, true) {
             return self.join(f, stale).await;
         }
+        let claim = match self.edge.claims.claim(&self.base) {
+            // Another worker's fetch may have stored it since this
+            // request's lookup (and released its claim).
+            Ok(Some(claim)) => match self.fresh_in_store().await {
+                Some(answer) => return answer,
+                None => Some(claim),
+            },
+            Ok(None) => None,
+            Err(()) => match self.after_other_worker().await {
+                Some(answer) => return answer,
+                None => None,
+            },
+        };
         self.edge.count(|s| s.misses += 1);
-        let guard = self.edge.flights.begin(self.base.clone(), false);
+        let mut guard = self.edge.flights.begin(self.base.clone(), false);
+        guard.hold(claim);
         self.renew_deadline();
         let (outcome, items) = self
             .edge
@@ -144,6 +158,35 @@ impl Job<'_> {
         guard.complete(outcome.clone());
         self.edge.store(items, guard.epoch(), Some(guard));
         self.answer(&outcome, false)
+    }
+
+    /// Another worker fetches this key: waits (bounded, as for a flight)
+    /// for its response to be stored, and serves it; `None` when it was
+    /// not stored fresh (this request then fetches, unclaimed).
+    async fn after_other_worker(&self) -> Option<Answer> {
+        self.renew_deadline();
+        let released = self.edge.claims.released(&self.base);
+        let _ = monoio::time::timeout(self.edge.coalesce_timeout, released).await;
+        self.fresh_in_store().await
+    }
+
+    /// The store's fresh response for this request, served as collapsed
+    /// into another worker's fetch.
+    async fn fresh_in_store(&self) -> Option<Answer> {
+        let Found::Entry { entry, .. } = self.edge.lookup(&self.base, &self.req).await else {
+            return None;
+        };
+        let Freshness::Fresh { left_ms } = entry.life.classify(entry.age_ms(now_ms())) else {
+            return None;
+        };
+        self.edge.count(|s| s.coalesced_waiters += 1);
+        let status = CacheStatus {
+            hit: true,
+            ttl_s: Some(secs(left_ms)),
+            collapsed: true,
+            ..CacheStatus::default()
+        };
+        Some(self.encode(&entry, &status))
     }
 
     /// Waits (bounded) for another request's fetch; falls back to its own

@@ -9,7 +9,9 @@
 //! 3. fresh → hit; stale within `stale-while-revalidate` → serve it and
 //!    refresh once in the background; otherwise
 //! 4. join any fetch in flight, or become the one fetch of this worker
-//!    (revalidating with the stored validators when there is an entry);
+//!    (revalidating with the stored validators when there is an entry) —
+//!    with several workers, of the process: a key another worker is
+//!    fetching is waited for and read from the shared store;
 //!    an origin failure falls back to a stale entry within
 //!    `stale-if-error`, else 502/504.
 //!
@@ -22,9 +24,12 @@
 //! - `job`: one cacheable request, sequenced over those steps.
 //! - `purge`: `POST /cache/purge`.
 //! - `flight`: coalescing — one fetch per key, waiters, purge epoch.
+//! - `claim`: coalescing across the workers of a process (a table of the
+//!   keys being fetched).
 //! - `origin`: the pooled, bounded HTTP/1.1 client.
 //! - `store`: Redis or the memory LRU behind one interface.
 
+mod claim;
 mod edge;
 mod flight;
 mod job;
@@ -38,7 +43,7 @@ use crate::cache::request::ClientRequest;
 use crate::cache::response::Answer;
 use crate::http::{self, HttpError, Route};
 
-pub use edge::{CacheEdge, Incoming};
+pub use edge::{CacheEdge, Incoming, SharedCache};
 use job::Job;
 
 /// Answers a cache route: the response, its body shared with the cache.

@@ -1,6 +1,7 @@
 //! Where entries live: Redis (shared by every instance) when corecast runs
-//! in Redis mode, otherwise the embedded LRU store. Both hold the same
-//! encoded bytes under the same keys, so the cache behaves the same.
+//! in Redis mode, otherwise the embedded LRU store (one per process,
+//! shared by its workers). Both hold the same encoded bytes under the
+//! same keys, so the cache behaves the same.
 //!
 //! Redis is never allowed to fail or slow a request: every wait is bounded
 //! by `--cache-redis-timeout`, nothing is sent while the link is down, and
@@ -10,6 +11,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -53,10 +55,14 @@ impl fmt::Display for StoreError {
     }
 }
 
+/// The embedded store as the workers of a process share it: locked once
+/// per cache read or write (and per purge), never per message.
+pub type SharedMemory = Arc<Mutex<MemoryStore>>;
+
 /// The two stores.
 pub enum Store {
-    /// The embedded LRU store.
-    Memory(RefCell<MemoryStore>),
+    /// The embedded LRU store (the process's, with several workers).
+    Memory(RefCell<SharedMemory>),
     /// Redis, under `{redis_prefix}cache:`.
     Redis(RedisStore),
 }
@@ -72,7 +78,16 @@ pub struct RedisStore {
 impl Store {
     /// The embedded store of `max_bytes`.
     pub fn memory(max_bytes: usize) -> Store {
-        Store::Memory(RefCell::new(MemoryStore::new(max_bytes)))
+        let m = Arc::new(Mutex::new(MemoryStore::new(max_bytes)));
+        Store::Memory(RefCell::new(m))
+    }
+
+    /// Uses `shared` (the process's memory store) instead of this
+    /// worker's own; nothing for Redis.
+    pub fn share(&self, shared: SharedMemory) {
+        if let Store::Memory(m) = self {
+            *m.borrow_mut() = shared;
+        }
     }
 
     /// The Redis store: keys under `{prefix}cache:`; request-path waits
@@ -94,7 +109,7 @@ impl Store {
     /// Bytes held by the memory store (`None` for Redis).
     pub fn memory_bytes(&self) -> Option<u64> {
         match self {
-            Store::Memory(m) => Some(m.borrow().bytes() as u64),
+            Store::Memory(m) => Some(with(m, |m| m.bytes() as u64)),
             Store::Redis(_) => None,
         }
     }
@@ -102,7 +117,7 @@ impl Store {
     /// The value under `key`, if any.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
         match self {
-            Store::Memory(m) => Ok(m.borrow_mut().get(key, now_ms())),
+            Store::Memory(m) => Ok(with(m, |m| m.get(key, now_ms()))),
             Store::Redis(r) => {
                 let k = r.key(key);
                 match r.call(&[b"GET", &k], r.timeout).await? {
@@ -114,21 +129,28 @@ impl Store {
         }
     }
 
-    /// Writes every item (for Redis: pipelined, one bounded wait); returns
-    /// the bytes written.
-    pub async fn set(&self, items: &[Item]) -> Result<u64, StoreError> {
+    /// Writes every item (for Redis: pipelined, one bounded wait) if
+    /// `valid` still holds (checked under the memory store's lock, so a
+    /// purge on another worker either precedes the check or deletes what
+    /// was written); returns the bytes written, `None` when not valid.
+    pub async fn set(
+        &self,
+        items: &[Item],
+        valid: impl Fn() -> bool,
+    ) -> Result<Option<u64>, StoreError> {
         match self {
             Store::Memory(m) => {
                 let now = now_ms();
-                let mut m = m.borrow_mut();
-                let stored = items
-                    .iter()
-                    .filter(|(k, v, ttl)| m.set(k, v.clone(), *ttl, now))
-                    .map(|(_, v, _)| v.len() as u64)
-                    .sum();
-                Ok(stored)
+                Ok(with(m, |m| {
+                    valid().then(|| {
+                        let stored = items.iter();
+                        let stored = stored.filter(|(k, v, ttl)| m.set(k, v.clone(), *ttl, now));
+                        stored.map(|(_, v, _)| v.len() as u64).sum()
+                    })
+                }))
             }
-            Store::Redis(r) => r.set(items).await,
+            Store::Redis(_) if !valid() => Ok(None),
+            Store::Redis(r) => r.set(items).await.map(Some),
         }
     }
 
@@ -142,11 +164,10 @@ impl Store {
         max: usize,
     ) -> Result<usize, StoreError> {
         match self {
-            Store::Memory(m) => {
-                let mut m = m.borrow_mut();
+            Store::Memory(m) => Ok(with(m, |m| {
                 let one = usize::from(m.remove(key));
-                Ok(one + m.remove_prefix(variants, max).0)
-            }
+                one + m.remove_prefix(variants, max).0
+            })),
             Store::Redis(r) => {
                 let k = r.key(key);
                 match r.call(&[b"DEL", &k], r.purge_timeout).await? {
@@ -165,10 +186,18 @@ impl Store {
         max: usize,
     ) -> Result<(usize, bool), StoreError> {
         match self {
-            Store::Memory(m) => Ok(m.borrow_mut().remove_prefix(prefix, max)),
+            Store::Memory(m) => Ok(with(m, |m| m.remove_prefix(prefix, max))),
             Store::Redis(r) => r.delete_prefix(prefix, max).await,
         }
     }
+}
+
+/// Runs `f` on the memory store, locked (a worker that panicked holding
+/// it aborted the process, so a poisoned lock is never seen in service).
+fn with<T>(m: &RefCell<SharedMemory>, f: impl FnOnce(&mut MemoryStore) -> T) -> T {
+    let shared = m.borrow();
+    let mut store = shared.lock().unwrap_or_else(PoisonError::into_inner);
+    f(&mut store)
 }
 
 impl RedisStore {

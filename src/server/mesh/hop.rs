@@ -106,11 +106,7 @@ pub enum Hop {
     /// `/metrics`) or channels, for its gathering `id`.
     Ask { from: u8, id: u64, what: Asked },
     /// The answer to an [`Hop::Ask`].
-    Told {
-        id: u64,
-        worker: u8,
-        told: Told,
-    },
+    Told { id: u64, worker: u8, told: Told },
     /// Deliveries of a publish the receiver counts (`ask`): `n` made by
     /// the sender; from the channel's owner, `more` says how many other
     /// workers were sent the message and will answer too.
@@ -162,6 +158,9 @@ pub enum Hop {
     /// Worker's console summary, each second (`--admin-key`): a row of
     /// every worker's instances table.
     Summary(Box<crate::console::snapshot::Instance>),
+    /// A worker's fetch of a cache key (claimed for the process) is over:
+    /// the receiver's requests waiting for it read the store.
+    CacheReleased(Arc<[u8]>),
     /// An owner's answer to wait `id` of the receiver's.
     Answer { id: u64, answer: Answer },
     /// An accepted connection handed to the receiver (the least loaded).
