@@ -141,3 +141,78 @@ fn a_new_upstream_connection_confirms_afresh() {
     hub.subscribe_acked(b, "c", ack("b")).unwrap();
     assert_eq!(got(&mut hub, b), vec![ack("b")]);
 }
+
+/// A hub following the other workers (one change in flight per channel).
+fn worker_hub() -> Hub {
+    let mut hub = hub_with(limits());
+    hub.track_interest_for_workers();
+    hub.interest_snapshot();
+    hub
+}
+
+#[test]
+fn for_workers_a_channels_changes_wait_for_the_answer_to_the_last() {
+    let mut hub = worker_hub();
+    let a = ws(&mut hub, RAW);
+    hub.subscribe(a, "c").unwrap();
+    assert_eq!(take_interest(&mut hub), vec![("c".into(), true)]);
+    // Churn while the owner has not answered: held, coalesced.
+    for _ in 0..3 {
+        hub.unsubscribe(a, "c");
+        hub.subscribe(a, "c").unwrap();
+    }
+    hub.unsubscribe(a, "c");
+    assert!(take_interest(&mut hub).is_empty(), "held for the answer");
+    hub.interest_answered("c");
+    assert_eq!(take_interest(&mut hub), vec![("c".into(), false)]);
+    assert!(take_interest(&mut hub).is_empty());
+}
+
+#[test]
+fn for_workers_new_channels_are_refused_past_the_backlog_until_answers_come() {
+    let mut hub = hub_with(HubLimits {
+        max_subscriptions: 1,
+        ..limits()
+    });
+    hub.track_interest_for_workers();
+    hub.interest_snapshot();
+    let a = ws(&mut hub, RAW);
+    // Each channel subscribed and left, its changes never answered: the
+    // subscribe sent, the unsubscribe held.
+    let mut n = 0;
+    loop {
+        let name = format!("c{n}");
+        match hub.subscribe(a, &name) {
+            Ok(()) => {}
+            Err(e) => {
+                assert_eq!(e, SubscribeError::Backlogged);
+                break;
+            }
+        }
+        let _ = take_interest(&mut hub);
+        hub.unsubscribe(a, &name);
+        n += 1;
+        assert!(n <= MAX_INTEREST_BACKLOG, "never refused");
+    }
+    assert_eq!(n, MAX_INTEREST_BACKLOG / 2, "two held per channel");
+    assert_eq!(
+        hub.subscribe(a, "one-more"),
+        Err(SubscribeError::Backlogged)
+    );
+    for i in 0..16 {
+        hub.interest_answered(&format!("c{i}"));
+    }
+    let _ = take_interest(&mut hub); // the held unsubscribes go
+    for i in 0..16 {
+        hub.interest_answered(&format!("c{i}"));
+    }
+    hub.subscribe(a, "one-more").unwrap();
+    // Redis mode keeps its own bound (the link's): not this one.
+    let mut redis = connected_hub();
+    let b = ws(&mut redis, RAW);
+    for i in 0..MAX_INTEREST_BACKLOG / 2 + 1 {
+        redis.subscribe(b, &format!("c{i}")).unwrap();
+        let _ = take_interest(&mut redis);
+        redis.unsubscribe(b, &format!("c{i}"));
+    }
+}

@@ -71,7 +71,7 @@ pub use outbox::{
 };
 pub use parking::{LocalWaker, Parking};
 pub use recall::Resumed;
-pub use registry::SubscribeError;
+pub use registry::{SubscribeError, MAX_INTEREST_BACKLOG};
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
 use std::sync::atomic::{AtomicUsize, Ordering};

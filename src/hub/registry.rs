@@ -23,7 +23,17 @@ pub enum SubscribeError {
     InvalidChannel,
     /// The connection is at `max_subscriptions`.
     TooManySubscriptions,
+    /// A new channel while the upstream (the other workers) is behind by
+    /// [`MAX_INTEREST_BACKLOG`] interest changes: retry later.
+    Backlogged,
 }
+
+/// Most interest changes a worker of several holds for the other workers
+/// (not yet taken, or sent for channels it no longer has and not yet
+/// answered): past it, subscribes to channels new to the worker are
+/// refused until the owners catch up, so a subscribe/unsubscribe flood
+/// against a starved worker costs bounded memory.
+pub const MAX_INTEREST_BACKLOG: usize = 65_536;
 
 #[derive(Debug)]
 struct Channel {
@@ -66,6 +76,11 @@ struct Interest {
     upstream: HashMap<Rc<str>, Upstream>,
     connected: bool,
     waker: Option<Waker>,
+    /// One change in flight per channel (the other workers): a change of
+    /// a channel whose last one is unanswered waits in `held` (coalesced
+    /// the same way) and moves to `changes` with the answer.
+    one_at_a_time: bool,
+    held: HashMap<Rc<str>, bool>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +96,11 @@ impl Interest {
                 .upstream
                 .get(name)
                 .is_some_and(|u| u.wanted && u.unanswered == 0)
+    }
+
+    /// Whether `name`'s next change may be taken now.
+    fn takes(&self, name: &str) -> bool {
+        !self.one_at_a_time || self.upstream.get(name).is_none_or(|u| u.unanswered == 0)
     }
 
     fn sent(&mut self, name: &Rc<str>, wanted: bool) {
@@ -174,6 +194,9 @@ impl Registry {
         }
         if conn.subs.len() >= max_subscriptions {
             return Err(SubscribeError::TooManySubscriptions);
+        }
+        if existing.is_none() && self.interest_backlog_full() {
+            return Err(SubscribeError::Backlogged);
         }
         let cid = existing.unwrap_or_else(|| self.add_channel(name));
         self.attach(conns, stats, id, cid);
@@ -276,7 +299,9 @@ impl Registry {
         let Some(i) = &mut self.interest else {
             return;
         };
-        match i.changes.entry(name) {
+        let held = !i.takes(&name);
+        let map = if held { &mut i.held } else { &mut i.changes };
+        match map.entry(name) {
             // States alternate, so a pending entry is the opposite
             // change: together they are no change for the upstream.
             Entry::Occupied(e) => {
@@ -285,7 +310,7 @@ impl Registry {
             }
             Entry::Vacant(e) => {
                 e.insert(gained);
-                if let Some(w) = i.waker.take() {
+                if let Some(w) = i.waker.take().filter(|_| !held) {
                     w.wake();
                 }
             }
@@ -306,8 +331,20 @@ impl Registry {
     }
 
     /// See `Hub::track_interest`.
-    pub(super) fn track_interest(&mut self) {
-        self.interest.get_or_insert_with(Interest::default);
+    pub(super) fn track_interest(&mut self, one_at_a_time: bool) {
+        let i = self.interest.get_or_insert_with(Interest::default);
+        i.one_at_a_time = one_at_a_time;
+    }
+
+    /// Whether the changes held for the other workers reached
+    /// [`MAX_INTEREST_BACKLOG`]: those not taken, and those taken for
+    /// channels gone since (each channel here has at most one entry).
+    fn interest_backlog_full(&self) -> bool {
+        self.interest.as_ref().is_some_and(|i| {
+            let gone = i.upstream.len().saturating_sub(self.channels.len());
+            let waiting = gone + i.changes.len() + i.held.len();
+            i.one_at_a_time && i.connected && waiting >= MAX_INTEREST_BACKLOG
+        })
     }
 
     /// See `Hub::interest_snapshot`.
@@ -315,6 +352,7 @@ impl Registry {
         let names: Vec<Rc<str>> = self.channels.iter().map(|(_, c)| c.name.clone()).collect();
         if let Some(i) = &mut self.interest {
             i.changes.clear();
+            i.held.clear();
             // A new connection: what the old one sent is moot, and every
             // channel is subscribed afresh.
             i.connected = true;
@@ -400,6 +438,12 @@ impl Registry {
         };
         i.connected = false;
         i.upstream.clear();
+        // Nothing is in flight any more: what was held is pending.
+        for (name, wanted) in std::mem::take(&mut i.held) {
+            if i.changes.remove(&name).is_none() {
+                i.changes.insert(name, wanted);
+            }
+        }
         self.channels
             .iter_mut()
             .flat_map(|(_, c)| std::mem::take(&mut c.waiting))
@@ -416,6 +460,15 @@ impl Registry {
             u.unanswered = u.unanswered.saturating_sub(1);
             if !u.wanted && u.unanswered == 0 {
                 i.upstream.remove(name);
+            }
+        }
+        if i.takes(name) {
+            // A change held for this answer may go now.
+            if let Some((name, wanted)) = i.held.remove_entry(name) {
+                i.changes.insert(name, wanted);
+                if let Some(w) = i.waker.take() {
+                    w.wake();
+                }
             }
         }
         if !i.confirmed(name) {

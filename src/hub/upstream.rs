@@ -200,7 +200,14 @@ impl Hub {
 
     /// Starts recording channels gained and lost (Redis mode).
     pub fn track_interest(&mut self) {
-        self.registry.track_interest();
+        self.registry.track_interest(false);
+    }
+
+    /// Starts recording channels gained and lost for the other workers:
+    /// one change in flight per channel, at most
+    /// [`super::MAX_INTEREST_BACKLOG`] held.
+    pub fn track_interest_for_workers(&mut self) {
+        self.registry.track_interest(true);
     }
 
     /// Every channel with local subscribers now; clears the change log, as

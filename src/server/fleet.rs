@@ -203,7 +203,7 @@ async fn interest(w: Rc<Worker>) {
     let mesh = w.mesh.get().expect("a worker of several has a mesh");
     {
         let mut hub = w.hub.borrow_mut();
-        hub.track_interest();
+        hub.track_interest_for_workers();
         // Marks the log connected: acknowledgements wait for answers.
         hub.interest_snapshot();
     }

@@ -45,6 +45,11 @@ pub fn subscribe(
             "subscription limit reached",
             idv,
         ),
+        Err(SubscribeError::Backlogged) => control::error(
+            ErrorCode::Unavailable,
+            "the other workers are behind; retry",
+            idv,
+        ),
     };
     hub.send_to(id, reply);
 }

@@ -90,6 +90,10 @@ pub async fn resume_from_redis(
             ErrorCode::TooManySubscriptions,
             "subscription limit reached",
         ),
+        SubscribeError::Backlogged => (
+            ErrorCode::Unavailable,
+            "the other workers are behind; retry",
+        ),
     })?;
     Ok(bounded(&mut hub, r))
 }
