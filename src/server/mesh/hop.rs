@@ -54,6 +54,23 @@ impl Clone for Msg {
 }
 
 impl Msg {
+    /// An owner's announcement on `channel` (a presence event): text,
+    /// kept out of history, every subscriber but connection `sender` of
+    /// worker `from` (0: none).
+    pub fn announcement(channel: &str, text: String, (from, sender): (u8, u64)) -> Msg {
+        Msg {
+            channel: Arc::from(channel),
+            opcode: OpCode::Text,
+            payload: Bytes::from(text),
+            sender,
+            from,
+            ask: None,
+            frames: None,
+            at: None,
+            unrecorded: true,
+        }
+    }
+
     /// Bytes it holds, its frames' copies included (what the overflow
     /// queue and the in-flight window count).
     pub(super) fn size(&self) -> usize {

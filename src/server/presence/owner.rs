@@ -27,8 +27,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::control::ErrorCode;
 use crate::hub::{ConnId, Hub, EXCLUDE_ALWAYS};
 use crate::presence::{self, event, Joined};
@@ -297,17 +295,8 @@ fn announce(w: &Worker, hub: &mut Hub, channel: &str, text: &str, skip: (u8, u64
     let Some(mesh) = mesh(w) else {
         return;
     };
-    let msg = Msg {
-        channel: Arc::from(presence::events_channel(channel)),
-        opcode: OpCode::Text,
-        payload: Bytes::copy_from_slice(text.as_bytes()),
-        sender: skip.1,
-        from: skip.0,
-        ask: None,
-        frames: None,
-        at: None,
-        unrecorded: true,
-    };
+    let events = presence::events_channel(channel);
+    let msg = Msg::announcement(&events, text.to_string(), skip);
     sequence(hub, mesh, msg);
 }
 

@@ -14,10 +14,6 @@
 //!   `member_added` and `member_removed` are sequenced on the channel
 //!   itself, the joining connection left out, and their webhooks sent.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-
 use crate::hub::{Hub, EXCLUDE_ALWAYS};
 use crate::pusher::presence::{self as pp, Member};
 use crate::pusher::webhook::Event;
@@ -25,7 +21,6 @@ use crate::pusher::{protocol, ChannelKind};
 use crate::server::mesh::{Mesh, Msg};
 use crate::server::publish::sequence;
 use crate::server::worker::Worker;
-use crate::ws::OpCode;
 
 /// The mesh, when channels' owners keep Pusher state (several workers,
 /// no Redis).
@@ -141,20 +136,11 @@ fn send_event(
         return;
     };
     let json = protocol::event(name, Some(channel), data);
-    let msg = Msg {
-        channel: Arc::from(internal),
-        opcode: OpCode::Text,
-        payload: Bytes::from(json),
-        sender: if skip.1 == 0 {
-            0
-        } else {
-            skip.1 | EXCLUDE_ALWAYS
-        },
-        from: skip.0,
-        ask: None,
-        frames: None,
-        at: None,
-        unrecorded: true,
+    let sender = if skip.1 == 0 {
+        0
+    } else {
+        skip.1 | EXCLUDE_ALWAYS
     };
+    let msg = Msg::announcement(internal, json, (skip.0, sender));
     sequence(hub, mesh, msg);
 }

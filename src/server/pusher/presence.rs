@@ -48,6 +48,11 @@ pub fn subscribe(
     let Ok(joined) = joined else {
         return refuse(hub, id, &channel, 403, "presence channel full");
     };
+    let shared = w.redis.is_some() || presence_owner::mesh(w).is_some();
+    // Subscribed later (after Redis or the owner answers): checked now.
+    if shared && at_limit(w, hub, id, (&channel, internal)) {
+        return;
+    }
     if w.redis.is_some() {
         return subscribe_redis(w, hub, (s, id), (channel, internal), m);
     }
@@ -71,6 +76,20 @@ pub fn subscribe(
     s.channels.insert(channel, Some(m.user_id));
 }
 
+/// Whether connection `id` has no subscription left: then refused, and
+/// its member leaves `internal` here.
+fn at_limit(w: &Worker, hub: &mut Hub, id: ConnId, (channel, internal): (&str, &str)) -> bool {
+    let max_subs = hub.limits().max_subscriptions;
+    let full = hub
+        .conn(id)
+        .is_none_or(|c| c.subscription_count() >= max_subs);
+    if full {
+        w.presence.borrow_mut().leave(id as u64, internal);
+        refuse(hub, id, channel, 400, "subscription limit reached");
+    }
+    full
+}
+
 /// Redis mode: the member is added in Redis first; `subscription_succeeded`
 /// follows with Redis's member list (every instance's), and Redis's script
 /// publishes `member_added` (skipping this connection) when the user is
@@ -82,14 +101,6 @@ fn subscribe_redis(
     (channel, internal): (String, &str),
     m: Member,
 ) {
-    let max_subs = hub.limits().max_subscriptions;
-    if hub
-        .conn(id)
-        .is_none_or(|c| c.subscription_count() >= max_subs)
-    {
-        w.presence.borrow_mut().leave(id as u64, internal);
-        return refuse(hub, id, &channel, 400, "subscription limit reached");
-    }
     hub.subscribe_internal(id, internal);
     let Some(link) = w.redis.clone() else { return };
     let (name, hub_name) = (channel.clone(), internal.to_string());
@@ -128,14 +139,6 @@ fn subscribe_owned(
     (channel, internal): (String, &str),
     m: Member,
 ) {
-    let max_subs = hub.limits().max_subscriptions;
-    if hub
-        .conn(id)
-        .is_none_or(|c| c.subscription_count() >= max_subs)
-    {
-        w.presence.borrow_mut().leave(id as u64, internal);
-        return refuse(hub, id, &channel, 400, "subscription limit reached");
-    }
     let Some(mesh) = presence_owner::mesh(w) else {
         return;
     };
