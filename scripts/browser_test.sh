@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium tests (tests/browser): the /status page, the /console (its screenshots go to docs/console/ with
+# Headless Chromium tests (tests/browser): the /status page, the /console (its screenshots go to docs/src/console/ with
 # UPDATE_SCREENSHOTS=1, else to target/console-shots/), browser
 # WebSocket interop and corecast's own TLS (wss://, https://), against a debug build of corecast. Installs Debian's
 # chromium and the npm package playwright-core when missing.
@@ -21,4 +21,4 @@ start_corecast ./target/debug/corecast "$log"
 addr=$CORECAST_ADDR
 cd tests/browser
 CORECAST_ADDR="$addr" CORECAST_BIN=../../target/debug/corecast \
-    node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs tls.test.mjs sse.test.mjs console.test.mjs
+    node --test --test-concurrency=1 --test-reporter=spec status.test.mjs deflate.test.mjs tls.test.mjs sse.test.mjs console.test.mjs readme.test.mjs

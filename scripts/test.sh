@@ -5,7 +5,8 @@
 # Installs what it needs when missing: redis-server, chromium and nginx from
 # Debian; a Python venv (.venv) with kosoku (Autobahn cases) and
 # check-jsonschema; playwright-core from npm; cargo-fuzz. Then: format
-# check, the import-graph and size check, clippy -D warnings, every cargo
+# check, the import-graph and size check, the Markdown's links and the
+# book (mdBook, installed from crates.io), clippy -D warnings, every cargo
 # test of the workspace (benches run once) and the doc tests, the embedding
 # example, Autobahn
 # against the committed baseline, headless-browser tests, the TypeScript
@@ -16,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# The book's builder (docs/book.toml), installed from crates.io when missing.
+MDBOOK_VERSION=0.5.4
 
 need_apt() {
     local missing=()
@@ -52,6 +56,17 @@ python3 scripts/check_imports.py
 step "relative links and anchors in the Markdown (scripts/check_links.py)"
 python3 scripts/check_links.py --self-test
 python3 scripts/check_links.py
+
+step "the book (docs/, mdBook $MDBOOK_VERSION; a warning fails it)"
+mdbook="${CARGO_HOME:-$HOME/.cargo}/bin/mdbook"
+if ! "$mdbook" --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
+    cargo install --quiet --locked mdbook --version "$MDBOOK_VERSION"
+fi
+book_log=$("$mdbook" build docs 2>&1) || { echo "$book_log"; exit 1; }
+if grep -E "WARN|ERROR" <<<"$book_log"; then
+    echo "mdbook build docs: warnings are errors" >&2
+    exit 1
+fi
 
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

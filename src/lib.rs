@@ -58,7 +58,7 @@
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
 //! - [`config`] → `auth`, `cache`, `console`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `ring`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
-//!   variables, a TOML file; `--help` and the README table come from one
+//!   variables, a TOML file; `--help` and the book's options table come from one
 //!   table. It composes the layers' own option structs.
 //! - `namespace` → `auth`, `history`, `http`: channel namespaces
 //!   (`chat:room-1` is in `chat`), sans-I/O — the compact `--namespace`
@@ -187,6 +187,13 @@ pub mod http;
 pub mod hub;
 pub mod log;
 pub(crate) mod metrics;
+
+/// Every series `/metrics` can show, as the book's metrics table
+/// (`examples/print_metrics_table.rs` prints it for docs/src/metrics.md).
+#[doc(hidden)]
+pub fn metrics_markdown_table() -> String {
+    metrics::catalogue::markdown_table()
+}
 #[doc(hidden)]
 pub mod namespace;
 #[doc(hidden)]

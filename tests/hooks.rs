@@ -222,20 +222,17 @@ async fn a_connect_storm_is_bounded_by_the_pool() {
     assert_eq!(counter(&s, "connections"), 201);
 }
 
-/// The README's example backend (its Python block, run as written but on
-/// a free port) drives corecast through all five hooks.
+/// The book's example backend (its Python block in docs/src/hooks.md, run
+/// as written but on a free port) drives corecast through all five hooks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_backend_works_as_documented() {
-    let readme = include_str!("../README.md");
+async fn the_books_backend_works_as_documented() {
+    let readme = include_str!("../docs/src/hooks.md");
     let start = readme
         .find("import http.server, json, time")
-        .expect("the README's backend");
+        .expect("the book's backend");
     let code = &readme[start..start + readme[start..].find("```").unwrap()];
     let listen = r#"http.server.ThreadingHTTPServer(("127.0.0.1", 9000), Handler).serve_forever()"#;
-    assert!(
-        code.contains(listen),
-        "the README's backend listens on 9000"
-    );
+    assert!(code.contains(listen), "the book's backend listens on 9000");
     let code = code.replace(
         listen,
         "srv = http.server.ThreadingHTTPServer((\"127.0.0.1\", 0), Handler)\n\

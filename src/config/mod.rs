@@ -3,7 +3,7 @@
 //! Each option is a command-line flag with an environment-variable twin; the
 //! flag wins over the variable, the variable over a TOML file, the file over
 //! the default. The table in [`OPTIONS`] (`options.rs`, one entry per
-//! option) is the single source of truth: `--help`, the README table, the
+//! option) is the single source of truth: `--help`, the book's options table, the
 //! defaults and the parser all read it, so a default cannot be documented in
 //! one place and different in another. Settings are grouped by the layer
 //! that owns them; adding an option is a field in that layer's struct and

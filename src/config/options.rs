@@ -1,5 +1,5 @@
 //! The options table: one entry per option (flag, environment variable,
-//! placeholder, default, help, setter), and the `--help` text and README
+//! placeholder, default, help, setter), and the `--help` text and the book's
 //! table generated from it.
 
 use super::fields::Config;
@@ -622,8 +622,8 @@ fn set_presence_ms(slot: &mut u64, v: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The README's configuration table, generated from [`OPTIONS`] (a test
-/// checks the README carries exactly these rows).
+/// The book's options table (docs/src/configuration.md), generated from [`OPTIONS`] (a test
+/// checks the page carries exactly these rows).
 pub fn markdown_table() -> String {
     let mut out = String::from("| flag | environment | default | meaning |\n|---|---|---|---|\n");
     for o in OPTIONS {

@@ -2,6 +2,7 @@
 //! the fixed-bucket histograms behind it. Sans-I/O: rendering is a pure
 //! function of a [`Snapshot`] and gauges, testable with a real parser.
 
+pub mod catalogue;
 mod cluster;
 
 use std::fmt::Write as _;

@@ -3,7 +3,7 @@
 // the charts move while a load runs; a channel is found by search and
 // opened; a message published from the console reaches a WebSocket
 // subscriber; screenshots (light/dark × desktop 1280×800/phone) are
-// kept as artifacts in target/console-shots/, or written to docs/console/
+// kept as artifacts in target/console-shots/, or written to docs/src/console/
 // (the README's) with UPDATE_SCREENSHOTS=1, so a test run leaves the
 // checkout clean.
 //
@@ -19,7 +19,7 @@ const bin = process.env.CORECAST_BIN;
 assert.ok(bin, "CORECAST_BIN must name a corecast binary");
 const KEY = "browser-console-key-0123";
 const SHOTS = process.env.UPDATE_SCREENSHOTS === "1"
-  ? "../../docs/console"
+  ? "../../docs/src/console"
   : "../../target/console-shots";
 
 /** Starts corecast with the console on a free port; resolves with its base URL. */

@@ -1,6 +1,6 @@
 /**
  * The JSON control protocol of corecast's `GET /ws` (see the server's
- * README, "JSON control protocol"): the frames, and pure functions to
+ * the book's Protocol reference): the frames, and pure functions to
  * encode requests and read replies. No I/O here.
  */
 
@@ -94,7 +94,7 @@ export function fromBase64(b64: string): Uint8Array {
 
 /**
  * What to do after a WebSocket closed, from its close code and reason
- * (the server's codes: README "Delivery contract" and "Access control").
+ * (the server's codes: the book's Delivery and Access control pages).
  * - `reconnect`: transient (network, restart `1001`, slow consumer `1008`,
  *   overload `1013`, history gap `1012`, no close frame `1006`, ...).
  * - `new-token`: `4001`, the token expired: reconnect with a fresh token

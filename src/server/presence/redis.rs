@@ -307,7 +307,7 @@ fn refresh(w: &Worker, link: &RedisLink) {
         let limits = (w.cfg.presence.ttl_ms, 0, style.max_events);
         let cmd = rp::add(&at, (user, m.connections, m.info.as_deref()), limits, &join);
         // A refresh announces a join only when Redis had lost the entry
-        // (see the README).
+        // (see the book's Presence page).
         if link.command_encoded(&at.route_key(), cmd).is_err() {
             return;
         }
