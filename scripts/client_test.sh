@@ -54,4 +54,4 @@ npm pack --silent --pack-destination "$tmp" >/dev/null
 echo "npm pack: the tarball installs and imports"
 node --test --test-concurrency=1 --test-reporter=spec test/unit.test.mjs test/client.test.mjs test/sse.test.mjs
 cd ../../tests/browser
-node --test --test-concurrency=1 --test-reporter=spec client.test.mjs client_sse.test.mjs
+node --test --test-concurrency=1 --test-reporter=spec client.test.mjs client_sse.test.mjs client_docs.test.mjs
