@@ -110,6 +110,8 @@
 //!   consumer sleeps (sans-I/O: the wake-up itself is the edge's).
 //! - `waits` (leaf): a worker's requests waiting for another worker's
 //!   answer (a channel's owner), bounded, each with its waker (sans-I/O).
+//! - `filter` (leaf): publication tags and Centrifugo-shaped tag filters,
+//!   bounded, evaluated without allocating (sans-I/O).
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -176,6 +178,8 @@ pub mod config;
 pub mod console;
 #[doc(hidden)]
 pub mod control;
+#[doc(hidden)]
+pub mod filter;
 pub(crate) mod histogram;
 #[doc(hidden)]
 pub mod history;

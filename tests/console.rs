@@ -685,6 +685,7 @@ async fn tiny_origin() -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_shows_hits_and_origin_latency() {
+    one_worker_per_server("the feed shows the view of its own worker, one instance of several (as in Redis mode); tests/workers.rs lists every worker");
     let origin = tiny_origin().await;
     let srv = TestServer::start(|c| {
         keyed(c);
