@@ -25,8 +25,8 @@
 //!
 //! [`Filter::matches`] runs once per subscriber per publication: it
 //! walks the flattened tree and looks tags up by binary search, and never
-//! allocates (numbers were read when the filter was parsed; a tag's
-//! number is read from its text in place).
+//! allocates (numbers were read when the filter was parsed, and a tag's
+//! when the publication's tags were: once per publication).
 
 use std::fmt;
 
@@ -66,9 +66,18 @@ impl fmt::Display for FilterError {
     }
 }
 
-/// A publication's tags, sorted by key (looked up by binary search).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tags(Vec<(Box<str>, Box<str>)>);
+/// A publication's tags, sorted by key (looked up by binary search), each
+/// value's number read once (for `gt`, `gte`, `lt`, `lte`), not once per
+/// subscriber.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tags(Vec<Tag>);
+
+#[derive(Debug, Clone, PartialEq)]
+struct Tag {
+    key: Box<str>,
+    value: Box<str>,
+    number: Option<f64>,
+}
 
 impl Tags {
     /// Reads tags from their JSON text.
@@ -86,7 +95,7 @@ impl Tags {
             return Err(FilterError::TooLarge("more than 16 tags"));
         }
         let mut bytes = 0;
-        let mut out: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(obj.len());
+        let mut out: Vec<Tag> = Vec::with_capacity(obj.len());
         for (k, v) in obj {
             let v = v
                 .as_str()
@@ -98,16 +107,22 @@ impl Tags {
             if bytes > MAX_TAG_BYTES {
                 return Err(FilterError::TooLarge("tags over 1 KiB"));
             }
-            out.push((Box::from(k.as_str()), Box::from(v)));
+            let number = v.parse::<f64>().ok().filter(|n| n.is_finite());
+            let (key, value) = (Box::from(k.as_str()), Box::from(v));
+            out.push(Tag { key, value, number });
         }
-        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         Ok(Tags(out))
+    }
+
+    fn find(&self, key: &str) -> Option<&Tag> {
+        let i = self.0.binary_search_by(|t| (*t.key).cmp(key)).ok()?;
+        Some(&self.0[i])
     }
 
     /// The value of `key`, if the publication has it.
     pub fn get(&self, key: &str) -> Option<&str> {
-        let i = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
-        Some(&self.0[i].1)
+        self.find(key).map(|t| &*t.value)
     }
 
     /// Whether there are none.
@@ -117,10 +132,8 @@ impl Tags {
 
     /// The tags as a JSON object.
     pub fn to_json(&self) -> Value {
-        let map = self
-            .0
-            .iter()
-            .map(|(k, v)| (k.to_string(), Value::from(&**v)));
+        let map = self.0.iter();
+        let map = map.map(|t| (t.key.to_string(), Value::from(&*t.value)));
         Value::Object(map.collect())
     }
 }
@@ -234,15 +247,16 @@ impl Filter {
                 r.into_iter().any(|c| self.eval(c, tags))
             }
             Node::Not { child } => !self.eval(*child as usize, tags),
-            Node::Leaf { key, cmp, val } => leaf(tags.get(key), *cmp, val),
+            Node::Leaf { key, cmp, val } => leaf(tags.find(key), *cmp, val),
         }
     }
 }
 
-fn leaf(tag: Option<&str>, cmp: Cmp, val: &Operand) -> bool {
-    let Some(tag) = tag else {
+fn leaf(tag: Option<&Tag>, cmp: Cmp, val: &Operand) -> bool {
+    let Some(t) = tag else {
         return matches!(cmp, Cmp::Neq | Cmp::Nin | Cmp::Nex);
     };
+    let tag = &*t.value;
     match (cmp, val) {
         (Cmp::Ex, _) => true,
         (Cmp::Nex, _) => false,
@@ -254,7 +268,7 @@ fn leaf(tag: Option<&str>, cmp: Cmp, val: &Operand) -> bool {
         (Cmp::Ew, Operand::Text(v)) => tag.ends_with(&**v),
         (Cmp::Ct, Operand::Text(v)) => tag.contains(&**v),
         (cmp, Operand::Number(n)) => {
-            let Ok(t) = tag.parse::<f64>() else {
+            let Some(t) = t.number else {
                 return false;
             };
             match cmp {
