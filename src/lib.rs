@@ -180,6 +180,8 @@ pub mod console;
 pub mod control;
 #[doc(hidden)]
 pub mod filter;
+#[cfg(test)]
+mod generated;
 pub(crate) mod histogram;
 #[doc(hidden)]
 pub mod history;

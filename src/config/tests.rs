@@ -74,15 +74,9 @@ fn help_lists_every_option_with_env_and_default() {
 #[test]
 fn the_book_documents_every_option_as_generated() {
     let page = include_str!("../../docs/src/configuration.md");
-    let start = "<!-- generated: the options table";
-    let end = "<!-- end of the generated table -->";
-    let from = page
-        .find(start)
-        .expect("the generated table's start marker");
-    let from = from + page[from..].find('\n').expect("a line") + 1;
-    let to = page.find(end).expect("the generated table's end marker");
+    let table = crate::generated::between_markers(page, "<!-- generated: the options table");
     assert!(
-        page[from..to].trim_end() == markdown_table().trim_end(),
+        table == markdown_table().trim_end(),
         "docs/src/configuration.md's options table is stale: regenerate it with \
          `cargo run --example print_config_table` between its markers"
     );

@@ -64,15 +64,9 @@ mod tests {
     #[test]
     fn the_books_metrics_page_lists_every_series_as_generated() {
         let page = include_str!("../../docs/src/metrics.md");
-        let start = "<!-- generated: every series";
-        let end = "<!-- end of the generated table -->";
-        let from = page
-            .find(start)
-            .expect("the generated table's start marker");
-        let from = from + page[from..].find('\n').expect("a line") + 1;
-        let to = page.find(end).expect("the generated table's end marker");
+        let table = crate::generated::between_markers(page, "<!-- generated: every series");
         assert!(
-            page[from..to].trim_end() == markdown_table().trim_end(),
+            table == markdown_table().trim_end(),
             "docs/src/metrics.md is stale: regenerate its table with \
              `cargo run --example print_metrics_table` between its markers"
         );
