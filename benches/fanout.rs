@@ -152,7 +152,11 @@ fn fanout_workers(c: &mut Criterion) {
                 assert!(tx.push(msg).is_ok());
                 rx.drain(64, |(c, p, f)| {
                     let seed = Some(*f);
-                    black_box(b_hub.publish_relayed(&c, OpCode::Binary, &p, None, (seed, None)));
+                    black_box(b_hub.publish_relayed(
+                        (&c, OpCode::Binary, &p, None),
+                        None,
+                        (seed, None),
+                    ));
                 });
                 drain(&mut b_hub, &ids_b, &mut batch);
             })

@@ -8,6 +8,8 @@
 //! {"op":"publish","channel":"news","data":"hello","id":3}
 //! {"op":"publish","channel":"news","data_base64":"AAEC"}
 //! {"op":"subscribe","channel":"room-1","presence":true,"id":5}
+//! {"op":"subscribe","channel":"px","filter":{"key":"sym","cmp":"eq","val":"BTC"}}
+//! {"op":"publish","channel":"px","data":"…","tags":{"sym":"BTC"}}
 //! {"op":"presence","channel":"room-1","id":6}
 //! {"op":"rpc","method":"sum","data":{"a":1,"b":2},"id":7}
 //! {"op":"connect","id":8}
@@ -22,6 +24,7 @@
 //! {"type":"published","channel":"news","subscribers":12,"id":3}
 //! {"type":"message","channel":"news","data":"hello"}
 //! {"type":"message","channel":"news","data_base64":"AAEC"}
+//! {"type":"message","channel":"px","data":"…","tags":{"sym":"BTC"}}
 //! {"type":"error","code":"invalid_channel","message":"…","id":4}
 //! {"type":"join","channel":"room-1","user":"ana","info":{"name":"Ana"}}
 //! {"type":"leave","channel":"room-1","user":"ana"}
@@ -50,7 +53,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use std::sync::Arc;
+
 use crate::channel::valid_channel_name;
+use crate::filter::{Filter, Tags};
 use crate::ws::frame::{encode_server_frame, encode_server_frame_parts, OpCode};
 
 /// A parsed client request.
@@ -64,6 +70,11 @@ pub enum Request {
         since: Option<Since>,
         /// `"presence":true`: also receive the channel's join/leave events.
         presence: bool,
+        /// Only publications whose tags pass this (`crate::filter`).
+        filter: Option<Filter>,
+        /// The subscribe hook's filter, applied first and whatever
+        /// `filter` says (never read from the wire).
+        server_filter: Option<Filter>,
     },
     /// The members of a presence channel (`{"op":"presence"}`).
     Presence {
@@ -83,6 +94,8 @@ pub enum Request {
         opcode: OpCode,
         /// Message bytes (decoded from `data` or `data_base64`).
         payload: Vec<u8>,
+        /// Its tags, if it has any.
+        tags: Option<Arc<Tags>>,
     },
     /// Replace the connection token before it expires (same grants, later
     /// `exp`).
@@ -149,6 +162,10 @@ pub enum ErrorCode {
     UnknownChannel,
     /// Larger than the namespace's `max-message-size`.
     MessageTooLarge,
+    /// A subscribe's `filter` is malformed or over its bounds.
+    InvalidFilter,
+    /// A publish's `tags` are malformed or over their bounds.
+    InvalidTags,
 }
 
 impl ErrorCode {
@@ -168,6 +185,8 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::UnknownChannel => "unknown_channel",
             ErrorCode::MessageTooLarge => "message_too_large",
+            ErrorCode::InvalidFilter => "invalid_filter",
+            ErrorCode::InvalidTags => "invalid_tags",
         }
     }
 }
@@ -195,6 +214,10 @@ struct Wire<'a> {
     token: Option<String>,
     since: Option<Since>,
     presence: Option<bool>,
+    #[serde(borrow)]
+    filter: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tags: Option<&'a RawValue>,
     id: Option<Box<RawValue>>,
 }
 
@@ -248,39 +271,62 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
         return Err(fail(ErrorCode::InvalidChannel, "invalid channel name", id));
     }
     let request = match wire.op {
-        Some("subscribe") => Request::Subscribe {
-            channel,
-            since: wire.since,
-            presence: wire.presence.unwrap_or(false),
-        },
+        Some("subscribe") => {
+            let filter = match wire.filter.map(|f| Filter::parse(f.get().as_bytes())) {
+                None => None,
+                Some(Ok(f)) => Some(f),
+                Some(Err(e)) => return Err(fail(ErrorCode::InvalidFilter, &e.to_string(), id)),
+            };
+            Request::Subscribe {
+                channel,
+                since: wire.since,
+                presence: wire.presence.unwrap_or(false),
+                filter,
+                server_filter: None,
+            }
+        }
         Some("presence") => Request::Presence { channel },
         Some("unsubscribe") => Request::Unsubscribe { channel },
-        Some("publish") => match (wire.data, wire.data_base64) {
-            (Some(d), None) => match serde_json::from_str::<String>(d.get()) {
-                Ok(d) => Request::Publish {
+        Some("publish") => {
+            let tags = match wire.tags.map(|t| Tags::parse(t.get().as_bytes())) {
+                None => None,
+                Some(Ok(t)) if t.is_empty() => None,
+                Some(Ok(t)) => Some(Arc::new(t)),
+                Some(Err(e)) => return Err(fail(ErrorCode::InvalidTags, &e.to_string(), id)),
+            };
+            match publish_payload(wire.data, wire.data_base64) {
+                Ok((opcode, payload)) => Request::Publish {
                     channel,
-                    opcode: OpCode::Text,
-                    payload: d.into_bytes(),
-                },
-                Err(_) => return Err(fail(ErrorCode::BadRequest, "\"data\" must be a string", id)),
-            },
-            (None, Some(b)) => match base64::engine::general_purpose::STANDARD.decode(b) {
-                Ok(payload) => Request::Publish {
-                    channel,
-                    opcode: OpCode::Binary,
+                    opcode,
                     payload,
+                    tags,
                 },
-                Err(_) => return Err(fail(ErrorCode::BadRequest, "invalid data_base64", id)),
-            },
-            _ => {
-                let msg = "publish needs exactly one of \"data\" (string) or \"data_base64\"";
-                return Err(fail(ErrorCode::BadRequest, msg, id));
+                Err(message) => return Err(fail(ErrorCode::BadRequest, message, id)),
             }
-        },
+        }
         Some(_) => return Err(fail(ErrorCode::BadRequest, "unknown op", id)),
         None => return Err(fail(ErrorCode::BadRequest, "missing \"op\"", id)),
     };
     Ok(Envelope { request, id })
+}
+
+/// A publish's frame type and bytes, from `data` (a string: text) or
+/// `data_base64` (binary): exactly one.
+fn publish_payload(
+    data: Option<&RawValue>,
+    data_base64: Option<&str>,
+) -> Result<(OpCode, Vec<u8>), &'static str> {
+    match (data, data_base64) {
+        (Some(d), None) => match serde_json::from_str::<String>(d.get()) {
+            Ok(d) => Ok((OpCode::Text, d.into_bytes())),
+            Err(_) => Err("\"data\" must be a string"),
+        },
+        (None, Some(b)) => match base64::engine::general_purpose::STANDARD.decode(b) {
+            Ok(payload) => Ok((OpCode::Binary, payload)),
+            Err(_) => Err("invalid data_base64"),
+        },
+        _ => Err("publish needs exactly one of \"data\" (string) or \"data_base64\""),
+    }
 }
 
 #[derive(Serialize)]
@@ -397,8 +443,13 @@ pub fn error(code: ErrorCode, message: &str, id: Option<&RawValue>) -> Bytes {
 /// message: the encoder of `server::formats::JSON`, which the hub calls
 /// once per publish (not per subscriber). `offset` is the message's place
 /// in the channel's history (0: none, and no `"offset"` member).
-pub fn encode_delivery(channel: &str, opcode: OpCode, payload: &[u8], offset: u64) -> Bytes {
-    let (head, body) = delivery_parts(channel, opcode, payload, offset);
+pub fn encode_delivery(
+    channel: &str,
+    opcode: OpCode,
+    payload: &[u8],
+    at: (u64, Option<&str>),
+) -> Bytes {
+    let (head, body) = delivery_parts(channel, opcode, payload, at);
     encode_server_frame_parts(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
 }
 
@@ -409,15 +460,21 @@ pub fn delivery_parts(
     channel: &str,
     opcode: OpCode,
     payload: &[u8],
-    offset: u64,
+    (offset, tags): (u64, Option<&str>),
 ) -> (String, String) {
     // Channel names are restricted to characters that need no JSON
     // escaping (`crate::channel`; internal names such as `!status` too).
-    let head = if offset == 0 {
+    let mut head = if offset == 0 {
         format!("{{\"type\":\"message\",\"channel\":\"{channel}\",")
     } else {
         format!("{{\"type\":\"message\",\"channel\":\"{channel}\",\"offset\":{offset},")
     };
+    // Tags are JSON already (`Tags::json`: an object of strings).
+    if let Some(t) = tags {
+        head.push_str("\"tags\":");
+        head.push_str(t);
+        head.push(',');
+    }
     let body = if opcode == OpCode::Text {
         let text = String::from_utf8_lossy(payload);
         let quoted = serde_json::to_string(&text).expect("strings serialize");
@@ -468,6 +525,8 @@ mod tests {
                 channel: "a".into(),
                 since: None,
                 presence: false,
+                filter: None,
+                server_filter: None,
             }
         );
         assert_eq!(e.id.unwrap().get(), "7");
@@ -477,7 +536,8 @@ mod tests {
             Request::Publish {
                 channel: "a".into(),
                 opcode: OpCode::Text,
-                payload: "hé".as_bytes().to_vec()
+                payload: "hé".as_bytes().to_vec(),
+                tags: None,
             }
         );
         let e = parse(br#"{"op":"publish","channel":"a","data_base64":"AAEC"}"#).unwrap();
@@ -524,12 +584,12 @@ mod tests {
             "c",
             OpCode::Text,
             "line\n\"q\"".as_bytes(),
-            0,
+            (0, None),
         ));
         assert_eq!(v["data"], "line\n\"q\"");
-        let v = json_of(&encode_delivery("c", OpCode::Binary, &[0xff, 0], 0));
+        let v = json_of(&encode_delivery("c", OpCode::Binary, &[0xff, 0], (0, None)));
         assert_eq!(v["data_base64"], "/wA=");
-        let v = json_of(&encode_delivery("c", OpCode::Text, b"x", 7));
+        let v = json_of(&encode_delivery("c", OpCode::Text, b"x", (7, None)));
         assert_eq!(
             v,
             serde_json::json!({"type":"message","channel":"c","offset":7,"data":"x"})
@@ -555,6 +615,8 @@ mod tests {
                 channel: "a".into(),
                 since,
                 presence: false,
+                filter: None,
+                server_filter: None,
             }
         );
         let e = parse(br#"{"op":"subscribe","channel":"a","presence":true}"#).unwrap();

@@ -56,6 +56,17 @@ pub enum FilterError {
     TooLarge(&'static str),
 }
 
+impl FilterError {
+    /// The reason alone (a static text for an HTTP answer).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FilterError::Shape(what) | FilterError::Unknown(what) | FilterError::TooLarge(what) => {
+                what
+            }
+        }
+    }
+}
+
 impl fmt::Display for FilterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -70,7 +81,22 @@ impl fmt::Display for FilterError {
 /// value's number read once (for `gt`, `gte`, `lt`, `lte`), not once per
 /// subscriber.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Tags(Vec<Tag>);
+pub struct Tags {
+    tags: Vec<Tag>,
+    /// The tags as compact JSON, keys sorted: what frames, the mesh and
+    /// Redis carry (written once per publication).
+    json: String,
+}
+
+// Numbers are read from the values (finite only), so equal values mean
+// equal numbers: equality is an equivalence.
+impl Eq for Tags {}
+
+/// No tags: what a filter sees of a publication without any.
+static NO_TAGS: Tags = Tags {
+    tags: Vec::new(),
+    json: String::new(),
+};
 
 #[derive(Debug, Clone, PartialEq)]
 struct Tag {
@@ -94,12 +120,27 @@ impl Tags {
         if obj.len() > MAX_TAGS {
             return Err(FilterError::TooLarge("more than 16 tags"));
         }
-        let mut bytes = 0;
-        let mut out: Vec<Tag> = Vec::with_capacity(obj.len());
+        let mut pairs = Vec::with_capacity(obj.len());
         for (k, v) in obj {
             let v = v
                 .as_str()
                 .ok_or(FilterError::Shape("a tag's value must be a string"))?;
+            pairs.push((k.as_str(), v));
+        }
+        Tags::from_pairs(pairs)
+    }
+
+    /// Tags from `(key, value)` pairs (a query string's `tag.KEY=VALUE`),
+    /// within the bounds; a key given twice is refused.
+    pub fn from_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Tags, FilterError> {
+        let mut bytes = 0;
+        let mut out: Vec<Tag> = Vec::new();
+        for (k, v) in pairs {
+            if out.len() == MAX_TAGS {
+                return Err(FilterError::TooLarge("more than 16 tags"));
+            }
             if k.is_empty() {
                 return Err(FilterError::Shape("a tag's key must not be empty"));
             }
@@ -108,16 +149,30 @@ impl Tags {
                 return Err(FilterError::TooLarge("tags over 1 KiB"));
             }
             let number = v.parse::<f64>().ok().filter(|n| n.is_finite());
-            let (key, value) = (Box::from(k.as_str()), Box::from(v));
+            let (key, value) = (Box::from(k), Box::from(v));
             out.push(Tag { key, value, number });
         }
         out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        Ok(Tags(out))
+        if out.windows(2).any(|w| w[0].key == w[1].key) {
+            return Err(FilterError::Shape("a tag's key given twice"));
+        }
+        let json = tags_json(&out);
+        Ok(Tags { tags: out, json })
+    }
+
+    /// No tags (a publication without any, as filters see it).
+    pub fn none() -> &'static Tags {
+        &NO_TAGS
+    }
+
+    /// The tags as compact JSON text, keys sorted.
+    pub fn json(&self) -> &str {
+        &self.json
     }
 
     fn find(&self, key: &str) -> Option<&Tag> {
-        let i = self.0.binary_search_by(|t| (*t.key).cmp(key)).ok()?;
-        Some(&self.0[i])
+        let i = self.tags.binary_search_by(|t| (*t.key).cmp(key)).ok()?;
+        Some(&self.tags[i])
     }
 
     /// The value of `key`, if the publication has it.
@@ -127,15 +182,29 @@ impl Tags {
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.tags.is_empty()
     }
 
     /// The tags as a JSON object.
     pub fn to_json(&self) -> Value {
-        let map = self.0.iter();
+        let map = self.tags.iter();
         let map = map.map(|t| (t.key.to_string(), Value::from(&*t.value)));
         Value::Object(map.collect())
     }
+}
+
+fn tags_json(tags: &[Tag]) -> String {
+    let map = tags.iter();
+    let map = map.map(|t| (t.key.to_string(), Value::from(&*t.value)));
+    let map: serde_json::Map<String, Value> = map.collect();
+    serde_json::to_string(&map).expect("a map of strings serializes")
+}
+
+/// Whether a publication with `tags` (`None`: it has none) passes every
+/// filter of `filters` (a subscription's: the server's, then its own).
+pub fn all_match(filters: &[Filter], tags: Option<&Tags>) -> bool {
+    let tags = tags.unwrap_or(&NO_TAGS);
+    filters.iter().all(|f| f.matches(tags))
 }
 
 /// A comparison of a leaf.
@@ -213,6 +282,10 @@ enum Operand {
 pub struct Filter {
     nodes: Vec<Node>,
 }
+
+// Its numbers are finite (parsing refuses others): equality is an
+// equivalence.
+impl Eq for Filter {}
 
 impl Filter {
     /// Reads a filter from its JSON text.

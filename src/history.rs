@@ -22,9 +22,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::filter::Tags;
 use crate::ws::OpCode;
 
 /// Bytes a kept message costs beyond its payload (entry, queue slot).
@@ -84,11 +86,18 @@ pub struct Entry {
     pub opcode: OpCode,
     /// The message as published.
     pub payload: Bytes,
+    /// Its tags, if it had any (a filtered resume replays only what
+    /// passes).
+    pub tags: Option<Arc<Tags>>,
 }
+
+/// A message to keep, without its offset: frame type, bytes, tags.
+pub type Kept = (OpCode, Bytes, Option<Arc<Tags>>);
 
 impl Entry {
     fn cost(&self) -> usize {
-        self.payload.len() + ENTRY_OVERHEAD
+        let tags = self.tags.as_ref().map_or(0, |t| t.json().len());
+        self.payload.len() + tags + ENTRY_OVERHEAD
     }
 }
 
@@ -281,20 +290,15 @@ impl History {
     /// Appends a message published here (embedded mode) and returns its
     /// position. `room`: the bytes the worker-wide budget leaves for
     /// history (beyond what it holds now, minus this ring's share).
-    pub fn append(
-        &mut self,
-        channel: &str,
-        opcode: OpCode,
-        payload: Bytes,
-        now_ms: u64,
-        room: usize,
-    ) -> Position {
+    pub fn append(&mut self, channel: &str, kept: Kept, now_ms: u64, room: usize) -> Position {
         let ring = self.ring_mut(channel, now_ms);
         ring.top += 1;
+        let (opcode, payload, tags) = kept;
         let entry = Entry {
             offset: ring.top,
             opcode,
             payload,
+            tags,
         };
         let pos = ring.position();
         self.keep(channel, entry, now_ms, room);
@@ -330,7 +334,7 @@ impl History {
         &mut self,
         channel: &str,
         at: (&str, u64),
-        entry: (OpCode, Bytes),
+        entry: Kept,
         now_ms: u64,
         room: usize,
     ) -> Stored {
@@ -339,13 +343,14 @@ impl History {
             return outcome;
         }
         self.reset(channel, (at.0, at.1.saturating_sub(1)), now_ms);
-        let (opcode, payload) = entry;
+        let (opcode, payload, tags) = entry;
         let ring = self.rings.get_mut(channel).expect("reset creates it");
         ring.top = at.1;
         let entry = Entry {
             offset: at.1,
             opcode,
             payload,
+            tags,
         };
         self.keep(channel, entry, now_ms, room);
         outcome

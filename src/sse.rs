@@ -165,7 +165,7 @@ pub fn parse_request(
     {
         match k {
             "channel" => {
-                let c = percent_decode(v).filter(|c| valid_channel_name(c));
+                let c = crate::http::percent_decode(v).filter(|c| valid_channel_name(c));
                 let c = c.ok_or(RequestError::InvalidChannel)?;
                 if !sub.channels.contains(&c) {
                     // Checked as they come: a flood is refused at the bound.
@@ -183,7 +183,7 @@ pub fn parse_request(
         return Err(RequestError::NoChannel);
     }
     for v in since.into_iter().take(max_channels.saturating_add(1)) {
-        let p = percent_decode(v).and_then(|v| parse_event_id(&v));
+        let p = crate::http::percent_decode(v).and_then(|v| parse_event_id(&v));
         let p = p.filter(|p| sub.channels.contains(&p.channel));
         sub.positions.push(p.ok_or(RequestError::InvalidSince)?);
     }
@@ -197,32 +197,6 @@ pub fn parse_request(
         sub.reconnect = true;
     }
     Ok(sub)
-}
-
-/// `%XX` escapes and `+` decoded (as `URLSearchParams` encodes); `None`
-/// for a bad escape or a result that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// One event: its optional id (channel, epoch, offset), its name and its

@@ -30,6 +30,9 @@ pub enum TokenError {
     BadInfo,
     /// `--token-user-claim` is set and the token has no such string claim.
     NoUser,
+    /// A `filters` claim that is not an object of channel patterns to
+    /// valid tag filters.
+    BadFilter,
 }
 
 impl TokenError {
@@ -49,6 +52,7 @@ impl TokenError {
             TokenError::WrongIssuer => "token issuer does not match",
             TokenError::BadInfo => "token info must be a JSON object of at most 1 KiB",
             TokenError::NoUser => "token lacks the user claim (--token-user-claim)",
+            TokenError::BadFilter => "token filters must map channel patterns to valid tag filters",
         }
     }
 }

@@ -1,6 +1,10 @@
 //! What a connection may do: everything, subscribe only, or what its
 //! token's claims list (channel patterns: `*`, `news.*`, `chat`).
 
+use std::sync::Arc;
+
+use crate::filter::Filter;
+
 /// What a connection may do. Kept to one pointer for the common cases
 /// (no tokens configured, the read-only status feed), since every
 /// connection's task holds one for its whole life.
@@ -32,6 +36,9 @@ pub struct TokenGrants {
     pub via_hook: bool,
     subscribe: Vec<String>,
     publish: Vec<String>,
+    /// Tag filters the server applies to subscriptions on channels their
+    /// patterns match (every matching one), whatever the client asks.
+    pub(super) filters: Vec<(String, Arc<Filter>)>,
 }
 
 impl TokenGrants {
@@ -49,13 +56,16 @@ impl TokenGrants {
             via_hook: false,
             subscribe,
             publish,
+            filters: Vec::new(),
         }
     }
 
     /// Whether `other` grants exactly the same channels (a refresh may
     /// extend a connection's life, never widen or narrow what it may do).
     pub fn same_channels(&self, other: &TokenGrants) -> bool {
-        self.subscribe == other.subscribe && self.publish == other.publish
+        self.subscribe == other.subscribe
+            && self.publish == other.publish
+            && self.filters == other.filters
     }
 }
 
@@ -119,6 +129,21 @@ impl Grants {
         match self {
             Grants::All | Grants::ReadOnly => true,
             Grants::Token(t) => t.subscribe.iter().any(|p| pattern_matches(p, channel)),
+        }
+    }
+
+    /// The tag filters the token sets on `channel` (those of every
+    /// pattern that matches it): a subscription there gets only what
+    /// passes all of them, whatever its own filter.
+    pub fn filters_for(&self, channel: &str) -> Vec<Filter> {
+        match self {
+            Grants::Token(t) => t
+                .filters
+                .iter()
+                .filter(|(p, _)| pattern_matches(p, channel))
+                .map(|(_, f)| Filter::clone(f))
+                .collect(),
+            _ => Vec::new(),
         }
     }
 

@@ -10,9 +10,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::Sha256;
 
+use std::sync::Arc;
+
 use super::error::TokenError;
 use super::grants::{Grants, TokenGrants};
 use super::keys::{Alg, TokenKeys};
+use crate::filter::Filter;
 
 /// Longest token accepted (header + claims + signature, base64url).
 pub const MAX_TOKEN_LEN: usize = 4096;
@@ -56,6 +59,10 @@ struct Claims {
     subscribe: Vec<String>,
     #[serde(default)]
     publish: Vec<String>,
+    /// Channel pattern → tag filter the server applies to the holder's
+    /// subscriptions there (`crate::filter`).
+    #[serde(default)]
+    filters: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What a token's claims must say besides `exp`/`nbf`
@@ -133,8 +140,13 @@ fn check_claims(
             return Err(TokenError::WrongIssuer);
         }
     }
-    if claims.subscribe.len() + claims.publish.len() > MAX_PATTERNS {
+    if claims.subscribe.len() + claims.publish.len() + claims.filters.len() > MAX_PATTERNS {
         return Err(TokenError::Malformed);
+    }
+    let mut filters = Vec::with_capacity(claims.filters.len());
+    for (pattern, tree) in &claims.filters {
+        let f = Filter::from_json(tree).map_err(|_| TokenError::BadFilter)?;
+        filters.push((pattern.clone(), Arc::new(f)));
     }
     let info = claims.info.map(|i| i.get().to_string());
     if info
@@ -143,11 +155,9 @@ fn check_claims(
     {
         return Err(TokenError::BadInfo);
     }
-    Ok(Grants::Token(Box::new(TokenGrants::new(
-        (claims.sub, info, exp),
-        claims.subscribe,
-        claims.publish,
-    ))))
+    let mut grants = TokenGrants::new((claims.sub, info, exp), claims.subscribe, claims.publish);
+    grants.filters = filters;
+    Ok(Grants::Token(Box::new(grants)))
 }
 
 /// `--token-user-claim`: the user is that string claim, not `sub`

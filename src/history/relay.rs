@@ -258,8 +258,13 @@ impl Relay {
             Stored::NewEpoch | Stored::InOrder => {}
         }
         let at = (epoch, e.offset);
-        self.history
-            .store(channel, at, (e.opcode, e.payload.clone()), clock.0, clock.1);
+        self.history.store(
+            channel,
+            at,
+            (e.opcode, e.payload.clone(), e.tags.clone()),
+            clock.0,
+            clock.1,
+        );
         // The ring's own copy of the epoch (no allocation per message).
         let epoch = self
             .history

@@ -10,7 +10,7 @@ fn limits(size: usize, max_bytes: usize) -> HistoryLimits {
 
 fn push(h: &mut History, channel: &str, payload: &str, now: u64) -> Position {
     let p = Bytes::copy_from_slice(payload.as_bytes());
-    h.append(channel, OpCode::Text, p, now, usize::MAX)
+    h.append(channel, (OpCode::Text, p, None), now, usize::MAX)
 }
 
 fn offsets(entries: &[Entry]) -> Vec<u64> {
@@ -98,8 +98,7 @@ fn the_budget_room_trims_the_publishing_channel() {
     for _ in 0..5 {
         h.append(
             "a",
-            OpCode::Text,
-            Bytes::from_static(b"0123456789"),
+            (OpCode::Text, Bytes::from_static(b"0123456789"), None),
             0,
             room,
         );
@@ -151,7 +150,7 @@ fn stored_positions_report_gaps_duplicates_and_new_epochs() {
         h.store(
             "a",
             (e, o),
-            (OpCode::Text, Bytes::from_static(b"m")),
+            (OpCode::Text, Bytes::from_static(b"m"), None),
             0,
             usize::MAX,
         )

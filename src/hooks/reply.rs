@@ -115,6 +115,9 @@ pub struct SubscribeResult {
     /// Subscription expiry (unused).
     #[serde(default)]
     pub expire_at: u64,
+    /// A tag filter the server applies to this subscription, before and
+    /// whatever the client's own (`crate::filter`); checked by the edge.
+    pub filter: Option<serde_json::Value>,
 }
 
 /// The publish hook's result.

@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use crate::filter::Tags;
 use crate::ws::OpCode;
 
 /// Most wire formats (encoder slots) a hub can serve.
@@ -49,6 +50,9 @@ pub struct Delivery<'a> {
     /// known where it was published; Server-Sent Events name it in
     /// their event ids).
     pub epoch: &'a str,
+    /// The publication's tags, if it has any (the JSON protocol shows
+    /// them; filters select on them).
+    pub tags: Option<&'a Tags>,
 }
 
 /// Encodes a delivery into one complete server frame (or several frames

@@ -70,8 +70,9 @@ pub use outbox::{
     WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
 };
 pub use parking::{LocalWaker, Parking};
+pub use publish::Message;
 pub use recall::Resumed;
-pub use registry::{SubscribeError, MAX_INTEREST_BACKLOG};
+pub use registry::{Filters, SubscribeError, MAX_INTEREST_BACKLOG};
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -292,15 +293,36 @@ impl Hub {
         id: ConnId,
         name: &str,
         since: Option<(&str, u64)>,
+        filters: Option<Filters>,
     ) -> Result<Option<Resumed>, SubscribeError> {
         self.subscribe(id, name)?;
+        // Subscribing again replaces the filters (the latest subscribe's
+        // apply), in the same step as the replay below.
+        self.registry
+            .set_filters(&self.conns, id, name, filters.clone());
         if !self.history.enabled_for(name) {
             return Ok(None);
         }
         let max_replay = self.limits.max_outbound_queue.saturating_mul(2);
         let clock = (self.now_ms, max_replay);
-        let r = recall::resume(&mut self.history, &mut self.stats, name, since, clock);
+        let mut r = recall::resume(&mut self.history, &mut self.stats, name, since, clock);
+        if let Some(f) = filters {
+            r.replay
+                .retain(|e| crate::filter::all_match(&f, e.tags.as_deref()));
+        }
         Ok(Some(r))
+    }
+
+    /// Connection `id`'s tag filters on `name` (`None`: it has none, or
+    /// is not subscribed there).
+    pub fn filters_of(&self, id: ConnId, name: &str) -> Option<Filters> {
+        self.registry.filters_of(&self.conns, id, name)
+    }
+
+    /// Sets (`None`: clears) connection `id`'s tag filters on `name`;
+    /// whether it is subscribed there.
+    pub fn set_filters(&mut self, id: ConnId, name: &str, filters: Option<Filters>) -> bool {
+        self.registry.set_filters(&self.conns, id, name, filters)
     }
 
     /// At most `limit` messages of `channel`'s history after offset
@@ -395,16 +417,22 @@ impl Hub {
         payload: &[u8],
         sender: Option<u64>,
     ) -> usize {
-        let at = self.record(channel, opcode, payload);
+        self.publish_tagged((channel, opcode, payload, None), sender)
+    }
+
+    /// [`Hub::publish`] of a message that may carry tags: a subscriber
+    /// with filters gets it only if they pass.
+    pub fn publish_tagged(&mut self, msg: Message<'_>, sender: Option<u64>) -> usize {
+        let at = self.record(msg);
         let at = at.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
-        self.publish_in(channel, opcode, payload, sender, at)
+        self.publish_in(msg, sender, at)
     }
 
     /// Keeps a message in its channel's history, if it has one: its
     /// position.
-    fn record(&mut self, channel: &str, opcode: OpCode, payload: &[u8]) -> Option<Position> {
+    fn record(&mut self, (channel, opcode, payload, tags): Message<'_>) -> Option<Position> {
         let room = self.history_room();
-        let entry = (opcode, payload);
+        let entry = (opcode, payload, tags.cloned());
         recall::record(&mut self.history, channel, entry, self.now_ms, room)
     }
 

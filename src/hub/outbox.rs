@@ -182,8 +182,22 @@ impl Queueing<'_> {
         skip: Option<u64>,
         t0: u64,
     ) -> usize {
+        self.fan_out_some(conns, subscribers.iter().copied(), frames, skip, t0)
+    }
+
+    /// [`Queueing::fan_out`] to the subscribers `chosen` (those a
+    /// channel's filters let through).
+    #[inline]
+    pub(super) fn fan_out_some(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        chosen: impl Iterator<Item = ConnId>,
+        frames: &mut FrameCache<'_>,
+        skip: Option<u64>,
+        t0: u64,
+    ) -> usize {
         let mut queued = 0;
-        for &id in subscribers {
+        for id in chosen {
             let conn = &mut conns[id];
             // Plain HTTP connections are never subscribed.
             let ConnKind::Ws(format) = conn.kind else {

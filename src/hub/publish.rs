@@ -2,31 +2,26 @@
 //! among the subscribers (or taken from another worker's encodings) and
 //! shared by reference count, a queue push per subscriber.
 
+use std::sync::Arc;
+
 use super::format::{Delivery, FrameCache, Frames};
 use super::outbox::Queueing;
 use super::{Hub, EXCLUDE_ALWAYS};
+use crate::filter::Tags;
 use crate::ws::OpCode;
 
-impl Hub {
-    /// The fan-out itself, without counting the message in.
-    pub(super) fn fan(
-        &mut self,
-        channel: &str,
-        opcode: OpCode,
-        payload: &[u8],
-        sender: Option<u64>,
-        at: (&str, u64),
-    ) -> usize {
-        self.fan_sharing((channel, opcode, payload), sender, at, (None, false))
-            .0
-    }
+/// A message as a publish hands it to the fan-out: its channel, frame
+/// type, bytes and tags.
+pub type Message<'a> = (&'a str, OpCode, &'a [u8], Option<&'a Arc<Tags>>);
 
-    /// [`Hub::fan`] starting from `seed`'s frames (another worker's) and,
-    /// with `keep`, giving back the frames it encoded or reused.
+impl Hub {
+    /// The fan-out itself, without counting the message in: starting from
+    /// `seed`'s frames (another worker's) and, with `keep`, giving back the
+    /// frames it encoded or reused.
     #[inline]
     pub(super) fn fan_sharing(
         &mut self,
-        (channel, opcode, payload): (&str, OpCode, &[u8]),
+        (channel, opcode, payload, tags): Message<'_>,
         sender: Option<u64>,
         (epoch, offset): (&str, u64),
         (seed, keep): (Option<Frames>, bool),
@@ -51,6 +46,7 @@ impl Hub {
             payload,
             offset,
             epoch,
+            tags: tags.map(|t| &**t),
         };
         let Hub {
             registry,
@@ -74,7 +70,25 @@ impl Hub {
             totals,
             pacer,
         };
-        let n = q.fan_out(conns, registry.subscribers(cid), &mut frames, skip, t0);
+        let n = match registry.audience(cid) {
+            (all, []) => q.fan_out(conns, all, &mut frames, skip, t0),
+            (all, filters) => {
+                // Once per publication: what a publication without tags
+                // looks like to a filter.
+                let tags = tags.map_or(Tags::none(), |t| &**t);
+                let pass = |i: usize| {
+                    filters[i]
+                        .as_deref()
+                        .is_none_or(|f| f.iter().all(|f| f.matches(tags)))
+                };
+                let chosen = all
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| pass(i))
+                    .map(|(_, &id)| id);
+                q.fan_out_some(conns, chosen, &mut frames, skip, t0)
+            }
+        };
         // One compare per publish: the peak of what the queues held.
         stats.outbound_bytes_peak = stats.outbound_bytes_peak.max(totals.all as u64);
         (n, keep.then(|| frames.into_frames()))

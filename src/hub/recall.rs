@@ -3,9 +3,12 @@
 //! step as the subscribe itself, so nothing published in between can
 //! fall into a gap or arrive twice (the worker is single-threaded).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
-use crate::history::{Entry, History, Position};
+use crate::filter::Tags;
+use crate::history::{Entry, History, Kept, Position};
 use crate::stats::Stats;
 use crate::ws::OpCode;
 
@@ -73,7 +76,7 @@ pub(super) fn resume(
 pub(super) fn record(
     history: &mut History,
     channel: &str,
-    (opcode, payload): (OpCode, &[u8]),
+    (opcode, payload, tags): (OpCode, &[u8], Option<Arc<Tags>>),
     now_ms: u64,
     room: usize,
 ) -> Option<Position> {
@@ -83,7 +86,7 @@ pub(super) fn record(
         return None;
     }
     let payload = Bytes::copy_from_slice(payload);
-    Some(history.append(channel, opcode, payload, now_ms, room))
+    Some(history.append(channel, (opcode, payload, tags), now_ms, room))
 }
 
 /// Keeps a message another worker (its channel's owner) recorded at `at`
@@ -93,7 +96,7 @@ pub(super) fn store(
     history: &mut History,
     channel: &str,
     at: (&str, u64),
-    entry: (OpCode, Bytes),
+    entry: Kept,
     (now_ms, room): (u64, usize),
 ) {
     if history.enabled_for(channel) && crate::channel::keeps_history(channel) {

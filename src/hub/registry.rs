@@ -14,6 +14,7 @@ use slab::Slab;
 
 use super::conn::{ChannelId, Conn, ConnId};
 use crate::channel::valid_channel_name;
+use crate::filter::Filter;
 use crate::stats::Stats;
 
 /// Why a subscription was refused.
@@ -35,10 +36,20 @@ pub enum SubscribeError {
 /// against a starved worker costs bounded memory.
 pub const MAX_INTEREST_BACKLOG: usize = 65_536;
 
+/// A subscription's tag filters (the server's, then its own): a
+/// publication reaches it only if it passes every one.
+pub type Filters = Rc<[Filter]>;
+
 #[derive(Debug)]
 struct Channel {
     name: Rc<str>,
     subscribers: Vec<ConnId>,
+    /// Each subscriber's filters, beside `subscribers` (same positions);
+    /// empty while no subscriber has any, so unfiltered channels pay
+    /// nothing, not even a check per subscriber.
+    filters: Vec<Option<Filters>>,
+    /// Subscribers with filters (`filters` is dropped at 0).
+    filtered: u32,
     /// Subscribe acknowledgements held until the upstream confirms the
     /// channel (at most one per subscriber: only a new subscription parks
     /// one, and a subscriber's entry leaves with it).
@@ -164,6 +175,58 @@ impl Registry {
         &self.channels[cid].subscribers
     }
 
+    /// The subscribers of channel `cid` and their filters (empty: none
+    /// has any; else one per subscriber).
+    pub(super) fn audience(&self, cid: ChannelId) -> (&[ConnId], &[Option<Filters>]) {
+        let ch = &self.channels[cid];
+        (&ch.subscribers, &ch.filters)
+    }
+
+    /// Connection `id`'s filters on `name`, if it is subscribed and has any.
+    pub(super) fn filters_of(&self, conns: &Slab<Conn>, id: ConnId, name: &str) -> Option<Filters> {
+        let cid = self.lookup(name)?;
+        let &(_, pos) = conns.get(id)?.subs.iter().find(|s| s.0 == cid)?;
+        self.channels[cid].filters.get(pos as usize)?.clone()
+    }
+
+    /// Sets (or, with `None`, clears) connection `id`'s filters on `name`;
+    /// whether it is subscribed there.
+    pub(super) fn set_filters(
+        &mut self,
+        conns: &Slab<Conn>,
+        id: ConnId,
+        name: &str,
+        filters: Option<Filters>,
+    ) -> bool {
+        let Some(cid) = self.lookup(name) else {
+            return false;
+        };
+        let Some(&(_, pos)) = conns
+            .get(id)
+            .and_then(|c| c.subs.iter().find(|s| s.0 == cid))
+        else {
+            return false;
+        };
+        let ch = &mut self.channels[cid];
+        if ch.filters.is_empty() {
+            if filters.is_none() {
+                return true;
+            }
+            ch.filters.resize(ch.subscribers.len(), None);
+        }
+        let slot = &mut ch.filters[pos as usize];
+        match (slot.is_some(), filters.is_some()) {
+            (false, true) => ch.filtered += 1,
+            (true, false) => ch.filtered -= 1,
+            _ => {}
+        }
+        *slot = filters;
+        if ch.filtered == 0 {
+            ch.filters = Vec::new();
+        }
+        true
+    }
+
     /// Subscribers of `name`.
     pub(super) fn subscriber_count(&self, name: &str) -> usize {
         self.lookup(name)
@@ -222,6 +285,9 @@ impl Registry {
         let ch = &mut self.channels[cid];
         let pos = ch.subscribers.len() as u32;
         ch.subscribers.push(id);
+        if !ch.filters.is_empty() {
+            ch.filters.push(None);
+        }
         let subs = &mut conns[id].subs;
         if subs.capacity() == 0 {
             // Most connections hold one subscription: 16 bytes, not the
@@ -237,6 +303,8 @@ impl Registry {
         let cid = self.channels.insert(Channel {
             name: name.clone(),
             subscribers: Vec::new(),
+            filters: Vec::new(),
+            filtered: 0,
             waiting: Vec::new(),
             recent: 0,
         });
@@ -279,6 +347,12 @@ impl Registry {
     ) {
         let ch = &mut self.channels[cid];
         let leaving = ch.subscribers.swap_remove(pos as usize);
+        if !ch.filters.is_empty() && ch.filters.swap_remove(pos as usize).is_some() {
+            ch.filtered -= 1;
+            if ch.filtered == 0 {
+                ch.filters = Vec::new();
+            }
+        }
         if !ch.waiting.is_empty() {
             ch.waiting.retain(|w| w.0 != leaving);
         }

@@ -4,15 +4,18 @@
 //! `registry`), and messages sequenced upstream.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
 use super::conn::ConnId;
 use super::format::Frames;
+use super::publish::Message;
 use super::recall;
 use super::registry::SubscribeError;
 use super::Hub;
+use crate::filter::Tags;
 use crate::history::Position;
 use crate::ws::OpCode;
 
@@ -27,20 +30,14 @@ impl Hub {
         sender: Option<u64>,
         offset: u64,
     ) -> usize {
-        self.publish_in(channel, opcode, payload, sender, ("", offset))
+        self.publish_in((channel, opcode, payload, None), sender, ("", offset))
     }
 
-    /// [`Hub::publish_at`] at `(epoch, offset)` (SSE ids name the epoch).
-    pub fn publish_in(
-        &mut self,
-        channel: &str,
-        opcode: OpCode,
-        payload: &[u8],
-        sender: Option<u64>,
-        at: (&str, u64),
-    ) -> usize {
+    /// [`Hub::publish_at`] of a message with tags at `(epoch, offset)`
+    /// (SSE ids name the epoch).
+    pub fn publish_in(&mut self, msg: Message<'_>, sender: Option<u64>, at: (&str, u64)) -> usize {
         self.stats.messages_in += 1;
-        self.fan(channel, opcode, payload, sender, at)
+        self.fan_sharing(msg, sender, at, (None, false)).0
     }
 
     /// Another worker's message, sequenced by its channel's owner, to
@@ -51,18 +48,16 @@ impl Hub {
     /// owner's history gave it, kept in this worker's copy of the ring.
     pub fn publish_relayed(
         &mut self,
-        channel: &str,
-        opcode: OpCode,
-        payload: &Bytes,
+        (channel, opcode, payload, tags): (&str, OpCode, &Bytes, Option<&Arc<Tags>>),
         sender: Option<u64>,
         (seed, at): (Option<Frames>, Option<(&str, u64)>),
     ) -> usize {
         if let Some(at) = at {
             let room = self.history_budget();
-            let entry = (opcode, payload.clone());
+            let entry = (opcode, payload.clone(), tags.cloned());
             recall::store(&mut self.history, channel, at, entry, (self.now_ms, room));
         }
-        let msg = (channel, opcode, &payload[..]);
+        let msg = (channel, opcode, &payload[..], tags);
         let at = at.unwrap_or(("", 0));
         self.fan_sharing(msg, sender, at, (seed, false)).0
     }
@@ -78,7 +73,8 @@ impl Hub {
         payload: &[u8],
         sender: Option<u64>,
     ) -> (usize, Frames) {
-        let (n, frames, _) = self.publish_owned((channel, opcode, payload), sender, (true, true));
+        let msg = (channel, opcode, payload, None);
+        let (n, frames, _) = self.publish_owned(msg, sender, (true, true));
         (n, frames.unwrap_or_default())
     }
 
@@ -88,17 +84,16 @@ impl Hub {
     /// history gave the message, if the channel keeps history.
     pub fn publish_owned(
         &mut self,
-        (channel, opcode, payload): (&str, OpCode, &[u8]),
+        msg: Message<'_>,
         sender: Option<u64>,
         (share, record): (bool, bool),
     ) -> (usize, Option<Frames>, Option<Position>) {
         let pos = match record {
-            true => self.record(channel, opcode, payload),
+            true => self.record(msg),
             false => None,
         };
         let at = pos.as_ref().map_or(("", 0), |p| (&*p.epoch, p.offset));
         self.stats.messages_in += 1;
-        let msg = (channel, opcode, payload);
         let (n, frames) = self.fan_sharing(msg, sender, at, (None, share));
         (n, frames, pos)
     }

@@ -28,6 +28,10 @@ pub enum Pubsub {
     Sharded,
 }
 
+/// A message to publish: frame type, origin, bytes, and its tags' JSON
+/// text if it has any.
+pub type Outgoing<'a> = (OpCode, Origin, &'a [u8], Option<&'a str>);
+
 /// `PUBLISH prefix+channel envelope`, encoded into one buffer of exact
 /// size: the payload is copied once, not once per RESP layer.
 pub fn publish(
@@ -37,7 +41,12 @@ pub fn publish(
     origin: Origin,
     payload: &[u8],
 ) -> Bytes {
-    publish_as(Pubsub::Plain, prefix, channel, (opcode, origin, payload))
+    publish_as(
+        Pubsub::Plain,
+        prefix,
+        channel,
+        (opcode, origin, payload, None),
+    )
 }
 
 /// [`publish`] in either mode (`SPUBLISH prefix{channel} envelope`).
@@ -45,11 +54,11 @@ pub fn publish_as(
     mode: Pubsub,
     prefix: &str,
     channel: &str,
-    (opcode, origin, payload): (OpCode, Origin, &[u8]),
+    (opcode, origin, payload, tags): Outgoing<'_>,
 ) -> Bytes {
     let key = channel_key_as(mode, prefix, channel);
     let key_len = key.len();
-    let val_len = envelope::HEADER_LEN + payload.len();
+    let val_len = envelope::head_len(tags) + payload.len();
     let mut out = BytesMut::with_capacity(64 + key_len + val_len);
     // `write!` into the buffer itself: no intermediate String.
     match mode {
@@ -59,7 +68,7 @@ pub fn publish_as(
     let _ = write!(out, "${key_len}\r\n");
     out.put_slice(&key);
     let _ = write!(out, "\r\n${val_len}\r\n");
-    envelope::put_header(&mut out, opcode, origin);
+    envelope::put_head(&mut out, (opcode, origin), tags);
     out.put_slice(payload);
     out.put_slice(b"\r\n");
     out.freeze()
@@ -181,7 +190,12 @@ mod tests {
             instance: 1,
             sender: 2,
         };
-        let cmd = publish_as(Pubsub::Sharded, "cc:", "a}b", (OpCode::Text, origin, b"x"));
+        let cmd = publish_as(
+            Pubsub::Sharded,
+            "cc:",
+            "a}b",
+            (OpCode::Text, origin, b"x", None),
+        );
         let mut buf = BytesMut::from(&cmd[..]);
         let args = args_of(&mut buf);
         assert_eq!(args[0], b"SPUBLISH");

@@ -6,17 +6,27 @@
 //! magic (published by another application with a plain `PUBLISH`) is
 //! delivered as text when it is UTF-8, else as binary.
 //!
+//! A message with tags uses `0xCC 0x03` and the same fields, then the
+//! tags' JSON text's length (2 bytes, BE) and the text, then the payload.
+//! Tags that do not parse (or break their bounds) make the message
+//! rejected, never delivered without them: a filter must not be passed
+//! by a message whose tags were lost.
+//!
 //! With history, the publish script (`redis::stream`) wraps that in a
 //! second envelope carrying the position Redis assigned:
 //! `0xCC 0x02 offset(ASCII decimal) ' ' epoch ' '` followed by the first
 //! envelope, as stored in the channel's stream.
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::filter::Tags;
 use crate::ws::OpCode;
 
 const MAGIC: [u8; 2] = [0xCC, 0x01];
 const MAGIC_AT: [u8; 2] = [0xCC, 0x02];
+const MAGIC_TAGGED: [u8; 2] = [0xCC, 0x03];
 /// Longest epoch accepted in a positioned envelope.
 pub const MAX_EPOCH_LEN: usize = 64;
 /// Bytes before the payload.
@@ -42,6 +52,10 @@ pub struct Envelope {
     pub payload: Bytes,
     /// Its position in the channel's history, when history is on.
     pub at: Option<StreamPos>,
+    /// Its tags, if it carries any.
+    pub tags: Option<Arc<Tags>>,
+    /// A tagged envelope whose tags are malformed ([`accept`] rejects it).
+    pub bad_tags: bool,
 }
 
 /// A position Redis assigned to a message (history on).
@@ -79,10 +93,30 @@ fn split_position(raw: &Bytes) -> Option<(StreamPos, Bytes)> {
 
 /// Writes the header for `opcode` from `origin`.
 pub fn put_header(out: &mut BytesMut, opcode: OpCode, origin: Origin) {
-    out.put_slice(&MAGIC);
+    put_head(out, (opcode, origin), None);
+}
+
+/// Bytes before the payload of a message with `tags` (their JSON text).
+pub fn head_len(tags: Option<&str>) -> usize {
+    tags.map_or(HEADER_LEN, |t| HEADER_LEN + 2 + t.len())
+}
+
+/// Writes the header for `opcode` from `origin`, with `tags` (their JSON
+/// text, at most [`crate::filter::MAX_TAG_BYTES`] plus quoting: far
+/// under the 2-byte length) when it has any.
+pub fn put_head(out: &mut BytesMut, (opcode, origin): (OpCode, Origin), tags: Option<&str>) {
+    out.put_slice(if tags.is_some() {
+        &MAGIC_TAGGED
+    } else {
+        &MAGIC
+    });
     out.put_u8(opcode as u8);
     out.put_u64(origin.instance);
     out.put_u64(origin.sender);
+    if let Some(t) = tags {
+        out.put_u16(t.len() as u16);
+        out.put_slice(t.as_bytes());
+    }
 }
 
 /// Decodes a message received from Redis.
@@ -97,18 +131,29 @@ pub fn decode(raw: Bytes) -> Envelope {
 }
 
 fn decode_plain(mut raw: Bytes) -> Envelope {
-    let ours = raw.len() >= HEADER_LEN && raw[..2] == MAGIC;
+    let magic = raw.get(..2);
+    let tagged = magic == Some(&MAGIC_TAGGED[..]);
+    let ours = raw.len() >= HEADER_LEN && (magic == Some(&MAGIC[..]) || tagged);
     let opcode = if ours { OpCode::from_u8(raw[2]) } else { None };
     match opcode {
         Some(op @ (OpCode::Text | OpCode::Binary)) => {
             let header = raw.split_to(HEADER_LEN);
             let instance = u64::from_be_bytes(header[3..11].try_into().expect("8 bytes"));
             let sender = u64::from_be_bytes(header[11..19].try_into().expect("8 bytes"));
+            let (tags, bad_tags) = match tagged {
+                true => match split_tags(&mut raw) {
+                    Some(t) => (Some(Arc::new(t)), false),
+                    None => (None, true),
+                },
+                false => (None, false),
+            };
             Envelope {
                 opcode: op,
                 origin: Some(Origin { instance, sender }),
                 payload: raw,
                 at: None,
+                tags,
+                bad_tags,
             }
         }
         _ => {
@@ -122,9 +167,21 @@ fn decode_plain(mut raw: Bytes) -> Envelope {
                 origin: None,
                 payload: raw,
                 at: None,
+                tags: None,
+                bad_tags: false,
             }
         }
     }
+}
+
+/// Takes a tagged envelope's tags off the front of `rest`; `None` when
+/// they are cut short or do not parse within their bounds.
+fn split_tags(rest: &mut Bytes) -> Option<Tags> {
+    let len = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+    let text = rest.get(2..2 + len)?;
+    let tags = Tags::parse(text).ok()?;
+    let _ = rest.split_to(2 + len);
+    Some(tags)
 }
 
 /// Why a message from Redis is not delivered.
@@ -143,6 +200,8 @@ pub enum Rejected {
     InvalidUtf8,
     /// A channel outside our prefix, or not UTF-8.
     UnknownChannel,
+    /// A tagged envelope whose tags are malformed.
+    BadTags,
 }
 
 impl Rejected {
@@ -152,6 +211,7 @@ impl Rejected {
             Rejected::TooLarge { .. } => "message over --max-message-size",
             Rejected::InvalidUtf8 => "text message is not UTF-8",
             Rejected::UnknownChannel => "message on a channel we do not serve",
+            Rejected::BadTags => "message with malformed tags",
         }
     }
 }
@@ -160,6 +220,9 @@ impl Rejected {
 /// its payload at most `max_payload` bytes, and UTF-8 when it is text.
 pub fn accept(raw: Bytes, max_payload: usize) -> Result<Envelope, Rejected> {
     let env = decode(raw);
+    if env.bad_tags {
+        return Err(Rejected::BadTags);
+    }
     if env.payload.len() > max_payload {
         return Err(Rejected::TooLarge {
             size: env.payload.len(),

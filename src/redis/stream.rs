@@ -16,11 +16,10 @@ use std::sync::LazyLock;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::commands::Pubsub;
-use super::envelope::{self, Origin};
+use super::envelope;
 use super::resp::{self, Reply};
 use crate::history::relay::Snapshot;
 use crate::history::Entry;
-use crate::ws::OpCode;
 
 /// KEYS: stream, meta. ARGV: pub/sub channel, MAXLEN, TTL seconds, the
 /// plain envelope, an epoch for a channel without one, and in a cluster
@@ -126,12 +125,12 @@ pub struct Keeping {
 /// [`PUBLISH_SCRIPT`]); `epoch` is used if the channel has none yet.
 pub fn publish(
     (mode, prefix, channel): (Pubsub, &str, &str),
-    (opcode, origin, payload): (OpCode, Origin, &[u8]),
+    (opcode, origin, payload, tags): super::commands::Outgoing<'_>,
     keeping: &Keeping,
     epoch: &str,
 ) -> Bytes {
-    let mut env = BytesMut::with_capacity(envelope::HEADER_LEN + payload.len());
-    envelope::put_header(&mut env, opcode, origin);
+    let mut env = BytesMut::with_capacity(envelope::head_len(tags) + payload.len());
+    envelope::put_head(&mut env, (opcode, origin), tags);
     env.put_slice(payload);
     let (size, ttl) = (keeping.size.to_string(), keeping.ttl_s.to_string());
     let sha = &*PUBLISH_SHA;
@@ -249,13 +248,16 @@ fn parse_entry(id: Reply, raw: Reply, max_payload: usize) -> Result<Entry, ReadE
         offset,
         opcode: env.opcode,
         payload: env.payload,
+        tags: env.tags,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis::envelope::Origin;
     use crate::redis::resp::{decode, Limits};
+    use crate::ws::OpCode;
     use redis_protocol::resp2::types::Resp2Frame as _;
 
     fn args_of(cmd: &Bytes) -> Vec<Vec<u8>> {
@@ -282,7 +284,7 @@ mod tests {
         };
         let cmd = publish(
             (Pubsub::Plain, "cc:", "news"),
-            (OpCode::Text, origin, b"hi"),
+            (OpCode::Text, origin, b"hi", None),
             &keeping,
             "E1",
         );

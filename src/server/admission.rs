@@ -19,9 +19,10 @@
 use std::net::IpAddr;
 
 use crate::auth::{self, Grants};
+use crate::filter::Filter;
 use crate::hooks::HookKind;
 use crate::http::{self, HttpError};
-use crate::hub::ConnId;
+use crate::hub::{ConnId, Filters};
 use crate::log;
 use crate::namespace::Refusal;
 use crate::server::hooks::connect::{self as connect_hook, Admitted};
@@ -68,7 +69,7 @@ pub async fn http_read(
     w: &Worker,
     (id, grants): (ConnId, &Grants),
     channel: &str,
-) -> Result<(), Vec<u8>> {
+) -> Result<Option<Filters>, Vec<u8>> {
     if let Err(r) = rules(w, grants, channel) {
         w.hub.borrow_mut().stats.auth_failures += 1;
         log::refused(log::Refusal::Upgrade, "channel refused", r.message());
@@ -79,7 +80,7 @@ pub async fn http_read(
         return Err(http::error_response(&err, false));
     }
     let Some(hook) = subscribe_hook(w, channel) else {
-        return Ok(());
+        return Ok(filters(grants, channel, (None, None)));
     };
     let client = client_id(w, id);
     let user = grants.subject().unwrap_or("");
@@ -88,7 +89,23 @@ pub async fn http_read(
         w.hub.borrow_mut().stats.auth_failures += 1;
         log::refused(log::Refusal::Upgrade, "channel refused", "subscribe hook");
     }
-    verdict
+    verdict.map(|hooked| filters(grants, channel, (hooked, None)))
+}
+
+/// The tag filters a subscription of `grants`' holder to `channel` gets:
+/// its token's (every pattern matching the channel), the subscribe
+/// hook's (`hooked`), then the client's own (`own`). A publication
+/// reaches it only if it passes all of them, so the client's filter can
+/// narrow what the server's let through, never widen it. `None`: none.
+pub fn filters(
+    grants: &Grants,
+    channel: &str,
+    (hooked, own): (Option<Filter>, Option<Filter>),
+) -> Option<Filters> {
+    let mut all = grants.filters_for(channel);
+    all.extend(hooked);
+    all.extend(own);
+    (!all.is_empty()).then(|| Filters::from(all))
 }
 
 /// With a connect hook, a request from `peer` that brings no token is

@@ -125,7 +125,8 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
             let n = w.delivering(&msg.channel, |hub| {
                 let seed = msg.frames.take().map(|f| *f);
                 let at = msg.at.as_ref().map(|(e, o)| (&**e, *o));
-                hub.publish_relayed(&msg.channel, msg.opcode, &msg.payload, skip, (seed, at))
+                let m = (&*msg.channel, msg.opcode, &msg.payload, msg.tags.as_ref());
+                hub.publish_relayed(m, skip, (seed, at))
             });
             match msg.ask {
                 Some((at, id)) if at as usize == mesh.me() => mesh.counted(id, n as u64, None),

@@ -98,7 +98,7 @@ pub fn with_sse(encoders: Encoders, heartbeat_ms: u64) -> Encoders {
 /// A delivery as an SSE `message` event (one chunk): the JSON protocol's
 /// envelope as its data, its position as its id when it has one.
 pub fn sse_message(d: &Delivery<'_>) -> Bytes {
-    let (head, body) = control::delivery_parts(d.channel, d.opcode, d.payload, d.offset);
+    let (head, body) = control::delivery_parts(d.channel, d.opcode, d.payload, at_of(d));
     let id = (d.offset != 0 && !d.epoch.is_empty()).then_some((d.channel, d.epoch, d.offset));
     sse::event_chunk(&sse::Event {
         id,
@@ -125,7 +125,7 @@ pub fn encoders_with(
             if is_presence_event(d) {
                 return encode_server_frame(OpCode::Text, d.payload);
             }
-            control::encode_delivery(d.channel, d.opcode, d.payload, d.offset)
+            control::encode_delivery(d.channel, d.opcode, d.payload, at_of(d))
         })
         .with(PUSHER, |d: &Delivery<'_>| {
             encode_server_frame(OpCode::Text, d.payload)
@@ -155,17 +155,23 @@ pub fn encoders_with(
             })
             .with(json, move |d: &Delivery<'_>| {
                 if is_plain(&plain2, d.channel) {
-                    return control::encode_delivery(d.channel, d.opcode, d.payload, d.offset);
+                    return control::encode_delivery(d.channel, d.opcode, d.payload, at_of(d));
                 }
                 if is_presence_event(d) {
                     return c2.frame(OpCode::Text, &[d.payload]);
                 }
                 let (head, body) =
-                    control::delivery_parts(d.channel, d.opcode, d.payload, d.offset);
+                    control::delivery_parts(d.channel, d.opcode, d.payload, at_of(d));
                 c2.frame(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
             });
     }
     encoders
+}
+
+/// A delivery's offset and tags (their JSON text), as the JSON
+/// protocol's message shows them.
+fn at_of<'a>(d: &Delivery<'a>) -> (u64, Option<&'a str>) {
+    (d.offset, d.tags.map(|t| t.json()))
 }
 
 /// Whether `channel` is in a namespace of `plain` (`compression = false`).
@@ -351,6 +357,7 @@ mod tests {
             payload: &[1, 2],
             offset: 9,
             epoch: "e",
+            tags: None,
         };
         let chunk = sse_message(&d);
         let text = std::str::from_utf8(&chunk).unwrap();

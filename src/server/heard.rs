@@ -11,6 +11,7 @@ use crate::console::INSTANCES_CHANNEL;
 use crate::history::relay::{self, Fetch};
 use crate::history::Entry;
 use crate::hooks::api::CONTROL_CHANNEL;
+use crate::hub::Message;
 use crate::redis::envelope::Envelope;
 use crate::server::history::relay as relay_edge;
 use crate::server::hooks::users;
@@ -125,7 +126,8 @@ fn is_command_channel(channel: &str) -> bool {
 /// The Redis link's view of the worker: delivery into the hub and the
 /// hub's interest log.
 impl Local for Worker {
-    fn deliver(&self, channel: &str, opcode: OpCode, payload: &[u8], skip: Option<u64>) {
+    fn deliver(&self, msg: Message<'_>, skip: Option<u64>) {
+        let (channel, _, payload, _) = msg;
         if is_command_channel(channel) && self.hears_commands() {
             return self.heard_command(channel, payload);
         }
@@ -133,7 +135,7 @@ impl Local for Worker {
             return self.heard_instance(payload);
         }
         self.delivering(channel, |hub| {
-            hub.publish(channel, opcode, payload, skip);
+            hub.publish_tagged(msg, skip);
         });
     }
 
@@ -180,7 +182,7 @@ impl Local for Worker {
             return None;
         }
         let (Some(relay), Some(at)) = (&self.relay, env.at) else {
-            self.deliver(channel, env.opcode, &env.payload, skip);
+            self.deliver((channel, env.opcode, &env.payload, env.tags.as_ref()), skip);
             return None;
         };
         // Checked by `envelope::decode` (visible ASCII).
@@ -189,6 +191,7 @@ impl Local for Worker {
             offset: at.offset,
             opcode: env.opcode,
             payload: env.payload,
+            tags: env.tags,
         };
         self.delivering(channel, |hub| {
             let clock = (hub.now_ms(), hub.history_budget());

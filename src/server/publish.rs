@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::filter::Tags;
 use crate::http::{self, HttpError};
-use crate::hub::{copy_frames, Hub};
+use crate::hub::{copy_frames, Hub, Message};
 use crate::redis::resp::Reply;
 use crate::server::mesh::{Hop, Mesh, Msg};
 use crate::server::redis::{RedisLink, ReplyWaiter};
@@ -66,15 +67,31 @@ pub fn route_publish(
     sender: u64,
     want_reply: bool,
 ) -> Published {
+    route_tagged(
+        hub,
+        via,
+        (channel, opcode, payload, None),
+        sender,
+        want_reply,
+    )
+}
+
+/// [`route_publish`] of a message that may carry tags.
+pub fn route_tagged(
+    hub: &mut Hub,
+    via: Via<'_>,
+    msg: Message<'_>,
+    sender: u64,
+    want_reply: bool,
+) -> Published {
     let link = match via {
-        Via::Local => return Published::Local(hub.publish(channel, opcode, payload, Some(sender))),
+        Via::Local => return Published::Local(hub.publish_tagged(msg, Some(sender))),
         Via::Mesh(mesh) => {
-            let msg = (opcode, payload, sender);
-            return cross(hub, (mesh, mesh.me()), channel, msg, (want_reply, false));
+            return cross(hub, (mesh, mesh.me()), msg, sender, (want_reply, false));
         }
         Via::Redis(link) => link,
     };
-    link.publish(channel, opcode, payload, sender, want_reply)
+    link.publish_tagged(msg, sender, want_reply)
         .map_or(Published::Rejected, Published::Queued)
 }
 
@@ -84,19 +101,13 @@ pub fn route_publish(
 pub fn route_unrecorded(
     hub: &mut Hub,
     via: Via<'_>,
-    channel: &str,
-    (opcode, payload, sender): (OpCode, &[u8], u64),
+    msg: Message<'_>,
+    sender: u64,
     count: bool,
 ) -> Published {
     match via {
-        Via::Mesh(mesh) => cross(
-            hub,
-            (mesh, mesh.me()),
-            channel,
-            (opcode, payload, sender),
-            (count, true),
-        ),
-        _ => Published::Local(hub.publish_at(channel, opcode, payload, Some(sender), 0)),
+        Via::Mesh(mesh) => cross(hub, (mesh, mesh.me()), msg, sender, (count, true)),
+        _ => Published::Local(hub.publish_in(msg, Some(sender), ("", 0))),
     }
 }
 
@@ -112,8 +123,8 @@ pub fn route_publish_skipping(
 ) -> Published {
     match via {
         Via::Mesh(mesh) if at != mesh.me() => {
-            let msg = (opcode, payload, sender);
-            cross(hub, (mesh, at), channel, msg, (false, false))
+            let msg = (channel, opcode, payload, None);
+            cross(hub, (mesh, at), msg, sender, (false, false))
         }
         _ => route_publish(hub, via, channel, opcode, payload, sender, false),
     }
@@ -127,8 +138,8 @@ pub fn route_publish_skipping(
 fn cross(
     hub: &mut Hub,
     (mesh, from): (&Mesh, usize),
-    channel: &str,
-    (opcode, payload, sender): (OpCode, &[u8], u64),
+    (channel, opcode, payload, tags): Message<'_>,
+    sender: u64,
     (count, unrecorded): (bool, bool),
 ) -> Published {
     let mut msg = Msg {
@@ -141,6 +152,7 @@ fn cross(
         frames: None,
         at: None,
         unrecorded,
+        tags: tags.cloned(),
     };
     let owner = mesh.owner(channel);
     if owner != mesh.me() {
@@ -176,7 +188,12 @@ pub fn sequence(hub: &mut Hub, mesh: &Mesh, mut msg: Msg) -> (usize, u32) {
     let skip = msg.skip_at(mesh.me());
     let me = 1u64 << mesh.me();
     let hear = mesh.interested(&msg.channel) & !me;
-    let m = (&*msg.channel, msg.opcode, &msg.payload[..]);
+    let m = (
+        &*msg.channel,
+        msg.opcode,
+        &msg.payload[..],
+        msg.tags.as_ref(),
+    );
     let (n, frames, at) = hub.publish_owned(m, skip, (hear != 0, !msg.unrecorded));
     // Presence events too (few: `--presence-max-events`): a watcher's
     // reply need not wait for its interest in them (`presence::owner`).
@@ -233,12 +250,22 @@ pub fn count_refused(w: &Worker, channel: &str) {
 /// command timeout) for Redis to confirm the PUBLISH: `200` with the number
 /// of instances that received it; `202 {"buffered":true}` while Redis is
 /// unreachable and the message waits in the publish buffer; `503` when
-/// that buffer is full.
-pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bool) -> Vec<u8> {
+/// that buffer is full. The query's `tag.KEY=VALUE` parameters are the
+/// message's tags (`400` when they break the bounds).
+pub async fn publish_http(
+    w: &Worker,
+    (channel, query): (&str, Option<&str>),
+    body: &[u8],
+    keep_alive: bool,
+) -> Vec<u8> {
     let error = |status, message| http::error_response(&HttpError { status, message }, keep_alive);
     if std::str::from_utf8(body).is_err() {
         return error(400, "body must be UTF-8 text");
     }
+    let tags = match query_tags(query) {
+        Ok(tags) => tags,
+        Err(message) => return error(400, message),
+    };
     let table = &w.cfg.namespaces.table;
     if let Err(refusal) = table.server_may_publish(channel, body.len()) {
         count_refused(w, channel);
@@ -249,7 +276,8 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
     }
     let outcome = {
         let mut hub = w.hub.borrow_mut();
-        route_publish(&mut hub, via(w), channel, OpCode::Text, body, 0, true)
+        let msg = (channel, OpCode::Text, body, tags.as_ref());
+        route_tagged(&mut hub, via(w), msg, 0, true)
     };
     match outcome {
         Published::Local(n) | Published::Counting(_, n) => count_published(w, channel, n as u64),
@@ -282,6 +310,30 @@ pub async fn publish_http(w: &Worker, channel: &str, body: &[u8], keep_alive: bo
         &[],
         false,
     )
+}
+
+/// The tags of `POST /publish`'s query: each `tag.KEY=VALUE` parameter
+/// (percent-decoded), within `crate::filter`'s bounds; `None` without any.
+pub fn query_tags(query: Option<&str>) -> Result<Option<Arc<Tags>>, &'static str> {
+    let Some(q) = query else {
+        return Ok(None);
+    };
+    let mut pairs = Vec::new();
+    for part in q.split('&') {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        let Some(key) = k.strip_prefix("tag.") else {
+            continue;
+        };
+        let bad = "a tag parameter is not valid percent-encoded UTF-8";
+        let key = http::percent_decode(key).ok_or(bad)?;
+        let value = http::percent_decode(v).ok_or(bad)?;
+        pairs.push((key, value));
+    }
+    if pairs.is_empty() {
+        return Ok(None);
+    }
+    let tags = Tags::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    tags.map(|t| Some(Arc::new(t))).map_err(|e| e.reason())
 }
 
 /// Longest a publish's reply waits for the other workers to count their

@@ -8,7 +8,8 @@ It prints `port N`, then serves:
   short-<user> -> expires in 2 s; no cookie -> error 403;
 - /subscribe, /publish, /rpc, /refresh: see the handlers (a channel
   `secret` or `NS:secret` is refused, `deny` or `NS:deny` may not be
-  published on);
+  published on; a subscribe to `eu-only…` gets the tag filter
+  region = eu, one to `bad-filter` a malformed filter);
 - /subscribe-strict, /publish-strict: named proxies' hooks (tests of
   per-namespace hooks);
 - /seen: what it saw so far (requests per path, distinct client
@@ -65,6 +66,11 @@ def subscribe(req, headers):
         return {"disconnect": {"code": 4999, "reason": "kicked by backend"}}
     if ch == "slow":
         time.sleep(3)
+    if ch.startswith("eu-only"):
+        # A server-enforced tag filter: only publications tagged region=eu.
+        return {"result": {"filter": {"key": "region", "cmp": "eq", "val": "eu"}}}
+    if ch == "bad-filter":
+        return {"result": {"filter": {"op": "xor", "nodes": []}}}
     return {"result": {}}
 
 

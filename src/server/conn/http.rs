@@ -395,7 +395,8 @@ async fn publish_route(
     let Some(body) = body_or_refuse(w, sock, buf, req).await? else {
         return Ok(None);
     };
-    let answer = publish::publish_http(w, channel, &body, req.keep_alive).await;
+    let query = req.query.as_deref();
+    let answer = publish::publish_http(w, (channel, query), &body, req.keep_alive).await;
     Ok(Some(answer.into()))
 }
 
@@ -421,17 +422,18 @@ async fn channel_read(
             http::error_response(&HttpError { status, message }, false)
         })?,
     };
-    admission::http_read(w, (id, &grants), channel).await?;
+    let filters = admission::http_read(w, (id, &grants), channel).await?;
     let query = req.query.as_deref();
+    let filtered = (channel, filters.as_ref());
     Ok(match (route, &w.redis) {
         (Route::Presence(_), _) => {
             presence_edge::http_answer(w, (id, channel), query, keep_alive).await
         }
         (_, Some(l)) if l.keeps_history_of(channel) => {
-            resume::history_http(w, channel, query, keep_alive).await
+            resume::history_http(w, filtered, query, keep_alive).await
         }
         _ => match owner::locate(w, channel, false).await {
-            Ok(()) => recall::history_http(&w.hub.borrow(), channel, query, keep_alive),
+            Ok(()) => recall::history_http(&w.hub.borrow(), filtered, query, keep_alive),
             Err(why) => recall::error(503, why, keep_alive),
         },
     })

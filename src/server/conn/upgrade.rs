@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use crate::auth::{self, Grants};
 use crate::console::FEED_CHANNEL;
 use crate::http::{self, HttpError, Route};
-use crate::hub::{ConnId, ConnKind};
+use crate::hub::{ConnId, ConnKind, Filters};
 use crate::log;
 use crate::peers::PeerRefusal;
 use crate::pusher;
@@ -31,6 +31,9 @@ pub struct Upgrade {
     pub deflate: bool,
     /// What the connect hook gave it (first frame, server-side channels).
     pub welcome: Option<Box<Welcome>>,
+    /// Path mode: the tag filters the server applies to its channel
+    /// (its token's, its subscribe hook's).
+    pub filters: Option<Filters>,
 }
 
 /// The mode and channel of an upgrading route; `None` for other routes.
@@ -130,6 +133,7 @@ pub async fn upgrade(
         grants,
         deflate: false,
         welcome: None,
+        filters: None,
     };
     accept(w, sock, id, req, up).await
 }
@@ -143,6 +147,7 @@ fn feed_upgrade(kind: ConnKind, channel: Option<String>) -> Upgrade {
         grants: Grants::read_only(),
         deflate: false,
         welcome: None,
+        filters: None,
     }
 }
 
@@ -151,13 +156,17 @@ fn feed_upgrade(kind: ConnKind, channel: Option<String>) -> Upgrade {
 /// the connection was identified — a token, a publish key, or the
 /// connect hook. Internal `!` channels (the status and console feeds')
 /// were decided by their own rules before.
-async fn channel_admission(w: &Worker, id: ConnId, up: &Upgrade) -> Result<(), Vec<u8>> {
+async fn channel_admission(
+    w: &Worker,
+    id: ConnId,
+    up: &Upgrade,
+) -> Result<Option<Filters>, Vec<u8>> {
     let channel = up.channel.as_deref().filter(|c| !c.starts_with('!'));
     match (channel, up.kind) {
         (Some(channel), ConnKind::Ws(formats::PATH)) => {
             admission::http_read(w, (id, &up.grants), channel).await
         }
-        _ => Ok(()),
+        _ => Ok(None),
     }
 }
 
@@ -179,6 +188,7 @@ async fn hooked_upgrade(
                 grants: a.grants,
                 deflate: false,
                 welcome: Some(a.welcome),
+                filters: None,
             };
             accept(w, sock, id, req, up).await
         }
@@ -198,10 +208,13 @@ async fn accept(
     req: &http::Request,
     up: Upgrade,
 ) -> io::Result<Option<Upgrade>> {
-    if let Err(refusal) = channel_admission(w, id, &up).await {
-        sock.write_all(refusal).await?;
-        return Ok(None);
-    }
+    let filters = match channel_admission(w, id, &up).await {
+        Ok(f) => f,
+        Err(refusal) => {
+            sock.write_all(refusal).await?;
+            return Ok(None);
+        }
+    };
     match &req.upgrade {
         Ok(accept) => {
             let agreed = req.deflate.filter(|_| w.cfg.compression.enabled);
@@ -215,6 +228,7 @@ async fn accept(
             Ok(Some(Upgrade {
                 kind,
                 deflate: agreed.is_some(),
+                filters,
                 ..up
             }))
         }
@@ -249,6 +263,7 @@ async fn pusher_upgrade(
         grants: Grants::read_only(),
         deflate: false,
         welcome: None,
+        filters: None,
     };
     // Pusher reports errors in-band, once the WebSocket is open, so
     // pusher-js sees the code and decides on reconnecting; the verdict

@@ -84,12 +84,12 @@ async fn act(w: &Worker, id: ConnId, action: &str, b: &Body, ka: bool) -> Vec<u8
     match (action, channel) {
         ("publish", Some(c)) => {
             let data = b.data.as_deref().unwrap_or("");
-            publish::publish_http(w, c, data.as_bytes(), ka).await
+            publish::publish_http(w, (c, None), data.as_bytes(), ka).await
         }
         ("history", Some(c)) => match &w.redis {
-            Some(l) if l.keeps_history_of(c) => resume::history_http(w, c, None, ka).await,
+            Some(l) if l.keeps_history_of(c) => resume::history_http(w, (c, None), None, ka).await,
             _ => match history_owner::locate(w, c, false).await {
-                Ok(()) => recall::history_http(&w.hub.borrow(), c, None, ka),
+                Ok(()) => recall::history_http(&w.hub.borrow(), (c, None), None, ka),
                 Err(why) => recall::error(503, why, ka),
             },
         },

@@ -138,7 +138,8 @@ pub async fn subscribe(w: &Rc<Worker>, id: ConnId, mut d: Deferred) {
     if d.latest {
         d.since = recall::before_latest(&hub, &d.channel);
     }
-    recall::subscribe(&mut hub, id, &d.channel, d.since.as_ref(), idv);
+    let how = (d.since.as_ref(), d.filters.clone());
+    recall::subscribe(&mut hub, id, &d.channel, how, idv);
     if !hub.is_subscribed(id, &d.channel) {
         resume::refused(w, &mut hub, id, &d);
     } else if let Some((user, info)) = &announced {

@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 use crate::control::{self, At, ErrorCode};
 use crate::history::Entry;
 use crate::http::{self, HttpError};
-use crate::hub::{ConnId, Hub, Resumed, SubscribeError};
+use crate::hub::{ConnId, Filters, Hub, Resumed, SubscribeError};
 use crate::ws::OpCode;
 
 /// Messages `GET /history` returns when the request names no `limit`.
@@ -22,12 +22,12 @@ pub fn subscribe(
     hub: &mut Hub,
     id: ConnId,
     channel: &str,
-    since: Option<&control::Since>,
+    (since, filters): (Option<&control::Since>, Option<Filters>),
     idv: Option<&RawValue>,
 ) {
     let since = since.map(|s| (s.epoch.as_str(), s.offset));
     let new = !hub.is_subscribed(id, channel);
-    let reply = match hub.subscribe_from(id, channel, since) {
+    let reply = match hub.subscribe_from(id, channel, since, filters) {
         Ok(None) => {
             // Without history in Redis mode, "subscribed" waits for Redis
             // to confirm the channel (a publish right after it must not
@@ -83,7 +83,8 @@ pub fn send_position(
 ) {
     hub.send_to(id, control::subscribed(channel, at, recovered, idv));
     for e in replay {
-        let frame = control::encode_delivery(channel, e.opcode, &e.payload, e.offset);
+        let tags = e.tags.as_ref().map(|t| t.json());
+        let frame = control::encode_delivery(channel, e.opcode, &e.payload, (e.offset, tags));
         if !hub.send_to(id, frame) {
             return;
         }
@@ -95,7 +96,12 @@ pub fn send_position(
 /// at most `limit` messages (default [`HISTORY_DEFAULT_LIMIT`], at most
 /// [`HISTORY_MAX_LIMIT`]); a channel without history answers
 /// `"epoch":null,"offset":0`.
-pub fn history_http(hub: &Hub, channel: &str, query: Option<&str>, keep_alive: bool) -> Vec<u8> {
+pub fn history_http(
+    hub: &Hub,
+    (channel, filters): (&str, Option<&Filters>),
+    query: Option<&str>,
+    keep_alive: bool,
+) -> Vec<u8> {
     if !hub.history_enabled(channel) {
         return error(404, "history is off (--history-size)", keep_alive);
     }
@@ -105,12 +111,12 @@ pub fn history_http(hub: &Hub, channel: &str, query: Option<&str>, keep_alive: b
     };
     match hub.history(channel, since, limit) {
         Some((pos, entries)) => history_json(
-            channel,
+            (channel, filters),
             Some((&pos.epoch, pos.offset)),
             &entries,
             keep_alive,
         ),
-        None => history_json(channel, None, &[], keep_alive),
+        None => history_json((channel, None), None, &[], keep_alive),
     }
 }
 
@@ -120,9 +126,11 @@ pub fn error(status: u16, message: &'static str, keep_alive: bool) -> Vec<u8> {
 }
 
 /// The `GET /history` answer for a position (`None`: no history) and
-/// the messages after the one asked for.
+/// the messages after the one asked for — those that pass `filters`, the
+/// server's tag filters for the reader (its token's, its subscribe
+/// hook's), when there are any.
 pub fn history_json(
-    channel: &str,
+    (channel, filters): (&str, Option<&Filters>),
     at: Option<(&str, u64)>,
     entries: &[Entry],
     keep_alive: bool,
@@ -135,7 +143,11 @@ pub fn history_json(
         "channel": channel,
         "epoch": epoch,
         "offset": offset,
-        "messages": entries.iter().map(entry_json).collect::<Vec<_>>(),
+        "messages": entries
+            .iter()
+            .filter(|e| filters.is_none_or(|f| crate::filter::all_match(f, e.tags.as_deref())))
+            .map(entry_json)
+            .collect::<Vec<_>>(),
     })
     .to_string();
     http::response(
@@ -149,13 +161,17 @@ pub fn history_json(
 }
 
 fn entry_json(e: &Entry) -> serde_json::Value {
-    if e.opcode == OpCode::Text {
+    let mut v = if e.opcode == OpCode::Text {
         let text = String::from_utf8_lossy(&e.payload);
         serde_json::json!({"offset": e.offset, "data": text})
     } else {
         let b64 = base64::engine::general_purpose::STANDARD.encode(&e.payload);
         serde_json::json!({"offset": e.offset, "data_base64": b64})
+    };
+    if let Some(t) = &e.tags {
+        v["tags"] = t.to_json();
     }
+    v
 }
 
 /// `since` (default 0) and `limit` (default and cap above).

@@ -20,7 +20,8 @@ pub fn apply(hub: &mut Hub, channel: &str, actions: Vec<Action>, skip: Option<u6
         match a {
             Action::Deliver(e, epoch) => {
                 let at = (&*epoch, e.offset);
-                hub.publish_in(channel, e.opcode, &e.payload, skip, at);
+                let msg = (channel, e.opcode, &e.payload[..], e.tags.as_ref());
+                hub.publish_in(msg, skip, at);
             }
             Action::Gap { at, lost } => {
                 let at = At {

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use crate::control::{self, At, ErrorCode, Since};
 
 use crate::history::relay::{Resume, Snapshot};
-use crate::hub::{ConnId, Hub, SubscribeError};
+use crate::hub::{ConnId, Filters, Hub, SubscribeError};
 use crate::server::history::recall;
 use crate::server::history::relay as relay_edge;
 use crate::server::presence::edge as presence_edge;
@@ -36,6 +36,8 @@ pub struct Deferred {
     /// Several workers without Redis: the presence join (user, info) to
     /// make at the channel's owner worker before the subscribe.
     pub join: Option<(String, Option<String>)>,
+    /// The subscription's tag filters (the server's and its own).
+    pub filters: Option<Filters>,
 }
 
 /// Runs a deferred subscribe to the end (reply queued).
@@ -44,7 +46,7 @@ pub async fn subscribe(w: &Rc<Worker>, id: ConnId, mut d: Deferred) {
         d.since = before_latest(w, &d.channel).await;
     }
     let since = d.since.as_ref().map(|s| (s.epoch.as_str(), s.offset));
-    let resumed = resume_from_redis(w, id, &d.channel, since).await;
+    let resumed = resume_from_redis(w, id, &d.channel, (since, d.filters.clone())).await;
     let mut hub = w.hub.borrow_mut();
     let idv = d.id.as_deref();
     match resumed {
@@ -66,7 +68,7 @@ pub async fn resume_from_redis(
     w: &Rc<Worker>,
     id: ConnId,
     channel: &str,
-    since: Option<(&str, u64)>,
+    (since, filters): (Option<(&str, u64)>, Option<Filters>),
 ) -> Result<Resume, (ErrorCode, &'static str)> {
     let read = read_settled(w, channel, since.map(|s| s.1)).await;
     let mut hub = w.hub.borrow_mut();
@@ -95,7 +97,13 @@ pub async fn resume_from_redis(
             "the other workers are behind; retry",
         ),
     })?;
-    Ok(bounded(&mut hub, r))
+    hub.set_filters(id, channel, filters.clone());
+    let mut r = bounded(&mut hub, r);
+    if let Some(f) = filters {
+        r.replay
+            .retain(|e| crate::filter::all_match(&f, e.tags.as_deref()));
+    }
+    Ok(r)
 }
 
 /// The position just before `channel`'s latest message, if it has one
@@ -177,7 +185,7 @@ fn send(hub: &mut Hub, id: ConnId, channel: &str, r: Resume, idv: Option<&RawVal
 /// mode's (`recall::history_http`), read from the channel's stream.
 pub async fn history_http(
     w: &Worker,
-    channel: &str,
+    (channel, filters): (&str, Option<&Filters>),
     query: Option<&str>,
     keep_alive: bool,
 ) -> Vec<u8> {
@@ -191,10 +199,10 @@ pub async fn history_http(
         Ok(Some(mut snap)) => {
             snap.entries.truncate(limit);
             let at = Some((snap.epoch.as_str(), snap.top));
-            recall::history_json(channel, at, &snap.entries, keep_alive)
+            recall::history_json((channel, filters), at, &snap.entries, keep_alive)
         }
         // Not created by a read: a GET must not make keys.
-        Ok(None) => recall::history_json(channel, None, &[], keep_alive),
+        Ok(None) => recall::history_json((channel, None), None, &[], keep_alive),
         Err(_) => recall::error(503, "history unavailable (redis)", keep_alive),
     }
 }

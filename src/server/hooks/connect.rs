@@ -11,6 +11,7 @@ use bytes::Bytes;
 use super::refresh::Plan;
 use super::{Failure, Hook, HookEdge};
 use crate::auth::Grants;
+use crate::filter::Filter;
 use crate::hooks::reply::{self, ConnectResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
 use crate::http;
@@ -59,10 +60,20 @@ pub async fn admit_channel(
     client: &str,
     user: &str,
     channel: &str,
-) -> Result<(), Vec<u8>> {
+) -> Result<Option<Filter>, Vec<u8>> {
     let body = request::subscribe(client, user, channel);
     let parse = reply::parse::<SubscribeResult>;
-    refused(edge.call_hook(hook, &[], &body, parse).await).map(|_| ())
+    let r = refused(edge.call_hook(hook, &[], &body, parse).await)?;
+    // The hook's filter is a security decision: one that does not parse
+    // refuses the read (503), never lets everything through.
+    match r.filter.map(|f| Filter::from_json(&f)) {
+        None => Ok(None),
+        Some(Ok(f)) => Ok(Some(f)),
+        Some(Err(_)) => {
+            let why = "the backend answered an invalid filter";
+            Err(refusal(503, why, None))
+        }
+    }
 }
 
 /// The result, or the upgrade's refusal: `error` 401 → `401`, any other

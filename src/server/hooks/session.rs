@@ -71,7 +71,7 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
         None => owner::waits_for_owner(w, hub, c),
     };
     if !deferred {
-        recall::subscribe(hub, id, c, None, None);
+        recall::subscribe(hub, id, c, (None, None), None);
         if hub.is_subscribed(id, c) {
             presence_edge::join(w, hub, id, who, c, false);
         }
@@ -86,6 +86,7 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
         fresh: !hub.is_subscribed(id, c),
         latest: w.cfg.namespaces.table.recovers(c),
         join: None,
+        filters: None,
     };
     let w = w.clone();
     monoio::spawn(async move { history::subscribe_deferred(&w, id, d).await });
@@ -191,13 +192,14 @@ pub async fn run(w: &Rc<Worker>, id: ConnId, call: HookCall) -> Option<(Envelope
             let hook = edge.for_channel(HookKind::Subscribe, channel)?;
             let body = request::subscribe(&client, user, channel);
             let a = edge.call_hook(hook, &[], &body, reply::parse::<SubscribeResult>);
-            settle(w, id, a.await, idv)?;
-            env
+            let r = settle(w, id, a.await, idv)?;
+            with_server_filter(w, id, env, r.filter)?
         }
         Request::Publish {
             channel,
             opcode,
             payload,
+            ..
         } => {
             let hook = edge.for_channel(HookKind::Publish, channel)?;
             let body = request::publish(&client, user, channel, (*opcode, payload));
@@ -236,6 +238,7 @@ async fn publish_unrecorded<T>(
         channel,
         opcode,
         payload,
+        tags,
     } = &env.request
     else {
         return None;
@@ -243,8 +246,8 @@ async fn publish_unrecorded<T>(
     let outcome = {
         let mut hub = w.hub.borrow_mut();
         let count = env.id.is_some();
-        let msg = (*opcode, &payload[..], serial);
-        publish::route_unrecorded(&mut hub, publish::via(w), channel, msg, count)
+        let msg = (&channel[..], *opcode, &payload[..], tags.as_ref());
+        publish::route_unrecorded(&mut hub, publish::via(w), msg, serial, count)
     };
     let n = match outcome {
         Published::Counting(count, _) => publish::counted(w, count).await as usize,
@@ -256,6 +259,38 @@ async fn publish_unrecorded<T>(
         w.hub.borrow_mut().send_to(id, ack);
     }
     None
+}
+
+/// The subscribe with the subscribe hook's `filter`, which the server
+/// applies whatever the client asks; a filter that does not parse fails
+/// the subscribe (`unavailable`), never lets everything through.
+fn with_server_filter(
+    w: &Worker,
+    id: ConnId,
+    mut env: Envelope,
+    filter: Option<serde_json::Value>,
+) -> Option<Envelope> {
+    let (Some(tree), Request::Subscribe { server_filter, .. }) = (filter, &mut env.request) else {
+        return Some(env);
+    };
+    match crate::filter::Filter::from_json(&tree) {
+        Ok(f) => {
+            *server_filter = Some(f);
+            Some(env)
+        }
+        Err(e) => {
+            log!(
+                Warn,
+                "subscribe hook answered a bad filter",
+                conn = id,
+                why = e
+            );
+            let msg = "the backend answered an invalid filter";
+            let frame = frames::unavailable(msg, env.id.as_deref());
+            w.hub.borrow_mut().send_to(id, frame);
+            None
+        }
+    }
 }
 
 /// The publish with the hook's `data` instead of the client's: a JSON

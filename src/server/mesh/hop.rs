@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::filter::Tags;
 use crate::hub::Frames;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
@@ -34,6 +35,8 @@ pub struct Msg {
     pub at: Option<(Arc<str>, u64)>,
     /// Kept out of history (a publish hook's `skip_history`).
     pub unrecorded: bool,
+    /// Its tags, if it has any.
+    pub tags: Option<Arc<Tags>>,
 }
 
 impl Clone for Msg {
@@ -49,6 +52,7 @@ impl Clone for Msg {
             frames: None,
             at: self.at.clone(),
             unrecorded: self.unrecorded,
+            tags: self.tags.clone(),
         }
     }
 }
@@ -68,6 +72,7 @@ impl Msg {
             frames: None,
             at: None,
             unrecorded: true,
+            tags: None,
         }
     }
 
@@ -75,7 +80,8 @@ impl Msg {
     /// queue and the in-flight window count).
     pub(super) fn size(&self) -> usize {
         let frames = self.frames.iter().flat_map(|f| f.iter().flatten());
-        self.payload.len() + self.channel.len() + 64 + frames.map(|b| b.len()).sum::<usize>()
+        let tags = self.tags.as_ref().map_or(0, |t| t.json().len());
+        self.payload.len() + self.channel.len() + tags + 64 + frames.map(|b| b.len()).sum::<usize>()
     }
 
     /// The sender to leave out on worker `at`: only the publisher's own

@@ -17,7 +17,7 @@ use crate::server::history::{owner, resume};
 use crate::server::hooks::session::{self as hooks_session, HookCall};
 use crate::server::presence::edge::{self as presence_edge, Identity};
 use crate::server::presence::owner as presence_owner;
-use crate::server::publish::{count_published, count_refused, route_publish, via, Published, Via};
+use crate::server::publish::{count_published, count_refused, route_tagged, via, Published, Via};
 use crate::server::worker::Worker;
 use crate::ws::OpCode;
 
@@ -117,8 +117,11 @@ pub fn handle(
             channel,
             since,
             presence,
+            filter,
+            server_filter,
         } => {
-            recall::subscribe(hub, id, &channel, since.as_ref(), idv);
+            let filters = admission::filters(grants, &channel, (server_filter, filter));
+            recall::subscribe(hub, id, &channel, (since.as_ref(), filters), idv);
             if hub.is_subscribed(id, &channel) {
                 let who = Identity::of(w, grants, serial);
                 presence_edge::join(w, hub, id, &who, &channel, presence);
@@ -142,11 +145,13 @@ pub fn handle(
             channel,
             opcode,
             payload,
+            tags,
         } => {
             let before = hub.stats.deliveries;
             // Several workers: a reply's count waits for theirs.
             let count = matches!(route, Via::Mesh(_)) && idv.is_some();
-            let outcome = route_publish(hub, route, &channel, opcode, &payload, serial, count);
+            let msg = (&channel[..], opcode, &payload[..], tags.as_ref());
+            let outcome = route_tagged(hub, route, msg, serial, count);
             count_published(w, &channel, hub.stats.deliveries - before);
             if let Published::Counting(count, _) = outcome {
                 let id = env.id.clone();
@@ -198,6 +203,8 @@ fn before_subscribe(
         channel,
         since,
         presence,
+        filter,
+        server_filter,
     } = &env.request
     else {
         return None;
@@ -236,6 +243,8 @@ fn before_subscribe(
     }
     let latest = since.is_none() && w.cfg.namespaces.table.recovers(channel);
     let (channel, since, id) = (channel.clone(), since.clone(), env.id.clone());
+    let own = (server_filter.clone(), filter.clone());
+    let filters = admission::filters(grants, &channel, own);
     Some(Some(Box::new(Deferred::Resume(resume::Deferred {
         channel,
         since,
@@ -243,6 +252,7 @@ fn before_subscribe(
         fresh,
         latest,
         join,
+        filters,
     }))))
 }
 

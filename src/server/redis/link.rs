@@ -18,6 +18,7 @@ use super::slots::Cluster;
 use crate::config::Config;
 use crate::history::relay::{Fetch, Snapshot};
 use crate::history::{HistoryLimits, NamespaceLimits};
+use crate::hub::Message;
 use crate::log;
 use crate::redis::cluster;
 use crate::redis::commands::{self, Pubsub};
@@ -33,7 +34,7 @@ use crate::ws::OpCode;
 pub trait Local {
     /// Delivers a message that came back from Redis to local subscribers
     /// (`skip`: the serial of a local publisher to leave out).
-    fn deliver(&self, channel: &str, opcode: OpCode, payload: &[u8], skip: Option<u64>);
+    fn deliver(&self, msg: Message<'_>, skip: Option<u64>);
     /// Starts logging interest changes (channels gaining their first or
     /// losing their last local subscriber).
     fn track_interest(&self);
@@ -183,6 +184,16 @@ impl RedisLink {
         sender: u64,
         want_reply: bool,
     ) -> Result<Option<Rc<ReplyWaiter>>, PipelineFull> {
+        self.publish_tagged((channel, opcode, payload, None), sender, want_reply)
+    }
+
+    /// [`RedisLink::publish`] of a message that may carry tags.
+    pub fn publish_tagged(
+        &self,
+        (channel, opcode, payload, tags): Message<'_>,
+        sender: u64,
+        want_reply: bool,
+    ) -> Result<Option<Rc<ReplyWaiter>>, PipelineFull> {
         let origin = Origin {
             instance: self.instance,
             sender,
@@ -192,7 +203,7 @@ impl RedisLink {
             self.stats.borrow_mut().publishes_rejected += 1;
             return Err(PipelineFull);
         };
-        let msg = (opcode, origin, payload);
+        let msg = (opcode, origin, payload, tags.map(|t| t.json()));
         // Pusher's channels are published plainly: nothing reads their
         // history back (see `channel::keeps_history`).
         let keeping = self

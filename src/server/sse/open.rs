@@ -12,7 +12,7 @@ use std::rc::Rc;
 use crate::auth::{self, Grants};
 use crate::history::{Entry, Position};
 use crate::http::{self, HttpError};
-use crate::hub::{CloseReason, ConnId, ConnKind, Delivery, Hub};
+use crate::hub::{CloseReason, ConnId, ConnKind, Delivery, Filters, Hub};
 use crate::log;
 use crate::peers::PeerRefusal;
 use crate::server::admission;
@@ -49,7 +49,7 @@ pub async fn open(
     req: &http::Request,
     head: &[u8],
 ) -> io::Result<Option<Grants>> {
-    let (grants, sub) = match admit(w, (id, ip), req, head).await {
+    let (grants, sub, filters) = match admit(w, (id, ip), req, head).await {
         Ok(admitted) => admitted,
         Err(Refused::Answered(resp)) => {
             w.hub.borrow_mut().stats.sse_refused += 1;
@@ -78,8 +78,8 @@ pub async fn open(
     // `admit` checked the `Origin` against `--allowed-origins`.
     sock.write_all(sse::response_head(req.origin.as_deref()))
         .await?;
-    for channel in &sub.channels {
-        subscribe(w, id, channel, &sub).await;
+    for (channel, filters) in sub.channels.iter().zip(filters) {
+        subscribe(w, id, (channel, filters), &sub).await;
     }
     Ok(Some(grants))
 }
@@ -108,7 +108,7 @@ async fn admit(
     (id, ip): (ConnId, IpAddr),
     req: &http::Request,
     head: &[u8],
-) -> Result<(Grants, Subscription), Refused> {
+) -> Result<(Grants, Subscription, Vec<Option<Filters>>), Refused> {
     if let Err(PeerRefusal::TooFast(after_ms)) = w.peers.borrow().handshake(ip) {
         w.hub.borrow_mut().stats.per_ip_handshakes_limited += 1;
         return Err(Refused::Http(Refusal {
@@ -133,23 +133,30 @@ async fn admit(
         status: 400,
         message: e.message(),
     })?;
+    let mut filters = Vec::with_capacity(sub.channels.len());
     for c in &sub.channels {
-        admission::http_read(w, (id, &grants), c)
+        let found = admission::http_read(w, (id, &grants), c)
             .await
             .map_err(Refused::Answered)?;
+        filters.push(found);
     }
-    Ok((grants, sub))
+    Ok((grants, sub, filters))
 }
 
 /// Subscribes stream `id` to `channel`, queueing its first events: from
 /// Redis's history in Redis mode with history, else from the hub's.
-async fn subscribe(w: &Rc<Worker>, id: ConnId, channel: &str, sub: &Subscription) {
+async fn subscribe(
+    w: &Rc<Worker>,
+    id: ConnId,
+    (channel, filters): (&str, Option<Filters>),
+    sub: &Subscription,
+) {
     let since = sub.since(channel).map(|p| (p.epoch.as_str(), p.offset));
     // Reconnecting without a position for this channel: what it missed
     // cannot be known.
     let unknown = sub.reconnect && since.is_none();
     if w.redis.as_deref().is_some_and(RedisLink::keeps_history) {
-        let resumed = resume::resume_from_redis(w, id, channel, since).await;
+        let resumed = resume::resume_from_redis(w, id, channel, (since, filters)).await;
         let mut hub = w.hub.borrow_mut();
         match resumed {
             Ok(r) => queue_position(
@@ -173,7 +180,7 @@ async fn subscribe(w: &Rc<Worker>, id: ConnId, channel: &str, sub: &Subscription
     }
     let mut hub = w.hub.borrow_mut();
     let new = !hub.is_subscribed(id, channel);
-    match hub.subscribe_from(id, channel, since) {
+    match hub.subscribe_from(id, channel, since, filters) {
         Ok(Some(r)) => queue_position(
             &mut hub,
             (id, channel),
@@ -218,6 +225,7 @@ fn queue_position(
             payload: &e.payload,
             offset: e.offset,
             epoch: &pos.epoch,
+            tags: e.tags.as_deref(),
         });
         if !hub.send_to(id, frame) {
             return;

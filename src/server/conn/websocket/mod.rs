@@ -74,6 +74,7 @@ pub fn websocket(
         grants,
         deflate,
         welcome,
+        filters,
     } = up;
     if deflate {
         count_compressed(w, true);
@@ -94,6 +95,7 @@ pub fn websocket(
                 // Only possible with max_subscriptions = 0.
                 hub.close(id, 1008, "subscription refused", CloseReason::Protocol);
             }
+            hub.set_filters(id, c, filters);
         }
         if kind != ConnKind::Ws(formats::PUSHER) {
             hooks_session::register_user(w, &hub, id, &grants);
