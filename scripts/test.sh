@@ -104,7 +104,8 @@ CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --
     --test sse_redis --test console --test hooks --test hooks_admission --test hooks_api \
     --test hooks_namespaces --test hooks_server_subscriptions --test hooks_session --test jwks \
     --test limits --test tls_abuse --test history --test presence --test presence_refusals \
-    --test pusher_protocol --test pusher_js --test cache --test origin_tls 2>&1 |
+    --test pusher_protocol --test pusher_js --test cache --test origin_tls --test filters \
+    --test filters_redis 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

@@ -8,6 +8,8 @@
 //! channel's subscribers (`FrameCache`), and every subscriber of one
 //! format gets a reference-counted clone of the same frame.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::filter::Tags;
@@ -34,6 +36,10 @@ impl Format {
         self.0 as usize & (MAX_FORMATS - 1)
     }
 }
+
+/// A message as a publish hands it to the fan-out: its channel, frame
+/// type, bytes and tags.
+pub type Message<'a> = (&'a str, OpCode, &'a [u8], Option<&'a Arc<Tags>>);
 
 /// One published message, as an encoder sees it.
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,8 @@
 //! call into the module that does the job. The modules import only each
 //! other's leaves (never this file):
 //! - `conn`: one connection's entry ([`Conn`], [`ConnKind`], [`ConnState`]);
-//! - `registry`: channels, subscriber lists and the Redis interest log;
+//! - `registry`: channels, subscriber lists (with their tag filters) and
+//!   the Redis interest log;
 //! - `outbox`: queues, slow-consumer policy, worker-wide budget, batches;
 //! - `pressure`: publishers waiting while a connection is over its bound;
 //! - `timers`: close reasons, deadlines and the keepalive sweep;
@@ -26,7 +27,8 @@
 //!
 //! `upstream` is the facade's second file: the `impl Hub` methods an
 //! upstream (Redis) uses — the interest log and subscribe acknowledgements
-//! that wait for its confirmation; `subs` a third (a connection's channels).
+//! that wait for its confirmation; `subs` a third (a connection's channels:
+//! a subscribe with its filters and resume, the listings).
 
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -55,6 +57,8 @@ mod upstream;
 #[cfg(test)]
 mod delivery_tests;
 #[cfg(test)]
+mod filter_tests;
+#[cfg(test)]
 mod history_tests;
 #[cfg(test)]
 mod interest_tests;
@@ -64,13 +68,12 @@ mod tests;
 mod timer_tests;
 
 pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
-pub use format::{copy_frames, Delivery, Encoder, Encoders, Format, Frames, MAX_FORMATS};
+pub use format::{copy_frames, Delivery, Encoder, Encoders, Format, Frames, Message, MAX_FORMATS};
 pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{
     WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
 };
 pub use parking::{LocalWaker, Parking};
-pub use publish::Message;
 pub use recall::Resumed;
 pub use registry::{Filters, SubscribeError, MAX_INTEREST_BACKLOG};
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
@@ -282,47 +285,6 @@ impl Hub {
     pub fn subscribe_internal(&mut self, id: ConnId, name: &str) {
         self.registry
             .subscribe_internal(&mut self.conns, &mut self.stats, id, name);
-    }
-
-    /// Subscribes `id` to `name` and, when history is on, answers with the
-    /// channel's position and (with `since`) the replay of what the
-    /// client missed — in one step, so the replay and the live messages
-    /// that follow meet without a gap or a duplicate.
-    pub fn subscribe_from(
-        &mut self,
-        id: ConnId,
-        name: &str,
-        since: Option<(&str, u64)>,
-        filters: Option<Filters>,
-    ) -> Result<Option<Resumed>, SubscribeError> {
-        self.subscribe(id, name)?;
-        // Subscribing again replaces the filters (the latest subscribe's
-        // apply), in the same step as the replay below.
-        self.registry
-            .set_filters(&self.conns, id, name, filters.clone());
-        if !self.history.enabled_for(name) {
-            return Ok(None);
-        }
-        let max_replay = self.limits.max_outbound_queue.saturating_mul(2);
-        let clock = (self.now_ms, max_replay);
-        let mut r = recall::resume(&mut self.history, &mut self.stats, name, since, clock);
-        if let Some(f) = filters {
-            r.replay
-                .retain(|e| crate::filter::all_match(&f, e.tags.as_deref()));
-        }
-        Ok(Some(r))
-    }
-
-    /// Connection `id`'s tag filters on `name` (`None`: it has none, or
-    /// is not subscribed there).
-    pub fn filters_of(&self, id: ConnId, name: &str) -> Option<Filters> {
-        self.registry.filters_of(&self.conns, id, name)
-    }
-
-    /// Sets (`None`: clears) connection `id`'s tag filters on `name`;
-    /// whether it is subscribed there.
-    pub fn set_filters(&mut self, id: ConnId, name: &str, filters: Option<Filters>) -> bool {
-        self.registry.set_filters(&self.conns, id, name, filters)
     }
 
     /// At most `limit` messages of `channel`'s history after offset

@@ -2,17 +2,10 @@
 //! among the subscribers (or taken from another worker's encodings) and
 //! shared by reference count, a queue push per subscriber.
 
-use std::sync::Arc;
-
-use super::format::{Delivery, FrameCache, Frames};
+use super::format::{Delivery, FrameCache, Frames, Message};
 use super::outbox::Queueing;
 use super::{Hub, EXCLUDE_ALWAYS};
 use crate::filter::Tags;
-use crate::ws::OpCode;
-
-/// A message as a publish hands it to the fan-out: its channel, frame
-/// type, bytes and tags.
-pub type Message<'a> = (&'a str, OpCode, &'a [u8], Option<&'a Arc<Tags>>);
 
 impl Hub {
     /// The fan-out itself, without counting the message in: starting from

@@ -1,12 +1,56 @@
-//! The facade's read-only view of connections' subscriptions (the server
-//! API's `GET /api/connections`, the per-namespace gauges).
+//! The facade's view of connections' subscriptions: a subscribe with its
+//! filters and resume, the filters of one, and the read-only listings
+//! (the server API's `GET /api/connections`, the per-namespace gauges).
 
 use std::rc::Rc;
 
 use super::conn::ConnId;
+use super::recall::{self, Resumed};
+use super::registry::{Filters, SubscribeError};
 use super::Hub;
 
 impl Hub {
+    /// Subscribes `id` to `name` and, when history is on, answers with the
+    /// channel's position and (with `since`) the replay of what the
+    /// client missed — in one step, so the replay and the live messages
+    /// that follow meet without a gap or a duplicate.
+    pub fn subscribe_from(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        since: Option<(&str, u64)>,
+        filters: Option<Filters>,
+    ) -> Result<Option<Resumed>, SubscribeError> {
+        self.subscribe(id, name)?;
+        // Subscribing again replaces the filters (the latest subscribe's
+        // apply), in the same step as the replay below.
+        self.registry
+            .set_filters(&self.conns, id, name, filters.clone());
+        if !self.history.enabled_for(name) {
+            return Ok(None);
+        }
+        let max_replay = self.limits.max_outbound_queue.saturating_mul(2);
+        let clock = (self.now_ms, max_replay);
+        let mut r = recall::resume(&mut self.history, &mut self.stats, name, since, clock);
+        if let Some(f) = filters {
+            r.replay
+                .retain(|e| crate::filter::all_match(&f, e.tags.as_deref()));
+        }
+        Ok(Some(r))
+    }
+
+    /// Connection `id`'s tag filters on `name` (`None`: it has none, or
+    /// is not subscribed there).
+    pub fn filters_of(&self, id: ConnId, name: &str) -> Option<Filters> {
+        self.registry.filters_of(&self.conns, id, name)
+    }
+
+    /// Sets (`None`: clears) connection `id`'s tag filters on `name`;
+    /// whether it is subscribed there.
+    pub fn set_filters(&mut self, id: ConnId, name: &str, filters: Option<Filters>) -> bool {
+        self.registry.set_filters(&self.conns, id, name, filters)
+    }
+
     /// The channels connection `id` is subscribed to.
     pub fn channels_of(&self, id: ConnId) -> Vec<Rc<str>> {
         let Some(c) = self.conns.get(id) else {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::conn::ConnId;
 use super::format::Frames;
-use super::publish::Message;
+use super::format::Message;
 use super::recall;
 use super::registry::SubscribeError;
 use super::Hub;

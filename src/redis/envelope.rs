@@ -315,4 +315,45 @@ mod tests {
         // A truncated header is foreign bytes, not a panic.
         assert_eq!(decode(Bytes::from_static(b"\xcc\x01\x01")).origin, None);
     }
+
+    #[test]
+    fn tags_travel_and_malformed_tags_are_rejected_not_dropped() {
+        let origin = Origin {
+            instance: 3,
+            sender: 4,
+        };
+        let tagged = |tags: &str, payload: &[u8]| {
+            let mut b = BytesMut::new();
+            put_head(&mut b, (OpCode::Text, origin), Some(tags));
+            b.put_slice(payload);
+            b.freeze()
+        };
+        let raw = tagged(r#"{"a":"1","b":"x"}"#, b"hi");
+        assert_eq!(raw.len(), head_len(Some(r#"{"a":"1","b":"x"}"#)) + 2);
+        let e = accept(raw.clone(), 100).unwrap();
+        assert_eq!(
+            (e.opcode, e.origin, &e.payload[..]),
+            (OpCode::Text, Some(origin), &b"hi"[..])
+        );
+        assert_eq!(e.tags.unwrap().get("b"), Some("x"));
+        // Positioned (history): the tags survive the second envelope.
+        let mut p = BytesMut::from(&b"\xcc\x027 ep "[..]);
+        p.put_slice(&raw);
+        let e = accept(p.freeze(), 100).unwrap();
+        assert_eq!(e.at.unwrap().offset, 7);
+        assert_eq!(e.tags.unwrap().json(), r#"{"a":"1","b":"x"}"#);
+        // Tags that do not parse, or a length past the end: rejected.
+        for bad in [tagged("{not json", b"x"), tagged(r#"{"a":1}"#, b"x")] {
+            assert_eq!(accept(bad, 100), Err(Rejected::BadTags));
+        }
+        let mut cut = BytesMut::new();
+        put_head(&mut cut, (OpCode::Text, origin), Some(r#"{"a":"1"}"#));
+        let cut = cut.freeze().slice(..HEADER_LEN + 4);
+        assert_eq!(accept(cut, 100), Err(Rejected::BadTags));
+        // Untagged messages are as before.
+        let mut b = BytesMut::new();
+        put_head(&mut b, (OpCode::Binary, origin), None);
+        assert_eq!(b.len(), HEADER_LEN);
+        assert_eq!(decode(b.freeze()).tags, None);
+    }
 }

@@ -36,6 +36,21 @@ pub struct Upgrade {
     pub filters: Option<Filters>,
 }
 
+impl Upgrade {
+    /// An upgrade of `kind` on `channel` with `grants`, nothing agreed or
+    /// given yet.
+    fn plain(kind: ConnKind, channel: Option<String>, grants: Grants) -> Upgrade {
+        Upgrade {
+            kind,
+            channel,
+            grants,
+            deflate: false,
+            welcome: None,
+            filters: None,
+        }
+    }
+}
+
 /// The mode and channel of an upgrading route; `None` for other routes.
 /// For `GET /app/{key}` the "channel" is the app key.
 pub fn upgrade_target(route: &Route<'_>) -> Option<(ConnKind, Option<String>)> {
@@ -127,28 +142,13 @@ pub async fn upgrade(
             return Ok(None);
         }
     };
-    let up = Upgrade {
-        kind,
-        channel,
-        grants,
-        deflate: false,
-        welcome: None,
-        filters: None,
-    };
-    accept(w, sock, id, req, up).await
+    accept(w, sock, id, req, Upgrade::plain(kind, channel, grants)).await
 }
 
 /// The console feed's upgrade: read-only (its session was checked by
 /// `conn::http` before).
 fn feed_upgrade(kind: ConnKind, channel: Option<String>) -> Upgrade {
-    Upgrade {
-        kind,
-        channel,
-        grants: Grants::read_only(),
-        deflate: false,
-        welcome: None,
-        filters: None,
-    }
+    Upgrade::plain(kind, channel, Grants::read_only())
 }
 
 /// A path-mode upgrade's channel is admitted as any read of it is
@@ -257,14 +257,7 @@ async fn pusher_upgrade(
         None => Err(pusher::protocol::code::APP_NOT_FOUND),
         Some((app, _)) => pusher::check_protocol(req.query.as_deref()).map(|()| app),
     };
-    let up = Upgrade {
-        kind: ConnKind::Ws(formats::PUSHER),
-        channel: None,
-        grants: Grants::read_only(),
-        deflate: false,
-        welcome: None,
-        filters: None,
-    };
+    let up = Upgrade::plain(ConnKind::Ws(formats::PUSHER), None, Grants::read_only());
     // Pusher reports errors in-band, once the WebSocket is open, so
     // pusher-js sees the code and decides on reconnecting; the verdict
     // waits in the worker, not in the connection's task.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::auth::Grants;
 use crate::control::{self, ErrorCode};
-use crate::hub::{ConnId, Hub};
+use crate::hub::{ConnId, Hub, Message};
 use crate::namespace::Refusal;
 use crate::server::admission;
 use crate::server::history::recall;
@@ -147,23 +147,40 @@ pub fn handle(
             payload,
             tags,
         } => {
-            let before = hub.stats.deliveries;
-            // Several workers: a reply's count waits for theirs.
-            let count = matches!(route, Via::Mesh(_)) && idv.is_some();
             let msg = (&channel[..], opcode, &payload[..], tags.as_ref());
-            let outcome = route_tagged(hub, route, msg, serial, count);
-            count_published(w, &channel, hub.stats.deliveries - before);
-            if let Published::Counting(count, _) = outcome {
-                let id = env.id.clone();
-                return Some(Box::new(Deferred::Count { count, channel, id }));
+            match publish(w, hub, (serial, route), msg, idv) {
+                Ok(reply) => reply,
+                Err(count) => {
+                    let id = env.id.clone();
+                    return Some(Box::new(Deferred::Count { count, channel, id }));
+                }
             }
-            publish_reply(hub, outcome, &channel, idv)
         }
     };
     if let Some(frame) = reply {
         hub.send_to(id, frame);
     }
     None
+}
+
+/// `{"op":"publish"}` (the grant already checked): its reply, if any;
+/// `Err`: the count to wait for (several workers) before replying.
+fn publish(
+    w: &Worker,
+    hub: &mut Hub,
+    (serial, route): (u64, Via<'_>),
+    msg: Message<'_>,
+    idv: Option<&serde_json::value::RawValue>,
+) -> Result<Option<Bytes>, u64> {
+    let before = hub.stats.deliveries;
+    // Several workers: a reply's count waits for theirs.
+    let count = matches!(route, Via::Mesh(_)) && idv.is_some();
+    let outcome = route_tagged(hub, route, msg, serial, count);
+    count_published(w, msg.0, hub.stats.deliveries - before);
+    match outcome {
+        Published::Counting(count, _) => Err(count),
+        outcome => Ok(publish_reply(hub, outcome, msg.0, idv)),
+    }
 }
 
 /// `{"op":"publish"}`'s reply (the grant already checked), if any.
