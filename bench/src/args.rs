@@ -63,6 +63,8 @@ BROADCAST:
                          needs --via http
   --json-payload         pad messages with realistic JSON, not `.` (what
                          compression figures need)
+  --publish-query Q      with --via http: POST /publish/CHANNEL?Q (e.g. the
+                         messages' tags: tag.sym=BTC&tag.side=buy)
   --cluster              the URLs are instances of one cluster (sharing Redis):
                          every subscriber expects every publisher's messages
                          (default: each URL is a separate server)
@@ -322,6 +324,8 @@ pub struct BroadcastOpts {
     pub sse: bool,
     /// The app, with `--via pusher`.
     pub pusher: Option<PusherApp>,
+    /// With `--via http`, the query of every publish request.
+    pub publish_query: Option<String>,
 }
 
 /// A `ws://host:port/path` URL.
@@ -378,9 +382,11 @@ impl WsUrl {
         format!("{}:{}", self.host, self.port)
     }
 
-    /// The channel of a `/ws/{channel}` path (for `POST /publish/{channel}`).
+    /// The channel of a `/ws/{channel}` path, without its query (for
+    /// `POST /publish/{channel}`).
     pub fn channel(&self) -> Option<&str> {
-        self.path.strip_prefix("/ws/").filter(|c| !c.is_empty())
+        let path = self.path.split('?').next().unwrap_or_default();
+        path.strip_prefix("/ws/").filter(|c| !c.is_empty())
     }
 
     /// Resolves the host (IP literals resolve without DNS).
@@ -508,6 +514,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
         sse: false,
         json_payload: false,
         pusher: None,
+        publish_query: None,
     };
     for (flag, v) in pairs(args)? {
         if common_flag(&mut o.common, flag, v)? {
@@ -528,6 +535,7 @@ fn parse_broadcast(args: &[String]) -> Result<BroadcastOpts, String> {
             "--json-payload" => o.json_payload = true,
             "--sse" => o.sse = true,
             "--pusher-app" => o.pusher = Some(PusherApp::parse(v)?),
+            "--publish-query" => o.publish_query = Some(v.to_string()),
             _ => return Err(format!("unknown option `{flag}` for broadcast")),
         }
     }
@@ -550,6 +558,9 @@ fn check_broadcast(o: &BroadcastOpts) -> Result<(), String> {
     }
     if o.via != Via::Ws && o.urls.iter().any(|u| u.channel().is_none()) {
         return Err("--via http|pusher needs URLs of the form ws://HOST:PORT/ws/CHANNEL".into());
+    }
+    if o.publish_query.is_some() && o.via != Via::Http {
+        return Err("--publish-query needs --via http".into());
     }
     if (o.via == Via::Pusher) != o.pusher.is_some() {
         return Err("--via pusher and --pusher-app go together".into());
@@ -588,6 +599,8 @@ mod tests {
             ("127.0.0.1", 9000, "/ws/news")
         );
         assert_eq!(u.channel(), Some("news"));
+        let q = WsUrl::parse("ws://h:1/ws/news?token=t").unwrap();
+        assert_eq!(q.channel(), Some("news"));
         assert_eq!(u.authority(), "127.0.0.1:9000");
         let u = WsUrl::parse("ws://localhost").unwrap();
         assert_eq!((u.port, u.path.as_str(), u.channel()), (80, "/", None));

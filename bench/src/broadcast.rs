@@ -466,7 +466,12 @@ fn publishers(
                                 Some(tls) => Blocking::Tls(Box::new(tls::blocking(tls, stream)?)),
                             },
                             authority,
-                            channel,
+                            // `--publish-query`: the request's query
+                            // (e.g. the message's tags).
+                            channel: match &opts.publish_query {
+                                Some(q) => format!("{channel}?{q}"),
+                                None => channel,
+                            },
                         },
                     }
                 }
