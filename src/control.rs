@@ -9,7 +9,7 @@
 //! {"op":"publish","channel":"news","data_base64":"AAEC"}
 //! {"op":"subscribe","channel":"room-1","presence":true,"id":5}
 //! {"op":"subscribe","channel":"px","filter":{"key":"sym","cmp":"eq","val":"BTC"}}
-//! {"op":"publish","channel":"px","data":"…","tags":{"sym":"BTC"}}
+//! {"op":"publish","channel":"px","data":"…","tags":{"sym":"BTC"},"key":"BTC"}
 //! {"op":"presence","channel":"room-1","id":6}
 //! {"op":"rpc","method":"sum","data":{"a":1,"b":2},"id":7}
 //! {"op":"connect","id":8}
@@ -57,6 +57,7 @@ use std::sync::Arc;
 
 use crate::channel::valid_channel_name;
 use crate::filter::{Filter, Tags};
+use crate::meta::Meta;
 use crate::ws::frame::{encode_server_frame, encode_server_frame_parts, OpCode};
 
 /// A parsed client request.
@@ -94,8 +95,8 @@ pub enum Request {
         opcode: OpCode,
         /// Message bytes (decoded from `data` or `data_base64`).
         payload: Vec<u8>,
-        /// Its tags, if it has any.
-        tags: Option<Arc<Tags>>,
+        /// Its tags and latest-value key, if it has any.
+        meta: Option<Arc<Meta>>,
     },
     /// Replace the connection token before it expires (same grants, later
     /// `exp`).
@@ -218,6 +219,7 @@ struct Wire<'a> {
     filter: Option<&'a RawValue>,
     #[serde(borrow)]
     tags: Option<&'a RawValue>,
+    key: Option<&'a RawValue>,
     id: Option<Box<RawValue>>,
 }
 
@@ -288,18 +290,16 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
         Some("presence") => Request::Presence { channel },
         Some("unsubscribe") => Request::Unsubscribe { channel },
         Some("publish") => {
-            let tags = match wire.tags.map(|t| Tags::parse(t.get().as_bytes())) {
-                None => None,
-                Some(Ok(t)) if t.is_empty() => None,
-                Some(Ok(t)) => Some(Arc::new(t)),
-                Some(Err(e)) => return Err(fail(ErrorCode::InvalidTags, &e.to_string(), id)),
+            let meta = match publish_meta(wire.tags, wire.key) {
+                Ok(meta) => meta,
+                Err((code, why)) => return Err(fail(code, &why, id)),
             };
             match publish_payload(wire.data, wire.data_base64) {
                 Ok((opcode, payload)) => Request::Publish {
                     channel,
                     opcode,
                     payload,
-                    tags,
+                    meta,
                 },
                 Err(message) => return Err(fail(ErrorCode::BadRequest, message, id)),
             }
@@ -308,6 +308,32 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
         None => return Err(fail(ErrorCode::BadRequest, "missing \"op\"", id)),
     };
     Ok(Envelope { request, id })
+}
+
+/// A publish's tags (`invalid_tags` when malformed) and latest-value
+/// `key` (a string of 1 to 128 bytes, else `bad_request`).
+fn publish_meta(
+    tags: Option<&RawValue>,
+    key: Option<&RawValue>,
+) -> Result<Option<Arc<Meta>>, (ErrorCode, String)> {
+    let tags = match tags.map(|t| Tags::parse(t.get().as_bytes())) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => return Err((ErrorCode::InvalidTags, e.to_string())),
+    };
+    let bad_key = || {
+        (
+            ErrorCode::BadRequest,
+            "\"key\" must be a string of 1 to 128 bytes".into(),
+        )
+    };
+    let key = match key.map(|k| serde_json::from_str::<String>(k.get())) {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(_)) => return Err(bad_key()),
+    };
+    let meta = Meta::new(tags, key).map_err(|_| bad_key())?;
+    Ok(meta.map(Arc::new))
 }
 
 /// A publish's frame type and bytes, from `data` (a string: text) or
@@ -537,7 +563,7 @@ mod tests {
                 channel: "a".into(),
                 opcode: OpCode::Text,
                 payload: "hé".as_bytes().to_vec(),
-                tags: None,
+                meta: None,
             }
         );
         let e = parse(br#"{"op":"publish","channel":"a","data_base64":"AAEC"}"#).unwrap();

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::filter::Tags;
+use crate::meta::Meta;
 use crate::ws::OpCode;
 
 /// Bytes a kept message costs beyond its payload (entry, queue slot).
@@ -86,18 +87,23 @@ pub struct Entry {
     pub opcode: OpCode,
     /// The message as published.
     pub payload: Bytes,
-    /// Its tags, if it had any (a filtered resume replays only what
-    /// passes).
-    pub tags: Option<Arc<Tags>>,
+    /// Its tags and key, if it had any (a filtered resume replays only
+    /// what passes).
+    pub meta: Option<Arc<Meta>>,
 }
 
-/// A message to keep, without its offset: frame type, bytes, tags.
-pub type Kept = (OpCode, Bytes, Option<Arc<Tags>>);
+/// A message to keep, without its offset: frame type, bytes, tags and key.
+pub type Kept = (OpCode, Bytes, Option<Arc<Meta>>);
 
 impl Entry {
     fn cost(&self) -> usize {
-        let tags = self.tags.as_ref().map_or(0, |t| t.json().len());
-        self.payload.len() + tags + ENTRY_OVERHEAD
+        let meta = self.meta.as_ref().map_or(0, |m| m.wire().len());
+        self.payload.len() + meta + ENTRY_OVERHEAD
+    }
+
+    /// Its tags, if it had any.
+    pub fn tags(&self) -> Option<&Tags> {
+        self.meta.as_deref().and_then(Meta::tags)
     }
 }
 
@@ -293,12 +299,12 @@ impl History {
     pub fn append(&mut self, channel: &str, kept: Kept, now_ms: u64, room: usize) -> Position {
         let ring = self.ring_mut(channel, now_ms);
         ring.top += 1;
-        let (opcode, payload, tags) = kept;
+        let (opcode, payload, meta) = kept;
         let entry = Entry {
             offset: ring.top,
             opcode,
             payload,
-            tags,
+            meta,
         };
         let pos = ring.position();
         self.keep(channel, entry, now_ms, room);
@@ -343,14 +349,14 @@ impl History {
             return outcome;
         }
         self.reset(channel, (at.0, at.1.saturating_sub(1)), now_ms);
-        let (opcode, payload, tags) = entry;
+        let (opcode, payload, meta) = entry;
         let ring = self.rings.get_mut(channel).expect("reset creates it");
         ring.top = at.1;
         let entry = Entry {
             offset: at.1,
             opcode,
             payload,
-            tags,
+            meta,
         };
         self.keep(channel, entry, now_ms, room);
         outcome

@@ -112,6 +112,8 @@
 //!   answer (a channel's owner), bounded, each with its waker (sans-I/O).
 //! - `filter` (leaf): publication tags and Centrifugo-shaped tag filters,
 //!   bounded, evaluated without allocating (sans-I/O).
+//! - `meta` → `filter`: what a publication carries besides its bytes (its
+//!   tags and latest-value key), and its Redis wire form (sans-I/O).
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -192,6 +194,7 @@ pub mod http;
 #[doc(hidden)]
 pub mod hub;
 pub mod log;
+pub mod meta;
 pub(crate) mod metrics;
 
 /// Every series `/metrics` can show, as the book's metrics table

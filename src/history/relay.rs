@@ -261,7 +261,7 @@ impl Relay {
         self.history.store(
             channel,
             at,
-            (e.opcode, e.payload.clone(), e.tags.clone()),
+            (e.opcode, e.payload.clone(), e.meta.clone()),
             clock.0,
             clock.1,
         );

@@ -6,14 +6,16 @@
 use super::tests::{drain, hub_with, limits, ws, RAW};
 use super::*;
 use crate::filter::{Filter, Tags};
+use crate::meta::Meta;
 use std::sync::Arc;
 
 fn filters(json: &str) -> Filters {
     Rc::from(vec![Filter::parse(json.as_bytes()).unwrap()])
 }
 
-fn tags(json: &str) -> Arc<Tags> {
-    Arc::new(Tags::parse(json.as_bytes()).unwrap())
+fn tags(json: &str) -> Arc<Meta> {
+    let tags = Tags::parse(json.as_bytes()).unwrap();
+    Arc::new(Meta::new(Some(tags), None).unwrap().unwrap())
 }
 
 /// What each connection got, as payloads.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::filter::Tags;
+use crate::meta::Meta;
 use crate::ws::OpCode;
 
 /// Most wire formats (encoder slots) a hub can serve.
@@ -38,8 +39,8 @@ impl Format {
 }
 
 /// A message as a publish hands it to the fan-out: its channel, frame
-/// type, bytes and tags.
-pub type Message<'a> = (&'a str, OpCode, &'a [u8], Option<&'a Arc<Tags>>);
+/// type, bytes, and tags and key.
+pub type Message<'a> = (&'a str, OpCode, &'a [u8], Option<&'a Arc<Meta>>);
 
 /// One published message, as an encoder sees it.
 #[derive(Debug, Clone, Copy)]

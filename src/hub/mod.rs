@@ -392,9 +392,9 @@ impl Hub {
 
     /// Keeps a message in its channel's history, if it has one: its
     /// position.
-    fn record(&mut self, (channel, opcode, payload, tags): Message<'_>) -> Option<Position> {
+    fn record(&mut self, (channel, opcode, payload, meta): Message<'_>) -> Option<Position> {
         let room = self.history_room();
-        let entry = (opcode, payload, tags.cloned());
+        let entry = (opcode, payload, meta.cloned());
         recall::record(&mut self.history, channel, entry, self.now_ms, room)
     }
 

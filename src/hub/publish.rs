@@ -14,7 +14,7 @@ impl Hub {
     #[inline]
     pub(super) fn fan_sharing(
         &mut self,
-        (channel, opcode, payload, tags): Message<'_>,
+        (channel, opcode, payload, meta): Message<'_>,
         sender: Option<u64>,
         (epoch, offset): (&str, u64),
         (seed, keep): (Option<Frames>, bool),
@@ -39,7 +39,7 @@ impl Hub {
             payload,
             offset,
             epoch,
-            tags: tags.map(|t| &**t),
+            tags: meta.and_then(|m| m.tags()),
         };
         let Hub {
             registry,
@@ -68,7 +68,7 @@ impl Hub {
             (all, filters) => {
                 // Once per publication: what a publication without tags
                 // looks like to a filter.
-                let tags = tags.map_or(Tags::none(), |t| &**t);
+                let tags = meta.and_then(|m| m.tags()).unwrap_or(Tags::none());
                 let pass = |i: usize| {
                     filters[i]
                         .as_deref()

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::filter::Tags;
 use crate::history::{Entry, History, Kept, Position};
+use crate::meta::Meta;
 use crate::stats::Stats;
 use crate::ws::OpCode;
 
@@ -76,7 +76,7 @@ pub(super) fn resume(
 pub(super) fn record(
     history: &mut History,
     channel: &str,
-    (opcode, payload, tags): (OpCode, &[u8], Option<Arc<Tags>>),
+    (opcode, payload, meta): (OpCode, &[u8], Option<Arc<Meta>>),
     now_ms: u64,
     room: usize,
 ) -> Option<Position> {
@@ -86,7 +86,7 @@ pub(super) fn record(
         return None;
     }
     let payload = Bytes::copy_from_slice(payload);
-    Some(history.append(channel, (opcode, payload, tags), now_ms, room))
+    Some(history.append(channel, (opcode, payload, meta), now_ms, room))
 }
 
 /// Keeps a message another worker (its channel's owner) recorded at `at`

@@ -33,8 +33,7 @@ impl Hub {
         let clock = (self.now_ms, max_replay);
         let mut r = recall::resume(&mut self.history, &mut self.stats, name, since, clock);
         if let Some(f) = filters {
-            r.replay
-                .retain(|e| crate::filter::all_match(&f, e.tags.as_deref()));
+            r.replay.retain(|e| crate::filter::all_match(&f, e.tags()));
         }
         Ok(Some(r))
     }

@@ -15,8 +15,8 @@ use super::format::Message;
 use super::recall;
 use super::registry::SubscribeError;
 use super::Hub;
-use crate::filter::Tags;
 use crate::history::Position;
+use crate::meta::Meta;
 use crate::ws::OpCode;
 
 impl Hub {
@@ -48,16 +48,16 @@ impl Hub {
     /// owner's history gave it, kept in this worker's copy of the ring.
     pub fn publish_relayed(
         &mut self,
-        (channel, opcode, payload, tags): (&str, OpCode, &Bytes, Option<&Arc<Tags>>),
+        (channel, opcode, payload, meta): (&str, OpCode, &Bytes, Option<&Arc<Meta>>),
         sender: Option<u64>,
         (seed, at): (Option<Frames>, Option<(&str, u64)>),
     ) -> usize {
         if let Some(at) = at {
             let room = self.history_budget();
-            let entry = (opcode, payload.clone(), tags.cloned());
+            let entry = (opcode, payload.clone(), meta.cloned());
             recall::store(&mut self.history, channel, at, entry, (self.now_ms, room));
         }
-        let msg = (channel, opcode, &payload[..], tags);
+        let msg = (channel, opcode, &payload[..], meta);
         let at = at.unwrap_or(("", 0));
         self.fan_sharing(msg, sender, at, (seed, false)).0
     }

@@ -6,11 +6,11 @@
 //! magic (published by another application with a plain `PUBLISH`) is
 //! delivered as text when it is UTF-8, else as binary.
 //!
-//! A message with tags uses `0xCC 0x03` and the same fields, then the
-//! tags' JSON text's length (2 bytes, BE) and the text, then the payload.
-//! Tags that do not parse (or break their bounds) make the message
-//! rejected, never delivered without them: a filter must not be passed
-//! by a message whose tags were lost.
+//! A message with tags or a key uses `0xCC 0x03` and the same fields,
+//! then the length (2 bytes, BE) of their JSON text (`Meta::wire`) and
+//! the text, then the payload. A meta that does not parse (or breaks its
+//! bounds) makes the message rejected, never delivered without it: a
+//! filter must not be passed by a message whose tags were lost.
 //!
 //! With history, the publish script (`redis::stream`) wraps that in a
 //! second envelope carrying the position Redis assigned:
@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::filter::Tags;
+use crate::meta::Meta;
 use crate::ws::OpCode;
 
 const MAGIC: [u8; 2] = [0xCC, 0x01];
@@ -52,10 +52,10 @@ pub struct Envelope {
     pub payload: Bytes,
     /// Its position in the channel's history, when history is on.
     pub at: Option<StreamPos>,
-    /// Its tags, if it carries any.
-    pub tags: Option<Arc<Tags>>,
-    /// A tagged envelope whose tags are malformed ([`accept`] rejects it).
-    pub bad_tags: bool,
+    /// Its tags and key, if it carries any.
+    pub meta: Option<Arc<Meta>>,
+    /// A tagged envelope whose meta is malformed ([`accept`] rejects it).
+    pub bad_meta: bool,
 }
 
 /// A position Redis assigned to a message (history on).
@@ -96,16 +96,17 @@ pub fn put_header(out: &mut BytesMut, opcode: OpCode, origin: Origin) {
     put_head(out, (opcode, origin), None);
 }
 
-/// Bytes before the payload of a message with `tags` (their JSON text).
-pub fn head_len(tags: Option<&str>) -> usize {
-    tags.map_or(HEADER_LEN, |t| HEADER_LEN + 2 + t.len())
+/// Bytes before the payload of a message with `meta` (its wire text).
+pub fn head_len(meta: Option<&str>) -> usize {
+    meta.map_or(HEADER_LEN, |t| HEADER_LEN + 2 + t.len())
 }
 
-/// Writes the header for `opcode` from `origin`, with `tags` (their JSON
-/// text, at most [`crate::filter::MAX_TAG_BYTES`] plus quoting: far
-/// under the 2-byte length) when it has any.
-pub fn put_head(out: &mut BytesMut, (opcode, origin): (OpCode, Origin), tags: Option<&str>) {
-    out.put_slice(if tags.is_some() {
+/// Writes the header for `opcode` from `origin`, with `meta` (its wire
+/// text: tags of at most [`crate::filter::MAX_TAG_BYTES`] and a key of
+/// [`crate::meta::MAX_KEY`], plus quoting: far under the 2-byte length)
+/// when it has one.
+pub fn put_head(out: &mut BytesMut, (opcode, origin): (OpCode, Origin), meta: Option<&str>) {
+    out.put_slice(if meta.is_some() {
         &MAGIC_TAGGED
     } else {
         &MAGIC
@@ -113,7 +114,7 @@ pub fn put_head(out: &mut BytesMut, (opcode, origin): (OpCode, Origin), tags: Op
     out.put_u8(opcode as u8);
     out.put_u64(origin.instance);
     out.put_u64(origin.sender);
-    if let Some(t) = tags {
+    if let Some(t) = meta {
         out.put_u16(t.len() as u16);
         out.put_slice(t.as_bytes());
     }
@@ -140,9 +141,9 @@ fn decode_plain(mut raw: Bytes) -> Envelope {
             let header = raw.split_to(HEADER_LEN);
             let instance = u64::from_be_bytes(header[3..11].try_into().expect("8 bytes"));
             let sender = u64::from_be_bytes(header[11..19].try_into().expect("8 bytes"));
-            let (tags, bad_tags) = match tagged {
-                true => match split_tags(&mut raw) {
-                    Some(t) => (Some(Arc::new(t)), false),
+            let (meta, bad_meta) = match tagged {
+                true => match split_meta(&mut raw) {
+                    Some(m) => (Some(Arc::new(m)), false),
                     None => (None, true),
                 },
                 false => (None, false),
@@ -152,8 +153,8 @@ fn decode_plain(mut raw: Bytes) -> Envelope {
                 origin: Some(Origin { instance, sender }),
                 payload: raw,
                 at: None,
-                tags,
-                bad_tags,
+                meta,
+                bad_meta,
             }
         }
         _ => {
@@ -167,21 +168,21 @@ fn decode_plain(mut raw: Bytes) -> Envelope {
                 origin: None,
                 payload: raw,
                 at: None,
-                tags: None,
-                bad_tags: false,
+                meta: None,
+                bad_meta: false,
             }
         }
     }
 }
 
-/// Takes a tagged envelope's tags off the front of `rest`; `None` when
-/// they are cut short or do not parse within their bounds.
-fn split_tags(rest: &mut Bytes) -> Option<Tags> {
+/// Takes a tagged envelope's meta off the front of `rest`; `None` when
+/// it is cut short or does not parse within its bounds.
+fn split_meta(rest: &mut Bytes) -> Option<Meta> {
     let len = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
     let text = rest.get(2..2 + len)?;
-    let tags = Tags::parse(text).ok()?;
+    let meta = Meta::from_wire(text).ok()?;
     let _ = rest.split_to(2 + len);
-    Some(tags)
+    Some(meta)
 }
 
 /// Why a message from Redis is not delivered.
@@ -200,8 +201,8 @@ pub enum Rejected {
     InvalidUtf8,
     /// A channel outside our prefix, or not UTF-8.
     UnknownChannel,
-    /// A tagged envelope whose tags are malformed.
-    BadTags,
+    /// A tagged envelope whose tags or key are malformed.
+    BadMeta,
 }
 
 impl Rejected {
@@ -211,7 +212,7 @@ impl Rejected {
             Rejected::TooLarge { .. } => "message over --max-message-size",
             Rejected::InvalidUtf8 => "text message is not UTF-8",
             Rejected::UnknownChannel => "message on a channel we do not serve",
-            Rejected::BadTags => "message with malformed tags",
+            Rejected::BadMeta => "message with malformed tags or key",
         }
     }
 }
@@ -220,8 +221,8 @@ impl Rejected {
 /// its payload at most `max_payload` bytes, and UTF-8 when it is text.
 pub fn accept(raw: Bytes, max_payload: usize) -> Result<Envelope, Rejected> {
     let env = decode(raw);
-    if env.bad_tags {
-        return Err(Rejected::BadTags);
+    if env.bad_meta {
+        return Err(Rejected::BadMeta);
     }
     if env.payload.len() > max_payload {
         return Err(Rejected::TooLarge {
@@ -317,43 +318,49 @@ mod tests {
     }
 
     #[test]
-    fn tags_travel_and_malformed_tags_are_rejected_not_dropped() {
+    fn meta_travels_and_a_malformed_one_is_rejected_not_dropped() {
         let origin = Origin {
             instance: 3,
             sender: 4,
         };
-        let tagged = |tags: &str, payload: &[u8]| {
+        let tagged = |meta: &str, payload: &[u8]| {
             let mut b = BytesMut::new();
-            put_head(&mut b, (OpCode::Text, origin), Some(tags));
+            put_head(&mut b, (OpCode::Text, origin), Some(meta));
             b.put_slice(payload);
             b.freeze()
         };
-        let raw = tagged(r#"{"a":"1","b":"x"}"#, b"hi");
-        assert_eq!(raw.len(), head_len(Some(r#"{"a":"1","b":"x"}"#)) + 2);
+        let wire = r#"{"key":"k1","tags":{"a":"1","b":"x"}}"#;
+        let raw = tagged(wire, b"hi");
+        assert_eq!(raw.len(), head_len(Some(wire)) + 2);
         let e = accept(raw.clone(), 100).unwrap();
         assert_eq!(
             (e.opcode, e.origin, &e.payload[..]),
             (OpCode::Text, Some(origin), &b"hi"[..])
         );
-        assert_eq!(e.tags.unwrap().get("b"), Some("x"));
-        // Positioned (history): the tags survive the second envelope.
+        let m = e.meta.unwrap();
+        assert_eq!(
+            (m.tags().unwrap().get("b"), m.key()),
+            (Some("x"), Some("k1"))
+        );
+        // Positioned (history): the meta survives the second envelope.
         let mut p = BytesMut::from(&b"\xcc\x027 ep "[..]);
         p.put_slice(&raw);
         let e = accept(p.freeze(), 100).unwrap();
         assert_eq!(e.at.unwrap().offset, 7);
-        assert_eq!(e.tags.unwrap().json(), r#"{"a":"1","b":"x"}"#);
-        // Tags that do not parse, or a length past the end: rejected.
-        for bad in [tagged("{not json", b"x"), tagged(r#"{"a":1}"#, b"x")] {
-            assert_eq!(accept(bad, 100), Err(Rejected::BadTags));
+        assert_eq!(e.meta.unwrap().wire(), wire);
+        // A meta that does not parse, or a length past the end: rejected.
+        for bad in [
+            tagged("{not json", b"x"),
+            tagged(r#"{"tags":{"a":1}}"#, b"x"),
+        ] {
+            assert_eq!(accept(bad, 100), Err(Rejected::BadMeta));
         }
-        let mut cut = BytesMut::new();
-        put_head(&mut cut, (OpCode::Text, origin), Some(r#"{"a":"1"}"#));
-        let cut = cut.freeze().slice(..HEADER_LEN + 4);
-        assert_eq!(accept(cut, 100), Err(Rejected::BadTags));
-        // Untagged messages are as before.
+        let cut = tagged(wire, b"").slice(..HEADER_LEN + 4);
+        assert_eq!(accept(cut, 100), Err(Rejected::BadMeta));
+        // Plain messages are as before.
         let mut b = BytesMut::new();
         put_head(&mut b, (OpCode::Binary, origin), None);
         assert_eq!(b.len(), HEADER_LEN);
-        assert_eq!(decode(b.freeze()).tags, None);
+        assert_eq!(decode(b.freeze()).meta, None);
     }
 }

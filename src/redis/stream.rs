@@ -248,7 +248,7 @@ fn parse_entry(id: Reply, raw: Reply, max_payload: usize) -> Result<Entry, ReadE
         offset,
         opcode: env.opcode,
         payload: env.payload,
-        tags: env.tags,
+        meta: env.meta,
     })
 }
 

@@ -125,7 +125,7 @@ fn apply(w: &Rc<Worker>, mesh: &Mesh, hop: Hop) {
             let n = w.delivering(&msg.channel, |hub| {
                 let seed = msg.frames.take().map(|f| *f);
                 let at = msg.at.as_ref().map(|(e, o)| (&**e, *o));
-                let m = (&*msg.channel, msg.opcode, &msg.payload, msg.tags.as_ref());
+                let m = (&*msg.channel, msg.opcode, &msg.payload, msg.meta.as_ref());
                 hub.publish_relayed(m, skip, (seed, at))
             });
             match msg.ask {

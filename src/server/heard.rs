@@ -182,7 +182,7 @@ impl Local for Worker {
             return None;
         }
         let (Some(relay), Some(at)) = (&self.relay, env.at) else {
-            self.deliver((channel, env.opcode, &env.payload, env.tags.as_ref()), skip);
+            self.deliver((channel, env.opcode, &env.payload, env.meta.as_ref()), skip);
             return None;
         };
         // Checked by `envelope::decode` (visible ASCII).
@@ -191,7 +191,7 @@ impl Local for Worker {
             offset: at.offset,
             opcode: env.opcode,
             payload: env.payload,
-            tags: env.tags,
+            meta: env.meta,
         };
         self.delivering(channel, |hub| {
             let clock = (hub.now_ms(), hub.history_budget());

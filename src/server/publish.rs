@@ -13,6 +13,7 @@ use bytes::Bytes;
 use crate::filter::Tags;
 use crate::http::{self, HttpError};
 use crate::hub::{copy_frames, Hub, Message};
+use crate::meta::Meta;
 use crate::redis::resp::Reply;
 use crate::server::mesh::{Hop, Mesh, Msg};
 use crate::server::redis::{RedisLink, ReplyWaiter};
@@ -76,7 +77,7 @@ pub fn route_publish(
     )
 }
 
-/// [`route_publish`] of a message that may carry tags.
+/// [`route_publish`] of a message that may carry tags and a key.
 pub fn route_tagged(
     hub: &mut Hub,
     via: Via<'_>,
@@ -138,7 +139,7 @@ pub fn route_publish_skipping(
 fn cross(
     hub: &mut Hub,
     (mesh, from): (&Mesh, usize),
-    (channel, opcode, payload, tags): Message<'_>,
+    (channel, opcode, payload, meta): Message<'_>,
     sender: u64,
     (count, unrecorded): (bool, bool),
 ) -> Published {
@@ -152,7 +153,7 @@ fn cross(
         frames: None,
         at: None,
         unrecorded,
-        tags: tags.cloned(),
+        meta: meta.cloned(),
     };
     let owner = mesh.owner(channel);
     if owner != mesh.me() {
@@ -192,7 +193,7 @@ pub fn sequence(hub: &mut Hub, mesh: &Mesh, mut msg: Msg) -> (usize, u32) {
         &*msg.channel,
         msg.opcode,
         &msg.payload[..],
-        msg.tags.as_ref(),
+        msg.meta.as_ref(),
     );
     let (n, frames, at) = hub.publish_owned(m, skip, (hear != 0, !msg.unrecorded));
     // Presence events too (few: `--presence-max-events`): a watcher's
@@ -251,7 +252,8 @@ pub fn count_refused(w: &Worker, channel: &str) {
 /// of instances that received it; `202 {"buffered":true}` while Redis is
 /// unreachable and the message waits in the publish buffer; `503` when
 /// that buffer is full. The query's `tag.KEY=VALUE` parameters are the
-/// message's tags (`400` when they break the bounds).
+/// message's tags and its `key=` its latest-value key (`400` when they
+/// break their bounds).
 pub async fn publish_http(
     w: &Worker,
     (channel, query): (&str, Option<&str>),
@@ -262,8 +264,8 @@ pub async fn publish_http(
     if std::str::from_utf8(body).is_err() {
         return error(400, "body must be UTF-8 text");
     }
-    let tags = match query_tags(query) {
-        Ok(tags) => tags,
+    let meta = match query_meta(query) {
+        Ok(meta) => meta,
         Err(message) => return error(400, message),
     };
     let table = &w.cfg.namespaces.table;
@@ -276,7 +278,7 @@ pub async fn publish_http(
     }
     let outcome = {
         let mut hub = w.hub.borrow_mut();
-        let msg = (channel, OpCode::Text, body, tags.as_ref());
+        let msg = (channel, OpCode::Text, body, meta.as_ref());
         route_tagged(&mut hub, via(w), msg, 0, true)
     };
     match outcome {
@@ -312,28 +314,33 @@ pub async fn publish_http(
     )
 }
 
-/// The tags of `POST /publish`'s query: each `tag.KEY=VALUE` parameter
-/// (percent-decoded), within `crate::filter`'s bounds; `None` without any.
-pub fn query_tags(query: Option<&str>) -> Result<Option<Arc<Tags>>, &'static str> {
+/// The tags and key of `POST /publish`'s query: each `tag.KEY=VALUE`
+/// parameter (percent-decoded) and `key=` (the latest-value key), within
+/// their bounds (`crate::filter`, `crate::meta`); `None` without any.
+pub fn query_meta(query: Option<&str>) -> Result<Option<Arc<Meta>>, &'static str> {
     let Some(q) = query else {
         return Ok(None);
     };
-    let mut pairs = Vec::new();
+    let bad = "a tag or key parameter is not valid percent-encoded UTF-8";
+    let (mut pairs, mut key) = (Vec::new(), None);
     for part in q.split('&') {
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let Some(key) = k.strip_prefix("tag.") else {
-            continue;
-        };
-        let bad = "a tag parameter is not valid percent-encoded UTF-8";
-        let key = http::percent_decode(key).ok_or(bad)?;
-        let value = http::percent_decode(v).ok_or(bad)?;
-        pairs.push((key, value));
+        if k == "key" {
+            key = Some(http::percent_decode(v).ok_or(bad)?);
+        } else if let Some(name) = k.strip_prefix("tag.") {
+            let name = http::percent_decode(name).ok_or(bad)?;
+            pairs.push((name, http::percent_decode(v).ok_or(bad)?));
+        }
     }
-    if pairs.is_empty() {
-        return Ok(None);
-    }
-    let tags = Tags::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    tags.map(|t| Some(Arc::new(t))).map_err(|e| e.reason())
+    let tags = match pairs.is_empty() {
+        true => None,
+        false => {
+            let pairs = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+            Some(Tags::from_pairs(pairs).map_err(|e| e.reason())?)
+        }
+    };
+    let meta = Meta::new(tags, key).map_err(|e| e.reason())?;
+    Ok(meta.map(Arc::new))
 }
 
 /// Longest a publish's reply waits for the other workers to count their

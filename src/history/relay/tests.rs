@@ -16,7 +16,7 @@ fn entry(offset: u64) -> Entry {
         offset,
         opcode: OpCode::Text,
         payload: Bytes::from(format!("m{offset}")),
-        tags: None,
+        meta: None,
     }
 }
 

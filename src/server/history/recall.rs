@@ -83,7 +83,7 @@ pub fn send_position(
 ) {
     hub.send_to(id, control::subscribed(channel, at, recovered, idv));
     for e in replay {
-        let tags = e.tags.as_ref().map(|t| t.json());
+        let tags = e.tags().map(|t| t.json());
         let frame = control::encode_delivery(channel, e.opcode, &e.payload, (e.offset, tags));
         if !hub.send_to(id, frame) {
             return;
@@ -145,7 +145,7 @@ pub fn history_json(
         "offset": offset,
         "messages": entries
             .iter()
-            .filter(|e| filters.is_none_or(|f| crate::filter::all_match(f, e.tags.as_deref())))
+            .filter(|e| filters.is_none_or(|f| crate::filter::all_match(f, e.tags())))
             .map(entry_json)
             .collect::<Vec<_>>(),
     })
@@ -168,7 +168,7 @@ fn entry_json(e: &Entry) -> serde_json::Value {
         let b64 = base64::engine::general_purpose::STANDARD.encode(&e.payload);
         serde_json::json!({"offset": e.offset, "data_base64": b64})
     };
-    if let Some(t) = &e.tags {
+    if let Some(t) = e.tags() {
         v["tags"] = t.to_json();
     }
     v

@@ -20,7 +20,7 @@ pub fn apply(hub: &mut Hub, channel: &str, actions: Vec<Action>, skip: Option<u6
         match a {
             Action::Deliver(e, epoch) => {
                 let at = (&*epoch, e.offset);
-                let msg = (channel, e.opcode, &e.payload[..], e.tags.as_ref());
+                let msg = (channel, e.opcode, &e.payload[..], e.meta.as_ref());
                 hub.publish_in(msg, skip, at);
             }
             Action::Gap { at, lost } => {

@@ -100,8 +100,7 @@ pub async fn resume_from_redis(
     hub.set_filters(id, channel, filters.clone());
     let mut r = bounded(&mut hub, r);
     if let Some(f) = filters {
-        r.replay
-            .retain(|e| crate::filter::all_match(&f, e.tags.as_deref()));
+        r.replay.retain(|e| crate::filter::all_match(&f, e.tags()));
     }
     Ok(r)
 }

@@ -238,7 +238,7 @@ async fn publish_unrecorded<T>(
         channel,
         opcode,
         payload,
-        tags,
+        meta,
     } = &env.request
     else {
         return None;
@@ -246,7 +246,7 @@ async fn publish_unrecorded<T>(
     let outcome = {
         let mut hub = w.hub.borrow_mut();
         let count = env.id.is_some();
-        let msg = (&channel[..], *opcode, &payload[..], tags.as_ref());
+        let msg = (&channel[..], *opcode, &payload[..], meta.as_ref());
         publish::route_unrecorded(&mut hub, publish::via(w), msg, serial, count)
     };
     let n = match outcome {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::filter::Tags;
 use crate::hub::Frames;
+use crate::meta::Meta;
 use crate::stats::Snapshot;
 use crate::ws::OpCode;
 
@@ -35,8 +35,8 @@ pub struct Msg {
     pub at: Option<(Arc<str>, u64)>,
     /// Kept out of history (a publish hook's `skip_history`).
     pub unrecorded: bool,
-    /// Its tags, if it has any.
-    pub tags: Option<Arc<Tags>>,
+    /// Its tags and key, if it has any.
+    pub meta: Option<Arc<Meta>>,
 }
 
 impl Clone for Msg {
@@ -52,7 +52,7 @@ impl Clone for Msg {
             frames: None,
             at: self.at.clone(),
             unrecorded: self.unrecorded,
-            tags: self.tags.clone(),
+            meta: self.meta.clone(),
         }
     }
 }
@@ -72,7 +72,7 @@ impl Msg {
             frames: None,
             at: None,
             unrecorded: true,
-            tags: None,
+            meta: None,
         }
     }
 
@@ -80,7 +80,7 @@ impl Msg {
     /// queue and the in-flight window count).
     pub(super) fn size(&self) -> usize {
         let frames = self.frames.iter().flat_map(|f| f.iter().flatten());
-        let tags = self.tags.as_ref().map_or(0, |t| t.json().len());
+        let tags = self.meta.as_ref().map_or(0, |m| m.wire().len());
         self.payload.len() + self.channel.len() + tags + 64 + frames.map(|b| b.len()).sum::<usize>()
     }
 

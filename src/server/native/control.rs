@@ -145,9 +145,9 @@ pub fn handle(
             channel,
             opcode,
             payload,
-            tags,
+            meta,
         } => {
-            let msg = (&channel[..], opcode, &payload[..], tags.as_ref());
+            let msg = (&channel[..], opcode, &payload[..], meta.as_ref());
             match publish(w, hub, (serial, route), msg, idv) {
                 Ok(reply) => reply,
                 Err(count) => {

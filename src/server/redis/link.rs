@@ -190,7 +190,7 @@ impl RedisLink {
     /// [`RedisLink::publish`] of a message that may carry tags.
     pub fn publish_tagged(
         &self,
-        (channel, opcode, payload, tags): Message<'_>,
+        (channel, opcode, payload, meta): Message<'_>,
         sender: u64,
         want_reply: bool,
     ) -> Result<Option<Rc<ReplyWaiter>>, PipelineFull> {
@@ -203,7 +203,7 @@ impl RedisLink {
             self.stats.borrow_mut().publishes_rejected += 1;
             return Err(PipelineFull);
         };
-        let msg = (opcode, origin, payload, tags.map(|t| t.json()));
+        let msg = (opcode, origin, payload, meta.map(|m| m.wire()));
         // Pusher's channels are published plainly: nothing reads their
         // history back (see `channel::keeps_history`).
         let keeping = self

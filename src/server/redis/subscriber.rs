@@ -321,7 +321,7 @@ fn on_message(link: &Rc<RedisLink>, local: &Rc<dyn Local>, channel: &[u8], env: 
         }
         return;
     }
-    local.deliver((name, env.opcode, &env.payload, env.tags.as_ref()), skip);
+    local.deliver((name, env.opcode, &env.payload, env.meta.as_ref()), skip);
 }
 
 /// Follows the shard's queue of interest changes with (S)SUBSCRIBE /

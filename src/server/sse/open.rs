@@ -225,7 +225,7 @@ fn queue_position(
             payload: &e.payload,
             offset: e.offset,
             epoch: &pos.epoch,
-            tags: e.tags.as_deref(),
+            tags: e.tags(),
         });
         if !hub.send_to(id, frame) {
             return;
