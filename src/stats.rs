@@ -89,14 +89,14 @@ pub struct Stats {
     pub slow_consumer_disconnects: u64,
     /// Queued messages dropped under the `drop-oldest` policy.
     pub slow_consumer_drops: u64,
-    /// Times the worker-wide outbound budget (`--max-total-outbound`) was
-    /// Reached; the subscriber being queued to is then treated as slow.
+    /// Latest-value messages replaced in a queue by a newer one (unsent).
+    pub messages_conflated: u64,
+    /// Times `--max-total-outbound` was reached (the subscriber: slow).
     pub outbound_budget_exceeded: u64,
     /// Writer wake-ups that waited for a place in the fan-out window
     /// (`--fanout-window`).
     pub fanout_paced: u64,
-    /// Times the fan-out window was full of writes waiting for their
-    /// Peers (not reading) and was handed to the next writers.
+    /// Times the fan-out window, full of stalled writes, moved on.
     pub fanout_window_stalls: u64,
     /// Times a publisher was paused by `--publish-rate`.
     pub publish_rate_limited: u64,

@@ -42,6 +42,9 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// Outbound queue bound per connection, in bytes.
     pub max_outbound_queue: usize,
+    /// The send buffer (SO_SNDBUF) of a connection that subscribes to a
+    /// latest-value channel, 0: the kernel's autotuning.
+    pub latest_send_buffer: usize,
     /// What happens when a subscriber exceeds `max_outbound_queue`.
     pub slow_consumer: SlowConsumerPolicy,
     /// How long a subscriber over `max_outbound_queue` may stall.

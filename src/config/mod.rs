@@ -47,6 +47,7 @@ impl Default for Config {
             http: crate::http::Limits::default(),
             handshake_timeout: Duration::ZERO,
             max_outbound_queue: 0,
+            latest_send_buffer: 0,
             slow_consumer: SlowConsumerPolicy::Disconnect,
             slow_consumer_grace: Duration::ZERO,
             write_stall_timeout: Duration::ZERO,
@@ -219,6 +220,7 @@ impl Config {
                 self.history
             },
             ns_history: self.hub_history_namespaces(),
+            conflated: self.conflated_namespaces(),
         }
     }
 

@@ -36,6 +36,7 @@ pub const NAMESPACE_ONLY: &[&str] = &[
     "allow-anonymous",
     "presence",
     "recover-on-subscribe",
+    "conflate",
     "subscribe-proxy",
     "publish-proxy",
 ];
@@ -79,6 +80,13 @@ impl Config {
         off.map(|(n, _)| n.into()).collect()
     }
 
+    /// The namespaces with `conflate = true`: latest-value channels.
+    pub fn conflated_namespaces(&self) -> Vec<Box<str>> {
+        let t = &self.namespaces.table;
+        let on = t.names().zip(t.all_rules()).filter(|(_, r)| r.conflate);
+        on.map(|(n, _)| n.into()).collect()
+    }
+
     /// The hub's share: none in Redis mode, where history lives in Redis.
     pub(super) fn hub_history_namespaces(&self) -> NamespaceLimits {
         match self.redis.enabled() {
@@ -105,6 +113,7 @@ impl Config {
             presence: None,
             history: self.history,
             recover_on_subscribe: false,
+            conflate: false,
             compression: self.compression.enabled,
             presence_limits: (self.presence.max_members, self.presence.max_events),
             max_message_size: self.ws.max_message_size,
@@ -239,6 +248,7 @@ fn own_key(
         "allow-anonymous" => rules.allow_anonymous = boolean(v)?,
         "presence" => rules.presence = Some(boolean(v)?),
         "recover-on-subscribe" => rules.recover_on_subscribe = boolean(v)?,
+        "conflate" => rules.conflate = boolean(v)?,
         "subscribe-proxy" => rules.subscribe_proxy = proxy(v, proxies)?,
         "publish-proxy" => rules.publish_proxy = proxy(v, proxies)?,
         _ => unreachable!("NAMESPACE_ONLY lists the keys read here"),

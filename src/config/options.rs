@@ -154,6 +154,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "max-outbound-queue", CORECAST_MAX_OUTBOUND_QUEUE, "BYTES", "1MiB",
         "outbound bytes per connection past which publishers pause until it drains; a connection over it whose writes stall for --slow-consumer-grace, or over 4 times it, is a slow consumer"
         => |c, v| set_size(&mut c.max_outbound_queue, v);
+    "latest-send-buffer", CORECAST_LATEST_SEND_BUFFER, "BYTES", "16KiB",
+        "the kernel send buffer (SO_SNDBUF, which Linux doubles) of a connection that subscribes to a latest-value channel (a namespace's conflate = true): what waits beyond it stays in corecast's queue, where a newer value replaces it (0 = the kernel's autotuning, up to megabytes of stale values)"
+        => |c, v| set_size(&mut c.latest_send_buffer, v);
     "slow-consumer-grace", CORECAST_SLOW_CONSUMER_GRACE, "DURATION", "1s",
         "how long a connection over --max-outbound-queue may go without its writes accepting a byte before it is a slow consumer"
         => |c, v| set_duration(&mut c.slow_consumer_grace, v);

@@ -181,9 +181,10 @@ pub fn render(s: &Value) -> String {
     let r = &s["refusals"];
     let sc = &s["slow_consumers"];
     out += &format!(
-        "\nslow consumers: cut {} dropped {} · refusals: connections {} per-address {} auth {} rate-limited {}\n",
+        "\nslow consumers: cut {} dropped {} conflated {} · refusals: connections {} per-address {} auth {} rate-limited {}\n",
         num(&sc["disconnects"]),
         num(&sc["drops"]),
+        num(&sc["conflated"]),
         num(&r["connections"]),
         num(&r["per_ip_connections"]),
         num(&r["auth"]),

@@ -81,6 +81,10 @@ pub struct Conn {
     /// latest ping), so a ping flood cannot grow memory.
     pub(super) ctrl: VecDeque<Bytes>,
     pub(super) queue: VecDeque<Bytes>,
+    /// Frames ever taken off `queue`'s front (written, dropped or
+    /// cleared), wrapping: a frame's index is its sequence number minus
+    /// this (latest-value channels find their frames by it: `latest`).
+    pub(super) dequeued: u32,
     /// Bytes in `queue` plus bytes taken by the writer and not yet written.
     pub(super) pending_bytes: usize,
     pub(super) writer: Option<Waker>,
@@ -133,6 +137,7 @@ impl Conn {
             subs: Vec::new(),
             ctrl: VecDeque::new(),
             queue: VecDeque::new(),
+            dequeued: 0,
             pending_bytes: 0,
             writer: None,
             last_recv_ms: now_ms,

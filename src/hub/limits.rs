@@ -53,4 +53,19 @@ pub struct HubLimits {
     pub history: crate::history::HistoryLimits,
     /// Namespaces' history limits over `history` (empty without any).
     pub ns_history: crate::history::NamespaceLimits,
+    /// The namespaces whose channels are latest-value channels
+    /// (`conflate = true`; empty without any).
+    pub conflated: Vec<Box<str>>,
+}
+
+impl HubLimits {
+    /// Whether `channel` is a latest-value channel: one compare per
+    /// publish when some namespace conflates, nothing otherwise.
+    pub fn conflates(&self, channel: &str) -> bool {
+        if self.conflated.is_empty() {
+            return false;
+        }
+        let ns = channel.split_once(':').map(|(ns, _)| ns);
+        ns.is_some_and(|ns| self.conflated.iter().any(|c| **c == *ns))
+    }
 }

@@ -23,7 +23,9 @@
 //! - `pacer`: the fan-out write window;
 //! - `format`: wire-format ids and the edge's encoders ([`Encoders`]);
 //! - `limits`: [`HubLimits`], built by the configuration;
-//! - `recall`: history as the hub sees it (offsets, resume replays).
+//! - `recall`: history as the hub sees it (offsets, resume replays);
+//! - `latest`: latest-value channels (a newer message replaces a queued
+//!   one of the same channel and key).
 //!
 //! `upstream` is the facade's second file: the `impl Hub` methods an
 //! upstream (Redis) uses — the interest log and subscribe acknowledgements
@@ -42,6 +44,7 @@ use crate::ws::frame::{encode_close_frame, encode_server_frame, OpCode};
 
 mod conn;
 mod format;
+mod latest;
 mod limits;
 mod outbox;
 mod pacer;
@@ -62,6 +65,8 @@ mod filter_tests;
 mod history_tests;
 #[cfg(test)]
 mod interest_tests;
+#[cfg(test)]
+mod latest_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -110,6 +115,8 @@ pub struct Hub {
     last_sweep_ms: u64,
     /// Per-channel message history (`--history-size`).
     history: History,
+    /// Where latest-value channels' newest frames sit in the queues.
+    latest: latest::Latest,
     /// Several workers: the connections of all of them together, which
     /// `max_connections` bounds (one relaxed add per connection opened,
     /// one subtract per connection removed).
@@ -129,6 +136,7 @@ impl Hub {
             std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         Hub {
             history: History::new(limits.history, seed).with_namespaces(limits.ns_history.clone()),
+            latest: latest::Latest::default(),
             // Reserved up front: untouched pages cost no RSS, and the table
             // never doubles (no 2x slack, no copy of every entry mid-run).
             conns: Slab::with_capacity(limits.max_connections),
@@ -275,9 +283,20 @@ impl Hub {
     /// Subscribes `id` to `name`; subscribing twice is a no-op.
     pub fn subscribe(&mut self, id: ConnId, name: &str) -> Result<(), SubscribeError> {
         let max = self.limits.max_subscriptions;
-        self.registry
-            .subscribe(&mut self.conns, &mut self.stats, (id, name, false), max)
-            .map(drop)
+        let new =
+            self.registry
+                .subscribe(&mut self.conns, &mut self.stats, (id, name, false), max)?;
+        if new && self.limits.conflates(name) {
+            self.latest.subscribed(self.conns.get(id).map(|c| c.fd));
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the socket of every connection that subscribes to a
+    /// latest-value channel (the edge sizes its send buffer: the hub
+    /// touches no socket).
+    pub fn on_latest_subscription(&mut self, f: impl Fn(i32) + 'static) {
+        self.latest.on_subscribe = Some(Box::new(f));
     }
 
     /// Subscribes to an internal channel (name outside the client charset,
@@ -353,6 +372,7 @@ impl Hub {
         self.totals.release_all(conn.queue.iter().chain(&conn.ctrl));
         self.pacer.done(&mut conn);
         self.pacer.release(&mut self.conns, &mut self.stats);
+        self.latest.forget(id);
         for (cid, pos) in std::mem::take(&mut conn.subs) {
             self.registry
                 .detach(&mut self.conns, &mut self.stats, cid, pos);
@@ -468,6 +488,7 @@ impl Hub {
             self.totals.set_closing(conn);
             conn.finished = true;
             self.totals.release_all(conn.queue.iter().chain(&conn.ctrl));
+            conn.dequeued = conn.dequeued.wrapping_add(conn.queue.len() as u32);
             conn.queue.clear();
             conn.ctrl.clear();
             conn::wake(conn);

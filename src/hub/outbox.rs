@@ -297,6 +297,7 @@ fn make_room(
                     stats.messages_not_delivered += 1;
                     return false;
                 };
+                conn.dequeued = conn.dequeued.wrapping_add(1);
                 totals.sub(conn, old.len());
                 totals.release(&old);
                 stats.slow_consumer_drops += 1;
@@ -320,6 +321,7 @@ pub(super) fn cut_slow(
     let dropped = conn.queue.len() as u64 + extra;
     let freed: usize = conn.queue.iter().map(Bytes::len).sum();
     totals.release_all(&conn.queue);
+    conn.dequeued = conn.dequeued.wrapping_add(conn.queue.len() as u32);
     conn.queue.clear();
     totals.set_closing(conn);
     totals.sub(conn, freed);
@@ -348,6 +350,7 @@ pub(super) fn drop_oldest(conn: &mut Conn, keep: usize, stats: &mut Stats, total
         let Some(old) = conn.queue.pop_front() else {
             return;
         };
+        conn.dequeued = conn.dequeued.wrapping_add(1);
         totals.sub(conn, old.len());
         totals.release(&old);
         stats.slow_consumer_drops += 1;
@@ -393,6 +396,7 @@ pub(super) fn take_batch(conn: &mut Conn, totals: &mut Totals, out: &mut Vec<Byt
     totals.add(conn, ctrl_bytes);
     let n = conn.queue.len().min(MAX_BATCH.saturating_sub(out.len()));
     out.extend(conn.queue.drain(..n));
+    conn.dequeued = conn.dequeued.wrapping_add(n as u32);
     if conn.batch_since_ns == 0 {
         conn.batch_since_ns = conn.queued_since_ns;
     }

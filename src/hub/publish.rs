@@ -2,8 +2,13 @@
 //! among the subscribers (or taken from another worker's encodings) and
 //! shared by reference count, a queue push per subscriber.
 
+use slab::Slab;
+
+use super::conn::{Conn, ConnId};
 use super::format::{Delivery, FrameCache, Frames, Message};
+use super::latest::{key_hash, Latest, Slot};
 use super::outbox::Queueing;
+use super::registry::Filters;
 use super::{Hub, EXCLUDE_ALWAYS};
 use crate::filter::Tags;
 
@@ -50,8 +55,13 @@ impl Hub {
             now_ms,
             totals,
             pacer,
+            latest,
             ..
         } = self;
+        // Latest-value channels: the slot this message replaces in.
+        let slot = limits
+            .conflates(channel)
+            .then(|| (cid, key_hash(meta.and_then(|m| m.key()))));
         let mut frames = match seed {
             Some(seed) => FrameCache::seeded(delivery, encoders, seed),
             None => FrameCache::new(delivery, encoders),
@@ -63,23 +73,18 @@ impl Hub {
             totals,
             pacer,
         };
-        let n = match registry.audience(cid) {
-            (all, []) => q.fan_out(conns, all, &mut frames, skip, t0),
-            (all, filters) => {
-                // Once per publication: what a publication without tags
-                // looks like to a filter.
+        let n = match (registry.audience(cid), slot) {
+            ((all, []), None) => q.fan_out(conns, all, &mut frames, skip, t0),
+            (audience, slot) => {
                 let tags = meta.and_then(|m| m.tags()).unwrap_or(Tags::none());
-                let pass = |i: usize| {
-                    filters[i]
-                        .as_deref()
-                        .is_none_or(|f| f.iter().all(|f| f.matches(tags)))
-                };
-                let chosen = all
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, _)| pass(i))
-                    .map(|(_, &id)| id);
-                q.fan_out_some(conns, chosen, &mut frames, skip, t0)
+                let slot = slot.map(|s| (latest, s));
+                fan_selected(
+                    &mut q,
+                    conns,
+                    (audience, tags, slot),
+                    &mut frames,
+                    (skip, t0),
+                )
             }
         };
         // One compare per publish: the peak of what the queues held.
@@ -87,3 +92,39 @@ impl Hub {
         (n, keep.then(|| frames.into_frames()))
     }
 }
+
+/// The fan-out of a channel with filtered subscribers or of a latest-value
+/// channel: each subscriber whose filters `tags` pass (a publication
+/// without tags is seen with none), through the latest-value queueing
+/// when `slot` says so.
+fn fan_selected(
+    q: &mut Queueing<'_>,
+    conns: &mut Slab<Conn>,
+    ((all, filters), tags, slot): Selection<'_, '_>,
+    frames: &mut FrameCache<'_>,
+    (skip, t0): (Option<u64>, u64),
+) -> usize {
+    let pass = |i: usize| {
+        filters
+            .get(i)
+            .and_then(|f| f.as_deref())
+            .is_none_or(|f| f.iter().all(|f| f.matches(tags)))
+    };
+    let chosen = all
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| pass(i))
+        .map(|(_, &id)| id);
+    match slot {
+        None => q.fan_out_some(conns, chosen, frames, skip, t0),
+        Some(latest) => q.fan_out_latest(conns, (chosen, latest), frames, skip, t0),
+    }
+}
+
+/// What [`fan_selected`] chooses from: the subscribers and their filters,
+/// the publication's tags, and its latest-value slot.
+type Selection<'a, 'l> = (
+    (&'a [ConnId], &'a [Option<Filters>]),
+    &'a Tags,
+    Option<(&'l mut Latest, Slot)>,
+);

@@ -25,6 +25,7 @@ pub(super) fn limits() -> HubLimits {
         close_timeout_ms: 5_000,
         history: Default::default(),
         ns_history: Default::default(),
+        conflated: Vec::new(),
     }
 }
 

@@ -337,6 +337,12 @@ fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
     );
     counter(
         o,
+        "corecast_messages_conflated_total",
+        "Messages of latest-value channels replaced in a queue by a newer one of the same channel and key.",
+        s.messages_conflated,
+    );
+    counter(
+        o,
         "corecast_inbound_budget_refusals_total",
         "WebSockets closed with 1013 and requests answered 503 because their input grew while the worker was over --max-total-inbound.",
         s.inbound_budget_refusals,

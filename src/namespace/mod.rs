@@ -91,6 +91,10 @@ pub struct Rules {
     /// `recover-on-subscribe`: a subscribe without `since` is sent the
     /// channel's latest message (from its history) after its reply.
     pub recover_on_subscribe: bool,
+    /// `conflate`: its channels are latest-value channels: a message
+    /// replaces a not-yet-written one of the same channel (and key) in a
+    /// subscriber's queue instead of queuing behind it.
+    pub conflate: bool,
     /// `compression`: broadcasts on its channels are compressed for
     /// connections that agreed permessage-deflate (`false`: sent plain).
     pub compression: bool,

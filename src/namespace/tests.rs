@@ -12,6 +12,7 @@ fn rules() -> Rules {
         presence: None,
         history: HistoryLimits::default(),
         recover_on_subscribe: false,
+        conflate: false,
         presence_limits: (1000, 100),
         compression: true,
         max_message_size: 1 << 20,

@@ -274,6 +274,7 @@ mod tests {
             close_timeout_ms: 5_000,
             history: Default::default(),
             ns_history: Default::default(),
+            conflated: Vec::new(),
         };
         let stats = SharedCompressionStats::default();
         Hub::new(limits, encoders(&Settings::default(), &stats))

@@ -33,6 +33,27 @@ pub fn send_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// Sets the socket's send buffer (`SO_SNDBUF`: Linux doubles the
+/// request), which turns the kernel's autotuning off for it.
+pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: `v` is a live c_int and its size is passed; the kernel only
+    // reads it. An `fd` that is no longer a socket fails with an error.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// `shutdown(2)` both directions: wakes any pending read or write on the
 /// socket with EOF/EPIPE, which is how deadlines end a connection's tasks.
 /// Errors (already closed, not connected) are of no interest.

@@ -166,7 +166,7 @@ impl Worker {
             me: me.clone(),
             on_command,
             relay,
-            hub: RefCell::new(Hub::new(cfg.hub_limits(), encoders)),
+            hub: RefCell::new(hub(&cfg, encoders)),
             compression,
             cache: CacheEdge::new(&cfg, redis.clone(), client.http.clone()),
             redis,
@@ -476,4 +476,22 @@ fn parking(cfg: &Config) -> Parking {
         crate::log!(Error, "parking disabled", error = e);
         Parking::new(0).expect("parking off needs no syscall")
     })
+}
+
+/// The worker's hub; a connection that subscribes to a latest-value
+/// channel gets `--latest-send-buffer` as its socket's send buffer, so
+/// that what waits for it stays in the hub's queue, where a newer value
+/// replaces it (the kernel's autotuned buffer would hold megabytes of
+/// stale ones).
+fn hub(cfg: &Config, encoders: crate::hub::Encoders) -> Hub {
+    let mut hub = Hub::new(cfg.hub_limits(), encoders);
+    let bytes = cfg.latest_send_buffer;
+    if bytes > 0 && !cfg.conflated_namespaces().is_empty() {
+        hub.on_latest_subscription(move |fd| {
+            if let Err(e) = crate::server::sys::set_send_buffer(fd, bytes) {
+                crate::log!(Debug, "latest-value send buffer not set", fd = fd, why = e);
+            }
+        });
+    }
+    hub
 }

@@ -160,6 +160,7 @@ fn snapshot_json(w: &Worker, snap: &Snapshot, reading: Reading) -> Value {
         "slow_consumers": {
             "disconnects": s.slow_consumer_disconnects,
             "drops": s.slow_consumer_drops,
+            "conflated": s.messages_conflated,
         },
         "refusals": refusals(snap),
         "redis": redis(w, snap),
