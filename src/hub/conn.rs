@@ -122,6 +122,10 @@ pub struct Conn {
     /// Parked (or being parked): its tasks are gone or going, and
     /// `writer` holds the edge's park waker (`Hub::park`).
     pub(super) parked: bool,
+    /// Subscribed to a latest-value channel: its writer takes small
+    /// batches (`outbox::LATEST_BATCH_BYTES`), so that what waits stays in
+    /// the queue, where a newer value can replace it.
+    pub(super) latest: bool,
 }
 
 impl Conn {
@@ -153,6 +157,7 @@ impl Conn {
             stalled_ms: 0,
             pressing: false,
             parked: false,
+            latest: false,
         }
     }
 

@@ -65,8 +65,8 @@ impl std::fmt::Debug for Latest {
 
 impl Latest {
     /// A connection (socket `fd`) subscribed to a latest-value channel.
-    pub(super) fn subscribed(&self, fd: Option<i32>) {
-        if let (Some(f), Some(fd)) = (&self.on_subscribe, fd) {
+    pub(super) fn subscribed(&self, fd: i32) {
+        if let Some(f) = &self.on_subscribe {
             f(fd);
         }
     }

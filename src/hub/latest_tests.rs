@@ -82,3 +82,24 @@ fn a_plain_channel_beside_it_still_cuts_a_stalled_subscriber() {
     hub.remove(a);
     assert_eq!(hub.latest.tracked(), 0);
 }
+
+#[test]
+fn its_writer_takes_small_batches_so_the_rest_stays_replaceable() {
+    let mut l = limits();
+    l.conflated = vec!["px".into()];
+    let mut hub = hub_with(l);
+    let id = ws(&mut hub, RAW);
+    hub.subscribe(id, "px:a").unwrap();
+    for i in 0..100 {
+        let k = keyed(&format!("k{i}"));
+        hub.publish_tagged(("px:a", OpCode::Text, &[b'x'; 1000], Some(&k)), None);
+    }
+    let mut batch = Vec::new();
+    hub.take_batch(id, &mut batch);
+    let bytes: usize = batch.iter().map(Bytes::len).sum();
+    assert_eq!(batch.len(), LATEST_BATCH_BYTES / 1004, "{bytes} bytes");
+    // The frames left are still replaced in place of queuing behind.
+    let k = keyed("k99");
+    hub.publish_tagged(("px:a", OpCode::Text, b"newest", Some(&k)), None);
+    assert_eq!(hub.stats.messages_conflated, 1);
+}

@@ -76,7 +76,8 @@ pub use conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
 pub use format::{copy_frames, Delivery, Encoder, Encoders, Format, Frames, Message, MAX_FORMATS};
 pub use limits::{HubLimits, SlowConsumerPolicy};
 pub use outbox::{
-    WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, MAX_BATCH, MAX_PENDING_CONTROL,
+    WriterWork, BACKLOG_CAP, CLOSE_SLOW_CONSUMER, HARD_CAP_FACTOR, LATEST_BATCH_BYTES, MAX_BATCH,
+    MAX_PENDING_CONTROL,
 };
 pub use parking::{LocalWaker, Parking};
 pub use recall::Resumed;
@@ -287,7 +288,9 @@ impl Hub {
             self.registry
                 .subscribe(&mut self.conns, &mut self.stats, (id, name, false), max)?;
         if new && self.limits.conflates(name) {
-            self.latest.subscribed(self.conns.get(id).map(|c| c.fd));
+            let conn = self.conns.get_mut(id).expect("just subscribed");
+            conn.latest = true;
+            self.latest.subscribed(conn.fd);
         }
         Ok(())
     }

@@ -16,6 +16,11 @@ use crate::ws::frame::encode_close_frame;
 /// Most frames handed to one vectored write (the kernel's `IOV_MAX`).
 pub const MAX_BATCH: usize = 1024;
 
+/// Most bytes of data frames a connection subscribed to a latest-value
+/// channel hands its writer at once (at least one frame): a frame taken
+/// for writing can no longer be replaced by a newer value.
+pub const LATEST_BATCH_BYTES: usize = 16 * 1024;
+
 /// Most control frames (pongs) waiting to be written for one connection.
 pub const MAX_PENDING_CONTROL: usize = 16;
 
@@ -394,7 +399,10 @@ pub(super) fn take_batch(conn: &mut Conn, totals: &mut Totals, out: &mut Vec<Byt
     let ctrl_bytes: usize = conn.ctrl.iter().map(Bytes::len).sum();
     out.extend(conn.ctrl.drain(..));
     totals.add(conn, ctrl_bytes);
-    let n = conn.queue.len().min(MAX_BATCH.saturating_sub(out.len()));
+    let mut n = conn.queue.len().min(MAX_BATCH.saturating_sub(out.len()));
+    if conn.latest {
+        n = latest_batch(&conn.queue, n);
+    }
     out.extend(conn.queue.drain(..n));
     conn.dequeued = conn.dequeued.wrapping_add(n as u32);
     if conn.batch_since_ns == 0 {
@@ -408,4 +416,15 @@ pub(super) fn take_batch(conn: &mut Conn, totals: &mut Totals, out: &mut Vec<Byt
         conn.finished = true;
     }
     last
+}
+
+/// How many of the first `n` frames of `queue` fit in
+/// [`LATEST_BATCH_BYTES`] (at least one, when there is one).
+fn latest_batch(queue: &std::collections::VecDeque<Bytes>, n: usize) -> usize {
+    let mut bytes = 0;
+    let fit = queue.iter().take(n).take_while(|f| {
+        bytes += f.len();
+        bytes <= LATEST_BATCH_BYTES
+    });
+    fit.count().max(n.min(1))
 }
