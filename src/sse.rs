@@ -33,6 +33,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::channel::valid_channel_name;
+use crate::filter::Filter;
 
 /// `GET /sse` limits (`--sse-heartbeat`, `--sse-max-channels`), owned by
 /// this layer; defaults come from the options table.
@@ -77,6 +78,9 @@ pub enum RequestError {
     /// A `Last-Event-ID` that is not `{channel}:{epoch}:{offset}` of a
     /// channel the request subscribes.
     InvalidLastEventId,
+    /// A `filter.{channel}` that is not a valid tag filter (JSON) of a
+    /// channel the request subscribes, or one given twice.
+    InvalidFilter,
 }
 
 impl RequestError {
@@ -93,6 +97,9 @@ impl RequestError {
             }
             RequestError::InvalidLastEventId => {
                 "Last-Event-ID must be {channel}:{epoch}:{offset} of a channel of this request"
+            }
+            RequestError::InvalidFilter => {
+                "filter.{channel} must be a valid tag filter (JSON) of a channel of this request"
             }
         }
     }
@@ -111,6 +118,8 @@ pub struct Subscription {
     /// `EventSource`): channels it does not name get a `gap` event, their
     /// positions being unknown.
     pub reconnect: bool,
+    /// `filter.{channel}=JSON`: a channel's own tag filter.
+    pub filters: Vec<(String, Filter)>,
 }
 
 impl Subscription {
@@ -157,7 +166,7 @@ pub fn parse_request(
     max_channels: usize,
 ) -> Result<Subscription, RequestError> {
     let mut sub = Subscription::default();
-    let mut since = Vec::new();
+    let (mut since, mut own) = (Vec::new(), Vec::new());
     for (k, v) in query
         .unwrap_or("")
         .split('&')
@@ -176,11 +185,25 @@ pub fn parse_request(
                 }
             }
             "since" => since.push(v),
-            _ => {}
+            _ => {
+                if let Some(c) = k.strip_prefix("filter.") {
+                    own.push((c, v));
+                }
+            }
         }
     }
     if sub.channels.is_empty() {
         return Err(RequestError::NoChannel);
+    }
+    for (c, v) in own {
+        let bad = RequestError::InvalidFilter;
+        let c = crate::http::percent_decode(c).ok_or(bad)?;
+        let text = crate::http::percent_decode(v).ok_or(bad)?;
+        let f = Filter::parse(text.as_bytes()).map_err(|_| bad)?;
+        if !sub.channels.contains(&c) || sub.filters.iter().any(|(d, _)| *d == c) {
+            return Err(bad);
+        }
+        sub.filters.push((c, f));
     }
     for v in since.into_iter().take(max_channels.saturating_add(1)) {
         let p = crate::http::percent_decode(v).and_then(|v| parse_event_id(&v));

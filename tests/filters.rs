@@ -366,6 +366,32 @@ async fn the_subscribe_hooks_filter_is_enforced() {
     assert_eq!(status, 503);
 }
 
+/// An event stream's own filter (`filter.{channel}=JSON`) selects as a
+/// JSON subscribe's does; a malformed one, or one of a channel the
+/// request does not name, is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_streams_own_filter_selects_too() {
+    let srv = TestServer::start(|_| {});
+    let addr = srv.addr;
+    let f = "%7B%22key%22%3A%22sym%22%2C%22cmp%22%3A%22eq%22%2C%22val%22%3A%22BTC%22%7D";
+    let mut sse =
+        sse_support::Sse::open(addr, &format!("/sse?channel=px&filter.px={f}"), &[]).await;
+    assert_eq!(sse.next_event().await.name, "subscribed");
+    publish_tagged(addr, "px", "eth", "tag.sym=ETH").await;
+    publish_tagged(addr, "px", "btc", "tag.sym=BTC").await;
+    let e = sse.next_event().await;
+    assert_eq!(e.json()["data"], "btc", "{e:?}");
+    assert_eq!(e.json()["tags"], json!({"sym":"BTC"}));
+    for bad in [
+        format!("/sse?channel=px&filter.other={f}"),
+        "/sse?channel=px&filter.px=%7Bnot".to_string(),
+        format!("/sse?channel=px&filter.px={f}&filter.px={f}"),
+    ] {
+        let r = get(addr, &bad).await;
+        assert_eq!(r.status, 400, "{bad}: {r:?}");
+    }
+}
+
 /// The status of a raw upgrade of `path`.
 async fn ws_upgrade_status(addr: std::net::SocketAddr, path: &str) -> u16 {
     let req = format!(

@@ -92,6 +92,16 @@ pub async fn http_read(
     verdict.map(|hooked| filters(grants, channel, (hooked, None)))
 }
 
+/// `filters` (the server's) with a client's `own` filter after them.
+pub fn narrowed(filters: Option<Filters>, own: Option<Filter>) -> Option<Filters> {
+    let Some(own) = own else {
+        return filters;
+    };
+    let mut all: Vec<Filter> = filters.map(|f| f.to_vec()).unwrap_or_default();
+    all.push(own);
+    Some(Filters::from(all))
+}
+
 /// The tag filters a subscription of `grants`' holder to `channel` gets:
 /// its token's (every pattern matching the channel), the subscribe
 /// hook's (`hooked`), then the client's own (`own`). A publication

@@ -6,9 +6,11 @@ import {
   dataMembers,
   frameData,
   parseFrame,
+  publishMembers,
   refusalVerdict,
   type Data,
   type PresenceSnapshot,
+  type PublishOptions,
   type ServerFrame,
 } from "./protocol.js";
 import { resolveOptions, type Bounds, type ClientOptions, type Transport, type WebSocketConstructor, type WebSocketLike } from "./options.js";
@@ -58,6 +60,7 @@ interface Pending {
 interface QueuedPublish {
   channel: string;
   data: Data;
+  opts: PublishOptions;
   resolve(r: { subscribers: number }): void;
   reject(e: CorecastError): void;
 }
@@ -134,7 +137,7 @@ export class Client extends Emitter<ClientEvents> {
   subscribe(channel: string, opts: SubscribeOptions = {}): Subscription {
     const known = this.subs.get(channel);
     if (known) return known;
-    const sub = new Subscription(channel, this.host, opts.presence === true, opts.since);
+    const sub = new Subscription(channel, this.host, opts);
     this.subs.set(channel, sub);
     if (this.state === "connected") this.startSubscription(sub);
     return sub;
@@ -150,15 +153,16 @@ export class Client extends Emitter<ClientEvents> {
    * server's count of local subscribers. Waits in a bounded queue while
    * disconnected; a publish whose reply is lost with the connection fails
    * with `disconnected` and is not resent (it may or may not have been
-   * published).
+   * published). `opts`: the message's `tags` (for subscribers' filters)
+   * and latest-value `key`.
    */
-  publish(channel: string, data: Data): Promise<{ subscribers: number }> {
+  publish(channel: string, data: Data, opts: PublishOptions = {}): Promise<{ subscribers: number }> {
     return new Promise((resolve, reject) => {
       if (this.queue.length >= this.o.maxQueuedPublishes) {
         reject(new CorecastError("queue_full", `${this.o.maxQueuedPublishes} publishes already queued`));
         return;
       }
-      this.queue.push({ channel, data, resolve, reject });
+      this.queue.push({ channel, data, opts, resolve, reject });
       this.drain();
     });
   }
@@ -493,7 +497,7 @@ export class Client extends Emitter<ClientEvents> {
     while (this.queue.length > 0) {
       if (this.transport === "sse") {
         const q = this.queue.shift() as QueuedPublish;
-        this.httpPublish(q.channel, q.data).then(q.resolve, q.reject);
+        this.httpPublish(q).then(q.resolve, q.reject);
         continue;
       }
       const ws = this.ws;
@@ -507,7 +511,7 @@ export class Client extends Emitter<ClientEvents> {
         return;
       }
       const q = this.queue.shift() as QueuedPublish;
-      this.request({ op: "publish", channel: q.channel, ...dataMembers(q.data) }).then(
+      this.request({ op: "publish", channel: q.channel, ...dataMembers(q.data), ...publishMembers(q.opts) }).then(
         (f) => q.resolve({ subscribers: f.subscribers ?? 0 }),
         q.reject,
       );
@@ -607,8 +611,8 @@ export class Client extends Emitter<ClientEvents> {
     return getJson(this.fetchFn(), this.httpBase() + path, await this.authHeaders());
   }
 
-  private httpPublish(channel: string, data: Data): Promise<{ subscribers: number }> {
-    return postPublish(this.fetchFn(), this.httpBase(), channel, data, this.options.publishKey);
+  private httpPublish(q: QueuedPublish): Promise<{ subscribers: number }> {
+    return postPublish(this.fetchFn(), this.httpBase(), q.channel, q.data, this.options.publishKey, q.opts);
   }
 
   /** SSE "connection": one stream per subscription; connected when all are open. */

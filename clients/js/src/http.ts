@@ -4,7 +4,7 @@
  * `POST /publish`, and reading back why an upgrade was refused.
  */
 import { CorecastError } from "./errors.js";
-import type { Data, ServerFrame } from "./protocol.js";
+import { publishQuery, type Data, type PublishOptions, type ServerFrame } from "./protocol.js";
 
 /** `url` with `?token=` (browsers cannot set headers on a WebSocket upgrade). */
 export function withToken(url: string, token: string | undefined): string {
@@ -58,11 +58,13 @@ export async function postPublish(
   channel: string,
   data: Data,
   publishKey: string | undefined,
+  opts: PublishOptions = {},
 ): Promise<{ subscribers: number }> {
   if (typeof data !== "string") throw new CorecastError("bad_request", "binary publish needs the WebSocket transport");
   const headers: Record<string, string> = { "Content-Type": "text/plain; charset=utf-8" };
   if (publishKey) headers.Authorization = `Bearer ${publishKey}`;
-  const res = await fetchFn(`${base}/publish/${encodeURIComponent(channel)}`, { method: "POST", headers, body: data });
+  const url = `${base}/publish/${encodeURIComponent(channel)}${publishQuery(opts)}`;
+  const res = await fetchFn(url, { method: "POST", headers, body: data });
   const text = await res.text();
   if (!res.ok) throw new CorecastError("http", `POST /publish: HTTP ${res.status} ${text.slice(0, 200)}`);
   return { subscribers: (JSON.parse(text) as { subscribers?: number }).subscribers ?? 0 };

@@ -28,7 +28,7 @@ export { CorecastError } from "./errors.js";
 export { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";
 export type { BackoffBounds } from "./backoff.js";
 export { closeVerdict, refusalVerdict } from "./protocol.js";
-export type { Data, Position, PresenceMember, PresenceSnapshot } from "./protocol.js";
+export type { Data, Filter, Position, PresenceMember, PresenceSnapshot, PublishOptions } from "./protocol.js";
 export { SseParser, parseEventId } from "./sse.js";
 export type { SseEvent } from "./sse.js";
 export { tokenExp } from "./token.js";

@@ -34,6 +34,46 @@ export interface ServerFrame {
   info?: unknown;
   members?: PresenceMember[];
   count?: number;
+  tags?: Record<string, string>;
+}
+
+/**
+ * A tag filter, in Centrifugo's shape (the server's `filter`): an inner
+ * node (`op` and, or, not with `nodes`) or a leaf (`key`, `cmp`, `val` or
+ * `vals`).
+ */
+export type Filter =
+  | { op: "and" | "or" | "not"; nodes: Filter[] }
+  | {
+      key: string;
+      cmp: "eq" | "neq" | "in" | "nin" | "ex" | "nex" | "sw" | "ew" | "ct" | "gt" | "gte" | "lt" | "lte";
+      val?: string;
+      vals?: string[];
+    };
+
+/** What a publish may carry besides its data. */
+export interface PublishOptions {
+  /** Tags (at most 16 strings, 1 KiB): what subscribers' filters select on. */
+  tags?: Record<string, string>;
+  /** The latest-value key: on a `conflate` channel the newest message per key is kept. */
+  key?: string;
+}
+
+/** The members a publish's options add to its request. */
+export function publishMembers(o: PublishOptions): { tags?: Record<string, string>; key?: string } {
+  const out: { tags?: Record<string, string>; key?: string } = {};
+  if (o.tags && Object.keys(o.tags).length > 0) out.tags = o.tags;
+  if (o.key !== undefined) out.key = o.key;
+  return out;
+}
+
+/** `POST /publish`'s query for a publish's options (`tag.K=V`, `key=`). */
+export function publishQuery(o: PublishOptions): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(o.tags ?? {})) q.append(`tag.${k}`, v);
+  if (o.key !== undefined) q.append("key", o.key);
+  const s = q.toString();
+  return s ? `?${s}` : "";
 }
 
 /** One member of a presence channel. */

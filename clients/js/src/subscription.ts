@@ -1,5 +1,5 @@
 import { Emitter } from "./emitter.js";
-import { frameData, type Data, type Position, type PresenceSnapshot, type ServerFrame } from "./protocol.js";
+import { frameData, type Data, type Filter, type Position, type PresenceSnapshot, type ServerFrame } from "./protocol.js";
 import type { CorecastError } from "./errors.js";
 
 /** A delivered message. */
@@ -11,6 +11,14 @@ export interface Message {
   offset?: number;
   /** The channel's epoch the offset belongs to (with history). */
   epoch?: string;
+  /** Its tags, when it has any. */
+  tags?: Record<string, string>;
+  /**
+   * Offsets jumped over since the previous message (with history): on a
+   * filtered subscription the messages the filter left out, on a
+   * latest-value channel (`latest: true`) those a newer value replaced.
+   */
+  skipped?: number;
 }
 
 /** `subscribed`: delivery has begun (every (re)subscribe). */
@@ -68,6 +76,13 @@ export interface SubscribeOptions {
   since?: Position;
   /** Also receive `join`/`leave` events (`--presence-channels`). */
   presence?: boolean;
+  /** Only messages whose tags pass this filter (and the server's own). */
+  filter?: Filter;
+  /**
+   * The channel is a latest-value channel (its namespace conflates): an
+   * offset jump is a newer value, reported as `skipped`, not a `gap`.
+   */
+  latest?: boolean;
 }
 
 /** What a subscription needs from its client (kept narrow on purpose). */
@@ -90,15 +105,21 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   duplicatesDropped = 0;
   private pos: Position | undefined;
   private resuming = false;
+  readonly presenceEvents: boolean;
+  private readonly filter: Filter | undefined;
+  /** Offset jumps are expected (filtered or latest-value): not gaps. */
+  private readonly jumps: boolean;
 
   constructor(
     readonly channel: string,
     private readonly host: SubscriptionHost,
-    readonly presenceEvents: boolean,
-    since?: Position,
+    opts: SubscribeOptions = {},
   ) {
     super();
-    this.pos = since ? { ...since } : undefined;
+    this.pos = opts.since ? { ...opts.since } : undefined;
+    this.presenceEvents = opts.presence === true;
+    this.filter = opts.filter;
+    this.jumps = opts.filter !== undefined || opts.latest === true;
   }
 
   /** The position of the last delivered message (with history), to resume from. */
@@ -132,6 +153,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     const req: Record<string, unknown> = { op: "subscribe", channel: this.channel };
     if (this.pos) req.since = { epoch: this.pos.epoch, offset: this.pos.offset };
     if (this.presenceEvents) req.presence = true;
+    if (this.filter) req.filter = this.filter;
     return req;
   }
 
@@ -198,21 +220,23 @@ export class Subscription extends Emitter<SubscriptionEvents> {
 
   private onMessage(f: ServerFrame): void {
     const data = frameData(f);
+    const tags = f.tags;
     if (typeof f.offset !== "number" || !this.pos) {
-      this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos?.epoch });
+      this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos?.epoch, tags });
       return;
     }
     if (f.offset <= this.pos.offset) {
       this.duplicatesDropped++;
       return;
     }
-    if (f.offset > this.pos.offset + 1) {
+    const skipped = f.offset - this.pos.offset - 1;
+    if (skipped > 0 && !this.jumps) {
       // Offsets have no holes; a jump means messages were dropped
       // (`--slow-consumer drop-oldest`).
       this.emit("gap", { channel: this.channel, epoch: this.pos.epoch, offset: f.offset - 1, reason: "jump" });
     }
     this.pos = { epoch: this.pos.epoch, offset: f.offset };
-    this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos.epoch });
+    this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos.epoch, tags, skipped });
   }
 
   private onGap(f: ServerFrame): void {

@@ -138,7 +138,13 @@ async fn admit(
         let found = admission::http_read(w, (id, &grants), c)
             .await
             .map_err(Refused::Answered)?;
-        filters.push(found);
+        // The stream's own filter narrows what the server's let through.
+        let own = sub
+            .filters
+            .iter()
+            .find(|(d, _)| d == c)
+            .map(|(_, f)| f.clone());
+        filters.push(admission::narrowed(found, own));
     }
     Ok((grants, sub, filters))
 }
