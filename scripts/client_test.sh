@@ -52,6 +52,8 @@ npm pack --silent --pack-destination "$tmp" >/dev/null
     test -f node_modules/corecast-client/dist/index.d.ts &&
     node --input-type=module -e 'import { Client } from "corecast-client"; if (typeof Client !== "function") process.exit(1);')
 echo "npm pack: the tarball installs and imports"
-node --test --test-concurrency=1 --test-reporter=spec test/unit.test.mjs test/client.test.mjs test/sse.test.mjs
+node --test --test-concurrency=1 --test-reporter=spec test/unit.test.mjs test/client.test.mjs test/sse.test.mjs \
+    test/sending_less.test.mjs
 cd ../../tests/browser
-node --test --test-concurrency=1 --test-reporter=spec client.test.mjs client_sse.test.mjs client_docs.test.mjs
+node --test --test-concurrency=1 --test-reporter=spec client.test.mjs client_sse.test.mjs client_docs.test.mjs \
+    client_sending_less.test.mjs

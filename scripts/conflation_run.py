@@ -160,6 +160,13 @@ def reader(port, channel, read_rate, seconds, published, out):
         while time.monotonic() - t0 < seconds:
             time.sleep(1 / read_rate)
             op, payload = read_frame(s)
+            while op in (9, 10):
+                if op == 9:
+                    # The server's keepalive: answer it (masked, as a client must).
+                    mask = os.urandom(4)
+                    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+                    s.sendall(bytes([0x8A, 0x80 | len(payload)]) + mask + body)
+                op, payload = read_frame(s)
             if op == 8:
                 code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else None
                 ended = ("close", code, round(time.monotonic() - t0, 1))

@@ -628,7 +628,9 @@ export class Client extends Emitter<ClientEvents> {
       const at = sub.position();
       sub.beginSubscribe();
       if (at) headers["Last-Event-ID"] = eventId(sub.channel, at);
-      const url = `${this.httpBase()}/sse?channel=${encodeURIComponent(sub.channel)}`;
+      const c = encodeURIComponent(sub.channel);
+      const filter = sub.filterParam();
+      const url = `${this.httpBase()}/sse?channel=${c}${filter ? `&filter.${c}=${encodeURIComponent(filter)}` : ""}`;
       // The server's `close` event (code, reason) precedes the end of a stream it ends.
       let close: { code: number; reason: string } | undefined;
       const stream = new SseStream(this.fetchFn(), url, headers, this.o.maxEventBytes, {

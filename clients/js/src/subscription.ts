@@ -122,6 +122,11 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     this.jumps = opts.filter !== undefined || opts.latest === true;
   }
 
+  /** The subscription's filter as JSON text, if it has one (internal: SSE). */
+  filterParam(): string | undefined {
+    return this.filter ? JSON.stringify(this.filter) : undefined;
+  }
+
   /** The position of the last delivered message (with history), to resume from. */
   position(): Position | undefined {
     return this.pos ? { ...this.pos } : undefined;

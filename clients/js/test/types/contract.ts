@@ -24,6 +24,9 @@ export async function contract(): Promise<void> {
   sub.on("unsubscribed", (e) => void e.channel);
   const ack: { subscribers: number } = await client.publish("news", "data");
   await client.publish("news", new Uint8Array([1, 2]));
+  await client.publish("px", "50100", { tags: { sym: "BTC" }, key: "BTC" });
+  const filtered = client.subscribe("px", { filter: { op: "and", nodes: [{ key: "sym", cmp: "eq", val: "BTC" }] }, latest: true });
+  filtered.on("message", (m) => void [m.tags?.sym, m.skipped]);
   const members = await sub.presence();
   void [ack, members.count, members.members[0]?.user];
   const page = await sub.history({ limit: 10 });
