@@ -371,6 +371,10 @@ struct Reply<'a> {
     exp: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     recovered: Option<bool>,
+    /// The subscription has tag filters: its offsets jump over what they
+    /// leave out (a client must not read those jumps as gaps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filtered: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     epoch: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -389,6 +393,7 @@ impl<'a> Reply<'a> {
             message: None,
             exp: None,
             recovered: None,
+            filtered: None,
             epoch: None,
             offset: None,
             id,
@@ -424,12 +429,13 @@ pub struct At<'a> {
 pub fn subscribed(
     channel: &str,
     at: At<'_>,
-    recovered: Option<bool>,
+    (recovered, filtered): (Option<bool>, bool),
     id: Option<&RawValue>,
 ) -> Bytes {
     reply_frame(&Reply {
         channel: Some(channel),
         recovered,
+        filtered: filtered.then_some(true),
         epoch: Some(at.epoch),
         offset: Some(at.offset),
         ..Reply::new("subscribed", id)

@@ -220,6 +220,7 @@ async fn a_filtered_resume_replays_only_what_passes() {
     )
     .await;
     assert_eq!(r["recovered"], true, "{r}");
+    assert_eq!(r["filtered"], true, "jumps are announced: {r}");
     let offsets: Vec<u64> = {
         let mut v = Vec::new();
         for _ in 0..3 {
@@ -258,7 +259,11 @@ async fn a_tokens_filter_is_enforced_and_cannot_be_widened() {
         "filters": {"acct.*": {"key":"owner","cmp":"eq","val":"7"}}
     }));
     let mut plain = ws_connect(addr, &format!("/ws?token={t}")).await;
-    call(&mut plain, json!({"op":"subscribe","channel":"acct.a"})).await;
+    let r = call(&mut plain, json!({"op":"subscribe","channel":"acct.a"})).await;
+    assert_eq!(r["filtered"], true, "the token's filter: {r}");
+    let mut other_json = ws_connect(addr, &format!("/ws?token={t}")).await;
+    let r = call(&mut other_json, json!({"op":"subscribe","channel":"news"})).await;
+    assert_eq!(r.get("filtered"), None, "an unfiltered channel: {r}");
     let mut widening = ws_connect(addr, &format!("/ws?token={t}")).await;
     let all = json!({"op":"or","nodes":[{"key":"owner","cmp":"ex"},{"key":"owner","cmp":"nex"}]});
     call(

@@ -74,3 +74,23 @@ fn clearing_the_last_filter_drops_the_list_and_everything_flows() {
     assert!(hub.registry.audience(cid).1.is_empty());
     assert_eq!(hub.publish("c", OpCode::Text, b"z", None), 1);
 }
+
+#[test]
+fn a_server_side_subscribe_keeps_a_clients_filters() {
+    let mut hub = hub_with(limits());
+    let id = ws(&mut hub, RAW);
+    let f = filters(r#"{"key":"k","cmp":"ex"}"#);
+    let got = hub.subscribe_filtered(id, "c", Filtering::Replace(Some(f)));
+    assert!(got.unwrap().is_some());
+    // A backend's subscribe to the same channel: the filters stay.
+    let kept = hub
+        .subscribe_filtered(id, "c", Filtering::IfNew(None))
+        .unwrap();
+    assert!(kept.is_some());
+    assert!(hub.filters_of(id, "c").is_some());
+    assert_eq!(hub.publish("c", OpCode::Text, b"untagged", None), 0);
+    // The client's own subscribe replaces them.
+    hub.subscribe_filtered(id, "c", Filtering::Replace(None))
+        .unwrap();
+    assert_eq!(hub.publish("c", OpCode::Text, b"untagged", None), 1);
+}

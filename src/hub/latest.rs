@@ -20,30 +20,35 @@ use bytes::Bytes;
 
 use slab::Slab;
 
-use super::conn::{ChannelId, Conn, ConnId, ConnKind, ConnState};
+use super::conn::{Conn, ConnId, ConnKind, ConnState};
 use super::format::FrameCache;
 use super::outbox::{Queueing, Totals};
 
-/// A latest-value message's identity: its channel and its key's hash (0
-/// without a key: one value per channel).
-pub(super) type Slot = (ChannelId, u64);
+/// A latest-value message's identity: its channel's name hash (not its
+/// slab id, which a new channel may reuse) and its key's hash (0 without
+/// a key: one value per channel).
+pub(super) type Slot = (u64, u64);
 
-/// The key's hash for a [`Slot`] (0: no key). SipHash with fixed keys:
-/// the same on every worker; a publisher able to make two keys collide
-/// only merges two values of a channel it may publish on anyway.
-pub(super) fn key_hash(key: Option<&str>) -> u64 {
-    let Some(k) = key else {
-        return 0;
+/// The [`Slot`] of a message on `channel` with `key`. SipHash with fixed
+/// keys: a publisher able to make two keys collide only merges two values
+/// of a channel it may publish on anyway.
+pub(super) fn slot(channel: &str, key: Option<&str>) -> Slot {
+    let hash = |s: &str| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        s.hash(&mut h);
+        h.finish() | 1
     };
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    k.hash(&mut h);
-    h.finish() | 1
+    (hash(channel), key.map_or(0, hash))
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Held {
     slot: Slot,
     seq: u32,
+    /// The noted frame's address: checked before it is replaced, so a
+    /// note that outlived its frame (its channel unsubscribed, then the
+    /// wrapping count came round again) never touches another frame.
+    frame: usize,
 }
 
 /// Per connection, where each latest-value slot's newest queued frame is.
@@ -92,11 +97,15 @@ impl Latest {
         let Some(at) = list.iter().position(|h| h.slot == slot) else {
             return false;
         };
+        let i = list[at].seq.wrapping_sub(base);
+        if conn.queue[i as usize].as_ptr() as usize != list[at].frame {
+            list.swap_remove(at);
+            return false;
+        }
         // The old frame leaves its place and the new one goes last, so the
         // queue stays in publish order (offsets only grow; the subscriber
         // sees a jump, never an older offset after a newer one). The
         // frames behind the old one move up a place, their notes too.
-        let i = list[at].seq.wrapping_sub(base);
         let old = conn
             .queue
             .remove(i as usize)
@@ -106,17 +115,16 @@ impl Latest {
                 h.seq = h.seq.wrapping_sub(1);
             }
         }
+        // Charged as any first queueing of a frame (`Totals::charge`):
+        // looked at before the queue takes its reference.
+        totals.charge(frame);
         conn.queue.push_back(frame.clone());
         list[at].seq = base.wrapping_add(len - 1);
+        list[at].frame = frame.as_ptr() as usize;
         totals.sub(conn, old.len());
         totals.release(&old);
         drop(old);
         totals.add(conn, frame.len());
-        // Charged as any first queueing of a frame (`Totals::charge`):
-        // the cache's reference and this one.
-        if frame.is_unique() {
-            totals.unique += frame.len();
-        }
         true
     }
 
@@ -128,7 +136,8 @@ impl Latest {
         let len = conn.queue.len() as u32;
         let base = conn.dequeued;
         list.retain(|h| h.slot != slot && h.seq.wrapping_sub(base) < len);
-        list.push(Held { slot, seq });
+        let frame = conn.queue.back().map_or(0, |f| f.as_ptr() as usize);
+        list.push(Held { slot, seq, frame });
     }
 
     /// Forgets connection `id` (removed: its slab key will be reused).

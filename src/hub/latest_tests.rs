@@ -103,3 +103,41 @@ fn its_writer_takes_small_batches_so_the_rest_stays_replaceable() {
     hub.publish_tagged(("px:a", OpCode::Text, b"newest", Some(&k)), None);
     assert_eq!(hub.stats.messages_conflated, 1);
 }
+
+#[test]
+fn replaced_frames_are_charged_to_the_memory_budget() {
+    let mut hub = conflating();
+    let (a, b) = (ws(&mut hub, RAW), ws(&mut hub, RAW));
+    hub.subscribe(a, "px:a").unwrap();
+    hub.subscribe(b, "px:a").unwrap();
+    for i in 0..50u8 {
+        hub.publish("px:a", OpCode::Binary, &[i; 100], None);
+    }
+    // One frame (102 bytes) shared by both queues: charged once.
+    assert_eq!(hub.outbound_memory(), 102);
+    let written = |hub: &mut Hub, id| {
+        let mut out = drain(hub, id);
+        hub.release(&mut out);
+    };
+    written(&mut hub, a);
+    assert_eq!(hub.outbound_memory(), 102, "b still holds it");
+    written(&mut hub, b);
+    assert_eq!(hub.outbound_memory(), 0);
+}
+
+#[test]
+fn a_note_never_reaches_another_channels_frame() {
+    let mut hub = conflating();
+    let x = ws(&mut hub, RAW);
+    hub.subscribe(x, "px:a").unwrap();
+    hub.publish("px:a", OpCode::Text, b"a1", None);
+    // px:a loses its last subscriber (its slab id is free for px:b) with
+    // its frame still queued.
+    hub.unsubscribe(x, "px:a");
+    hub.subscribe(x, "px:b").unwrap();
+    hub.publish("px:b", OpCode::Text, b"b1", None);
+    hub.publish("px:b", OpCode::Text, b"b2", None);
+    let got = drain(&mut hub, x);
+    let bodies: Vec<&[u8]> = got.iter().map(|f| &f[2..]).collect();
+    assert_eq!(bodies, [&b"a1"[..], b"b2"]);
+}

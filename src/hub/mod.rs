@@ -82,6 +82,7 @@ pub use outbox::{
 pub use parking::{LocalWaker, Parking};
 pub use recall::Resumed;
 pub use registry::{Filters, SubscribeError, MAX_INTEREST_BACKLOG};
+pub use subs::Filtering;
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -283,6 +284,11 @@ impl Hub {
 
     /// Subscribes `id` to `name`; subscribing twice is a no-op.
     pub fn subscribe(&mut self, id: ConnId, name: &str) -> Result<(), SubscribeError> {
+        self.subscribe_new(id, name).map(drop)
+    }
+
+    /// [`Hub::subscribe`]: whether the subscription is new.
+    fn subscribe_new(&mut self, id: ConnId, name: &str) -> Result<bool, SubscribeError> {
         let max = self.limits.max_subscriptions;
         let new =
             self.registry
@@ -292,7 +298,7 @@ impl Hub {
             conn.latest = true;
             self.latest.subscribed(conn.fd);
         }
-        Ok(())
+        Ok(new)
     }
 
     /// Calls `f` with the socket of every connection that subscribes to a

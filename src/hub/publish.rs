@@ -6,7 +6,7 @@ use slab::Slab;
 
 use super::conn::{Conn, ConnId};
 use super::format::{Delivery, FrameCache, Frames, Message};
-use super::latest::{key_hash, Latest, Slot};
+use super::latest::{slot as latest_slot, Latest, Slot};
 use super::outbox::Queueing;
 use super::registry::Filters;
 use super::{Hub, EXCLUDE_ALWAYS};
@@ -61,7 +61,7 @@ impl Hub {
         // Latest-value channels: the slot this message replaces in.
         let slot = limits
             .conflates(channel)
-            .then(|| (cid, key_hash(meta.and_then(|m| m.key()))));
+            .then(|| latest_slot(channel, meta.and_then(|m| m.key())));
         let mut frames = match seed {
             Some(seed) => FrameCache::seeded(delivery, encoders, seed),
             None => FrameCache::new(delivery, encoders),

@@ -9,7 +9,39 @@ use super::recall::{self, Resumed};
 use super::registry::{Filters, SubscribeError};
 use super::Hub;
 
+/// What a subscribe does with the subscription's tag filters.
+#[derive(Debug, Clone)]
+pub enum Filtering {
+    /// The client's own subscribe: these filters (the server's and its
+    /// own; `None`: none) replace any it had there.
+    Replace(Option<Filters>),
+    /// A server-side subscribe (the connect hook's channels, the server
+    /// API's): these for a new subscription; one the connection already
+    /// has keeps its filters (a backend's subscribe must not widen a
+    /// client's filtered one).
+    IfNew(Option<Filters>),
+}
+
 impl Hub {
+    /// Subscribes `id` to `name`, setting its filters as `filtering` says;
+    /// the filters the subscription has now.
+    pub fn subscribe_filtered(
+        &mut self,
+        id: ConnId,
+        name: &str,
+        filtering: Filtering,
+    ) -> Result<Option<Filters>, SubscribeError> {
+        let new = self.subscribe_new(id, name)?;
+        let set = match filtering {
+            Filtering::Replace(f) => f,
+            Filtering::IfNew(f) if new => f,
+            Filtering::IfNew(_) => return Ok(self.filters_of(id, name)),
+        };
+        self.registry
+            .set_filters(&self.conns, id, name, set.clone());
+        Ok(set)
+    }
+
     /// Subscribes `id` to `name` and, when history is on, answers with the
     /// channel's position and (with `since`) the replay of what the
     /// client missed — in one step, so the replay and the live messages
@@ -19,13 +51,10 @@ impl Hub {
         id: ConnId,
         name: &str,
         since: Option<(&str, u64)>,
-        filters: Option<Filters>,
+        filtering: Filtering,
     ) -> Result<Option<Resumed>, SubscribeError> {
-        self.subscribe(id, name)?;
-        // Subscribing again replaces the filters (the latest subscribe's
-        // apply), in the same step as the replay below.
-        self.registry
-            .set_filters(&self.conns, id, name, filters.clone());
+        // In the same step as the replay below.
+        let filters = self.subscribe_filtered(id, name, filtering)?;
         if !self.history.enabled_for(name) {
             return Ok(None);
         }

@@ -25,6 +25,8 @@ export interface ServerFrame {
   offset?: number;
   epoch?: string;
   recovered?: boolean;
+  /** `subscribed`: the server filters this subscription (jumps expected). */
+  filtered?: boolean;
   subscribers?: number;
   code?: string;
   message?: string;

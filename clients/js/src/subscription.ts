@@ -109,6 +109,8 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   private readonly filter: Filter | undefined;
   /** Offset jumps are expected (filtered or latest-value): not gaps. */
   private readonly jumps: boolean;
+  /** The server said it filters this subscription (its `subscribed`). */
+  private serverFiltered = false;
 
   constructor(
     readonly channel: string,
@@ -199,6 +201,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
 
   private onSubscribed(f: ServerFrame): void {
     this.state = "subscribed";
+    this.serverFiltered = f.filtered === true;
     const resumed = this.resuming;
     this.resuming = false;
     const ev: SubscribedEvent = { channel: this.channel, resumed, recovered: f.recovered, epoch: f.epoch, offset: f.offset };
@@ -235,7 +238,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
       return;
     }
     const skipped = f.offset - this.pos.offset - 1;
-    if (skipped > 0 && !this.jumps) {
+    if (skipped > 0 && !this.jumps && !this.serverFiltered) {
       // Offsets have no holes; a jump means messages were dropped
       // (`--slow-consumer drop-oldest`).
       this.emit("gap", { channel: this.channel, epoch: this.pos.epoch, offset: f.offset - 1, reason: "jump" });

@@ -6,7 +6,7 @@ import test from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
 import { Client } from "../dist/index.js";
-import { nextEvent, startCorecast, stats, until } from "./support.mjs";
+import { nextEvent, signToken, startCorecast, stats, until } from "./support.mjs";
 
 const BTC = { key: "sym", cmp: "eq", val: "BTC" };
 
@@ -72,4 +72,24 @@ test("latest-value channel: jumps are `skipped`, not gaps, and the newest value 
   assert.equal(got.length + skipped, n, "every offset delivered or skipped");
   assert.equal(gaps.length, 0);
   assert.ok((await stats(server)).messages_conflated > 0);
+});
+
+test("a token's filter: the server says so in `subscribed`, and its jumps are not gaps", async (t) => {
+  const SECRET = "a-test-secret-of-at-least-32-bytes!!";
+  const server = await startCorecast(["--token-secret", SECRET, "--history-size", "100"]);
+  t.after(() => server.stop());
+  const token = signToken(SECRET, { exp: 4102444800, subscribe: ["*"], publish: ["*"], filters: { px: BTC } });
+  const c = new Client(server.url, { WebSocket, token, pingInterval: 0 });
+  t.after(() => c.disconnect());
+  const sub = c.subscribe("px");
+  const got = [];
+  const gaps = [];
+  sub.on("message", (m) => got.push(m));
+  sub.on("gap", (g) => gaps.push(g));
+  c.connect();
+  await nextEvent(sub, "subscribed");
+  for (const sym of ["ETH", "BTC", "ETH", "ETH", "BTC"]) await c.publish("px", sym, { tags: { sym } });
+  await until(() => got.length === 2, "the two BTC messages");
+  assert.deepEqual(got.map((m) => [m.offset, m.skipped]), [[2, 1], [5, 2]]);
+  assert.equal(gaps.length, 0);
 });

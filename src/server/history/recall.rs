@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 use crate::control::{self, At, ErrorCode};
 use crate::history::Entry;
 use crate::http::{self, HttpError};
-use crate::hub::{ConnId, Filters, Hub, Resumed, SubscribeError};
+use crate::hub::{ConnId, Filtering, Filters, Hub, Resumed, SubscribeError};
 use crate::ws::OpCode;
 
 /// Messages `GET /history` returns when the request names no `limit`.
@@ -22,12 +22,12 @@ pub fn subscribe(
     hub: &mut Hub,
     id: ConnId,
     channel: &str,
-    (since, filters): (Option<&control::Since>, Option<Filters>),
+    (since, filtering): (Option<&control::Since>, Filtering),
     idv: Option<&RawValue>,
 ) {
     let since = since.map(|s| (s.epoch.as_str(), s.offset));
     let new = !hub.is_subscribed(id, channel);
-    let reply = match hub.subscribe_from(id, channel, since, filters) {
+    let reply = match hub.subscribe_from(id, channel, since, filtering) {
         Ok(None) => {
             // Without history in Redis mode, "subscribed" waits for Redis
             // to confirm the channel (a publish right after it must not
@@ -81,7 +81,9 @@ pub fn send_position(
     (recovered, replay): (Option<bool>, &[Entry]),
     idv: Option<&RawValue>,
 ) {
-    hub.send_to(id, control::subscribed(channel, at, recovered, idv));
+    let filtered = hub.filters_of(id, channel).is_some();
+    let reply = control::subscribed(channel, at, (recovered, filtered), idv);
+    hub.send_to(id, reply);
     for e in replay {
         let tags = e.tags().map(|t| t.json());
         let frame = control::encode_delivery(channel, e.opcode, &e.payload, (e.offset, tags));

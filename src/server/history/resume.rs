@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use crate::control::{self, At, ErrorCode, Since};
 
 use crate::history::relay::{Resume, Snapshot};
-use crate::hub::{ConnId, Filters, Hub, SubscribeError};
+use crate::hub::{ConnId, Filtering, Filters, Hub, SubscribeError};
 use crate::server::history::recall;
 use crate::server::history::relay as relay_edge;
 use crate::server::presence::edge as presence_edge;
@@ -36,8 +36,8 @@ pub struct Deferred {
     /// Several workers without Redis: the presence join (user, info) to
     /// make at the channel's owner worker before the subscribe.
     pub join: Option<(String, Option<String>)>,
-    /// The subscription's tag filters (the server's and its own).
-    pub filters: Option<Filters>,
+    /// What the subscribe does with the subscription's tag filters.
+    pub filters: Filtering,
 }
 
 /// Runs a deferred subscribe to the end (reply queued).
@@ -68,7 +68,7 @@ pub async fn resume_from_redis(
     w: &Rc<Worker>,
     id: ConnId,
     channel: &str,
-    (since, filters): (Option<(&str, u64)>, Option<Filters>),
+    (since, filtering): (Option<(&str, u64)>, Filtering),
 ) -> Result<Resume, (ErrorCode, &'static str)> {
     let read = read_settled(w, channel, since.map(|s| s.1)).await;
     let mut hub = w.hub.borrow_mut();
@@ -86,18 +86,19 @@ pub async fn resume_from_redis(
         .resume(channel, since, snap, warm, clock, &mut actions);
     // Local subscribers first (the connection is not one yet).
     relay_edge::apply(&mut hub, channel, actions, None);
-    hub.subscribe(id, channel).map_err(|e| match e {
-        SubscribeError::InvalidChannel => (ErrorCode::InvalidChannel, "invalid channel name"),
-        SubscribeError::TooManySubscriptions => (
-            ErrorCode::TooManySubscriptions,
-            "subscription limit reached",
-        ),
-        SubscribeError::Backlogged => (
-            ErrorCode::Unavailable,
-            "the other workers are behind; retry",
-        ),
-    })?;
-    hub.set_filters(id, channel, filters.clone());
+    let filters = hub
+        .subscribe_filtered(id, channel, filtering)
+        .map_err(|e| match e {
+            SubscribeError::InvalidChannel => (ErrorCode::InvalidChannel, "invalid channel name"),
+            SubscribeError::TooManySubscriptions => (
+                ErrorCode::TooManySubscriptions,
+                "subscription limit reached",
+            ),
+            SubscribeError::Backlogged => (
+                ErrorCode::Unavailable,
+                "the other workers are behind; retry",
+            ),
+        })?;
     let mut r = bounded(&mut hub, r);
     if let Some(f) = filters {
         r.replay.retain(|e| crate::filter::all_match(&f, e.tags()));

@@ -10,7 +10,7 @@ use crate::auth::Grants;
 use crate::control::{self, Envelope, Request};
 use crate::hooks::reply::{self, PublishResult, RpcResult, SubscribeResult};
 use crate::hooks::{frames, request, Answer, HookKind};
-use crate::hub::{CloseReason, ConnId, Hub};
+use crate::hub::{CloseReason, ConnId, Filtering, Hub};
 use crate::log;
 use crate::server::admission;
 use crate::server::history::{self, owner, recall, resume};
@@ -71,7 +71,9 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
         None => owner::waits_for_owner(w, hub, c),
     };
     if !deferred {
-        recall::subscribe(hub, id, c, (None, None), None);
+        // The backend's decision: no filters of its own, and one the
+        // connection already has keeps its filters.
+        recall::subscribe(hub, id, c, (None, Filtering::IfNew(None)), None);
         if hub.is_subscribed(id, c) {
             presence_edge::join(w, hub, id, who, c, false);
         }
@@ -86,7 +88,7 @@ fn server_subscribe(w: &Rc<Worker>, hub: &mut Hub, (id, who): (ConnId, &Identity
         fresh: !hub.is_subscribed(id, c),
         latest: w.cfg.namespaces.table.recovers(c),
         join: None,
-        filters: None,
+        filters: Filtering::IfNew(None),
     };
     let w = w.clone();
     monoio::spawn(async move { history::subscribe_deferred(&w, id, d).await });

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::auth::Grants;
 use crate::control::{self, ErrorCode};
-use crate::hub::{ConnId, Hub, Message};
+use crate::hub::{ConnId, Filtering, Hub, Message};
 use crate::namespace::Refusal;
 use crate::server::admission;
 use crate::server::history::recall;
@@ -121,7 +121,8 @@ pub fn handle(
             server_filter,
         } => {
             let filters = admission::filters(grants, &channel, (server_filter, filter));
-            recall::subscribe(hub, id, &channel, (since.as_ref(), filters), idv);
+            let how = (since.as_ref(), Filtering::Replace(filters));
+            recall::subscribe(hub, id, &channel, how, idv);
             if hub.is_subscribed(id, &channel) {
                 let who = Identity::of(w, grants, serial);
                 presence_edge::join(w, hub, id, &who, &channel, presence);
@@ -269,7 +270,7 @@ fn before_subscribe(
         fresh,
         latest,
         join,
-        filters,
+        filters: Filtering::Replace(filters),
     }))))
 }
 

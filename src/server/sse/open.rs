@@ -12,7 +12,7 @@ use std::rc::Rc;
 use crate::auth::{self, Grants};
 use crate::history::{Entry, Position};
 use crate::http::{self, HttpError};
-use crate::hub::{CloseReason, ConnId, ConnKind, Delivery, Filters, Hub};
+use crate::hub::{CloseReason, ConnId, ConnKind, Delivery, Filtering, Filters, Hub};
 use crate::log;
 use crate::peers::PeerRefusal;
 use crate::server::admission;
@@ -162,7 +162,8 @@ async fn subscribe(
     // cannot be known.
     let unknown = sub.reconnect && since.is_none();
     if w.redis.as_deref().is_some_and(RedisLink::keeps_history) {
-        let resumed = resume::resume_from_redis(w, id, channel, (since, filters)).await;
+        let how = (since, Filtering::Replace(filters));
+        let resumed = resume::resume_from_redis(w, id, channel, how).await;
         let mut hub = w.hub.borrow_mut();
         match resumed {
             Ok(r) => queue_position(
@@ -186,7 +187,7 @@ async fn subscribe(
     }
     let mut hub = w.hub.borrow_mut();
     let new = !hub.is_subscribed(id, channel);
-    match hub.subscribe_from(id, channel, since, filters) {
+    match hub.subscribe_from(id, channel, since, Filtering::Replace(filters)) {
         Ok(Some(r)) => queue_position(
             &mut hub,
             (id, channel),
