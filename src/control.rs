@@ -630,7 +630,7 @@ mod tests {
             epoch: "e1",
             offset: 9,
         };
-        let v = json_of(&subscribed("c", at, Some(false), None));
+        let v = json_of(&subscribed("c", at, (Some(false), false), None));
         assert_eq!(
             v,
             serde_json::json!({"type":"subscribed","channel":"c","recovered":false,"epoch":"e1","offset":9})

@@ -81,8 +81,7 @@ pub use outbox::{
 };
 pub use parking::{LocalWaker, Parking};
 pub use recall::Resumed;
-pub use registry::{Filters, SubscribeError, MAX_INTEREST_BACKLOG};
-pub use subs::Filtering;
+pub use registry::{Filtering, Filters, SubscribeError, MAX_INTEREST_BACKLOG};
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -40,6 +40,19 @@ pub const MAX_INTEREST_BACKLOG: usize = 65_536;
 /// publication reaches it only if it passes every one.
 pub type Filters = Rc<[Filter]>;
 
+/// What a subscribe does with the subscription's tag filters.
+#[derive(Debug, Clone)]
+pub enum Filtering {
+    /// The client's own subscribe: these filters (the server's and its
+    /// own; `None`: none) replace any it had there.
+    Replace(Option<Filters>),
+    /// A server-side subscribe (the connect hook's channels, the server
+    /// API's): these for a new subscription; one the connection already
+    /// has keeps its filters (a backend's subscribe must not widen a
+    /// client's filtered one).
+    IfNew(Option<Filters>),
+}
+
 #[derive(Debug)]
 struct Channel {
     name: Rc<str>,

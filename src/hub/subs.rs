@@ -6,21 +6,8 @@ use std::rc::Rc;
 
 use super::conn::ConnId;
 use super::recall::{self, Resumed};
-use super::registry::{Filters, SubscribeError};
+use super::registry::{Filtering, Filters, SubscribeError};
 use super::Hub;
-
-/// What a subscribe does with the subscription's tag filters.
-#[derive(Debug, Clone)]
-pub enum Filtering {
-    /// The client's own subscribe: these filters (the server's and its
-    /// own; `None`: none) replace any it had there.
-    Replace(Option<Filters>),
-    /// A server-side subscribe (the connect hook's channels, the server
-    /// API's): these for a new subscription; one the connection already
-    /// has keeps its filters (a backend's subscribe must not widen a
-    /// client's filtered one).
-    IfNew(Option<Filters>),
-}
 
 impl Hub {
     /// Subscribes `id` to `name`, setting its filters as `filtering` says;
