@@ -55,7 +55,7 @@ test("SSE events (the /sse wire: JSON protocol objects as data) drive a subscrip
   const { Subscription } = await import("../dist/index.js");
   const host = {};
   const run = (since, stream) => {
-    const sub = new Subscription("news", host, false, since);
+    const sub = new Subscription("news", host, { since });
     const seen = [];
     for (const ev of ["subscribed", "recovered", "gap", "message"]) sub.on(ev, (v) => seen.push([ev, v.offset, v.reason ?? v.data]));
     sub.beginSubscribe();
