@@ -76,6 +76,9 @@ pub enum Request {
         /// The subscribe hook's filter, applied first and whatever
         /// `filter` says (never read from the wire).
         server_filter: Option<Filter>,
+        /// `"delta":"fossil"`: publications that ask for it may come as
+        /// Fossil deltas of the previous one (`crate::delta`).
+        delta: bool,
     },
     /// The members of a presence channel (`{"op":"presence"}`).
     Presence {
@@ -167,6 +170,12 @@ pub enum ErrorCode {
     InvalidFilter,
     /// A publish's `tags` are malformed or over their bounds.
     InvalidTags,
+    /// A subscribe's `delta` is not `"fossil"`, or a publish's not a
+    /// boolean.
+    InvalidDelta,
+    /// Deltas asked on a channel whose namespace does not allow them
+    /// (`delta = "fossil"`).
+    DeltaNotAllowed,
 }
 
 impl ErrorCode {
@@ -188,6 +197,8 @@ impl ErrorCode {
             ErrorCode::MessageTooLarge => "message_too_large",
             ErrorCode::InvalidFilter => "invalid_filter",
             ErrorCode::InvalidTags => "invalid_tags",
+            ErrorCode::InvalidDelta => "invalid_delta",
+            ErrorCode::DeltaNotAllowed => "delta_not_allowed",
         }
     }
 }
@@ -220,6 +231,8 @@ struct Wire<'a> {
     #[serde(borrow)]
     tags: Option<&'a RawValue>,
     key: Option<&'a RawValue>,
+    /// A subscribe's `"fossil"`, a publish's `true`.
+    delta: Option<&'a RawValue>,
     id: Option<Box<RawValue>>,
 }
 
@@ -279,18 +292,27 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
                 Some(Ok(f)) => Some(f),
                 Some(Err(e)) => return Err(fail(ErrorCode::InvalidFilter, &e.to_string(), id)),
             };
+            let delta = match wire.delta.map(|d| d.get()) {
+                None | Some("null") => false,
+                Some("\"fossil\"") => true,
+                Some(_) => {
+                    let why = "delta must be \"fossil\" (the only delta format)";
+                    return Err(fail(ErrorCode::InvalidDelta, why, id));
+                }
+            };
             Request::Subscribe {
                 channel,
                 since: wire.since,
                 presence: wire.presence.unwrap_or(false),
                 filter,
                 server_filter: None,
+                delta,
             }
         }
         Some("presence") => Request::Presence { channel },
         Some("unsubscribe") => Request::Unsubscribe { channel },
         Some("publish") => {
-            let meta = match publish_meta(wire.tags, wire.key) {
+            let meta = match publish_meta(wire.tags, wire.key, wire.delta) {
                 Ok(meta) => meta,
                 Err((code, why)) => return Err(fail(code, &why, id)),
             };
@@ -310,12 +332,22 @@ pub fn parse(text: &[u8]) -> Result<Envelope, ControlError> {
     Ok(Envelope { request, id })
 }
 
-/// A publish's tags (`invalid_tags` when malformed) and latest-value
-/// `key` (a string of 1 to 128 bytes, else `bad_request`).
+/// A publish's tags (`invalid_tags` when malformed), latest-value `key`
+/// (a string of 1 to 128 bytes, else `bad_request`) and `delta` (a
+/// boolean, else `invalid_delta`).
 fn publish_meta(
     tags: Option<&RawValue>,
     key: Option<&RawValue>,
+    delta: Option<&RawValue>,
 ) -> Result<Option<Arc<Meta>>, (ErrorCode, String)> {
+    let delta = match delta.map(|d| d.get()) {
+        None | Some("false") | Some("null") => false,
+        Some("true") => true,
+        Some(_) => {
+            let why = "a publish's \"delta\" must be true or false".into();
+            return Err((ErrorCode::InvalidDelta, why));
+        }
+    };
     let tags = match tags.map(|t| Tags::parse(t.get().as_bytes())) {
         None => None,
         Some(Ok(t)) => Some(t),
@@ -332,7 +364,7 @@ fn publish_meta(
         Some(Ok(k)) => Some(k),
         Some(Err(_)) => return Err(bad_key()),
     };
-    let meta = Meta::new(tags, key).map_err(|_| bad_key())?;
+    let meta = Meta::new(tags, key, delta).map_err(|_| bad_key())?;
     Ok(meta.map(Arc::new))
 }
 
@@ -375,6 +407,9 @@ struct Reply<'a> {
     /// leave out (a client must not read those jumps as gaps).
     #[serde(skip_serializing_if = "Option::is_none")]
     filtered: Option<bool>,
+    /// Deltas were granted: messages may carry `"delta":true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     epoch: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -394,6 +429,7 @@ impl<'a> Reply<'a> {
             exp: None,
             recovered: None,
             filtered: None,
+            delta: None,
             epoch: None,
             offset: None,
             id,
@@ -415,6 +451,16 @@ pub fn ack(kind: &str, channel: &str, subscribers: Option<usize>, id: Option<&Ra
     })
 }
 
+/// `{"type":"subscribed","channel":c}` on a channel without history,
+/// with `"delta":true` when deltas were granted.
+pub fn subscribed_live(channel: &str, delta: bool, id: Option<&RawValue>) -> Bytes {
+    reply_frame(&Reply {
+        channel: Some(channel),
+        delta: delta.then_some(true),
+        ..Reply::new("subscribed", id)
+    })
+}
+
 /// A channel's position in its history, for replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct At<'a> {
@@ -429,13 +475,14 @@ pub struct At<'a> {
 pub fn subscribed(
     channel: &str,
     at: At<'_>,
-    (recovered, filtered): (Option<bool>, bool),
+    (recovered, filtered, delta): (Option<bool>, bool, bool),
     id: Option<&RawValue>,
 ) -> Bytes {
     reply_frame(&Reply {
         channel: Some(channel),
         recovered,
         filtered: filtered.then_some(true),
+        delta: delta.then_some(true),
         epoch: Some(at.epoch),
         offset: Some(at.offset),
         ..Reply::new("subscribed", id)
@@ -518,151 +565,15 @@ pub fn delivery_parts(
     (head, body)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn json_of(frame: &Bytes) -> serde_json::Value {
-        let hdr = if frame[1] & 0x7f == 126 { 4 } else { 2 };
-        serde_json::from_slice(&frame[hdr..]).unwrap()
-    }
-
-    /// `rpc` carries any JSON as `data`; a publish's `data` must still
-    /// be a string.
-    #[test]
-    fn rpc_parses_and_publish_data_stays_a_string() {
-        let e = parse(br#"{"op":"rpc","method":"sum","data":{"a":[1,2]},"id":7}"#).unwrap();
-        let want = Request::Rpc {
-            method: "sum".into(),
-            data: Some(r#"{"a":[1,2]}"#.into()),
-        };
-        assert_eq!(e.request, want);
-        let e = parse(br#"{"op":"connect","id":2}"#).unwrap();
-        assert_eq!((e.request, e.id.unwrap().get()), (Request::Connect, "2"));
-        let e = parse(br#"{"op":"rpc","id":1}"#).unwrap_err();
-        assert_eq!(
-            (e.code, e.message.as_str()),
-            (ErrorCode::BadRequest, "missing \"method\"")
-        );
-        let e = parse(br#"{"op":"publish","channel":"a","data":{"x":1}}"#).unwrap_err();
-        assert_eq!(e.code, ErrorCode::BadRequest);
-    }
-
-    #[test]
-    fn requests_parse() {
-        let e = parse(br#"{"op":"subscribe","channel":"a","id":7}"#).unwrap();
-        assert_eq!(
-            e.request,
-            Request::Subscribe {
-                channel: "a".into(),
-                since: None,
-                presence: false,
-                filter: None,
-                server_filter: None,
-            }
-        );
-        assert_eq!(e.id.unwrap().get(), "7");
-        let e = parse(br#"{"op":"publish","channel":"a","data":"h\u00e9"}"#).unwrap();
-        assert_eq!(
-            e.request,
-            Request::Publish {
-                channel: "a".into(),
-                opcode: OpCode::Text,
-                payload: "hé".as_bytes().to_vec(),
-                meta: None,
-            }
-        );
-        let e = parse(br#"{"op":"publish","channel":"a","data_base64":"AAEC"}"#).unwrap();
-        assert!(
-            matches!(e.request, Request::Publish { opcode: OpCode::Binary, ref payload, .. } if payload == &[0, 1, 2])
-        );
-    }
-
-    #[test]
-    fn bad_requests_are_errors_with_the_id_when_readable() {
-        let cases: [&[u8]; 7] = [
-            b"not json",
-            b"[1,2]",
-            br#"{"op":"dance","channel":"a","id":"x"}"#,
-            br#"{"channel":"a"}"#,
-            br#"{"op":"subscribe"}"#,
-            br#"{"op":"publish","channel":"a"}"#,
-            br#"{"op":"publish","channel":"a","data":5}"#,
-        ];
-        for c in cases {
-            let e = parse(c).unwrap_err();
-            assert_eq!(
-                e.code,
-                ErrorCode::BadRequest,
-                "{}",
-                String::from_utf8_lossy(c)
-            );
-        }
-        let e = parse(br#"{"op":"dance","channel":"a","id":"x"}"#).unwrap_err();
-        assert_eq!(e.id.unwrap().get(), "\"x\"");
-    }
-
-    #[test]
-    fn replies_and_deliveries_are_valid_json() {
-        let raw = RawValue::from_string("42".into()).unwrap();
-        let v = json_of(&ack("published", "c", Some(3), Some(&raw)));
-        assert_eq!(
-            v,
-            serde_json::json!({"type":"published","channel":"c","subscribers":3,"id":42})
-        );
-        let v = json_of(&error(ErrorCode::InvalidChannel, "bad \"name\"", None));
-        assert_eq!(v["code"], "invalid_channel");
-        let v = json_of(&encode_delivery(
-            "c",
-            OpCode::Text,
-            "line\n\"q\"".as_bytes(),
-            (0, None),
-        ));
-        assert_eq!(v["data"], "line\n\"q\"");
-        let v = json_of(&encode_delivery("c", OpCode::Binary, &[0xff, 0], (0, None)));
-        assert_eq!(v["data_base64"], "/wA=");
-        let v = json_of(&encode_delivery("c", OpCode::Text, b"x", (7, None)));
-        assert_eq!(
-            v,
-            serde_json::json!({"type":"message","channel":"c","offset":7,"data":"x"})
-        );
-        let at = At {
-            epoch: "e1",
-            offset: 9,
-        };
-        let v = json_of(&subscribed("c", at, (Some(false), false), None));
-        assert_eq!(
-            v,
-            serde_json::json!({"type":"subscribed","channel":"c","recovered":false,"epoch":"e1","offset":9})
-        );
-        let e = parse(br#"{"op":"subscribe","channel":"a","since":{"epoch":"e1","offset":3}}"#)
-            .unwrap();
-        let since = Some(Since {
-            epoch: "e1".into(),
-            offset: 3,
-        });
-        assert_eq!(
-            e.request,
-            Request::Subscribe {
-                channel: "a".into(),
-                since,
-                presence: false,
-                filter: None,
-                server_filter: None,
-            }
-        );
-        let e = parse(br#"{"op":"subscribe","channel":"a","presence":true}"#).unwrap();
-        assert!(matches!(
-            e.request,
-            Request::Subscribe { presence: true, .. }
-        ));
-        let e = parse(br#"{"op":"presence","channel":"a","id":1}"#).unwrap();
-        assert_eq!(
-            e.request,
-            Request::Presence {
-                channel: "a".into()
-            }
-        );
-        assert!(parse(br#"{"op":"subscribe","channel":"a","since":{"offset":-1}}"#).is_err());
-    }
+/// [`delivery_parts`] of a message sent as a Fossil delta (`patch`, the
+/// delta's text) of the subscriber's previous message on `channel`:
+/// `"data"` holds the delta, and `"delta":true` says so.
+pub fn delta_parts(channel: &str, patch: &str, at: (u64, Option<&str>)) -> (String, String) {
+    let (head, mut body) = delivery_parts(channel, OpCode::Text, patch.as_bytes(), at);
+    body.pop();
+    body.push_str(",\"delta\":true}");
+    (head, body)
 }
+
+#[cfg(test)]
+mod tests;

@@ -110,6 +110,8 @@
 //!   consumer sleeps (sans-I/O: the wake-up itself is the edge's).
 //! - `waits` (leaf): a worker's requests waiting for another worker's
 //!   answer (a channel's owner), bounded, each with its waker (sans-I/O).
+//! - `delta` (leaf): Fossil deltas, written and read (a channel's
+//!   publications sent as the difference from the previous one).
 //! - `filter` (leaf): publication tags and Centrifugo-shaped tag filters,
 //!   bounded, evaluated without allocating (sans-I/O).
 //! - `meta` → `filter`: what a publication carries besides its bytes (its
@@ -180,6 +182,8 @@ pub mod config;
 pub mod console;
 #[doc(hidden)]
 pub mod control;
+#[doc(hidden)]
+pub mod delta;
 #[doc(hidden)]
 pub mod filter;
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! What a publication carries besides its bytes, sans-I/O: its tags
-//! (`crate::filter`, what filters select on) and its latest-value key (a
+//! (`crate::filter`, what filters select on), its latest-value key (a
 //! conflated channel keeps the newest message per key in a subscriber's
-//! queue). One per publication, shared by reference count wherever the
+//! queue) and whether it may be sent as a delta (`crate::delta`). One per publication, shared by reference count wherever the
 //! message goes: the fan-out, the other workers, history, Redis.
 
 use serde_json::Value;
@@ -11,30 +11,40 @@ use crate::filter::{FilterError, Tags};
 /// Longest latest-value key, in bytes.
 pub const MAX_KEY: usize = 128;
 
-/// A publication's tags and key (at least one of them).
+/// A publication's tags, key and delta wish (at least one of them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meta {
     tags: Option<Tags>,
     key: Option<Box<str>>,
-    /// `{"key":…,"tags":{…}}`: what Redis carries (written once).
+    delta: bool,
+    /// `{"delta":true,"key":…,"tags":{…}}`: what Redis carries (written
+    /// once).
     wire: String,
 }
 
 impl Meta {
-    /// The meta of a publication with `tags` and `key`; `None` when it
-    /// has neither (no tags, or none, and no key). A key is 1 to
+    /// The meta of a publication with `tags` and `key` that asks (with
+    /// `delta`) to be sent as a delta where it can; `None` when it has
+    /// none of them (no tags, or none, no key, no delta). A key is 1 to
     /// [`MAX_KEY`] bytes.
-    pub fn new(tags: Option<Tags>, key: Option<String>) -> Result<Option<Meta>, FilterError> {
+    pub fn new(
+        tags: Option<Tags>,
+        key: Option<String>,
+        delta: bool,
+    ) -> Result<Option<Meta>, FilterError> {
         let tags = tags.filter(|t| !t.is_empty());
         if let Some(k) = &key {
             if k.is_empty() || k.len() > MAX_KEY {
                 return Err(FilterError::TooLarge("a key must be 1 to 128 bytes"));
             }
         }
-        if tags.is_none() && key.is_none() {
+        if tags.is_none() && key.is_none() && !delta {
             return Ok(None);
         }
         let mut wire = serde_json::Map::new();
+        if delta {
+            wire.insert("delta".into(), Value::Bool(true));
+        }
         if let Some(k) = &key {
             wire.insert("key".into(), Value::from(k.as_str()));
         }
@@ -43,7 +53,12 @@ impl Meta {
         }
         let wire = Value::Object(wire).to_string();
         let key = key.map(String::into_boxed_str);
-        Ok(Some(Meta { tags, key, wire }))
+        Ok(Some(Meta {
+            tags,
+            key,
+            delta,
+            wire,
+        }))
     }
 
     /// Reads what [`Meta::wire`] wrote, within the same bounds.
@@ -58,7 +73,12 @@ impl Meta {
             Some(Value::String(k)) => Some(k.clone()),
             Some(_) => return Err(FilterError::Shape("a key must be a string")),
         };
-        Meta::new(tags, key)?.ok_or(FilterError::Shape("empty meta"))
+        let delta = match obj.get("delta") {
+            None => false,
+            Some(Value::Bool(d)) => *d,
+            Some(_) => return Err(FilterError::Shape("delta must be a boolean")),
+        };
+        Meta::new(tags, key, delta)?.ok_or(FilterError::Shape("empty meta"))
     }
 
     /// Its tags, if it has any.
@@ -69,6 +89,12 @@ impl Meta {
     /// Its latest-value key, if it has one.
     pub fn key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// Whether the publish asked to be sent as a delta (where the
+    /// namespace allows deltas and a subscriber has the base).
+    pub fn delta(&self) -> bool {
+        self.delta
     }
 
     /// The compact JSON form carried through Redis.
@@ -84,19 +110,26 @@ mod tests {
     #[test]
     fn meta_round_trips_and_keeps_its_bounds() {
         let tags = Tags::parse(br#"{"sym":"BTC"}"#).unwrap();
-        let m = Meta::new(Some(tags), Some("BTC".into())).unwrap().unwrap();
+        let m = Meta::new(Some(tags), Some("BTC".into()), false)
+            .unwrap()
+            .unwrap();
         assert_eq!(m.wire(), r#"{"key":"BTC","tags":{"sym":"BTC"}}"#);
         assert_eq!(Meta::from_wire(m.wire().as_bytes()).unwrap(), m);
-        assert_eq!(Meta::new(Some(Tags::default()), None).unwrap(), None);
-        let only_key = Meta::new(None, Some("k".into())).unwrap().unwrap();
+        assert_eq!(Meta::new(Some(Tags::default()), None, false).unwrap(), None);
+        let only_key = Meta::new(None, Some("k".into()), false).unwrap().unwrap();
         assert_eq!((only_key.tags(), only_key.key()), (None, Some("k")));
-        assert!(Meta::new(None, Some(String::new())).is_err());
-        assert!(Meta::new(None, Some("k".repeat(129))).is_err());
+        let delta = Meta::new(None, None, true).unwrap().unwrap();
+        assert_eq!(delta.wire(), r#"{"delta":true}"#);
+        assert_eq!(Meta::from_wire(delta.wire().as_bytes()).unwrap(), delta);
+        assert!(Meta::new(None, Some(String::new()), false).is_err());
+        assert!(Meta::new(None, Some("k".repeat(129)), false).is_err());
         for bad in [
             &b"{}"[..],
             b"[1]",
             br#"{"key":1}"#,
             br#"{"tags":{"a":1}}"#,
+            br#"{"delta":1}"#,
+            br#"{"delta":false}"#,
             b"{",
         ] {
             assert!(Meta::from_wire(bad).is_err(), "{bad:?}");

@@ -221,6 +221,7 @@ impl Config {
             },
             ns_history: self.hub_history_namespaces(),
             conflated: self.conflated_namespaces(),
+            delta_publish: self.delta_publish_namespaces(),
         }
     }
 

@@ -37,6 +37,8 @@ pub const NAMESPACE_ONLY: &[&str] = &[
     "presence",
     "recover-on-subscribe",
     "conflate",
+    "delta",
+    "delta-publish",
     "subscribe-proxy",
     "publish-proxy",
 ];
@@ -87,6 +89,17 @@ impl Config {
         on.map(|(n, _)| n.into()).collect()
     }
 
+    /// The namespaces with `delta-publish = true`: every publication may
+    /// go as a delta.
+    pub fn delta_publish_namespaces(&self) -> Vec<Box<str>> {
+        let t = &self.namespaces.table;
+        let on = t
+            .names()
+            .zip(t.all_rules())
+            .filter(|(_, r)| r.delta_publish);
+        on.map(|(n, _)| n.into()).collect()
+    }
+
     /// The hub's share: none in Redis mode, where history lives in Redis.
     pub(super) fn hub_history_namespaces(&self) -> NamespaceLimits {
         match self.redis.enabled() {
@@ -114,6 +127,8 @@ impl Config {
             history: self.history,
             recover_on_subscribe: false,
             conflate: false,
+            delta: false,
+            delta_publish: false,
             compression: self.compression.enabled,
             presence_limits: (self.presence.max_members, self.presence.max_events),
             max_message_size: self.ws.max_message_size,
@@ -163,6 +178,25 @@ impl Config {
         Ok(rules)
     }
 
+    /// Deltas need every message of a channel to reach a subscriber in
+    /// order, the base of the next: what latest-value channels and
+    /// `drop-oldest` take away.
+    fn delta_conflicts(&self, rules: &Rules) -> Result<(), &'static str> {
+        if rules.delta_publish && !rules.delta {
+            return Err("delta-publish = true needs delta = \"fossil\"");
+        }
+        if !rules.delta {
+            return Ok(());
+        }
+        if rules.conflate {
+            return Err("delta and conflate exclude each other (a replaced message would be a missing delta base)");
+        }
+        if self.slow_consumer == crate::hub::SlowConsumerPolicy::DropOldest {
+            return Err("delta needs --slow-consumer disconnect (a dropped message would be a missing delta base)");
+        }
+        Ok(())
+    }
+
     /// Settings that contradict each other or a global option.
     fn conflicts(&self, spec: &Spec, rules: &Rules) -> Result<(), String> {
         let at = |key: &str| {
@@ -176,6 +210,8 @@ impl Config {
                 at("recover-on-subscribe")
             ));
         }
+        self.delta_conflicts(rules)
+            .map_err(|why| format!("{}: {why}", at("delta")))?;
         let open = matches!(rules.subscribe, Subscribe::Anyone | Subscribe::Hook);
         if rules.allow_anonymous && !open {
             return Err(format!(
@@ -249,6 +285,14 @@ fn own_key(
         "presence" => rules.presence = Some(boolean(v)?),
         "recover-on-subscribe" => rules.recover_on_subscribe = boolean(v)?,
         "conflate" => rules.conflate = boolean(v)?,
+        "delta" => {
+            rules.delta = match v {
+                "fossil" => true,
+                "none" => false,
+                _ => return Err(format!("`{v}`: expected fossil or none")),
+            }
+        }
+        "delta-publish" => rules.delta_publish = boolean(v)?,
         "subscribe-proxy" => rules.subscribe_proxy = proxy(v, proxies)?,
         "publish-proxy" => rules.publish_proxy = proxy(v, proxies)?,
         _ => unreachable!("NAMESPACE_ONLY lists the keys read here"),

@@ -15,7 +15,7 @@ fn filters(json: &str) -> Filters {
 
 fn tags(json: &str) -> Arc<Meta> {
     let tags = Tags::parse(json.as_bytes()).unwrap();
-    Arc::new(Meta::new(Some(tags), None).unwrap().unwrap())
+    Arc::new(Meta::new(Some(tags), None, false).unwrap().unwrap())
 }
 
 /// What each connection got, as payloads.
@@ -66,12 +66,15 @@ fn clearing_the_last_filter_drops_the_list_and_everything_flows() {
     assert_eq!(hub.publish("c", OpCode::Text, b"x", None), 1);
     hub.set_filters(a, "c", None);
     let cid = hub.registry.lookup("c").unwrap();
-    assert!(hub.registry.audience(cid).1.is_empty(), "no list kept");
+    assert!(
+        hub.registry.audience_mut(cid).0 .1.is_empty(),
+        "no list kept"
+    );
     assert_eq!(hub.publish("c", OpCode::Text, b"y", None), 2);
     // A filtered subscriber that leaves takes its entry with it.
     hub.set_filters(b, "c", Some(filters(r#"{"key":"k","cmp":"ex"}"#)));
     hub.remove(b);
-    assert!(hub.registry.audience(cid).1.is_empty());
+    assert!(hub.registry.audience_mut(cid).0 .1.is_empty());
     assert_eq!(hub.publish("c", OpCode::Text, b"z", None), 1);
 }
 
@@ -80,7 +83,7 @@ fn a_server_side_subscribe_keeps_a_clients_filters() {
     let mut hub = hub_with(limits());
     let id = ws(&mut hub, RAW);
     let f = filters(r#"{"key":"k","cmp":"ex"}"#);
-    let got = hub.subscribe_filtered(id, "c", Filtering::Replace(Some(f)));
+    let got = hub.subscribe_filtered(id, "c", Filtering::Replace(Some(f), false));
     assert!(got.unwrap().is_some());
     // A backend's subscribe to the same channel: the filters stay.
     let kept = hub
@@ -90,7 +93,7 @@ fn a_server_side_subscribe_keeps_a_clients_filters() {
     assert!(hub.filters_of(id, "c").is_some());
     assert_eq!(hub.publish("c", OpCode::Text, b"untagged", None), 0);
     // The client's own subscribe replaces them.
-    hub.subscribe_filtered(id, "c", Filtering::Replace(None))
+    hub.subscribe_filtered(id, "c", Filtering::Replace(None, false))
         .unwrap();
     assert_eq!(hub.publish("c", OpCode::Text, b"untagged", None), 1);
 }

@@ -60,6 +60,11 @@ pub struct Delivery<'a> {
     /// The publication's tags, if it has any (the JSON protocol shows
     /// them; filters select on them).
     pub tags: Option<&'a Tags>,
+    /// The Fossil delta (`crate::delta`, UTF-8) that turns the channel's
+    /// previous publication into this one, for a subscriber that has the
+    /// previous one: the JSON protocol sends it as `data` with
+    /// `"delta":true` (`None`: the payload itself).
+    pub patch: Option<&'a str>,
 }
 
 /// Encodes a delivery into one complete server frame (or several frames
@@ -237,6 +242,10 @@ pub(super) struct FrameCache<'a> {
     delivery: Delivery<'a>,
     encoders: &'a Encoders,
     frames: [Option<Bytes>; MAX_FORMATS],
+    /// The frames of the delivery as a delta (`Delivery::patch`), for
+    /// subscribers that have its base; never shared with other workers
+    /// (each has its own base).
+    patched: Option<Box<Frames>>,
 }
 
 impl<'a> FrameCache<'a> {
@@ -245,6 +254,7 @@ impl<'a> FrameCache<'a> {
             delivery,
             encoders,
             frames: Default::default(),
+            patched: None,
         }
     }
 
@@ -256,6 +266,7 @@ impl<'a> FrameCache<'a> {
             delivery,
             encoders,
             frames,
+            patched: None,
         }
     }
 
@@ -268,5 +279,17 @@ impl<'a> FrameCache<'a> {
     pub(super) fn frame_for(&mut self, format: Format) -> &Bytes {
         let (d, enc) = (&self.delivery, self.encoders);
         self.frames[format.slot()].get_or_insert_with(|| enc.encode(format, d))
+    }
+
+    /// The frame for `format` carrying `patch` (the delivery as a delta),
+    /// encoded now if this is its first subscriber.
+    pub(super) fn patched_for(&mut self, format: Format, patch: &'a str) -> &Bytes {
+        let d = Delivery {
+            patch: Some(patch),
+            ..self.delivery
+        };
+        let enc = self.encoders;
+        let frames = self.patched.get_or_insert_with(Default::default);
+        frames[format.slot()].get_or_insert_with(|| enc.encode(format, &d))
     }
 }

@@ -35,7 +35,7 @@ fn deliveries_carry_offsets_and_a_resume_replays_exactly_what_was_missed() {
     let mut hub = hub(100);
     let a = ws(&mut hub, OFFSETS);
     let first = hub
-        .subscribe_from(a, "c", None, Filtering::Replace(None))
+        .subscribe_from(a, "c", None, Filtering::Replace(None, false))
         .unwrap()
         .unwrap();
     assert_eq!((first.position.offset, first.recovered), (0, None));
@@ -46,7 +46,7 @@ fn deliveries_carry_offsets_and_a_resume_replays_exactly_what_was_missed() {
     let b = ws(&mut hub, OFFSETS);
     let epoch = first.position.epoch.clone();
     let r = hub
-        .subscribe_from(b, "c", Some((&epoch, 1)), Filtering::Replace(None))
+        .subscribe_from(b, "c", Some((&epoch, 1)), Filtering::Replace(None, false))
         .unwrap()
         .unwrap();
     assert_eq!((r.recovered, r.position.offset), (Some(true), 3));
@@ -56,7 +56,7 @@ fn deliveries_carry_offsets_and_a_resume_replays_exactly_what_was_missed() {
     assert_eq!(texts(&drain(&mut hub, b)), ["4:live"]);
     assert_eq!((hub.stats.recoveries, hub.stats.recovered_messages), (1, 2));
     let lost = hub
-        .subscribe_from(b, "c", Some(("other", 1)), Filtering::Replace(None))
+        .subscribe_from(b, "c", Some(("other", 1)), Filtering::Replace(None, false))
         .unwrap()
         .unwrap();
     assert_eq!((lost.recovered, lost.replay.len()), (Some(false), 0));
@@ -71,7 +71,7 @@ fn internal_channels_and_history_off_keep_nothing() {
     let mut off = hub_with_history_off();
     let a = ws(&mut off, OFFSETS);
     assert_eq!(
-        off.subscribe_from(a, "c", None, Filtering::Replace(None))
+        off.subscribe_from(a, "c", None, Filtering::Replace(None, false))
             .unwrap(),
         None
     );

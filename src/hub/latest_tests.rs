@@ -9,7 +9,7 @@ use crate::meta::Meta;
 use std::sync::Arc;
 
 fn keyed(key: &str) -> Arc<Meta> {
-    Arc::new(Meta::new(None, Some(key.into())).unwrap().unwrap())
+    Arc::new(Meta::new(None, Some(key.into()), false).unwrap().unwrap())
 }
 
 fn conflating() -> Hub {

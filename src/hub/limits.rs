@@ -56,16 +56,31 @@ pub struct HubLimits {
     /// The namespaces whose channels are latest-value channels
     /// (`conflate = true`; empty without any).
     pub conflated: Vec<Box<str>>,
+    /// The namespaces whose every publication may go as a delta
+    /// (`delta-publish = true`; empty without any).
+    pub delta_publish: Vec<Box<str>>,
 }
 
 impl HubLimits {
     /// Whether `channel` is a latest-value channel: one compare per
     /// publish when some namespace conflates, nothing otherwise.
     pub fn conflates(&self, channel: &str) -> bool {
-        if self.conflated.is_empty() {
-            return false;
-        }
-        let ns = channel.split_once(':').map(|(ns, _)| ns);
-        ns.is_some_and(|ns| self.conflated.iter().any(|c| **c == *ns))
+        in_namespaces(&self.conflated, channel)
     }
+
+    /// Whether every publication on `channel` may go as a delta (its
+    /// namespace's `delta-publish = true`), asked or not.
+    pub fn always_delta(&self, channel: &str) -> bool {
+        in_namespaces(&self.delta_publish, channel)
+    }
+}
+
+/// Whether `channel` is in one of `namespaces`: one compare per publish
+/// when there are some, nothing otherwise.
+fn in_namespaces(namespaces: &[Box<str>], channel: &str) -> bool {
+    if namespaces.is_empty() {
+        return false;
+    }
+    let ns = channel.split_once(':').map(|(ns, _)| ns);
+    ns.is_some_and(|ns| namespaces.iter().any(|c| **c == *ns))
 }

@@ -25,7 +25,8 @@
 //! - `limits`: [`HubLimits`], built by the configuration;
 //! - `recall`: history as the hub sees it (offsets, resume replays);
 //! - `latest`: latest-value channels (a newer message replaces a queued
-//!   one of the same channel and key).
+//!   one of the same channel and key);
+//! - `deltas`: who may be sent a delta of a channel's next publication.
 //!
 //! `upstream` is the facade's second file: the `impl Hub` methods an
 //! upstream (Redis) uses — the interest log and subscribe acknowledgements
@@ -33,6 +34,8 @@
 //! a subscribe with its filters and resume, the listings).
 
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -43,6 +46,7 @@ use crate::stats::Stats;
 use crate::ws::frame::{encode_close_frame, encode_server_frame, OpCode};
 
 mod conn;
+mod deltas;
 mod format;
 mod latest;
 mod limits;
@@ -59,6 +63,8 @@ mod upstream;
 
 #[cfg(test)]
 mod delivery_tests;
+#[cfg(test)]
+mod delta_tests;
 #[cfg(test)]
 mod filter_tests;
 #[cfg(test)]
@@ -83,9 +89,6 @@ pub use parking::{LocalWaker, Parking};
 pub use recall::Resumed;
 pub use registry::{Filtering, Filters, SubscribeError, MAX_INTEREST_BACKLOG};
 pub use timers::{CloseReason, Expired, CLOSE_GOING_AWAY, CLOSE_TOKEN_EXPIRED};
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use outbox::{Queueing, Totals};
 use pacer::Pacer;

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use slab::Slab;
 
 use super::conn::{ChannelId, Conn, ConnId};
+use super::deltas::Deltas;
 use crate::channel::valid_channel_name;
 use crate::filter::Filter;
 use crate::stats::Stats;
@@ -36,16 +37,21 @@ pub enum SubscribeError {
 /// against a starved worker costs bounded memory.
 pub const MAX_INTEREST_BACKLOG: usize = 65_536;
 
+/// A channel's subscribers and their filters (empty: none has any).
+pub(super) type Audience<'a> = (&'a [ConnId], &'a [Option<Filters>]);
+
 /// A subscription's tag filters (the server's, then its own): a
 /// publication reaches it only if it passes every one.
 pub type Filters = Rc<[Filter]>;
 
-/// What a subscribe does with the subscription's tag filters.
+/// What a subscribe does with the subscription's tag filters (and
+/// deltas).
 #[derive(Debug, Clone)]
 pub enum Filtering {
     /// The client's own subscribe: these filters (the server's and its
-    /// own; `None`: none) replace any it had there.
-    Replace(Option<Filters>),
+    /// own; `None`: none) replace any it had there, and deltas are on
+    /// (`true`, with no base: the next message is full) or off.
+    Replace(Option<Filters>, bool),
     /// A server-side subscribe (the connect hook's channels, the server
     /// API's): these for a new subscription; one the connection already
     /// has keeps its filters (a backend's subscribe must not widen a
@@ -63,6 +69,9 @@ struct Channel {
     filters: Vec<Option<Filters>>,
     /// Subscribers with filters (`filters` is dropped at 0).
     filtered: u32,
+    /// Its delta subscribers' bases and last publication, while it has
+    /// a delta subscriber (`super::deltas`).
+    deltas: Option<Box<Deltas>>,
     /// Subscribe acknowledgements held until the upstream confirms the
     /// channel (at most one per subscriber: only a new subscription parks
     /// one, and a subscriber's entry leaves with it).
@@ -189,10 +198,50 @@ impl Registry {
     }
 
     /// The subscribers of channel `cid` and their filters (empty: none
-    /// has any; else one per subscriber).
-    pub(super) fn audience(&self, cid: ChannelId) -> (&[ConnId], &[Option<Filters>]) {
-        let ch = &self.channels[cid];
-        (&ch.subscribers, &ch.filters)
+    /// has any; else one per subscriber), and its deltas to update.
+    pub(super) fn audience_mut(&mut self, cid: ChannelId) -> (Audience<'_>, Option<&mut Deltas>) {
+        let ch = &mut self.channels[cid];
+        ((&ch.subscribers, &ch.filters), ch.deltas.as_deref_mut())
+    }
+
+    /// The position of connection `id` among `name`'s subscribers.
+    fn position(&self, conns: &Slab<Conn>, id: ConnId, name: &str) -> Option<(ChannelId, u32)> {
+        let cid = self.lookup(name)?;
+        let &(_, pos) = conns.get(id)?.subs.iter().find(|s| s.0 == cid)?;
+        Some((cid, pos))
+    }
+
+    /// Whether connection `id` gets deltas on `name`.
+    pub(super) fn delta_of(&self, conns: &Slab<Conn>, id: ConnId, name: &str) -> bool {
+        let Some((cid, pos)) = self.position(conns, id, name) else {
+            return false;
+        };
+        let d = self.channels[cid].deltas.as_deref();
+        d.is_some_and(|d| d.wants(pos as usize))
+    }
+
+    /// Turns deltas on (with no base) or off for connection `id` on
+    /// `name`; whether it is subscribed there.
+    pub(super) fn set_delta(
+        &mut self,
+        conns: &Slab<Conn>,
+        id: ConnId,
+        name: &str,
+        on: bool,
+    ) -> bool {
+        let Some((cid, pos)) = self.position(conns, id, name) else {
+            return false;
+        };
+        let ch = &mut self.channels[cid];
+        if ch.deltas.is_none() && !on {
+            return true;
+        }
+        let len = ch.subscribers.len();
+        let d = ch.deltas.get_or_insert_with(|| Box::new(Deltas::new(len)));
+        if !d.set(pos as usize, on) {
+            ch.deltas = None;
+        }
+        true
     }
 
     /// Connection `id`'s filters on `name`, if it is subscribed and has any.
@@ -301,6 +350,9 @@ impl Registry {
         if !ch.filters.is_empty() {
             ch.filters.push(None);
         }
+        if let Some(d) = &mut ch.deltas {
+            d.push();
+        }
         let subs = &mut conns[id].subs;
         if subs.capacity() == 0 {
             // Most connections hold one subscription: 16 bytes, not the
@@ -318,6 +370,7 @@ impl Registry {
             subscribers: Vec::new(),
             filters: Vec::new(),
             filtered: 0,
+            deltas: None,
             waiting: Vec::new(),
             recent: 0,
         });
@@ -365,6 +418,13 @@ impl Registry {
             if ch.filtered == 0 {
                 ch.filters = Vec::new();
             }
+        }
+        if ch
+            .deltas
+            .as_mut()
+            .is_some_and(|d| !d.swap_remove(pos as usize))
+        {
+            ch.deltas = None;
         }
         if !ch.waiting.is_empty() {
             ch.waiting.retain(|w| w.0 != leaving);

@@ -1,5 +1,5 @@
 //! The facade's view of connections' subscriptions: a subscribe with its
-//! filters and resume, the filters of one, and the read-only listings
+//! filters, deltas and resume, the filters of one, and the read-only listings
 //! (the server API's `GET /api/connections`, the per-namespace gauges).
 
 use std::rc::Rc;
@@ -20,7 +20,10 @@ impl Hub {
     ) -> Result<Option<Filters>, SubscribeError> {
         let new = self.subscribe_new(id, name)?;
         let set = match filtering {
-            Filtering::Replace(f) => f,
+            Filtering::Replace(f, delta) => {
+                self.registry.set_delta(&self.conns, id, name, delta);
+                f
+            }
             Filtering::IfNew(f) if new => f,
             Filtering::IfNew(_) => return Ok(self.filters_of(id, name)),
         };
@@ -58,6 +61,12 @@ impl Hub {
     /// is not subscribed there).
     pub fn filters_of(&self, id: ConnId, name: &str) -> Option<Filters> {
         self.registry.filters_of(&self.conns, id, name)
+    }
+
+    /// Whether connection `id` gets deltas on `name` (it asked, and is
+    /// subscribed there).
+    pub fn delta_of(&self, id: ConnId, name: &str) -> bool {
+        self.registry.delta_of(&self.conns, id, name)
     }
 
     /// Sets (`None`: clears) connection `id`'s tag filters on `name`;

@@ -26,6 +26,7 @@ pub(super) fn limits() -> HubLimits {
         history: Default::default(),
         ns_history: Default::default(),
         conflated: Vec::new(),
+        delta_publish: Vec::new(),
     }
 }
 

@@ -95,6 +95,11 @@ pub struct Rules {
     /// replaces a not-yet-written one of the same channel (and key) in a
     /// subscriber's queue instead of queuing behind it.
     pub conflate: bool,
+    /// `delta = "fossil"`: a subscriber may ask for Fossil deltas.
+    pub delta: bool,
+    /// `delta-publish`: every publication may go as a delta, asked or
+    /// not (needs `delta`).
+    pub delta_publish: bool,
     /// `compression`: broadcasts on its channels are compressed for
     /// connections that agreed permessage-deflate (`false`: sent plain).
     pub compression: bool,
@@ -235,6 +240,11 @@ impl Table {
     /// The rules of `channel`'s namespace, when it is a configured one.
     pub fn rules_of(&self, channel: &str) -> Option<&Rules> {
         self.find(channel).and_then(|ns| self.rules(ns))
+    }
+
+    /// Whether `channel`'s namespace allows deltas (`delta = "fossil"`).
+    pub fn allows_delta(&self, channel: &str) -> bool {
+        self.rules_of(channel).is_some_and(|r| r.delta)
     }
 
     /// Whether a subscribe to `channel` without `since` gets its latest

@@ -13,6 +13,8 @@ fn rules() -> Rules {
         history: HistoryLimits::default(),
         recover_on_subscribe: false,
         conflate: false,
+        delta: false,
+        delta_publish: false,
         presence_limits: (1000, 100),
         compression: true,
         max_message_size: 1 << 20,

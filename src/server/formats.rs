@@ -125,7 +125,8 @@ pub fn encoders_with(
             if is_presence_event(d) {
                 return encode_server_frame(OpCode::Text, d.payload);
             }
-            control::encode_delivery(d.channel, d.opcode, d.payload, at_of(d))
+            let (head, body) = json_parts(d);
+            encode_server_frame_parts(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
         })
         .with(PUSHER, |d: &Delivery<'_>| {
             encode_server_frame(OpCode::Text, d.payload)
@@ -154,18 +155,29 @@ pub fn encoders_with(
                 c.frame(d.opcode, &[d.payload])
             })
             .with(json, move |d: &Delivery<'_>| {
-                if is_plain(&plain2, d.channel) {
-                    return control::encode_delivery(d.channel, d.opcode, d.payload, at_of(d));
-                }
                 if is_presence_event(d) {
                     return c2.frame(OpCode::Text, &[d.payload]);
                 }
-                let (head, body) =
-                    control::delivery_parts(d.channel, d.opcode, d.payload, at_of(d));
+                let (head, body) = json_parts(d);
+                if is_plain(&plain2, d.channel) {
+                    return encode_server_frame_parts(
+                        OpCode::Text,
+                        &[head.as_bytes(), body.as_bytes()],
+                    );
+                }
                 c2.frame(OpCode::Text, &[head.as_bytes(), body.as_bytes()])
             });
     }
     encoders
+}
+
+/// A delivery as the JSON protocol's message, in two pieces: as a delta
+/// when it carries one (`Delivery::patch`), else its payload.
+fn json_parts(d: &Delivery<'_>) -> (String, String) {
+    match d.patch {
+        Some(p) => control::delta_parts(d.channel, p, at_of(d)),
+        None => control::delivery_parts(d.channel, d.opcode, d.payload, at_of(d)),
+    }
 }
 
 /// A delivery's offset and tags (their JSON text), as the JSON
@@ -275,6 +287,7 @@ mod tests {
             history: Default::default(),
             ns_history: Default::default(),
             conflated: Vec::new(),
+            delta_publish: Vec::new(),
         };
         let stats = SharedCompressionStats::default();
         Hub::new(limits, encoders(&Settings::default(), &stats))
@@ -359,6 +372,7 @@ mod tests {
             offset: 9,
             epoch: "e",
             tags: None,
+            patch: None,
         };
         let chunk = sse_message(&d);
         let text = std::str::from_utf8(&chunk).unwrap();

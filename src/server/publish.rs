@@ -273,6 +273,13 @@ pub async fn publish_http(
         count_refused(w, channel);
         return error(refusal.status(), refusal.message());
     }
+    if meta.as_ref().is_some_and(|m| m.delta()) && !table.allows_delta(channel) {
+        count_refused(w, channel);
+        return error(
+            400,
+            "this channel's namespace does not allow deltas (delta = \"fossil\")",
+        );
+    }
     if !wait_for_backlog(w).await {
         return error(503, "server overloaded, retry later");
     }
@@ -314,18 +321,25 @@ pub async fn publish_http(
     )
 }
 
-/// The tags and key of `POST /publish`'s query: each `tag.KEY=VALUE`
-/// parameter (percent-decoded) and `key=` (the latest-value key), within
+/// The tags, key and delta wish of `POST /publish`'s query: each
+/// `tag.KEY=VALUE` parameter (percent-decoded), `key=` (the latest-value
+/// key) and `delta=1` (may go as a delta), within
 /// their bounds (`crate::filter`, `crate::meta`); `None` without any.
 pub fn query_meta(query: Option<&str>) -> Result<Option<Arc<Meta>>, &'static str> {
     let Some(q) = query else {
         return Ok(None);
     };
     let bad = "a tag or key parameter is not valid percent-encoded UTF-8";
-    let (mut pairs, mut key) = (Vec::new(), None);
+    let (mut pairs, mut key, mut delta) = (Vec::new(), None, false);
     for part in q.split('&') {
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        if k == "key" {
+        if k == "delta" {
+            delta = match v {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => return Err("delta must be 1 or 0"),
+            };
+        } else if k == "key" {
             key = Some(http::percent_decode(v).ok_or(bad)?);
         } else if let Some(name) = k.strip_prefix("tag.") {
             let name = http::percent_decode(name).ok_or(bad)?;
@@ -339,7 +353,7 @@ pub fn query_meta(query: Option<&str>) -> Result<Option<Arc<Meta>>, &'static str
             Some(Tags::from_pairs(pairs).map_err(|e| e.reason())?)
         }
     };
-    let meta = Meta::new(tags, key).map_err(|e| e.reason())?;
+    let meta = Meta::new(tags, key, delta).map_err(|e| e.reason())?;
     Ok(meta.map(Arc::new))
 }
 

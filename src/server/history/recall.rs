@@ -33,7 +33,7 @@ pub fn subscribe(
             // to confirm the channel (a publish right after it must not
             // reach Redis first). History in Redis mode answers after a
             // read from Redis instead (`resume`); embedded, it is at once.
-            let ack = control::ack("subscribed", channel, None, idv);
+            let ack = control::subscribed_live(channel, hub.delta_of(id, channel), idv);
             return hub.ack_when_confirmed(id, channel, ack, new);
         }
         Ok(Some(r)) => return send_resumed(hub, id, channel, r, idv),
@@ -82,7 +82,8 @@ pub fn send_position(
     idv: Option<&RawValue>,
 ) {
     let filtered = hub.filters_of(id, channel).is_some();
-    let reply = control::subscribed(channel, at, (recovered, filtered), idv);
+    let delta = hub.delta_of(id, channel);
+    let reply = control::subscribed(channel, at, (recovered, filtered, delta), idv);
     hub.send_to(id, reply);
     for e in replay {
         let tags = e.tags().map(|t| t.json());

@@ -119,9 +119,10 @@ pub fn handle(
             presence,
             filter,
             server_filter,
+            delta,
         } => {
             let filters = admission::filters(grants, &channel, (server_filter, filter));
-            let how = (since.as_ref(), Filtering::Replace(filters));
+            let how = (since.as_ref(), Filtering::Replace(filters, delta));
             recall::subscribe(hub, id, &channel, how, idv);
             if hub.is_subscribed(id, &channel) {
                 let who = Identity::of(w, grants, serial);
@@ -223,6 +224,7 @@ fn before_subscribe(
         presence,
         filter,
         server_filter,
+        delta,
     } = &env.request
     else {
         return None;
@@ -270,7 +272,7 @@ fn before_subscribe(
         fresh,
         latest,
         join,
-        filters: Filtering::Replace(filters),
+        filters: Filtering::Replace(filters, *delta),
     }))))
 }
 
@@ -334,6 +336,21 @@ fn namespace_gate(
 ) -> Option<(ErrorCode, &'static str)> {
     let table = &w.cfg.namespaces.table;
     let verdict = match request {
+        control::Request::Subscribe {
+            channel,
+            delta: true,
+            ..
+        } if !table.allows_delta(channel) => {
+            return Some((ErrorCode::DeltaNotAllowed, NO_DELTAS));
+        }
+        control::Request::Publish {
+            channel,
+            meta: Some(m),
+            ..
+        } if m.delta() && !table.allows_delta(channel) => {
+            count_refused(w, channel);
+            return Some((ErrorCode::DeltaNotAllowed, NO_DELTAS));
+        }
         // A read of the channel: the one admission's rules (counted there).
         control::Request::Subscribe { channel, .. } | control::Request::Presence { channel } => {
             return admission::rules(w, grants, channel)
@@ -361,6 +378,9 @@ fn namespace_gate(
     }
     Some((error_code(refusal), refusal.message()))
 }
+
+/// Why a delta was refused: the channel's namespace has no `delta`.
+const NO_DELTAS: &str = "this channel's namespace does not allow deltas (delta = \"fossil\")";
 
 fn error_code(refusal: Refusal) -> ErrorCode {
     match refusal {

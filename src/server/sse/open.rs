@@ -162,7 +162,7 @@ async fn subscribe(
     // cannot be known.
     let unknown = sub.reconnect && since.is_none();
     if w.redis.as_deref().is_some_and(RedisLink::keeps_history) {
-        let how = (since, Filtering::Replace(filters));
+        let how = (since, Filtering::Replace(filters, false));
         let resumed = resume::resume_from_redis(w, id, channel, how).await;
         let mut hub = w.hub.borrow_mut();
         match resumed {
@@ -187,7 +187,7 @@ async fn subscribe(
     }
     let mut hub = w.hub.borrow_mut();
     let new = !hub.is_subscribed(id, channel);
-    match hub.subscribe_from(id, channel, since, Filtering::Replace(filters)) {
+    match hub.subscribe_from(id, channel, since, Filtering::Replace(filters, false)) {
         Ok(Some(r)) => queue_position(
             &mut hub,
             (id, channel),
@@ -233,6 +233,7 @@ fn queue_position(
             offset: e.offset,
             epoch: &pos.epoch,
             tags: e.tags(),
+            patch: None,
         });
         if !hub.send_to(id, frame) {
             return;
