@@ -140,6 +140,10 @@ async fn a_resume_with_nothing_replayed_starts_full() {
     // delta against a base it never had.
     let srv = server(&["doc:delta=fossil,delta-publish=true"]);
     let addr = srv.addr;
+    // Another subscriber keeps up all along: the channel's deltas are
+    // made for it, and must not reach the resumed one.
+    let mut steady = ws_connect(addr, "/ws").await;
+    subscribe_delta(&mut steady, "doc:x", json!({})).await;
     let mut a = ws_connect(addr, "/ws").await;
     let r = subscribe_delta(&mut a, "doc:x", json!({})).await;
     let epoch = r["epoch"].as_str().unwrap().to_string();
@@ -176,6 +180,11 @@ async fn a_resume_with_nothing_replayed_starts_full() {
     assert_eq!(next_json(&mut b).await.get("delta"), None);
     post(addr, "/publish/doc:x", doc(4).as_bytes()).await;
     assert_eq!(next_json(&mut b).await["delta"], true, "then deltas");
+    let mut steady_reader = Reader::default();
+    for n in 0..5 {
+        let (is_delta, full) = steady_reader.read(&next_json(&mut steady).await);
+        assert_eq!((is_delta, full), (n > 0, doc(n)));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
