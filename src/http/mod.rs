@@ -412,18 +412,39 @@ pub fn body_plan(req: &Request, route: &Result<Route<'_>, HttpError>, limits: &L
     }
 }
 
-/// A path, with `%23` read as `#` in the channel routes' paths: a user
-/// channel (`notifications:#42`) is written `/publish/notifications:%2342`
-/// (a raw `#` would start the URL's fragment). Other paths (the cache's,
-/// forwarded to the origin) are kept as sent.
+/// A path, with the escapes of the channel charset's reserved characters
+/// read back in the channel routes' paths: `%23` as `#` (a user channel,
+/// `notifications:#42`, is written `/publish/notifications:%2342`: a raw
+/// `#` would start the URL's fragment), `%3A` as `:` and `%40` as `@`
+/// (what `encodeURIComponent` and most URL builders write for a
+/// namespaced channel). Other paths (the cache's, forwarded to the
+/// origin) are kept as sent.
 fn channel_path(path: &str) -> String {
     let channel_route = ["/ws/", "/publish/", "/history/", "/presence/"]
         .iter()
         .any(|p| path.starts_with(p));
-    match channel_route && path.contains("%23") {
-        true => path.replace("%23", "#"),
-        false => path.to_string(),
+    if !channel_route || !path.contains('%') {
+        return path.to_string();
     }
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let escape = rest.get(i..i + 3).unwrap_or(&rest[i..]);
+        let c = match escape.to_ascii_uppercase().as_str() {
+            "%23" => Some('#'),
+            "%3A" => Some(':'),
+            "%40" => Some('@'),
+            _ => None,
+        };
+        match c {
+            Some(c) => out.push(c),
+            None => out.push_str(escape),
+        }
+        rest = &rest[i + escape.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn channel(name: &str) -> Result<&str, HttpError> {
@@ -463,6 +484,21 @@ pub fn percent_decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channel_paths_read_escaped_reserved_characters() {
+        let cases = [
+            ("/publish/doc%3Aboard", "/publish/doc:board"),
+            ("/history/doc%3aboard?since=1", "/history/doc:board?since=1"),
+            ("/publish/notifications:%2342", "/publish/notifications:#42"),
+            ("/ws/a%40b%3Ac", "/ws/a@b:c"),
+            ("/publish/a%2Fb%3", "/publish/a%2Fb%3"),
+            ("/api/x%3Ay", "/api/x%3Ay"),
+        ];
+        for (path, want) in cases {
+            assert_eq!(channel_path(path), want, "{path}");
+        }
+    }
 
     const UPGRADE: &[u8] = b"GET /ws/news?x=1 HTTP/1.1\r\nHost: a\r\nUpgrade: WebSocket\r\n\
         Connection: keep-alive, Upgrade\r\nSec-WebSocket-Version: 13\r\n\

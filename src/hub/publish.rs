@@ -196,13 +196,15 @@ fn fan_deltas<'p>(
         if Some(conn.serial) == skip {
             continue;
         }
-        let frame = match patch {
-            Some(p) if d.based(i) => frames.patched_for(format, p),
-            _ => frames.frame_for(format),
+        let patched = patch.filter(|_| d.based(i));
+        let frame = match patched {
+            Some(p) => frames.patched_for(format, p),
+            None => frames.frame_for(format),
         };
         let ok = q.enqueue_data(id, conn, frame);
         d.handed(i, ok);
         if ok {
+            q.stats.delta_deliveries += patched.is_some() as u64;
             if conn.queued_since_ns == 0 {
                 conn.queued_since_ns = t0;
             }

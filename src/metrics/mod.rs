@@ -343,6 +343,12 @@ fn pressure(o: &mut String, s: &Stats, g: &Gauges) {
     );
     counter(
         o,
+        "corecast_delta_deliveries_total",
+        "Deliveries sent as a Fossil delta of the subscriber's previous message on the channel.",
+        s.delta_deliveries,
+    );
+    counter(
+        o,
         "corecast_inbound_budget_refusals_total",
         "WebSockets closed with 1013 and requests answered 503 because their input grew while the worker was over --max-total-inbound.",
         s.inbound_budget_refusals,

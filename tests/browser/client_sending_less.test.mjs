@@ -45,3 +45,29 @@ test("Chromium: a filtered subscription and a latest-value one", async (t) => {
     assert.equal(await page.evaluate(() => window.seen.gaps), 0);
   });
 });
+
+test("Chromium: a delta subscription gives the page whole documents", async (t) => {
+  const server = await startCorecast(["--history-size", "100", "--namespace", "doc:delta=fossil,delta-publish=true"]);
+  t.after(() => server.stop());
+  const doc = (n) => JSON.stringify({ n, rows: Array.from({ length: 50 }, (_, i) => ({ team: `t${i}`, score: 100 + i + (i === 9 ? n : 0) })) });
+  await withClientPage(server, async (page) => {
+    await page.evaluate(async (url) => {
+      const { Client } = await import("/__client/index.js");
+      const seen = (window.seen = { docs: [], errors: 0 });
+      const client = (window.client = new Client(url, { pingInterval: 0 }));
+      const s = client.subscribe("doc:board", { delta: "fossil" });
+      s.on("message", (m) => seen.docs.push(m.data));
+      s.on("error", () => seen.errors++);
+      const subscribed = new Promise((r) => s.once("subscribed", r));
+      client.connect();
+      await subscribed;
+    }, server.url);
+    // delta-publish: plain HTTP publishes go as deltas.
+    for (let n = 0; n < 5; n++) await post(server, "/publish/doc:board", doc(n));
+    await until(async () => (await page.evaluate(() => window.seen.docs.length)) === 5, "five documents");
+    assert.deepEqual(await page.evaluate(() => window.seen.docs), [0, 1, 2, 3, 4].map(doc));
+    assert.equal(await page.evaluate(() => window.seen.errors), 0);
+  });
+  const s = await (await fetch(`${server.http}/stats`)).json();
+  assert.equal(s.delta_deliveries, 4, "all but the first went as deltas");
+});

@@ -4,7 +4,8 @@
  * the client's own: `disconnected` (the connection was lost before the
  * reply), `timeout` (no reply within `requestTimeout`), `queue_full` (a
  * bounded queue is full), `closed` (the server said not to reconnect),
- * `token` (the token callback failed), `http` (an HTTP read failed).
+ * `token` (the token callback failed), `http` (an HTTP read failed),
+ * `delta` (a delta message could not be applied).
  */
 export class CorecastError extends Error {
   constructor(

@@ -31,5 +31,6 @@ export { closeVerdict, refusalVerdict } from "./protocol.js";
 export type { Data, Filter, Position, PresenceMember, PresenceSnapshot, PublishOptions } from "./protocol.js";
 export { SseParser, parseEventId } from "./sse.js";
 export type { SseEvent } from "./sse.js";
+export { applyDelta, applyTextDelta, deltaChecksum } from "./delta.js";
 export { tokenExp } from "./token.js";
 export type { TokenSource } from "./token.js";

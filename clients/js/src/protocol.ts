@@ -27,6 +27,8 @@ export interface ServerFrame {
   recovered?: boolean;
   /** `subscribed`: the server filters this subscription (jumps expected). */
   filtered?: boolean;
+  /** `subscribed`: deltas granted; `message`: `data` is a delta of the previous one. */
+  delta?: boolean;
   subscribers?: number;
   code?: string;
   message?: string;
@@ -59,21 +61,28 @@ export interface PublishOptions {
   tags?: Record<string, string>;
   /** The latest-value key: on a `conflate` channel the newest message per key is kept. */
   key?: string;
+  /**
+   * May go as a Fossil delta of the channel's previous message to
+   * subscribers that asked for deltas (the namespace's `delta = "fossil"`).
+   */
+  delta?: boolean;
 }
 
 /** The members a publish's options add to its request. */
-export function publishMembers(o: PublishOptions): { tags?: Record<string, string>; key?: string } {
-  const out: { tags?: Record<string, string>; key?: string } = {};
+export function publishMembers(o: PublishOptions): { tags?: Record<string, string>; key?: string; delta?: true } {
+  const out: { tags?: Record<string, string>; key?: string; delta?: true } = {};
   if (o.tags && Object.keys(o.tags).length > 0) out.tags = o.tags;
   if (o.key !== undefined) out.key = o.key;
+  if (o.delta === true) out.delta = true;
   return out;
 }
 
-/** `POST /publish`'s query for a publish's options (`tag.K=V`, `key=`). */
+/** `POST /publish`'s query for a publish's options (`tag.K=V`, `key=`, `delta=1`). */
 export function publishQuery(o: PublishOptions): string {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(o.tags ?? {})) q.append(`tag.${k}`, v);
   if (o.key !== undefined) q.append("key", o.key);
+  if (o.delta === true) q.append("delta", "1");
   const s = q.toString();
   return s ? `?${s}` : "";
 }

@@ -1,6 +1,7 @@
 import { Emitter } from "./emitter.js";
 import { frameData, type Data, type Filter, type Position, type PresenceSnapshot, type ServerFrame } from "./protocol.js";
-import type { CorecastError } from "./errors.js";
+import { applyTextDelta } from "./delta.js";
+import { CorecastError } from "./errors.js";
 
 /** A delivered message. */
 export interface Message {
@@ -39,8 +40,11 @@ export interface GapEvent {
   epoch: string;
   /** The position the subscription goes on from. */
   offset: number;
-  /** Why: the server announced it, a resume was not recovered, or an offset jumped. */
-  reason: "server" | "not_recovered" | "jump";
+  /**
+   * Why: the server announced it, a resume was not recovered, an offset
+   * jumped, or a delta could not be applied.
+   */
+  reason: "server" | "not_recovered" | "jump" | "delta";
 }
 
 /** A presence event (`presence: true`). */
@@ -83,6 +87,12 @@ export interface SubscribeOptions {
    * offset jump is a newer value, reported as `skipped`, not a `gap`.
    */
   latest?: boolean;
+  /**
+   * `"fossil"`: messages may come as Fossil deltas of the previous one
+   * (where the namespace allows it), applied here: `data` is always the
+   * whole message.
+   */
+  delta?: "fossil";
 }
 
 /** What a subscription needs from its client (kept narrow on purpose). */
@@ -111,6 +121,9 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   private readonly jumps: boolean;
   /** The server said it filters this subscription (its `subscribed`). */
   private serverFiltered = false;
+  private readonly delta: boolean;
+  /** The last text message's data (a delta's base), with deltas on. */
+  private base: string | undefined;
 
   constructor(
     readonly channel: string,
@@ -122,6 +135,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     this.presenceEvents = opts.presence === true;
     this.filter = opts.filter;
     this.jumps = opts.filter !== undefined || opts.latest === true;
+    this.delta = opts.delta === "fossil";
   }
 
   /** The subscription's filter as JSON text, if it has one (internal: SSE). */
@@ -161,6 +175,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     if (this.pos) req.since = { epoch: this.pos.epoch, offset: this.pos.offset };
     if (this.presenceEvents) req.presence = true;
     if (this.filter) req.filter = this.filter;
+    if (this.delta) req.delta = "fossil";
     return req;
   }
 
@@ -202,6 +217,8 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   private onSubscribed(f: ServerFrame): void {
     this.state = "subscribed";
     this.serverFiltered = f.filtered === true;
+    // What follows a (re)subscribe starts full: no base is assumed.
+    this.base = undefined;
     const resumed = this.resuming;
     this.resuming = false;
     const ev: SubscribedEvent = { channel: this.channel, resumed, recovered: f.recovered, epoch: f.epoch, offset: f.offset };
@@ -227,7 +244,8 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   }
 
   private onMessage(f: ServerFrame): void {
-    const data = frameData(f);
+    const data = this.delta ? this.undelta(f) : frameData(f);
+    if (data === undefined) return;
     const tags = f.tags;
     if (typeof f.offset !== "number" || !this.pos) {
       this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos?.epoch, tags });
@@ -245,6 +263,33 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     }
     this.pos = { epoch: this.pos.epoch, offset: f.offset };
     this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos.epoch, tags, skipped });
+  }
+
+  /**
+   * A message's data with deltas on: a delta applied to the previous
+   * message (which every message, duplicates included, updates: it is
+   * the server's base too). A delta that cannot be applied (a server
+   * bug: it never sends one without the base) is an `error` and a `gap`.
+   */
+  private undelta(f: ServerFrame): string | Uint8Array | undefined {
+    if (f.delta !== true) {
+      const data = frameData(f);
+      this.base = typeof data === "string" ? data : undefined;
+      return data;
+    }
+    try {
+      if (this.base === undefined) throw new Error("a delta without a base");
+      this.base = applyTextDelta(this.base, f.data ?? "");
+      return this.base;
+    } catch (e) {
+      this.base = undefined;
+      this.emit("error", new CorecastError("delta", `${this.channel}: ${(e as Error).message}`));
+      if (this.pos && typeof f.offset === "number") {
+        this.pos = { epoch: this.pos.epoch, offset: f.offset };
+        this.emit("gap", { channel: this.channel, ...this.pos, reason: "delta" });
+      }
+      return undefined;
+    }
   }
 
   private onGap(f: ServerFrame): void {

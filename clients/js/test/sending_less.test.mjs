@@ -93,3 +93,43 @@ test("a token's filter: the server says so in `subscribed`, and its jumps are no
   assert.deepEqual(got.map((m) => [m.offset, m.skipped]), [[2, 1], [5, 2]]);
   assert.equal(gaps.length, 0);
 });
+
+test("deltas: the app sees whole documents while the wire carries deltas (checked with the reference fossil-delta)", async (t) => {
+  const { applyDelta } = await import("fossil-delta");
+  const server = await startCorecast(["--history-size", "100", "--namespace", "doc:delta=fossil"]);
+  t.after(() => server.stop());
+  const c = new Client(server.url, { WebSocket, pingInterval: 0 });
+  t.after(() => c.disconnect());
+  const sub = c.subscribe("doc:board", { delta: "fossil" });
+  const got = [];
+  sub.on("message", (m) => got.push(m.data));
+  c.connect();
+  await nextEvent(sub, "subscribed");
+  // An independent subscriber reads the raw frames.
+  const raw = new WebSocket(server.url);
+  const frames = [];
+  raw.on("message", (b) => frames.push(JSON.parse(b.toString())));
+  await new Promise((r) => raw.once("open", r));
+  t.after(() => raw.close());
+  raw.send(JSON.stringify({ op: "subscribe", channel: "doc:board", delta: "fossil", id: 1 }));
+  await until(() => frames.length === 1, "the raw subscriber's reply");
+  assert.equal(frames[0].delta, true, JSON.stringify(frames[0]));
+  const doc = (n) => JSON.stringify({ n, rows: Array.from({ length: 50 }, (_, i) => ({ team: `t${i}`, score: 100 + i + (i === 9 ? n : 0) })) });
+  // Over WebSocket, then over HTTP (`?delta=1`).
+  for (let n = 0; n < 3; n++) await c.publish("doc:board", doc(n), { delta: true });
+  const h = new Client(server.url, { transports: ["sse"] });
+  t.after(() => h.disconnect());
+  h.connect();
+  await nextEvent(h, "connected");
+  for (let n = 3; n < 5; n++) await h.publish("doc:board", doc(n), { delta: true });
+  await until(() => got.length === 5 && frames.length === 6, "five documents");
+  assert.deepEqual(got, [0, 1, 2, 3, 4].map(doc));
+  const msgs = frames.slice(1);
+  assert.deepEqual(msgs.map((m) => m.delta === true), [false, true, true, true, true]);
+  let base = new TextEncoder().encode(msgs[0].data);
+  for (const [i, m] of msgs.slice(1).entries()) {
+    base = applyDelta(base, new TextEncoder().encode(m.data));
+    assert.equal(new TextDecoder().decode(base), doc(i + 1));
+    assert.ok(m.data.length * 10 < doc(i + 1).length, `delta ${i + 1} is small (${m.data.length} bytes)`);
+  }
+});

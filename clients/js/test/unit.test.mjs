@@ -83,3 +83,52 @@ test("SSE events (the /sse wire: JSON protocol objects as data) drive a subscrip
   assert.deepEqual(lost.seen, [["subscribed", 9, undefined], ["gap", 9, "not_recovered"]]);
   assert.deepEqual(lost.pos, { epoch: "E2", offset: 9 });
 });
+
+test("deltas: our applier rebuilds what the reference fossil-delta makes, and refuses a wrong base", async () => {
+  const { applyDelta, applyTextDelta } = await import("../dist/index.js");
+  const { createDelta } = await import("fossil-delta");
+  let seed = 42;
+  const rnd = (n) => ((seed = (seed * 1103515245 + 12345) % 2147483648), seed % n);
+  const doc = (n) => JSON.stringify({ n, rows: Array.from({ length: 60 }, (_, i) => ({ i, v: i * 3 + (i % 7 === 0 ? n : 0) })) });
+  for (let n = 1; n < 50; n++) {
+    const [a, b] = [new TextEncoder().encode(doc(n - 1)), new TextEncoder().encode(doc(n))];
+    assert.deepEqual(applyDelta(a, createDelta(a, b)), b);
+    // Random bytes, grown and shrunk.
+    const s = Uint8Array.from({ length: rnd(2000) }, () => rnd(256));
+    const t = Uint8Array.from({ length: rnd(2000) }, (_, i) => (rnd(4) ? s[i % Math.max(1, s.length)] ?? 0 : rnd(256)));
+    assert.deepEqual(applyDelta(s, createDelta(s, t)), t);
+  }
+  const d = new TextDecoder().decode(createDelta(new TextEncoder().encode(doc(1)), new TextEncoder().encode(doc(2))));
+  assert.equal(applyTextDelta(doc(1), d), doc(2));
+  assert.throws(() => applyTextDelta(doc(3), d), /checksum|past the/);
+  for (const bad of ["", "5", "5\n5:ab", "3\n3@40,0;", "3\n3:abc?", "3\n3:abc0;"]) {
+    assert.throws(() => applyTextDelta("0123456789abcdefghij", bad), undefined, JSON.stringify(bad));
+  }
+  assert.throws(() => applyDelta(new Uint8Array(), new TextEncoder().encode("zzzzz\n0;"), 1000), /larger/);
+});
+
+test("deltas: a subscription applies them, restarts from full after every subscribed, and reports one it cannot apply", async () => {
+  const { Subscription } = await import("../dist/index.js");
+  const { createDelta } = await import("fossil-delta");
+  const delta = (a, b) => new TextDecoder().decode(createDelta(new TextEncoder().encode(a), new TextEncoder().encode(b)));
+  const host = { presence: async () => ({}), history: async () => ({}), unsubscribe: async () => {} };
+  const sub = new Subscription("doc:a", host, { delta: "fossil" });
+  assert.equal(sub.subscribeRequest().delta, "fossil");
+  const got = [], errors = [], gaps = [];
+  sub.on("message", (m) => got.push(m.data));
+  sub.on("error", (e) => errors.push(e.code));
+  sub.on("gap", (g) => gaps.push(g.reason));
+  const [d1, d2, d3] = ["x".repeat(40) + "one", "x".repeat(40) + "two", "x".repeat(40) + "three"];
+  sub.handle({ type: "subscribed", epoch: "e", offset: 0, delta: true });
+  sub.handle({ type: "message", offset: 1, data: d1 });
+  sub.handle({ type: "message", offset: 2, data: delta(d1, d2), delta: true });
+  // A duplicate still moves the base (the server's base moved too).
+  sub.handle({ type: "message", offset: 2, data: delta(d2, d2), delta: true });
+  assert.deepEqual(got, [d1, d2]);
+  // After a (re)subscribe the base is gone: a delta now is an error, a gap.
+  sub.handle({ type: "subscribed", epoch: "e", offset: 2, delta: true });
+  sub.handle({ type: "message", offset: 3, data: delta(d2, d3), delta: true });
+  assert.deepEqual([got.length, errors, gaps], [2, ["delta"], ["delta"]]);
+  sub.handle({ type: "message", offset: 4, data: d3 });
+  assert.equal(got.at(-1), d3);
+});
