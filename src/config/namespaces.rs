@@ -516,6 +516,22 @@ mod tests {
                 "line 2: namespace `chat`: recover-on-subscribe needs history",
             ),
             (
+                "[namespaces.doc]\ndelta = \"xdelta\"\n",
+                "`delta`: `xdelta`: expected fossil or none",
+            ),
+            (
+                "[namespaces.doc]\ndelta = \"fossil\"\nconflate = true\n",
+                "delta and conflate exclude each other",
+            ),
+            (
+                "[namespaces.doc]\ndelta-publish = true\n",
+                "delta-publish = true needs delta = \"fossil\"",
+            ),
+            (
+                "slow-consumer = \"drop-oldest\"\n[namespaces.doc]\ndelta = \"fossil\"\n",
+                "delta needs --slow-consumer disconnect",
+            ),
+            (
                 "[namespaces.chat]\npresence-ttl = \"5s\"\n",
                 "an instance's setting",
             ),
