@@ -19,8 +19,11 @@ fn board(n: u64) -> Vec<u8> {
             )
         })
         .collect();
-    format!(r#"{{"round":{n},"league":"corecast","rows":[{}]}}"#, rows.trim_end_matches(','))
-        .into_bytes()
+    format!(
+        r#"{{"round":{n},"league":"corecast","rows":[{}]}}"#,
+        rows.trim_end_matches(',')
+    )
+    .into_bytes()
 }
 
 fn deltas(c: &mut Criterion) {

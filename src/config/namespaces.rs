@@ -505,16 +505,8 @@ mod tests {
     }
 
     #[test]
-    fn bad_namespace_settings_are_errors_naming_the_line_and_key() {
+    fn deltas_are_refused_where_a_base_could_go_missing() {
         for (text, says) in [
-            (
-                "[namespaces.chat]\nmax-message-size = \"lots\"\n",
-                "f.toml: line 2: namespace `chat`: `max-message-size`: invalid value",
-            ),
-            (
-                "[namespaces.chat]\nrecover-on-subscribe = true\n",
-                "line 2: namespace `chat`: recover-on-subscribe needs history",
-            ),
             (
                 "[namespaces.doc]\ndelta = \"xdelta\"\n",
                 "`delta`: `xdelta`: expected fossil or none",
@@ -530,6 +522,24 @@ mod tests {
             (
                 "slow-consumer = \"drop-oldest\"\n[namespaces.doc]\ndelta = \"fossil\"\n",
                 "delta needs --slow-consumer disconnect",
+            ),
+        ] {
+            let e = from_toml(text).unwrap_err().0;
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+        assert!(from_toml("[namespaces.doc]\ndelta = \"fossil\"\ndelta-publish = true\n").is_ok());
+    }
+
+    #[test]
+    fn bad_namespace_settings_are_errors_naming_the_line_and_key() {
+        for (text, says) in [
+            (
+                "[namespaces.chat]\nmax-message-size = \"lots\"\n",
+                "f.toml: line 2: namespace `chat`: `max-message-size`: invalid value",
+            ),
+            (
+                "[namespaces.chat]\nrecover-on-subscribe = true\n",
+                "line 2: namespace `chat`: recover-on-subscribe needs history",
             ),
             (
                 "[namespaces.chat]\npresence-ttl = \"5s\"\n",
