@@ -10,7 +10,7 @@
 //! The format: the target's length, `\n`, then commands — `N@O,` copies N
 //! bytes from the source at offset O, `N:bytes` inserts N literal bytes —
 //! and a final `C;` whose C is a checksum of the target. Integers are
-//! written in base 64 with the digits of [`DIGITS`].
+//! written in base 64 with the digits of `DIGITS`.
 
 /// Width of the rolling hash window, in bytes (a power of two).
 const NHASH: usize = 16;
