@@ -21,6 +21,11 @@ const DIGITS: &[u8; 64] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmno
 /// Most landmarks tried per window position (as `delta.c`).
 const SEARCH_LIMIT: usize = 250;
 
+/// A budget for [`create_within`] that ordinary documents stay far below
+/// (a scoreboard with a few changed rows compares each byte about twice):
+/// bytes compared per byte of source and target.
+pub const WORK_PER_BYTE: usize = 32;
+
 /// Why a delta could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeltaError {
@@ -138,10 +143,22 @@ fn put_insert(out: &mut Vec<u8>, bytes: &[u8]) {
 
 /// Appends to `out` the delta that turns `source` into `target`.
 pub fn create(source: &[u8], target: &[u8], out: &mut Vec<u8>) {
+    create_within(source, target, out, usize::MAX);
+}
+
+/// [`create`] within `budget` bytes compared in the search; `false` (and
+/// `out` holding a partial delta) when the search would take more. The
+/// reference's search is linear in practice but `SEARCH_LIMIT` times the
+/// input at worst (periodic data, where every landmark matches long: 43 ms
+/// for 256 KiB): a publisher must not be able to stall a worker with it.
+pub fn create_within(source: &[u8], target: &[u8], out: &mut Vec<u8>, budget: usize) -> bool {
     put_int(out, target.len() as u64);
     out.push(b'\n');
     if source.len() > NHASH {
-        copies_and_inserts(source, target, out);
+        let mut left = budget;
+        if !copies_and_inserts(source, target, out, &mut left) {
+            return false;
+        }
     } else {
         // Too short a source for any copy: one insert (even an empty
         // one, as the reference writes).
@@ -149,6 +166,7 @@ pub fn create(source: &[u8], target: &[u8], out: &mut Vec<u8>) {
     }
     put_int(out, checksum(target) as u64);
     out.push(b';');
+    true
 }
 
 /// Landmarks: the source's NHASH-byte blocks by hash bucket, chained
@@ -173,6 +191,7 @@ fn best_copy(
     (source, target): (&[u8], &[u8]),
     (landmark, collide): (&[u32], &[u32]),
     (base, i, hash): (usize, usize, u32),
+    left: &mut usize,
 ) -> Option<Copy> {
     let mut best: Option<Copy> = None;
     let mut block = landmark[hash as usize % landmark.len()];
@@ -189,6 +208,8 @@ fn best_copy(
         let backward = (1..=back_max)
             .take_while(|&k| source[src - k] == target[base + i - k])
             .count();
+        // Every candidate counts, matched or not.
+        *left = left.saturating_sub(forward + backward + 1);
         let (ofst, cnt) = (src - backward, forward + backward);
         let litsz = i - backward;
         let cost = digit_count(litsz) + digit_count(cnt) + digit_count(ofst) + 3;
@@ -200,7 +221,9 @@ fn best_copy(
     best
 }
 
-fn copies_and_inserts(source: &[u8], target: &[u8], out: &mut Vec<u8>) {
+/// The copy and insert commands; `false` once `left` (bytes compared)
+/// runs out.
+fn copies_and_inserts(source: &[u8], target: &[u8], out: &mut Vec<u8>, left: &mut usize) -> bool {
     let (landmark, collide) = landmarks(source);
     let mut base = 0;
     while base + NHASH < target.len() {
@@ -211,7 +234,11 @@ fn copies_and_inserts(source: &[u8], target: &[u8], out: &mut Vec<u8>) {
                 (source, target),
                 (&landmark, &collide),
                 (base, i, h.value()),
+                left,
             );
+            if *left == 0 {
+                return false;
+            }
             if let Some((cnt, ofst, litsz)) = found {
                 if litsz > 0 {
                     put_insert(out, &target[base..base + litsz]);
@@ -236,6 +263,7 @@ fn copies_and_inserts(source: &[u8], target: &[u8], out: &mut Vec<u8>) {
     if base < target.len() {
         put_insert(out, &target[base..]);
     }
+    true
 }
 
 /// Reads a delta's integers and commands.
@@ -373,6 +401,36 @@ mod tests {
         assert_eq!(checksum(b"abcd"), 0x61626364);
         assert_eq!(checksum(b"abcde"), 0x61626364 + (0x65 << 24));
         assert_eq!(d, b"y\nG@0,3:cate@J,1:!3qlnBO;");
+    }
+
+    #[test]
+    fn the_search_stays_within_its_budget() {
+        let doc: String = (0..100)
+            .map(|i| format!("{{\"team\":{i},\"score\":{}}},", i * 7))
+            .collect();
+        let changed = doc.replace("\"score\":357", "\"score\":358");
+        let budget = WORK_PER_BYTE * (doc.len() * 2);
+        let mut d = Vec::new();
+        assert!(create_within(
+            doc.as_bytes(),
+            changed.as_bytes(),
+            &mut d,
+            budget
+        ));
+        // Periodic data: every landmark matches long (the reference's
+        // worst case, 250 times the input).
+        let src: Vec<u8> = (0..65536).map(|i| b"abcdefghijklmnopq"[i % 17]).collect();
+        let mut tgt = src.clone();
+        for i in (0..tgt.len()).step_by(997) {
+            tgt[i] = b'Z';
+        }
+        let mut d = Vec::new();
+        let budget = WORK_PER_BYTE * (src.len() * 2);
+        assert!(!create_within(&src, &tgt, &mut d, budget), "over budget");
+        // The unbounded search finishes too, as the reference's does.
+        let mut full = Vec::new();
+        create(&src, &tgt, &mut full);
+        assert_eq!(apply(&src, &full, tgt.len()).unwrap(), tgt);
     }
 
     #[test]

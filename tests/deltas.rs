@@ -338,3 +338,44 @@ async fn bad_delta_requests_get_clear_errors_and_the_connection_goes_on() {
     assert_eq!(r["type"], "published", "{r}");
     assert_eq!((m.get("delta"), &m["data"]), (None, &json!(looks)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_that_makes_the_search_slow_goes_whole() {
+    // Periodic data makes Fossil's search compare ~250 bytes per byte:
+    // past the work budget the server sends the message whole rather
+    // than stall its worker for it.
+    let srv = server(&["doc:delta=fossil,delta-publish=true"]);
+    let addr = srv.addr;
+    let mut ws = ws_connect(addr, "/ws").await;
+    assert_eq!(
+        subscribe_delta(&mut ws, "doc:p", json!({})).await["delta"],
+        true
+    );
+    let src: String = (0..48 * 1024)
+        .map(|i| (b'a' + (i % 17) as u8) as char)
+        .collect();
+    let mut tgt = src.clone().into_bytes();
+    for i in (0..tgt.len()).step_by(997) {
+        tgt[i] = b'Z';
+    }
+    let tgt = String::from_utf8(tgt).unwrap();
+    let ordinary = [doc(1), doc(2)];
+    for body in [&src, &tgt, &ordinary[0], &ordinary[1]] {
+        assert_eq!(
+            post(addr, "/publish/doc:p", body.as_bytes()).await.status,
+            200
+        );
+    }
+    let mut reader = Reader::default();
+    let mut kinds = Vec::new();
+    for want in [&src, &tgt, &ordinary[0], &ordinary[1]] {
+        let (is_delta, full) = reader.read(&next_json(&mut ws).await);
+        assert_eq!(&full, want);
+        kinds.push(is_delta);
+    }
+    assert_eq!(
+        kinds,
+        [false, false, false, true],
+        "over budget: whole; ordinary: a delta"
+    );
+}

@@ -154,7 +154,8 @@ type Selection<'a, 'l> = (Audience<'a>, &'a Tags, Option<(&'l mut Latest, Slot)>
 /// is text in UTF-8 (the next delta's source), and, if it was `asked` to
 /// go as a delta and some subscriber has the previous publication, the
 /// Fossil delta made once for them all — when it is UTF-8 (the JSON
-/// protocol sends it as a string) and shorter than the payload.
+/// protocol sends it as a string), shorter than the payload, and made
+/// within its work budget.
 fn delta_parts<'p>(
     d: &Deltas,
     (opcode, payload): (OpCode, &'p [u8]),
@@ -168,7 +169,12 @@ fn delta_parts<'p>(
         return (text, None);
     }
     let mut out = Vec::with_capacity(p.len() / 8);
-    crate::delta::create(prev, p, &mut out);
+    // Bounded work: a publication that makes the search slow (periodic
+    // data) goes whole instead of stalling the worker.
+    let budget = crate::delta::WORK_PER_BYTE * (prev.len() + p.len());
+    if !crate::delta::create_within(prev, p, &mut out, budget) {
+        return (text, None);
+    }
     let patch = String::from_utf8(out).ok().filter(|d| d.len() < p.len());
     (text, patch)
 }
