@@ -14,6 +14,8 @@
 //!   (deliver, canary, dropped and why, refused).
 //! - [`commands`]: the commands corecast sends (`PUBLISH` with its
 //!   envelope, bounded `SUBSCRIBE` groups, the `AUTH`/`SELECT` handshake).
+//! - [`sentinel`]: Redis Sentinel: the `redis+sentinel://` URL, the
+//!   master's address asked of the Sentinels, `+switch-master`, `ROLE`.
 //! - [`cluster`]: Redis Cluster placement: CRC16 slots with hash tags, the
 //!   slot map from `CLUSTER SLOTS`, `MOVED`/`ASK` redirections.
 //! - [`stream`]: history in Redis — the publish and read scripts (one
@@ -38,6 +40,7 @@ pub mod occupancy;
 pub mod presence;
 pub mod resp;
 pub mod scan;
+pub mod sentinel;
 pub mod stream;
 pub mod url;
 

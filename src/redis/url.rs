@@ -198,7 +198,7 @@ fn split_host_port(hostport: &str) -> Result<(String, u16), UrlError> {
 }
 
 /// Decodes `%XX` escapes (passwords may contain `@`, `:` or `/`).
-fn percent_decode(s: &str) -> Result<String, UrlError> {
+pub(super) fn percent_decode(s: &str) -> Result<String, UrlError> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
