@@ -288,6 +288,16 @@ impl History {
             .is_some_and(|r| offset + 1 >= r.first() && offset <= r.top)
     }
 
+    /// The kept entry at `offset`, if the ring holds it.
+    pub fn entry(&self, channel: &str, offset: u64) -> Option<&Entry> {
+        let ring = self.rings.get(channel)?;
+        let first = ring.first();
+        if offset < first || offset > ring.top {
+            return None;
+        }
+        ring.entries.get((offset - first) as usize)
+    }
+
     /// The channel's position if it has a history.
     pub fn peek(&self, channel: &str) -> Option<Position> {
         self.rings.get(channel).map(Ring::position)

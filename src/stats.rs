@@ -183,6 +183,11 @@ pub struct Stats {
     /// Gaps that could not be backfilled (JSON subscribers were sent
     /// `{"type":"gap"}`, path-mode subscribers closed).
     pub history_gaps: u64,
+    /// Times Redis was found to have lost messages it had acknowledged
+    /// (a failover to a replica behind its master): subscribers were sent
+    /// a gap notice at the first lost offset (counted in `history_gaps`
+    /// too).
+    pub history_rollbacks: u64,
     /// Open Pusher protocol connections (gauge).
     pub pusher_connections: u64,
     /// Pusher connections refused in-band: unknown app key (4001),
@@ -288,6 +293,15 @@ pub struct RedisStats {
     /// Round trip of the last canary, in microseconds.
     #[serde(rename = "redis_canary_rtt_us")]
     pub canary_rtt_us: u64,
+    /// Failovers followed: the link re-pointed to a new master (a replica
+    /// a Sentinel or the cluster promoted). Per link: each worker counts
+    /// its own.
+    #[serde(rename = "redis_failovers")]
+    pub failovers: u64,
+    /// Redis Sentinel: reads of the master's address that no Sentinel
+    /// answered usefully (all down, unknown master name, refused AUTH).
+    #[serde(rename = "redis_sentinel_errors")]
+    pub sentinel_errors: u64,
     /// Redis Cluster: commands a node redirected (`MOVED`/`ASK`).
     #[serde(rename = "redis_redirects")]
     pub redirects: u64,

@@ -289,7 +289,8 @@ impl Config {
                 "redis intervals and timeouts must be > 0".into(),
             ));
         }
-        if self.redis.url.is_some() && self.redis.cluster.is_some() {
+        let (url, sentinel) = (self.redis.url.is_some(), self.redis.sentinel.is_some());
+        if (url || sentinel) && self.redis.cluster.is_some() {
             return Err(ConfigError(
                 "--redis-url and --redis-cluster are exclusive: one Redis or one cluster".into(),
             ));

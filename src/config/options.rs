@@ -350,11 +350,8 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "use the epoll driver even where io_uring works"
         => |c, v| set_bool(&mut c.force_legacy_driver, v);
     "redis-url", REDIS_URL, "URL", -,
-        "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub; rediss:// connects over TLS, verifying the server's certificate for the host name (default: in-process)"
-        => |c, v| {
-            c.redis.url = Some(v.parse().map_err(|e| format!("{e}"))?);
-            Ok(())
-        };
+        "redis://[user:password@]host:port[/db]: fan out through Redis pub/sub; rediss:// connects over TLS, verifying the server's certificate for the host name; redis+sentinel://[user:password@]host:port[,host:port...][/db]?master=NAME finds the master through Redis Sentinel and follows its failovers (default: in-process)"
+        => |c, v| c.redis.set_url(v);
     "redis-cluster", REDIS_CLUSTER, "SEEDS", -,
         "[redis[s]://][user:password@]host:port[,host:port...]: fan out through a Redis Cluster (sharded pub/sub, SPUBLISH/SSUBSCRIBE; Redis 7+); rediss:// reaches every node over TLS; exclusive with --redis-url"
         => |c, v| {

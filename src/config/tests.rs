@@ -233,6 +233,27 @@ fn redis_cluster_is_exclusive_with_redis_url() {
 }
 
 #[test]
+fn a_sentinel_url_selects_sentinel_mode() {
+    let url = "redis+sentinel://:pw@s1:26380,s2/1?master=mymaster&sentinel_password=sp";
+    let c = serve(&["--redis-url", url], no_env);
+    assert!(c.redis.enabled() && c.redis.url.is_none() && c.redis.cluster.is_none());
+    let s = c.redis.sentinel.expect("sentinel mode");
+    assert_eq!((s.sentinels.len(), s.master.as_str()), (2, "mymaster"));
+    assert_eq!((s.data.password.as_deref(), s.data.db), (Some("pw"), 1));
+    let env = |k: &str| (k == "REDIS_URL").then(|| url.to_string());
+    let err = Config::from_args(["--redis-cluster", "a:7000"], env).unwrap_err();
+    assert!(err.0.contains("exclusive"), "{err}");
+    let err = Config::from_args(["--redis-url", "redis+sentinel://s1"], no_env).unwrap_err();
+    assert!(err.0.contains("master"), "{err}");
+    let tls = "rediss+sentinel://s1?master=m";
+    let c = serve(&["--redis-url", tls, "--redis-tls-ca", "ca.pem"], no_env);
+    assert!(c.redis.sentinel.expect("sentinel").data.tls);
+    // The flag given twice: the last one wins, whichever its kind.
+    let c = serve(&["--redis-url", url, "--redis-url", "redis://h:1"], no_env);
+    assert!(c.redis.sentinel.is_none() && c.redis.url.is_some());
+}
+
+#[test]
 fn config_errors_never_echo_secrets() {
     let cases: [(&[&str], &str, &str, &str); 8] = [
         (&[], "REDIS_URL", "redis://u:hunter2@h:99999", "hunter2"),

@@ -84,7 +84,13 @@ pub struct Relay {
     pub backfilled: u64,
     /// Gaps that could not be closed.
     pub gaps: u64,
+    /// Reads that found Redis had lost what it acknowledged.
+    pub rollbacks: u64,
 }
+
+/// Entries before its position a catch-up read asks for again, to check
+/// that Redis still holds what was delivered.
+const OVERLAP: u64 = 8;
 
 impl Relay {
     /// An empty relay; `seed` as for [`History::new`].
@@ -96,6 +102,7 @@ impl Relay {
             max_held: limits.size.max(64),
             reads: 0,
             backfilled: 0,
+            rollbacks: 0,
             gaps: 0,
         }
     }
@@ -204,6 +211,14 @@ impl Relay {
         }
         let (_, held) = self.held.remove(channel).expect("checked above");
         if let Some(s) = snap {
+            if let Some(from) = self.diverged(channel, &s) {
+                // Redis lost what it had acknowledged from `from` on (a
+                // failover to a replica that had not received it): its
+                // next messages reuse those offsets. Subscribers are told
+                // exactly where; the reused offsets are then delivered.
+                self.note_gap(channel, (&s.epoch, from - 1), true, clock.0, out);
+                self.rollbacks += 1;
+            }
             let cut = s.entries.last().map(|e| e.offset).filter(|&l| l < s.top);
             for e in s.entries {
                 if self.ingest(channel, &s.epoch, e, clock, out) {
@@ -221,7 +236,9 @@ impl Relay {
     }
 
     /// After the subscriber connection came back: one read per channel
-    /// with local subscribers and a ring, from the offset after it.
+    /// with local subscribers and a ring, from the offset after it — and
+    /// [`OVERLAP`] entries before, which Redis must still hold as they
+    /// were delivered (see [`Relay::diverged`]).
     pub fn catch_up(&mut self, channels: &[Rc<str>]) -> Vec<Fetch> {
         let mut fetches = Vec::new();
         for c in channels {
@@ -231,9 +248,37 @@ impl Relay {
             if self.held.contains_key(&**c) {
                 continue;
             }
-            fetches.push(self.start_read(c.clone(), pos.offset + 1, VecDeque::new()));
+            let mut from = pos.offset + 1;
+            while pos.offset + 1 - from < OVERLAP && from > 1 {
+                if self.history.entry(c, from - 1).is_none() {
+                    break;
+                }
+                from -= 1;
+            }
+            fetches.push(self.start_read(c.clone(), from, VecDeque::new()));
         }
         fetches
+    }
+
+    /// The first offset at which Redis no longer has what this instance
+    /// delivered (same epoch): an entry that differs from the one kept,
+    /// or a position below ours. That is a failover that lost writes:
+    /// asynchronous replication let the old master acknowledge (and
+    /// publish) messages its replica never received, and the promoted
+    /// replica hands their offsets to new messages.
+    fn diverged(&self, channel: &str, s: &Snapshot) -> Option<u64> {
+        let pos = self.history.peek(channel)?;
+        if *pos.epoch != *s.epoch {
+            return None;
+        }
+        for e in s.entries.iter().take_while(|e| e.offset <= pos.offset) {
+            match self.history.entry(channel, e.offset) {
+                Some(kept) if kept.opcode == e.opcode && kept.payload == e.payload => {}
+                Some(_) => return Some(e.offset),
+                None => {}
+            }
+        }
+        (s.top < pos.offset).then_some(s.top + 1)
     }
 
     /// Delivers `e` if it is the next message; a skipped range here is

@@ -411,7 +411,7 @@ fn history(o: &mut String, s: &Stats) {
         "Bytes channel histories hold (part of the --max-total-outbound budget).",
         s.history_bytes,
     );
-    let rows: [(&str, &str, u64); 5] = [
+    let rows: [(&str, &str, u64); 6] = [
         (
             "recoveries",
             "Subscribes with since that were recovered.",
@@ -436,6 +436,11 @@ fn history(o: &mut String, s: &Stats) {
             "history_gaps",
             "Gaps that could not be backfilled.",
             s.history_gaps,
+        ),
+        (
+            "history_rollbacks",
+            "Redis lost messages it had acknowledged (a failover): gap notices sent where.",
+            s.history_rollbacks,
         ),
     ];
     for (name, help, value) in rows {
@@ -564,6 +569,18 @@ fn redis(o: &mut String, r: &RedisStats) {
         "corecast_redis_tls_failures_total",
         "rediss:// connections whose TLS handshake failed (certificate refused, not TLS, closed).",
         r.tls_failures,
+    );
+    counter(
+        o,
+        "corecast_redis_failovers_total",
+        "Failovers followed: the link re-pointed to a master a Sentinel or the cluster promoted (per worker).",
+        r.failovers,
+    );
+    counter(
+        o,
+        "corecast_redis_sentinel_errors_total",
+        "Reads of the master's address that no Sentinel answered usefully.",
+        r.sentinel_errors,
     );
     let _ = writeln!(
         o,

@@ -77,6 +77,9 @@ pub enum RedisError {
     /// Redis no longer knows our scripts (`NOSCRIPT`, e.g. after `SCRIPT
     /// FLUSH`): reconnect, load them again, resend what was unanswered.
     NoScript,
+    /// Sentinel mode: the server reached says (`ROLE`) it is not a master
+    /// (a replica, a demoted master): not used, the Sentinels asked again.
+    NotMaster,
 }
 
 impl fmt::Display for RedisError {
@@ -89,6 +92,7 @@ impl fmt::Display for RedisError {
             RedisError::Resolve(e) => f.write_str(e),
             RedisError::Tls(e) => f.write_str(e),
             RedisError::NoScript => f.write_str("redis lost our scripts (NOSCRIPT)"),
+            RedisError::NotMaster => f.write_str("not a master (ROLE): asking the Sentinels again"),
         }
     }
 }

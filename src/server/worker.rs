@@ -374,6 +374,7 @@ impl Worker {
             (messages, bytes) = (r.history().messages(), r.history().bytes());
             worker.backfilled_messages = r.backfilled;
             worker.history_gaps = r.gaps;
+            worker.history_rollbacks = r.rollbacks;
         }
         (worker.history_messages, worker.history_bytes) = (messages as u64, bytes as u64);
         if let Some(mesh) = self.mesh.get() {

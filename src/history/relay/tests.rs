@@ -135,10 +135,11 @@ fn catch_up_reads_after_what_each_channel_got() {
     let fetches = r.catch_up(&[Rc::from("a"), Rc::from("unknown")]);
     assert_eq!(
         (fetches.len(), &*fetches[0].channel, fetches[0].from),
-        (1, "a", 4)
+        (1, "a", 3),
+        "from the one it holds (the overlap checked for a rollback)"
     );
     r.arrive("a", "E", entry(6), CLOCK, &mut out);
-    r.fetched(&fetches[0], Some(snap("E", 6, 4..=6)), CLOCK, &mut out);
+    r.fetched(&fetches[0], Some(snap("E", 6, 3..=6)), CLOCK, &mut out);
     assert_eq!(delivered(&out), [3, 4, 5, 6]);
 }
 
@@ -319,4 +320,74 @@ fn a_read_cut_short_continues_before_what_is_held() {
     );
     assert_eq!(delivered(&out), (1..=9).collect::<Vec<_>>());
     assert!(gaps(&out).is_empty());
+}
+
+/// A failover to a replica that missed the last writes: Redis's position
+/// is below ours. The catch-up read overlaps what was delivered; the gap
+/// notice says where Redis's history ends, and the offsets it hands out
+/// again are delivered.
+#[test]
+fn a_catch_up_read_finds_a_rolled_back_redis_and_says_so() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    for o in 1..=10 {
+        r.arrive("c", "E", entry(o), CLOCK, &mut out);
+    }
+    let fetches = r.catch_up(&["c".into()]);
+    assert_eq!(fetches[0].from, 3, "8 entries of overlap");
+    out.clear();
+    // Redis kept 1..=7: 8, 9 and 10 were lost.
+    assert_eq!(
+        r.fetched(&fetches[0], Some(snap("E", 7, 3..=7)), CLOCK, &mut out),
+        None
+    );
+    assert_eq!((gaps(&out), delivered(&out)), (vec![7], vec![]));
+    assert_eq!(r.rollbacks, 1);
+    out.clear();
+    let new = Entry {
+        payload: Bytes::from_static(b"new 8"),
+        ..entry(8)
+    };
+    r.arrive("c", "E", new, CLOCK, &mut out);
+    assert_eq!(delivered(&out), [8], "the reused offset is delivered");
+}
+
+/// The reused offsets were written before the read: the first entry that
+/// differs from the one delivered is where Redis's history forked.
+#[test]
+fn a_catch_up_read_finds_where_redis_forked_from_what_was_delivered() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    for o in 1..=10 {
+        r.arrive("c", "E", entry(o), CLOCK, &mut out);
+    }
+    let fetches = r.catch_up(&["c".into()]);
+    out.clear();
+    let mut s = snap("E", 12, 3..=12);
+    for e in s.entries.iter_mut().filter(|e| e.offset >= 9) {
+        e.payload = Bytes::from(format!("new {}", e.offset));
+    }
+    r.fetched(&fetches[0], Some(s), CLOCK, &mut out);
+    assert_eq!(gaps(&out), [8]);
+    assert_eq!(delivered(&out), [9, 10, 11, 12]);
+    // Nothing lost: the overlap matches, only the new entries pass.
+    let fetches = r.catch_up(&["c".into()]);
+    out.clear();
+    let same: Vec<Entry> = (5..=12)
+        .map(|o| {
+            r.history()
+                .entry("c", o)
+                .cloned()
+                .unwrap_or_else(|| entry(o))
+        })
+        .chain([entry(13)])
+        .collect();
+    let s = Snapshot {
+        epoch: "E".into(),
+        top: 13,
+        entries: same,
+    };
+    r.fetched(&fetches[0], Some(s), CLOCK, &mut out);
+    assert_eq!((gaps(&out), delivered(&out)), (vec![], vec![13]));
+    assert_eq!(r.rollbacks, 1);
 }

@@ -13,8 +13,10 @@ use monoio::net::TcpStream;
 use super::link::RedisLink;
 use super::shard::Shard;
 use crate::log;
+use crate::redis::cluster::{self, Node};
 use crate::redis::resp::{self, Reply};
-use crate::redis::{commands, stream, RedisError};
+use crate::redis::{commands, sentinel, stream, RedisError};
+use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
 use crate::server::tls::client::{ClientStream, HandshakeError};
 
 /// Longest pause between reconnect attempts. Short on purpose: after a
@@ -83,12 +85,18 @@ where
                     // A failover or a node gone: the map may have changed.
                     c.refresh();
                 }
+                if let Some(s) = &link.sentinel {
+                    s.refresh();
+                }
             }
             Err(e) => {
                 count_protocol_error(link, &e);
                 note_failure(shard, role.name(), &e, &mut logged);
                 if let Some(c) = &link.cluster {
                     c.refresh();
+                }
+                if let Some(s) = &link.sentinel {
+                    s.refresh();
                 }
                 if matches!(e, RedisError::Refused(_)) {
                     monoio::time::sleep(AUTH_BACKOFF).await;
@@ -188,7 +196,70 @@ async fn open(
             return Err(RedisError::Refused(e.to_string()));
         }
     }
+    if link.sentinel.is_some() {
+        check_master(link, &mut stream, &mut buf).await?;
+    }
     Ok((stream, buf))
+}
+
+/// Sentinel mode: `ROLE` must say `master` (a Sentinel may be behind, or
+/// lie; a demoted master may still accept connections): else the
+/// connection is not used and the Sentinels are asked again.
+async fn check_master(
+    link: &RedisLink,
+    stream: &mut ClientStream,
+    buf: &mut BytesMut,
+) -> Result<(), RedisError> {
+    stream.write_all(resp::command(&[b"ROLE"])).await?;
+    let reply = monoio::time::timeout(link.command_timeout, read_reply(link, stream, buf))
+        .await
+        .map_err(|_| RedisError::Timeout)??;
+    match sentinel::role(&reply) {
+        Some(sentinel::Role::Master) => Ok(()),
+        Some(sentinel::Role::Other) => Err(RedisError::NotMaster),
+        None => Err(RedisError::Refused(format!("ROLE: {reply:?}"))),
+    }
+}
+
+/// A short-lived connection to `node` (a topology read, a Sentinel):
+/// its first address that accepts, over TLS when `tls`. Errors are
+/// strings for `/readyz`.
+pub(super) async fn dial(link: &RedisLink, node: &Node, tls: bool) -> Result<ClientStream, String> {
+    let addrs = match cluster::literal(node) {
+        Some(a) => vec![a],
+        None => {
+            Resolver::new("redis", &node.host, node.port, REDIS_DNS_TTL)
+                .addrs()
+                .await?
+        }
+    };
+    let mut stream = None;
+    for a in addrs {
+        if let Ok(s) = TcpStream::connect(a).await {
+            stream = Some(s);
+            break;
+        }
+    }
+    let tcp = stream.ok_or("connection refused")?;
+    match link.tls.clone().filter(|_| tls) {
+        Some(cfg) => ClientStream::handshake(tcp, cfg, &node.host)
+            .await
+            .map_err(|e| tls_failed(link, e).to_string()),
+        None => Ok(ClientStream::plain(tcp)),
+    }
+}
+
+/// Writes one command and reads its reply (on a [`dial`]ed connection).
+pub(super) async fn exchange(
+    link: &RedisLink,
+    stream: &mut ClientStream,
+    buf: &mut BytesMut,
+    cmd: bytes::Bytes,
+) -> Result<Reply, String> {
+    stream.write_all(cmd).await.map_err(|e| e.to_string())?;
+    read_reply(link, stream, buf)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Reads one reply on a connection being set up (or a topology read).

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use rustls::ClientConfig;
 
 use super::reply::{CmdKind, ReplyWaiter};
+use super::sentinels::Sentinels;
 use super::shard::Shard;
 use super::slots::Cluster;
 use crate::config::Config;
@@ -95,6 +96,8 @@ pub struct RedisLink {
     pub(super) shards: RefCell<Vec<Rc<Shard>>>,
     /// The slot map and its upkeep (`--redis-cluster`).
     pub(super) cluster: Option<Cluster>,
+    /// The Sentinels and the master they name (`redis+sentinel://`).
+    pub(super) sentinel: Option<Sentinels>,
     /// Plain or sharded pub/sub.
     pub(super) mode: Pubsub,
     /// Byte bounds of a shard's pipeline (publishes, cache writes).
@@ -131,6 +134,11 @@ impl RedisLink {
             Some(_) => Vec::new(),
             None => vec![Rc::new(Shard::new(url, buffers.0, buffers.1))],
         };
+        let sentinel = cfg.redis.sentinel.clone().map(Sentinels::new);
+        if sentinel.is_some() {
+            // No connection until the Sentinels name the master.
+            shards[0].retired.set(true);
+        }
         let instance = RandomState::new().build_hasher().finish() | 1;
         // `!` is not allowed in channel names: no client can collide.
         let canary_key = format!("{}!canary:{instance:016x}", cfg.redis.prefix);
@@ -158,6 +166,7 @@ impl RedisLink {
             started: Instant::now(),
             shards: RefCell::new(shards),
             cluster,
+            sentinel,
             mode,
             buffers,
             stats: RefCell::new(RedisStats::default()),
@@ -444,6 +453,11 @@ impl RedisLink {
                 let e = c.error.borrow();
                 let e = e.as_deref().unwrap_or("reading the topology");
                 return Err(format!("redis cluster topology unknown: {e}"));
+            }
+        }
+        if let Some(s) = &self.sentinel {
+            if shards.is_empty() {
+                return Err(s.unknown_reason());
             }
         }
         for shard in &shards {

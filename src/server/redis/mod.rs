@@ -13,6 +13,10 @@
 //!   requests, what waits for a refresh.
 //! - `topology`: the task that reads the cluster's topology and makes the
 //!   shards follow it (created, re-pointed on failover, retired).
+//! - `sentinels`: Redis Sentinel state — the URL, why no master is
+//!   known, requests for a read.
+//! - `sentinel`: the tasks that ask the Sentinels for the master, follow
+//!   `+switch-master` and re-point the one shard.
 //! - `redirect`: `MOVED`/`ASK` followed, moved channels and a retired
 //!   shard's queue sent on.
 //! - `reply`: what a queued command's reply is for; [`ReplyWaiter`].
@@ -24,9 +28,10 @@
 //! - `canary`: the readiness canary.
 //! - `backfill`: reads of a channel's history stream (resume, gaps).
 //!
-//! Imports go one way: `topology` → `command`, `subscriber`, `canary` →
-//! `redirect`, `backfill` → `link` → `slots`, `shard`, `reply`; `conn` is
-//! shared by the connection tasks; nothing here imports the worker.
+//! Imports go one way: `topology`, `sentinel` → `command`, `subscriber`,
+//! `canary` → `redirect`, `backfill` → `link` → `slots`, `sentinels`,
+//! `shard`, `reply`; `conn` is shared by the connection tasks; nothing
+//! here imports the worker.
 
 mod backfill;
 mod canary;
@@ -35,6 +40,8 @@ mod conn;
 mod link;
 mod redirect;
 mod reply;
+mod sentinel;
+mod sentinels;
 mod shard;
 mod slots;
 mod subscriber;
@@ -56,5 +63,10 @@ pub fn spawn(link: &Rc<RedisLink>, local: Rc<dyn Local>) {
         return;
     }
     let shard = link.shards.borrow()[0].clone();
+    if link.sentinel.is_some() {
+        // The shard connects once the Sentinels name the master.
+        monoio::spawn(sentinel::run(link.clone()));
+        monoio::spawn(sentinel::watch(link.clone()));
+    }
     topology::spawn_shard(link, &shard, &local);
 }

@@ -13,18 +13,15 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use monoio::net::TcpStream;
 
-use super::conn::{read_reply, tls_failed};
+use super::conn::{dial, exchange};
 use super::link::{Local, RedisLink};
 use super::redirect::{forward, hand_on};
 use super::shard::Shard;
 use crate::log;
-use crate::redis::cluster::{self, Node, SlotMap, SLOTS};
+use crate::redis::cluster::{Node, SlotMap, SLOTS};
 use crate::redis::commands;
 use crate::redis::resp::{self, Reply};
-use crate::server::resolve::{Resolver, REDIS_DNS_TTL};
-use crate::server::tls::client::ClientStream;
 
 /// Topology read at least this often, changes or not.
 pub(super) const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
@@ -145,28 +142,7 @@ async fn read_topology(link: &RedisLink) -> Result<SlotMap, String> {
 /// One node's topology (`CLUSTER SHARDS`, else `CLUSTER SLOTS`), parsed.
 async fn ask(link: &RedisLink, node: &Node) -> Result<SlotMap, String> {
     let url = link.cluster.as_ref().expect("cluster").seeds.url_of(node);
-    let addrs = match cluster::literal(node) {
-        Some(a) => vec![a],
-        None => {
-            Resolver::new("redis", &node.host, node.port, REDIS_DNS_TTL)
-                .addrs()
-                .await?
-        }
-    };
-    let mut stream = None;
-    for a in addrs {
-        if let Ok(s) = TcpStream::connect(a).await {
-            stream = Some(s);
-            break;
-        }
-    }
-    let tcp = stream.ok_or("connection refused")?;
-    let mut stream = match link.tls.clone().filter(|_| url.tls) {
-        Some(cfg) => ClientStream::handshake(tcp, cfg, &node.host)
-            .await
-            .map_err(|e| tls_failed(link, e).to_string())?,
-        None => ClientStream::plain(tcp),
-    };
+    let mut stream = dial(link, node, url.tls).await?;
     let mut buf = BytesMut::new();
     for cmd in commands::handshake(&url, false) {
         if let Reply::Error(e) = exchange(link, &mut stream, &mut buf, cmd).await? {
@@ -188,19 +164,6 @@ async fn ask(link: &RedisLink, node: &Node) -> Result<SlotMap, String> {
         }
         r => SlotMap::from_cluster_shards_for(&r, node, url.tls).map_err(|e| e.to_string()),
     }
-}
-
-/// Writes one command and reads its reply.
-async fn exchange(
-    link: &RedisLink,
-    stream: &mut ClientStream,
-    buf: &mut BytesMut,
-    cmd: bytes::Bytes,
-) -> Result<Reply, String> {
-    stream.write_all(cmd).await.map_err(|e| e.to_string())?;
-    read_reply(link, stream, buf)
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// Makes the shards follow `map`: a master keeps its shard (by address);
@@ -246,6 +209,7 @@ fn apply(link: &Rc<RedisLink>, local: &Rc<dyn Local>, map: &SlotMap) {
                 new = node.addr()
             );
             shards[si].repoint(c.seeds.url_of(node));
+            link.stats.borrow_mut().failovers += 1;
             assign[mi] = Some(si);
             continue;
         }
