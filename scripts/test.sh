@@ -105,7 +105,7 @@ CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --
     --test hooks_namespaces --test hooks_server_subscriptions --test hooks_session --test jwks \
     --test limits --test tls_abuse --test history --test presence --test presence_refusals \
     --test pusher_protocol --test pusher_js --test cache --test origin_tls --test filters \
-    --test filters_redis --test conflation --test deltas --test deltas_redis 2>&1 |
+    --test filters_redis --test conflation --test deltas --test deltas_redis --test redis_sentinel 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

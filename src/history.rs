@@ -298,6 +298,12 @@ impl History {
         ring.entries.get((offset - first) as usize)
     }
 
+    /// The oldest offset the channel's ring holds, if it holds any.
+    pub fn first_held(&self, channel: &str) -> Option<u64> {
+        let ring = self.rings.get(channel)?;
+        (!ring.entries.is_empty()).then(|| ring.first())
+    }
+
     /// The channel's position if it has a history.
     pub fn peek(&self, channel: &str) -> Option<Position> {
         self.rings.get(channel).map(Ring::position)

@@ -88,10 +88,6 @@ pub struct Relay {
     pub rollbacks: u64,
 }
 
-/// Entries before its position a catch-up read asks for again, to check
-/// that Redis still holds what was delivered.
-const OVERLAP: u64 = 8;
-
 impl Relay {
     /// An empty relay; `seed` as for [`History::new`].
     pub fn new(limits: HistoryLimits, seed: u64) -> Relay {
@@ -211,7 +207,8 @@ impl Relay {
         }
         let (_, held) = self.held.remove(channel).expect("checked above");
         if let Some(s) = snap {
-            if let Some(from) = self.diverged(channel, &s) {
+            let complete = s.entries.last().is_none_or(|e| e.offset >= s.top);
+            if let Some(from) = self.diverged(channel, &s, complete) {
                 // Redis lost what it had acknowledged from `from` on (a
                 // failover to a replica that had not received it): its
                 // next messages reuse those offsets. Subscribers are told
@@ -236,9 +233,9 @@ impl Relay {
     }
 
     /// After the subscriber connection came back: one read per channel
-    /// with local subscribers and a ring, from the offset after it — and
-    /// [`OVERLAP`] entries before, which Redis must still hold as they
-    /// were delivered (see [`Relay::diverged`]).
+    /// with local subscribers and a ring, from the first offset the ring
+    /// holds: what was delivered must still be in Redis as it was (see
+    /// [`Relay::diverged`]); what follows is what was missed.
     pub fn catch_up(&mut self, channels: &[Rc<str>]) -> Vec<Fetch> {
         let mut fetches = Vec::new();
         for c in channels {
@@ -248,13 +245,7 @@ impl Relay {
             if self.held.contains_key(&**c) {
                 continue;
             }
-            let mut from = pos.offset + 1;
-            while pos.offset + 1 - from < OVERLAP && from > 1 {
-                if self.history.entry(c, from - 1).is_none() {
-                    break;
-                }
-                from -= 1;
-            }
+            let from = self.history.first_held(c).unwrap_or(pos.offset + 1);
             fetches.push(self.start_read(c.clone(), from, VecDeque::new()));
         }
         fetches
@@ -262,11 +253,13 @@ impl Relay {
 
     /// The first offset at which Redis no longer has what this instance
     /// delivered (same epoch): an entry that differs from the one kept,
-    /// or a position below ours. That is a failover that lost writes:
-    /// asynchronous replication let the old master acknowledge (and
-    /// publish) messages its replica never received, and the promoted
-    /// replica hands their offsets to new messages.
-    fn diverged(&self, channel: &str, s: &Snapshot) -> Option<u64> {
+    /// or (`complete`: the read reached Redis's top) a position below
+    /// ours. That is a failover that lost writes: asynchronous
+    /// replication let the old master acknowledge (and publish) messages
+    /// its replica never received, and the promoted replica hands their
+    /// offsets to new messages. A fork before the oldest entry the ring
+    /// holds shows as that entry differing: the notice then starts there.
+    fn diverged(&self, channel: &str, s: &Snapshot, complete: bool) -> Option<u64> {
         let pos = self.history.peek(channel)?;
         if *pos.epoch != *s.epoch {
             return None;
@@ -278,7 +271,7 @@ impl Relay {
                 None => {}
             }
         }
-        (s.top < pos.offset).then_some(s.top + 1)
+        (complete && s.top < pos.offset).then_some(s.top + 1)
     }
 
     /// Delivers `e` if it is the next message; a skipped range here is

@@ -20,8 +20,10 @@ use tokio::net::TcpStream;
 
 use crate::common::{get, get_request, try_http_raw, TestServer, DEADLINE};
 
+pub mod sentinel;
+
 /// Interval between two polls of a condition.
-const POLL: Duration = Duration::from_millis(10);
+pub(crate) const POLL: Duration = Duration::from_millis(10);
 
 // ---------------------------------------------------------- the server --
 

@@ -136,7 +136,7 @@ fn catch_up_reads_after_what_each_channel_got() {
     assert_eq!(
         (fetches.len(), &*fetches[0].channel, fetches[0].from),
         (1, "a", 3),
-        "from the one it holds (the overlap checked for a rollback)"
+        "from the oldest it holds (checked against Redis for a rollback)"
     );
     r.arrive("a", "E", entry(6), CLOCK, &mut out);
     r.fetched(&fetches[0], Some(snap("E", 6, 3..=6)), CLOCK, &mut out);
@@ -323,7 +323,7 @@ fn a_read_cut_short_continues_before_what_is_held() {
 }
 
 /// A failover to a replica that missed the last writes: Redis's position
-/// is below ours. The catch-up read overlaps what was delivered; the gap
+/// is below ours. The catch-up read covers what was delivered; the gap
 /// notice says where Redis's history ends, and the offsets it hands out
 /// again are delivered.
 #[test]
@@ -334,11 +334,11 @@ fn a_catch_up_read_finds_a_rolled_back_redis_and_says_so() {
         r.arrive("c", "E", entry(o), CLOCK, &mut out);
     }
     let fetches = r.catch_up(&["c".into()]);
-    assert_eq!(fetches[0].from, 3, "8 entries of overlap");
+    assert_eq!(fetches[0].from, 1, "from the oldest entry held");
     out.clear();
     // Redis kept 1..=7: 8, 9 and 10 were lost.
     assert_eq!(
-        r.fetched(&fetches[0], Some(snap("E", 7, 3..=7)), CLOCK, &mut out),
+        r.fetched(&fetches[0], Some(snap("E", 7, 1..=7)), CLOCK, &mut out),
         None
     );
     assert_eq!((gaps(&out), delivered(&out)), (vec![7], vec![]));
@@ -363,17 +363,18 @@ fn a_catch_up_read_finds_where_redis_forked_from_what_was_delivered() {
     }
     let fetches = r.catch_up(&["c".into()]);
     out.clear();
-    let mut s = snap("E", 12, 3..=12);
+    let mut s = snap("E", 12, 1..=12);
     for e in s.entries.iter_mut().filter(|e| e.offset >= 9) {
         e.payload = Bytes::from(format!("new {}", e.offset));
     }
     r.fetched(&fetches[0], Some(s), CLOCK, &mut out);
     assert_eq!(gaps(&out), [8]);
     assert_eq!(delivered(&out), [9, 10, 11, 12]);
-    // Nothing lost: the overlap matches, only the new entries pass.
+    // Nothing lost: what the ring holds matches, only new entries pass.
     let fetches = r.catch_up(&["c".into()]);
     out.clear();
-    let same: Vec<Entry> = (5..=12)
+    assert_eq!(fetches[0].from, 9, "the ring starts at the gap");
+    let same: Vec<Entry> = (9..=12)
         .map(|o| {
             r.history()
                 .entry("c", o)
@@ -390,4 +391,28 @@ fn a_catch_up_read_finds_where_redis_forked_from_what_was_delivered() {
     r.fetched(&fetches[0], Some(s), CLOCK, &mut out);
     assert_eq!((gaps(&out), delivered(&out)), (vec![], vec![13]));
     assert_eq!(r.rollbacks, 1);
+}
+
+/// A read cut short by its byte bound: its first part matches what was
+/// delivered and stops below our position; that is not a rollback, the
+/// next part finds the fork.
+#[test]
+fn a_cut_read_is_not_taken_for_a_rollback() {
+    let mut r = Relay::new(limits(), 1);
+    let mut out = Vec::new();
+    for o in 1..=10 {
+        r.arrive("c", "E", entry(o), CLOCK, &mut out);
+    }
+    let f = r.catch_up(&["c".into()]).remove(0);
+    out.clear();
+    let next = r.fetched(&f, Some(snap("E", 12, 1..=5)), CLOCK, &mut out);
+    let next = next.expect("reads on");
+    assert_eq!((next.from, gaps(&out)), (6, vec![]));
+    let mut s = snap("E", 12, 6..=12);
+    s.entries[3].payload = Bytes::from_static(b"forked"); // offset 9
+    r.fetched(&next, Some(s), CLOCK, &mut out);
+    assert_eq!(
+        (gaps(&out), delivered(&out)),
+        (vec![8], vec![9, 10, 11, 12])
+    );
 }
