@@ -539,7 +539,7 @@ pub fn delivery_parts(
     channel: &str,
     opcode: OpCode,
     payload: &[u8],
-    (offset, tags): (u64, Option<&str>),
+    (offset, fields): (u64, Option<&str>),
 ) -> (String, String) {
     // Channel names are restricted to characters that need no JSON
     // escaping (`crate::channel`; internal names such as `!status` too).
@@ -548,11 +548,10 @@ pub fn delivery_parts(
     } else {
         format!("{{\"type\":\"message\",\"channel\":\"{channel}\",\"offset\":{offset},")
     };
-    // Tags are JSON already (`Tags::json`: an object of strings).
-    if let Some(t) = tags {
-        head.push_str("\"tags\":");
-        head.push_str(t);
-        head.push(',');
+    // The meta's fields are JSON already, each with its comma
+    // (`Meta::head`: the idempotency key, the tags).
+    if let Some(f) = fields {
+        head.push_str(f);
     }
     let body = if opcode == OpCode::Text {
         let text = String::from_utf8_lossy(payload);

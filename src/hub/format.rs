@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::filter::Tags;
 use crate::meta::Meta;
 use crate::ws::OpCode;
 
@@ -57,9 +56,9 @@ pub struct Delivery<'a> {
     /// known where it was published; Server-Sent Events name it in
     /// their event ids).
     pub epoch: &'a str,
-    /// The publication's tags, if it has any (the JSON protocol shows
-    /// them; filters select on them).
-    pub tags: Option<&'a Tags>,
+    /// The publication's meta, if it has any (the JSON protocol shows
+    /// its tags and idempotency key: [`Meta::head`]).
+    pub meta: Option<&'a Meta>,
     /// The Fossil delta (`crate::delta`, UTF-8) that turns the channel's
     /// previous publication into this one, for a subscriber that has the
     /// previous one: the JSON protocol sends it as `data` with

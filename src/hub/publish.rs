@@ -37,7 +37,7 @@ impl Hub {
             payload,
             offset,
             epoch,
-            tags: meta.and_then(|m| m.tags()),
+            meta: meta.map(|m| &**m),
             patch: None,
         };
         let Hub {

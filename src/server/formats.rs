@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use crate::control;
 use crate::hub::{Delivery, Encoders, Format};
+use crate::meta::Meta;
 use crate::sse;
 use crate::stats::CompressionStats;
 use crate::ws::deflate::{Deflater, Settings, MIN_WINDOW_BITS};
@@ -180,10 +181,10 @@ fn json_parts(d: &Delivery<'_>) -> (String, String) {
     }
 }
 
-/// A delivery's offset and tags (their JSON text), as the JSON
-/// protocol's message shows them.
+/// A delivery's offset and meta fields (tags, idempotency key: their
+/// JSON text), as the JSON protocol's message shows them.
 fn at_of<'a>(d: &Delivery<'a>) -> (u64, Option<&'a str>) {
-    (d.offset, d.tags.map(|t| t.json()))
+    (d.offset, d.meta.map(Meta::head).filter(|h| !h.is_empty()))
 }
 
 /// Whether `channel` is in a namespace of `plain` (`compression = false`).
@@ -371,7 +372,7 @@ mod tests {
             payload: &[1, 2],
             offset: 9,
             epoch: "e",
-            tags: None,
+            meta: None,
             patch: None,
         };
         let chunk = sse_message(&d);

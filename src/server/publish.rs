@@ -321,19 +321,22 @@ pub async fn publish_http(
     )
 }
 
-/// The tags, key and delta wish of `POST /publish`'s query: each
-/// `tag.KEY=VALUE` parameter (percent-decoded), `key=` (the latest-value
-/// key) and `delta=1` (may go as a delta), within
+/// The tags, key, delta wish and idempotency key of `POST /publish`'s
+/// query: each `tag.KEY=VALUE` parameter (percent-decoded), `key=` (the
+/// latest-value key), `delta=1` (may go as a delta) and
+/// `idempotency_key=` (shown to subscribers, who drop a copy), within
 /// their bounds (`crate::filter`, `crate::meta`); `None` without any.
 pub fn query_meta(query: Option<&str>) -> Result<Option<Arc<Meta>>, &'static str> {
     let Some(q) = query else {
         return Ok(None);
     };
     let bad = "a tag or key parameter is not valid percent-encoded UTF-8";
-    let (mut pairs, mut key, mut delta) = (Vec::new(), None, false);
+    let (mut pairs, mut key, mut delta, mut id) = (Vec::new(), None, false, None);
     for part in q.split('&') {
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        if k == "delta" {
+        if k == "idempotency_key" {
+            id = Some(http::percent_decode(v).ok_or(bad)?);
+        } else if k == "delta" {
             delta = match v {
                 "1" | "true" => true,
                 "0" | "false" => false,
@@ -353,7 +356,7 @@ pub fn query_meta(query: Option<&str>) -> Result<Option<Arc<Meta>>, &'static str
             Some(Tags::from_pairs(pairs).map_err(|e| e.reason())?)
         }
     };
-    let meta = Meta::new(tags, key, delta).map_err(|e| e.reason())?;
+    let meta = Meta::with_id(tags, key, delta, id).map_err(|e| e.reason())?;
     Ok(meta.map(Arc::new))
 }
 

@@ -6,6 +6,7 @@ use serde_json::value::RawValue;
 
 use crate::control::{self, At, ErrorCode};
 use crate::history::Entry;
+use crate::meta::Meta;
 use crate::http::{self, HttpError};
 use crate::hub::{ConnId, Filtering, Filters, Hub, Resumed, SubscribeError};
 use crate::ws::OpCode;
@@ -86,8 +87,8 @@ pub fn send_position(
     let reply = control::subscribed(channel, at, (recovered, filtered, delta), idv);
     hub.send_to(id, reply);
     for e in replay {
-        let tags = e.tags().map(|t| t.json());
-        let frame = control::encode_delivery(channel, e.opcode, &e.payload, (e.offset, tags));
+        let head = e.meta.as_deref().map(Meta::head).filter(|h| !h.is_empty());
+        let frame = control::encode_delivery(channel, e.opcode, &e.payload, (e.offset, head));
         if !hub.send_to(id, frame) {
             return;
         }
@@ -173,6 +174,9 @@ fn entry_json(e: &Entry) -> serde_json::Value {
     };
     if let Some(t) = e.tags() {
         v["tags"] = t.to_json();
+    }
+    if let Some(i) = e.meta.as_deref().and_then(Meta::id) {
+        v["idempotency_key"] = i.into();
     }
     v
 }

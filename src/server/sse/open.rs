@@ -232,7 +232,7 @@ fn queue_position(
             payload: &e.payload,
             offset: e.offset,
             epoch: &pos.epoch,
-            tags: e.tags(),
+            meta: e.meta.as_deref(),
             patch: None,
         });
         if !hub.send_to(id, frame) {
