@@ -2,8 +2,8 @@
 # The whole test suite: what CI runs (.ci/run) and what the README tells you
 # to run on a fresh Debian machine with Rust.
 #
-# Installs what it needs when missing: redis-server, chromium and nginx from
-# Debian; a Python venv (.venv) with kosoku (Autobahn cases) and
+# Installs what it needs when missing: redis-server, postgresql, chromium
+# and nginx from Debian; a Python venv (.venv) with kosoku (Autobahn cases) and
 # check-jsonschema; playwright-core from npm; cargo-fuzz. Then: format
 # check, the import-graph and size check, the Markdown's links and the
 # book (mdBook, installed from crates.io), clippy -D warnings, every cargo
@@ -35,8 +35,9 @@ need_apt() {
     fi
 }
 
-# openssl and curl: the TLS tests' test CA and clients (tests/tls.rs).
-need_apt redis-server redis-tools nginx chromium openssl curl python3-venv
+# openssl and curl: the TLS tests' test CA and clients (tests/tls.rs);
+# postgresql: the outbox tests start clusters of their own (tests/pg_support).
+need_apt redis-server redis-tools postgresql nginx chromium openssl curl python3-venv
 # Node.js may come from elsewhere (NodeSource bundles npm): check the commands.
 command -v node >/dev/null || need_apt nodejs
 command -v npm >/dev/null || need_apt npm
@@ -105,7 +106,8 @@ CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --
     --test hooks_namespaces --test hooks_server_subscriptions --test hooks_session --test jwks \
     --test limits --test tls_abuse --test history --test presence --test presence_refusals \
     --test pusher_protocol --test pusher_js --test cache --test origin_tls --test filters \
-    --test filters_redis --test conflation --test deltas --test deltas_redis --test redis_sentinel 2>&1 |
+    --test filters_redis --test conflation --test deltas --test deltas_redis --test redis_sentinel \
+    --test outbox 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

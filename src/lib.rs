@@ -56,10 +56,15 @@
 //!   (`worker`, `publish`, `formats`, ...); the sweeper for deadlines and
 //!   keepalive, graceful shutdown. Its own Layout section draws who may
 //!   import whom; `scripts/check_imports.py` holds the folders to it.
-//! - [`config`] → `auth`, `cache`, `console`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `ring`, `tls`, [`ws`],
+//! - [`config`] → `auth`, `cache`, `console`, `consumer`, `hooks`, `http`, `hub`, `namespace`, `presence`, `pusher`, `redis`, `ring`, `tls`, [`ws`],
 //!   `secret`, [`log`](mod@log): every limit and knob: flags, environment
 //!   variables, a TOML file; `--help` and the book's options table come from one
 //!   table. It composes the layers' own option structs.
+//! - `consumer` → `channel`, `filter`: outbox consumers, sans-I/O — a
+//!   consumer's `postgres://` URL (table, batch, polling, `LISTEN`
+//!   channel), the checks a row passes or the reason it is poison, the
+//!   requests and replies a consumer thread and its worker exchange, the
+//!   SQL. Its edge is `server::consumer`.
 //! - `namespace` → `auth`, `history`, `http`: channel namespaces
 //!   (`chat:room-1` is in `chat`), sans-I/O — the compact `--namespace`
 //!   form and TOML tables as written (`spec`), the resolved table, and
@@ -115,7 +120,8 @@
 //! - `filter` (leaf): publication tags and Centrifugo-shaped tag filters,
 //!   bounded, evaluated without allocating (sans-I/O).
 //! - `meta` → `filter`: what a publication carries besides its bytes (its
-//!   tags and latest-value key), and its Redis wire form (sans-I/O).
+//!   tags, latest-value key, delta wish and idempotency key), and its
+//!   Redis wire form (sans-I/O).
 //! - `peers` → `http`: per-client-address connection and handshake-rate
 //!   limits with a bounded table (sans-I/O).
 //! - `http` → [`ws`], `channel`: HTTP/1.1 request heads (httparse),
@@ -180,6 +186,8 @@ pub mod channel;
 pub mod config;
 #[doc(hidden)]
 pub mod console;
+#[doc(hidden)]
+pub mod consumer;
 #[doc(hidden)]
 pub mod control;
 #[doc(hidden)]

@@ -183,7 +183,10 @@ mod tests {
         let id = Meta::with_id(None, None, false, Some("orders:7".into()))
             .unwrap()
             .unwrap();
-        assert_eq!((id.wire(), id.id()), (r#"{"id":"orders:7"}"#, Some("orders:7")));
+        assert_eq!(
+            (id.wire(), id.id()),
+            (r#"{"id":"orders:7"}"#, Some("orders:7"))
+        );
         assert_eq!(id.head(), r#""idempotency_key":"orders:7","#);
         assert_eq!(Meta::from_wire(id.wire().as_bytes()).unwrap(), id);
         assert!(Meta::with_id(None, None, false, Some("i".repeat(129))).is_err());

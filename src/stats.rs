@@ -494,6 +494,26 @@ impl Stats {
     }
 }
 
+/// One outbox consumer's counters (`/stats` `consumers`, `/metrics`
+/// label `consumer`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConsumerStats {
+    /// Rows published (the publish confirmed) and deleted.
+    pub published: u64,
+    /// Poison rows moved to the dead-letter table.
+    pub dead_lettered: u64,
+    /// Rows left for a later claim: their publish was not confirmed
+    /// (Redis unreachable, the server overloaded, no answer in time).
+    pub retried: u64,
+    /// Connections lost or refused, statements that failed.
+    pub errors: u64,
+    /// Batches claimed (rows or none).
+    pub claims: u64,
+    /// 1 while connected with both tables found (gauge).
+    pub connected: u64,
+}
+
 /// One channel namespace's counters (`/stats` `namespaces`, `/metrics`
 /// label `namespace`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -547,6 +567,10 @@ pub struct Snapshot {
     /// `:`); absent without namespaces.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub namespaces: std::collections::BTreeMap<String, NamespaceStats>,
+    /// Outbox consumers by name (the worker that serves them reports
+    /// them); absent without consumers.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub consumers: std::collections::BTreeMap<String, ConsumerStats>,
     /// Requests refused for naming a namespace that is not configured;
     /// absent without namespaces.
     #[serde(skip_serializing_if = "Option::is_none")]

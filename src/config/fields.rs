@@ -107,4 +107,6 @@ pub struct Config {
     pub proxy: crate::hooks::HookConfig,
     /// Channel namespaces (`--namespace`, `[namespaces.NAME]`).
     pub namespaces: crate::namespace::Namespaces,
+    /// Outbox consumers (`--consumer`, `[[consumer]]`).
+    pub consumers: Vec<crate::consumer::ConsumerConfig>,
 }

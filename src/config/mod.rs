@@ -10,6 +10,7 @@
 //! one table entry; the value syntaxes the setters share (sizes,
 //! durations, switches) are in `values.rs`.
 
+mod consumers;
 mod fields;
 mod namespaces;
 mod options;
@@ -77,6 +78,7 @@ impl Default for Config {
             sse: Default::default(),
             proxy: Default::default(),
             namespaces: Default::default(),
+            consumers: Vec::new(),
         };
         for opt in OPTIONS {
             if let Some(default) = opt.default {
@@ -136,6 +138,10 @@ pub fn apply_toml(cfg: &mut Config, text: &str, origin: &str) -> Result<(), Conf
                 .specs
                 .add_toml(t, text, origin)
                 .map_err(ConfigError)?;
+            continue;
+        }
+        if let (true, toml::Value::Array(a)) = (key == "consumer", value) {
+            consumers::from_toml(cfg, a, origin).map_err(ConfigError)?;
             continue;
         }
         if let (true, toml::Value::Array(a)) = (key == "proxy", value) {

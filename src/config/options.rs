@@ -591,6 +591,9 @@ pub const OPTIONS: &[OptionSpec] = options! {
     "namespace", CORECAST_NAMESPACE, "NS:KEY=VALUE,...", -,
         "define channel namespaces (a channel `chat:room-1` is in namespace `chat`) in one line: `chat:history-size=100,presence=true,feed:publish=server` (`NAME:` starts a namespace, `key=value` items follow it); repeat the flag for more; the keys are those of a TOML `[namespaces.NAME]` table (see Namespaces). Once any namespace is defined, channels of other namespaces are refused (default: none; `:` means nothing)"
         => |c, v| c.namespaces.specs.add_compact(v, "--namespace");
+    "consumer", CORECAST_CONSUMER, "URL", -,
+        "publish the rows of a PostgreSQL outbox table: postgres://[user[:password]@]host[:port]/db?table=corecast_outbox plus name=, dead_letter= (default TABLE_dead), batch= (rows per claim, 100), poll= (longest wait without a NOTIFY, 1s), notify= (the LISTEN channel, default the table's name; empty: polling only), tls_ca= (PEM CA for sslmode=require; default the system's roots); the other parameters go to PostgreSQL (sslmode, connect_timeout, ...); repeat the flag for more, at most 16 (see Publishing from your database) (default: none)"
+        => super::consumers::add;
 };
 
 /// `--token-public-key`: every key of every listed PEM file (read at

@@ -427,3 +427,44 @@ fn bad_worker_settings_are_refused_with_their_reason() {
         no_env,
     );
 }
+
+#[test]
+fn consumers_come_from_flags_and_toml_tables() {
+    let c = serve(
+        &[
+            "--consumer",
+            "postgres://app@db/shop?table=outbox&name=orders",
+            "--consumer",
+            "postgres://app@db/shop?table=audit",
+        ],
+        no_env,
+    );
+    let names: Vec<&str> = c.consumers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["orders", "audit"]);
+    let err = Config::from_args(
+        [
+            "--consumer",
+            "postgres://h/db",
+            "--consumer",
+            "postgres://h/db",
+        ],
+        no_env,
+    )
+    .unwrap_err();
+    assert!(err.0.contains("two consumers named"), "{err}");
+    let mut cfg = Config::default();
+    let toml =
+        "[[consumer]]\nurl = \"postgres://h/db?sslmode=require\"\ntable = \"outbox\"\nbatch = 50\n";
+    apply_toml(&mut cfg, toml, "cc.toml").unwrap();
+    let c = &cfg.consumers[0];
+    assert_eq!((c.table.as_str(), c.batch), ("outbox", 50));
+    assert_eq!(c.dsn, "postgres://h/db?sslmode=require");
+    for bad in [
+        "[[consumer]]\ntable = \"x\"\n",
+        "[[consumer]]\nurl = \"postgres://h/db\"\ncolor = \"red\"\n",
+        "[[consumer]]\nurl = \"postgres://h/db\"\nbatch = true\n",
+    ] {
+        let e = apply_toml(&mut Config::default(), bad, "cc.toml").unwrap_err();
+        assert!(e.0.contains("[[consumer]]"), "{e}");
+    }
+}

@@ -4,7 +4,7 @@
 
 use crate::hooks::stats::HookStats;
 use crate::hooks::HookKind;
-use crate::stats::{NamespaceStats, PusherAppStats, ShardStats, Snapshot};
+use crate::stats::{ConsumerStats, NamespaceStats, PusherAppStats, ShardStats, Snapshot};
 
 use super::{render, render_workers, Gauges};
 
@@ -21,6 +21,8 @@ pub fn families() -> Vec<(String, String, String)> {
         .insert("app".into(), PusherAppStats::default());
     snap.namespaces
         .insert("ns".into(), NamespaceStats::default());
+    snap.consumers
+        .insert("outbox".into(), ConsumerStats::default());
     snap.proxy = HookKind::ALL
         .iter()
         .map(|k| (*k, HookStats::default()))

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 
 use crate::stats::{CompressionStats, RedisStats, Snapshot, Stats};
 
+mod consumers;
 mod namespaces;
 mod pusher;
 mod series;
@@ -50,6 +51,7 @@ pub fn render(snap: &Snapshot, g: &Gauges) -> String {
     pusher_webhooks(&mut o, s);
     pusher_apps(&mut o, snap);
     namespaces::namespaces(&mut o, snap);
+    consumers::consumers(&mut o, snap);
     if g.redis_enabled {
         redis(&mut o, r);
     }

@@ -152,6 +152,7 @@ mod auth;
 mod cache;
 mod conn;
 mod console;
+mod consumer;
 mod endpoints;
 mod fleet;
 pub mod formats;
@@ -274,7 +275,8 @@ impl Server {
         .into_iter();
         let mut listeners = Some([Some(listener), admin]);
         let mut workers = Vec::with_capacity(n);
-        let shared = Shared::new(&cfg);
+        let mut shared = Shared::new(&cfg);
+        shared.consumers = consumer::start(&cfg, stop.clone())?;
         for (i, &cpu) in cpus.iter().enumerate() {
             let boot = Boot {
                 index: i,
@@ -445,7 +447,9 @@ async fn worker_main(
 ) -> io::Result<()> {
     let shutdown_timeout = cfg.shutdown_timeout;
     let w = Worker::with_tls(cfg, tls, hooks::api::apply);
+    let consumers = shared.consumers.clone();
     join(&w, mesh, shared);
+    serve_consumers(&w, consumers);
     let listening: Vec<std::os::fd::RawFd> =
         listeners.iter().flatten().map(|l| l.as_raw_fd()).collect();
     let [main, admin] = listeners;
@@ -509,6 +513,16 @@ async fn worker_main(
     // The listener is dropped here: no new connections from now on.
     graceful_shutdown(&w, shutdown_timeout).await;
     Ok(())
+}
+
+/// The first worker to start serves the outbox consumers (`--consumer`).
+fn serve_consumers(w: &Rc<Worker>, consumers: Option<consumer::Handle>) {
+    let Some(h) = consumers else { return };
+    let socket = h.socket.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(socket) = socket {
+        let _ = w.consumers.set(h);
+        monoio::spawn(consumer::serve::serve(w.clone(), socket));
+    }
 }
 
 /// Runs `a` until `b` completes (or `a` ends first), dropping the other.

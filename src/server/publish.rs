@@ -268,6 +268,42 @@ pub async fn publish_http(
         Ok(meta) => meta,
         Err(message) => return error(400, message),
     };
+    match publish_server(w, channel, body, meta).await {
+        Ok((status, reply)) => http::response(
+            status,
+            "application/json",
+            reply.to_string().as_bytes(),
+            keep_alive,
+            &[],
+            false,
+        ),
+        Err(e) => http::error_response(&e, keep_alive),
+    }
+}
+
+/// The server API's publish (`POST /publish`, the outbox consumers): the
+/// namespace's rules for server publishes, the backlog wait, the route,
+/// then the answer (see [`publish_http`]).
+pub async fn publish_server(
+    w: &Worker,
+    channel: &str,
+    body: &[u8],
+    meta: Option<Arc<Meta>>,
+) -> Result<(u16, serde_json::Value), HttpError> {
+    let outcome = route_server(w, channel, body, meta).await?;
+    Ok(answer(w, channel, outcome).await)
+}
+
+/// [`publish_server`]'s first half: checked and routed (in the order of
+/// the calls: what a caller routes one after the other is published in
+/// that order); [`answer`] waits for the outcome.
+pub async fn route_server(
+    w: &Worker,
+    channel: &str,
+    body: &[u8],
+    meta: Option<Arc<Meta>>,
+) -> Result<Published, HttpError> {
+    let error = |status, message| Err(HttpError { status, message });
     let table = &w.cfg.namespaces.table;
     if let Err(refusal) = table.server_may_publish(channel, body.len()) {
         count_refused(w, channel);
@@ -291,17 +327,27 @@ pub async fn publish_http(
     match outcome {
         Published::Local(n) | Published::Counting(_, n) => count_published(w, channel, n as u64),
         Published::Queued(_) => count_published(w, channel, 0),
-        Published::Rejected => {}
+        Published::Rejected => {
+            return error(503, "redis unavailable and the publish buffer is full");
+        }
     }
+    Ok(outcome)
+}
+
+/// [`publish_server`]'s second half: the status and reply of a routed
+/// publish (`200` published, `202` buffered while Redis is unreachable,
+/// `502` Redis refused it).
+pub async fn answer(w: &Worker, channel: &str, outcome: Published) -> (u16, serde_json::Value) {
     let local = w.hub.borrow().subscriber_count(channel);
-    let (status, reply) = match outcome {
+    match outcome {
         Published::Local(n) => (
             200,
             serde_json::json!({ "channel": channel, "subscribers": n }),
         ),
-        Published::Rejected => {
-            return error(503, "redis unavailable and the publish buffer is full")
-        }
+        Published::Rejected => (
+            503,
+            serde_json::json!({ "error": "redis unavailable and the publish buffer is full" }),
+        ),
         Published::Queued(waiter) => confirmation(w, waiter, channel, local).await,
         Published::Counting(id, _) => {
             let n = counted(w, id).await;
@@ -310,15 +356,7 @@ pub async fn publish_http(
                 serde_json::json!({ "channel": channel, "subscribers": n }),
             )
         }
-    };
-    http::response(
-        status,
-        "application/json",
-        reply.to_string().as_bytes(),
-        keep_alive,
-        &[],
-        false,
-    )
+    }
 }
 
 /// The tags, key, delta wish and idempotency key of `POST /publish`'s

@@ -32,6 +32,8 @@ pub struct Shared {
     /// The HTTP cache's memory store, purge epoch and fetch claims
     /// (without Redis).
     pub cache: Option<SharedCache>,
+    /// The outbox consumers' bridge and counters (`--consumer`).
+    pub consumers: Option<crate::server::consumer::Handle>,
 }
 
 impl Shared {
@@ -46,6 +48,7 @@ impl Shared {
         Shared {
             peers: SharedPeers::new(cfg.peers.clone()),
             cache,
+            consumers: None,
             console: Default::default(),
             jwks: Default::default(),
             connections: Default::default(),

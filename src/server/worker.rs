@@ -118,6 +118,8 @@ pub struct Worker {
     /// The other workers, with `--workers` above 1 (set once, before
     /// the worker's tasks start).
     pub mesh: std::cell::OnceCell<crate::server::mesh::Mesh>,
+    /// The outbox consumers, on the worker that serves them.
+    pub consumers: std::cell::OnceCell<crate::server::consumer::Handle>,
     /// Per-namespace counters (none without namespaces).
     pub namespaces: RefCell<Counters>,
     /// The operator console's sessions, instances and series
@@ -187,6 +189,7 @@ impl Worker {
             namespaces: RefCell::new(Counters::new(&cfg.namespaces.table)),
             console: RefCell::default(),
             mesh: std::cell::OnceCell::new(),
+            consumers: std::cell::OnceCell::new(),
             started: Instant::now(),
             cfg,
             scratch: RefCell::new(vec![0; SCRATCH].into_boxed_slice()),
@@ -396,6 +399,7 @@ impl Worker {
             messages_out: hub.stats.deliveries,
             pusher_apps: self.pusher_apps(),
             namespaces: self.namespace_stats(&hub),
+            consumers: self.consumers.get().map(|h| h.stats()).unwrap_or_default(),
             namespace_unknown_channel: (!self.cfg.namespaces.table.is_empty())
                 .then(|| self.namespaces.borrow().unknown),
             proxy: self.hooks.as_ref().map(|h| h.stats()).unwrap_or_default(),

@@ -6,9 +6,9 @@ use serde_json::value::RawValue;
 
 use crate::control::{self, At, ErrorCode};
 use crate::history::Entry;
-use crate::meta::Meta;
 use crate::http::{self, HttpError};
 use crate::hub::{ConnId, Filtering, Filters, Hub, Resumed, SubscribeError};
+use crate::meta::Meta;
 use crate::ws::OpCode;
 
 /// Messages `GET /history` returns when the request names no `limit`.
