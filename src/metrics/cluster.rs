@@ -60,6 +60,28 @@ const PER_SHARD: &[PerShard] = &[
     ),
 ];
 
+/// Failovers followed (Sentinel or Cluster) and the Sentinels' errors:
+/// shown in every Redis mode.
+pub(super) fn failovers(o: &mut String, r: &RedisStats) {
+    for (name, help, value) in [
+        (
+            "corecast_redis_failovers_total",
+            "Failovers followed: the link re-pointed to a master a Sentinel or the cluster promoted (per worker).",
+            r.failovers,
+        ),
+        (
+            "corecast_redis_sentinel_errors_total",
+            "Reads of the master's address that no Sentinel answered usefully.",
+            r.sentinel_errors,
+        ),
+    ] {
+        let _ = writeln!(
+            o,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+}
+
 /// Appends the cluster metrics of `r` to `o` (none without shards).
 pub(super) fn render(o: &mut String, r: &RedisStats) {
     if r.shards.is_empty() {

@@ -572,18 +572,7 @@ fn redis(o: &mut String, r: &RedisStats) {
         "rediss:// connections whose TLS handshake failed (certificate refused, not TLS, closed).",
         r.tls_failures,
     );
-    counter(
-        o,
-        "corecast_redis_failovers_total",
-        "Failovers followed: the link re-pointed to a master a Sentinel or the cluster promoted (per worker).",
-        r.failovers,
-    );
-    counter(
-        o,
-        "corecast_redis_sentinel_errors_total",
-        "Reads of the master's address that no Sentinel answered usefully.",
-        r.sentinel_errors,
-    );
+    cluster::failovers(o, r);
     let _ = writeln!(
         o,
         "# HELP corecast_redis_canary_rtt_seconds Round trip of the last readiness canary.\n\
