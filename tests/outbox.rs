@@ -298,3 +298,56 @@ async fn a_database_restart_mid_run_loses_no_row() {
     );
     eprintln!("restart: {} messages for 400 rows", all.len());
 }
+
+/// The crash the outbox exists for, made certain: instance A publishes a
+/// batch, then its `DELETE` stalls (a trigger sleeps, once) and A is
+/// SIGKILLed before it commits. The rows come back to the table, B
+/// publishes them again: the subscriber gets each twice, both copies
+/// with the same idempotency key — a duplicate, never a loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_publish_and_commit_repeats_with_the_same_key() {
+    let pg = Postgres::start();
+    ddl(&pg).await;
+    let client = pg.client().await;
+    client
+        .batch_execute(
+            "CREATE SEQUENCE stall_once;
+             CREATE FUNCTION stall() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF nextval('stall_once') = 1 THEN PERFORM pg_sleep(60); END IF;
+                 RETURN OLD;
+             END $$;
+             CREATE TRIGGER stall BEFORE DELETE ON corecast_outbox
+                 FOR EACH STATEMENT EXECUTE FUNCTION stall();",
+        )
+        .await
+        .expect("the stalling trigger");
+    let redis = RedisServer::start(&[]).await;
+    let url = pg.url("");
+    let redis_url = format!("redis://127.0.0.1:{}", redis.port);
+    let mut a = BinServer::spawn(&["--redis-url", &redis_url, "--consumer", &url]);
+    let c = instance(redis.url("", ""), |_| {});
+    wait_readyz(a.addr, 200).await;
+    wait_readyz(c.addr, 200).await;
+    let ws = subscriber(c.addr, "orders").await;
+    let mut committed = writer(&pg, 0, 1, 10).await;
+    committed.sort_unstable();
+    // A published all ten and is stuck deleting them.
+    let reader = tokio::spawn(collect(ws, 10, Duration::from_secs(60)));
+    let (first, _) = reader.await.expect("reader");
+    assert_eq!(first.len(), 10);
+    a.child.kill().expect("SIGKILL");
+    let _ = a.child.wait();
+    let ws2 = subscriber(c.addr, "orders").await;
+    let b = instance(redis.url("", ""), |cfg| {
+        cfg.consumers.push(url.parse().expect("consumer url"));
+    });
+    let (again, all) = collect(ws2, 10, Duration::from_secs(60)).await;
+    assert_eq!(again.keys().collect::<HashSet<_>>(), first.keys().collect::<HashSet<_>>());
+    let ids: Vec<i64> = all
+        .iter()
+        .map(|m| m["idempotency_key"].as_str().unwrap().rsplit(':').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, committed, "the same rows, in order, with the same keys");
+    wait_until_stat(b.addr, |s| s["consumers"]["corecast_outbox"]["published"] == 10).await;
+}

@@ -104,10 +104,14 @@ impl Postgres {
     }
 
     /// Starts the server (again) and waits until it accepts connections.
+    /// A backend notices a client gone within 100 ms even mid-statement
+    /// (`client_connection_check_interval`): a killed consumer's locks go
+    /// at once.
     pub fn up(&mut self) {
         let data = self.dir.join("data");
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50 \
+             -c client_connection_check_interval=100ms",
             self.port,
             self.dir.display()
         );

@@ -80,8 +80,15 @@ async fn run(w: Rc<Worker>, socket: StdUnixStream) -> io::Result<()> {
     result
 }
 
-/// Routes one request now; its answer is queued when it is known.
+/// Routes one request now; its answer is queued when it is known. Not
+/// while the server cannot deliver (Redis unreachable or not yet
+/// restored): a row is safer in its table than in the publish buffer,
+/// which a crash empties and whose 202 would have the row claimed, and
+/// published, again and again.
 async fn publish_one(w: &Rc<Worker>, req: Request, out: &Rc<RefCell<Out>>) {
+    if let Err(why) = w.readiness() {
+        return reply(out, req.seq, 503, Some(why));
+    }
     let tags = match req
         .tags
         .as_deref()
