@@ -14,7 +14,7 @@ export { Client } from "./client.js";
 export { httpBase, withToken } from "./http.js";
 export type { ClientEvents, ConnectedEvent, DisconnectedEvent, ReconnectingEvent } from "./client.js";
 export type { ClientOptions, Transport, WebSocketConstructor, WebSocketLike } from "./options.js";
-export { Subscription } from "./subscription.js";
+export { RECENT_KEYS, Subscription } from "./subscription.js";
 export type {
   GapEvent,
   HistoryPage,

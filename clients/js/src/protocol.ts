@@ -39,6 +39,8 @@ export interface ServerFrame {
   members?: PresenceMember[];
   count?: number;
   tags?: Record<string, string>;
+  /** `message`: a copy published again (an outbox row after a crash) carries the same key. */
+  idempotency_key?: string;
 }
 
 /**

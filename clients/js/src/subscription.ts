@@ -15,6 +15,11 @@ export interface Message {
   /** Its tags, when it has any. */
   tags?: Record<string, string>;
   /**
+   * Its idempotency key, when the publisher gave one (an outbox row's
+   * `NAME:ID`): a second message with a key seen lately is dropped.
+   */
+  idempotencyKey?: string;
+  /**
    * Offsets jumped over since the previous message (with history): on a
    * filtered subscription the messages the filter left out, on a
    * latest-value channel (`latest: true`) those a newer value replaced.
@@ -108,11 +113,19 @@ export interface SubscriptionHost {
  * message is delivered once and in order while the server's history covers
  * the time away; otherwise it emits `gap`.
  */
+/** Idempotency keys a subscription remembers to drop copies. */
+export const RECENT_KEYS = 1024;
+
 export class Subscription extends Emitter<SubscriptionEvents> {
   /** `pending` until the server acknowledged, again after a disconnect. */
   state: "pending" | "subscribed" | "unsubscribed" = "pending";
-  /** Messages dropped because their offset was already delivered. */
+  /**
+   * Messages dropped because their offset was already delivered, or
+   * their idempotency key was among the last [`RECENT_KEYS`] seen.
+   */
   duplicatesDropped = 0;
+  /** The last idempotency keys delivered, oldest first (bounded). */
+  private readonly recentKeys = new Set<string>();
   private pos: Position | undefined;
   private resuming = false;
   readonly presenceEvents: boolean;
@@ -247,8 +260,10 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     const data = this.delta ? this.undelta(f) : frameData(f);
     if (data === undefined) return;
     const tags = f.tags;
+    const key = f.idempotency_key;
     if (typeof f.offset !== "number" || !this.pos) {
-      this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos?.epoch, tags });
+      if (this.seenKey(key)) return;
+      this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos?.epoch, tags, idempotencyKey: key });
       return;
     }
     if (f.offset <= this.pos.offset) {
@@ -261,8 +276,26 @@ export class Subscription extends Emitter<SubscriptionEvents> {
       // (`--slow-consumer drop-oldest`).
       this.emit("gap", { channel: this.channel, epoch: this.pos.epoch, offset: f.offset - 1, reason: "jump" });
     }
+    // A copy published again has an offset of its own: the position
+    // moves past it (a resume must not ask for it), nothing is emitted.
     this.pos = { epoch: this.pos.epoch, offset: f.offset };
-    this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos.epoch, tags, skipped });
+    if (this.seenKey(key)) return;
+    this.emit("message", { channel: this.channel, data, offset: f.offset, epoch: this.pos.epoch, tags, skipped, idempotencyKey: key });
+  }
+
+  /** Whether `key` was delivered lately (counted as a duplicate); else remembers it. */
+  private seenKey(key: string | undefined): boolean {
+    if (key === undefined) return false;
+    if (this.recentKeys.has(key)) {
+      this.duplicatesDropped++;
+      return true;
+    }
+    this.recentKeys.add(key);
+    if (this.recentKeys.size > RECENT_KEYS) {
+      const oldest = this.recentKeys.values().next().value;
+      if (oldest !== undefined) this.recentKeys.delete(oldest);
+    }
+    return false;
   }
 
   /**

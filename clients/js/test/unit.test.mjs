@@ -132,3 +132,26 @@ test("deltas: a subscription applies them, restarts from full after every subscr
   sub.handle({ type: "message", offset: 4, data: d3 });
   assert.equal(got.at(-1), d3);
 });
+
+test("idempotency keys: a copy published again is dropped, its offset passed, the memory bounded", async () => {
+  const { Subscription, RECENT_KEYS } = await import("../dist/index.js");
+  const host = { presence: async () => ({}), history: async () => ({}), unsubscribe: async () => {} };
+  const sub = new Subscription("orders", host, {});
+  const got = [];
+  sub.on("message", (m) => got.push([m.offset, m.idempotencyKey]));
+  sub.handle({ type: "subscribed", epoch: "e", offset: 0 });
+  sub.handle({ type: "message", offset: 1, data: "a", idempotency_key: "outbox:1" });
+  sub.handle({ type: "message", offset: 2, data: "b", idempotency_key: "outbox:2" });
+  // The consumer crashed before its commit; the rows came again.
+  sub.handle({ type: "message", offset: 3, data: "a", idempotency_key: "outbox:1" });
+  sub.handle({ type: "message", offset: 4, data: "b", idempotency_key: "outbox:2" });
+  sub.handle({ type: "message", offset: 5, data: "c", idempotency_key: "outbox:3" });
+  sub.handle({ type: "message", offset: 6, data: "no key" });
+  assert.deepEqual(got, [[1, "outbox:1"], [2, "outbox:2"], [5, "outbox:3"], [6, undefined]]);
+  assert.deepEqual(sub.position(), { epoch: "e", offset: 6 });
+  assert.equal(sub.duplicatesDropped, 2);
+  // Bounded: the oldest keys are forgotten first.
+  for (let i = 0; i < RECENT_KEYS; i++) sub.handle({ type: "message", offset: 7 + i, data: "x", idempotency_key: `k:${i}` });
+  sub.handle({ type: "message", offset: 7 + RECENT_KEYS, data: "a again", idempotency_key: "outbox:1" });
+  assert.deepEqual(got.at(-1), [7 + RECENT_KEYS, "outbox:1"]);
+});
