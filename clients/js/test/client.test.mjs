@@ -557,3 +557,21 @@ test("slow consumer: cut with 1008 \"slow consumer\", the client reconnects and 
   assert.equal(sub.duplicatesDropped, 0);
   t.diagnostic(`${n} messages of 64 KiB; cut after ${n - 5}; ${(await stats(server)).recovered_messages} recovered by the resume`);
 });
+
+test("idempotency keys: a row published twice (an outbox consumer's crash) is delivered once", async (t) => {
+  const server = await startCorecast(["--history-size", "100"]);
+  t.after(() => server.stop());
+  const c = client(server, { pingInterval: 0 });
+  t.after(() => c.disconnect());
+  const sub = c.subscribe("orders");
+  const got = collect(sub);
+  c.connect();
+  await nextEvent(sub, "subscribed");
+  for (const [key, body] of [["shop:1", "a"], ["shop:2", "b"], ["shop:1", "a"], ["shop:3", "c"]]) {
+    await publish(server, `orders?idempotency_key=${encodeURIComponent(key)}`, body);
+  }
+  await until(() => got.length === 3, "three messages");
+  assert.deepEqual(got.map((m) => [m.data, m.idempotencyKey, m.offset]), [["a", "shop:1", 1], ["b", "shop:2", 2], ["c", "shop:3", 4]]);
+  assert.equal(sub.duplicatesDropped, 1);
+  assert.deepEqual(sub.position().offset, 4);
+});
