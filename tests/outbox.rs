@@ -336,6 +336,17 @@ async fn a_crash_between_publish_and_commit_repeats_with_the_same_key() {
     let reader = tokio::spawn(collect(ws, 10, Duration::from_secs(60)));
     let (first, _) = reader.await.expect("reader");
     assert_eq!(first.len(), 10);
+    // A had them confirmed and is stuck in its DELETE (the trigger).
+    wait_until("A's DELETE sleeping in the trigger", || async {
+        let c = pg.client().await;
+        let q = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'";
+        c.query_one(q, &[])
+            .await
+            .expect("pg_stat_activity")
+            .get::<_, i64>(0)
+            == 1
+    })
+    .await;
     a.child.kill().expect("SIGKILL");
     let _ = a.child.wait();
     let ws2 = subscriber(c.addr, "orders").await;
@@ -343,11 +354,29 @@ async fn a_crash_between_publish_and_commit_repeats_with_the_same_key() {
         cfg.consumers.push(url.parse().expect("consumer url"));
     });
     let (again, all) = collect(ws2, 10, Duration::from_secs(60)).await;
-    assert_eq!(again.keys().collect::<HashSet<_>>(), first.keys().collect::<HashSet<_>>());
+    assert_eq!(
+        again.keys().collect::<HashSet<_>>(),
+        first.keys().collect::<HashSet<_>>()
+    );
     let ids: Vec<i64> = all
         .iter()
-        .map(|m| m["idempotency_key"].as_str().unwrap().rsplit(':').next().unwrap().parse().unwrap())
+        .map(|m| {
+            m["idempotency_key"]
+                .as_str()
+                .unwrap()
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
         .collect();
-    assert_eq!(ids, committed, "the same rows, in order, with the same keys");
-    wait_until_stat(b.addr, |s| s["consumers"]["corecast_outbox"]["published"] == 10).await;
+    assert_eq!(
+        ids, committed,
+        "the same rows, in order, with the same keys"
+    );
+    wait_until_stat(b.addr, |s| {
+        s["consumers"]["corecast_outbox"]["published"] == 10
+    })
+    .await;
 }

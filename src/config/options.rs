@@ -392,7 +392,7 @@ pub const OPTIONS: &[OptionSpec] = options! {
         "after (re)subscribing, wait this long before sending buffered publishes, so other instances can re-subscribe first (the default covers their reconnects being one backoff step, up to 1 s, apart)"
         => |c, v| set_duration(&mut c.redis.resume_delay, v);
     "redis-max-reply-size", CORECAST_REDIS_MAX_REPLY_SIZE, "BYTES", "64MiB",
-        "largest reply accepted from Redis; a larger one (or nesting deeper than 4 arrays) drops the connection"
+        "largest reply accepted from Redis; a larger one (or nesting deeper than 5 arrays) drops the connection"
         => |c, v| set_size(&mut c.redis.max_reply_size, v);
     "origin", CORECAST_ORIGIN, "URL", -,
         "http[s]://host[:port][/base-path]: cache GET/HEAD under --cache-prefix in front of this origin; https:// verifies its certificate for the host against the system's CA certificates (default: no cache, 404)"

@@ -12,15 +12,19 @@
 //! claimed them.
 //!
 //! # Layout
-//! - this file: [`ConsumerConfig`] and its URL.
+//! - this file: [`ConsumerConfig`] and its URL (`postgres://` or
+//!   `redis[s]://…?stream=`).
 //! - [`row`]: a row checked for publishing, or why it is poison.
 //! - [`bridge`]: the requests and replies between a consumer thread and
 //!   the worker, length-prefixed JSON.
 //! - [`sql`]: the statements a PostgreSQL consumer runs.
+//! - [`stream`]: a Redis stream consumer's commands and how their
+//!   replies are read.
 
 pub mod bridge;
 pub mod row;
 pub mod sql;
+pub mod stream;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,21 +34,47 @@ pub const MAX_BATCH: usize = 10_000;
 /// Most consumers a server runs.
 pub const MAX_CONSUMERS: usize = 16;
 
+/// Where a consumer reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A PostgreSQL outbox table (`postgres://`).
+    Postgres,
+    /// A Redis stream read with a consumer group (`redis://…?stream=`).
+    RedisStream(StreamSource),
+}
+
+/// A Redis stream consumer's own settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSource {
+    /// The Redis server (credentials, database, TLS).
+    pub url: crate::redis::RedisUrl,
+    /// The stream's key.
+    pub stream: String,
+    /// The consumer group (created at the stream's start if missing).
+    pub group: String,
+    /// Entries pending this long with a consumer (one that died before
+    /// its `XACK`) are claimed by another (`XAUTOCLAIM`).
+    pub claim_after: Duration,
+}
+
 /// One outbox consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerConfig {
     /// Its name: stats, logs, and the idempotency keys (`NAME:ID`).
     pub name: String,
+    /// PostgreSQL or a Redis stream.
+    pub kind: Kind,
     /// The PostgreSQL connection string without corecast's parameters
     /// (what the client library parses), and its redacted form for logs.
     pub dsn: String,
-    /// The outbox table (`[schema.]name`).
+    /// The outbox table (`[schema.]name`; PostgreSQL).
     pub table: String,
-    /// Where poison rows go (`[schema.]name`).
+    /// Where poison rows go (`[schema.]name`, or a stream's key).
     pub dead_letter: String,
     /// Rows per claim.
     pub batch: usize,
-    /// Longest time between two claims when no notification came.
+    /// Longest time between two claims when no notification came (a
+    /// stream: how long one `XREADGROUP` blocks).
     pub poll: Duration,
     /// The `LISTEN` channel that wakes a claim (None: polling only).
     pub notify: Option<String>,
@@ -61,12 +91,16 @@ impl std::str::FromStr for ConsumerConfig {
     /// `dead_letter`, `batch`, `poll`, `notify`, `tls_ca`) mixed in; the
     /// others (`sslmode`, `connect_timeout`, …) go to the client library.
     fn from_str(s: &str) -> Result<Self, String> {
+        if s.starts_with("redis://") || s.starts_with("rediss://") {
+            return stream_consumer(s);
+        }
         if !(s.starts_with("postgres://") || s.starts_with("postgresql://")) {
-            return Err("a consumer is a postgres://… URL".into());
+            return Err("a consumer is a postgres://… or redis://…?stream=… URL".into());
         }
         let (base, query) = s.split_once('?').unwrap_or((s, ""));
         let mut c = ConsumerConfig {
             name: String::new(),
+            kind: Kind::Postgres,
             dsn: String::new(),
             table: "corecast_outbox".into(),
             dead_letter: String::new(),
@@ -95,6 +129,65 @@ impl std::str::FromStr for ConsumerConfig {
         }
         Ok(c)
     }
+}
+
+/// `redis[s]://[user:password@]host:port[/db]?stream=KEY&group=…`: a
+/// Redis stream consumer (`name`, `batch`, `poll`, `claim_after`,
+/// `dead_letter` as for PostgreSQL; `group` defaults to `corecast`).
+fn stream_consumer(s: &str) -> Result<ConsumerConfig, String> {
+    let (base, query) = s.split_once('?').unwrap_or((s, ""));
+    let url: crate::redis::RedisUrl = base.parse().map_err(|e| format!("{e}"))?;
+    let mut src = StreamSource {
+        url,
+        stream: String::new(),
+        group: "corecast".into(),
+        claim_after: Duration::from_secs(30),
+    };
+    let mut c = ConsumerConfig {
+        name: String::new(),
+        kind: Kind::Postgres,
+        dsn: String::new(),
+        table: String::new(),
+        dead_letter: String::new(),
+        batch: 100,
+        poll: Duration::from_secs(1),
+        notify: None,
+        tls_ca: None,
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "stream" => src.stream = stream_key(v)?,
+            "group" => src.group = stream_key(v)?,
+            "dead_letter" => c.dead_letter = stream_key(v)?,
+            "claim_after" => {
+                src.claim_after = duration(v)
+                    .filter(|d| *d >= Duration::from_millis(100))
+                    .ok_or("claim_after: a duration of at least 100ms")?;
+            }
+            "name" | "batch" | "poll" | "tls_ca" => c.set(k, v, &mut Vec::new())?,
+            _ => return Err(format!("unknown parameter {k:?} of a stream consumer")),
+        }
+    }
+    if src.stream.is_empty() {
+        return Err("a redis:// consumer needs stream=KEY".into());
+    }
+    if c.name.is_empty() {
+        c.name = src.stream.clone();
+    }
+    if c.dead_letter.is_empty() {
+        c.dead_letter = format!("{}_dead", src.stream);
+    }
+    c.kind = Kind::RedisStream(src);
+    Ok(c)
+}
+
+/// A stream key or group name: 1-128 printable ASCII bytes, no spaces.
+fn stream_key(v: &str) -> Result<String, String> {
+    if v.is_empty() || v.len() > 128 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("{v:?}: 1-128 printable characters"));
+    }
+    Ok(v.to_string())
 }
 
 impl ConsumerConfig {
@@ -182,6 +275,36 @@ fn identifier(v: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redis_url_with_a_stream_is_a_stream_consumer() {
+        let c: ConsumerConfig =
+            "redis://:pw@r:6380/2?stream=events&group=cc&claim_after=5s&batch=50"
+                .parse()
+                .unwrap();
+        let Kind::RedisStream(s) = &c.kind else {
+            panic!("a stream consumer");
+        };
+        assert_eq!((s.stream.as_str(), s.group.as_str()), ("events", "cc"));
+        assert_eq!(
+            (s.url.port, s.url.db, s.url.password.as_deref()),
+            (6380, 2, Some("pw"))
+        );
+        assert_eq!(s.claim_after, Duration::from_secs(5));
+        assert_eq!(
+            (c.name.as_str(), c.dead_letter.as_str(), c.batch),
+            ("events", "events_dead", 50)
+        );
+        for bad in [
+            "redis://r",
+            "redis://r?stream=",
+            "redis://r?stream=a%20b&x=1",
+            "redis://r?stream=s&claim_after=1ms",
+            "redis://r?stream=s&table=t",
+        ] {
+            assert!(bad.parse::<ConsumerConfig>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_consumer_url_splits_into_ours_and_the_client_librarys() {

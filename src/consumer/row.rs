@@ -19,17 +19,27 @@ pub struct Row {
 /// Why a row cannot be published (what the dead-letter table records).
 pub fn check(row: &Row, max_message: usize) -> Result<(), String> {
     let channel = row.channel.as_deref().ok_or("channel is NULL")?;
+    let data = row.data.as_deref().ok_or("data is NULL")?;
+    check_fields(channel, data, row.tags.as_deref(), max_message)
+}
+
+/// [`check`] of a publication's parts (a stream entry's fields).
+pub fn check_fields(
+    channel: &str,
+    data: &str,
+    tags: Option<&str>,
+    max_message: usize,
+) -> Result<(), String> {
     if !valid_channel_name(channel) {
         return Err(format!("invalid channel name {:?}", truncated(channel)));
     }
-    let data = row.data.as_deref().ok_or("data is NULL")?;
     if data.len() > max_message {
         return Err(format!(
             "data of {} bytes over --max-message-size ({max_message})",
             data.len()
         ));
     }
-    if let Some(t) = &row.tags {
+    if let Some(t) = tags {
         Tags::parse(t.as_bytes()).map_err(|e| format!("tags: {}", e.reason()))?;
     }
     Ok(())

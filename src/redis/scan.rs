@@ -13,8 +13,9 @@ use super::error::RespError;
 
 /// Deepest array nesting accepted. Pub/sub events are depth 1, `SCAN`
 /// replies depth 2, `CLUSTER SLOTS` 3, `CLUSTER SHARDS` 4 (shards, a
-/// shard's fields, its nodes, a node's fields).
-pub const MAX_DEPTH: usize = 4;
+/// shard's fields, its nodes, a node's fields), `XREADGROUP` 5 (streams,
+/// a stream, its entries, an entry, its fields: the stream consumer).
+pub const MAX_DEPTH: usize = 5;
 /// Default most elements of one array (`SCAN … COUNT 1000` answers with
 /// about a thousand keys; `COUNT` is a hint, so leave room).
 pub const MAX_ELEMENTS: usize = 64 * 1024;
@@ -189,13 +190,13 @@ mod tests {
     #[test]
     fn nesting_deeper_than_the_protocol_needs_is_refused_without_recursion() {
         assert_eq!(
-            scan(b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"),
+            scan(b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"),
             Err(RespError::TooDeep { max: MAX_DEPTH })
         );
         assert_eq!(
-            scan(b"*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"),
-            Ok(Some(20)),
-            "CLUSTER SHARDS is 4 deep"
+            scan(b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"),
+            Ok(Some(24)),
+            "XREADGROUP is 5 deep"
         );
         // The reproduction of issue 12: refused before it is complete.
         let hostile = b"*1\r\n".repeat(100_000);

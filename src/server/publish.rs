@@ -291,7 +291,7 @@ pub async fn publish_server(
     meta: Option<Arc<Meta>>,
 ) -> Result<(u16, serde_json::Value), HttpError> {
     let outcome = route_server(w, channel, body, meta).await?;
-    Ok(answer(w, channel, outcome).await)
+    Ok(answer(w, channel, outcome, false).await)
 }
 
 /// [`publish_server`]'s first half: checked and routed (in the order of
@@ -336,8 +336,16 @@ pub async fn route_server(
 
 /// [`publish_server`]'s second half: the status and reply of a routed
 /// publish (`200` published, `202` buffered while Redis is unreachable,
-/// `502` Redis refused it).
-pub async fn answer(w: &Worker, channel: &str, outcome: Published) -> (u16, serde_json::Value) {
+/// `502` Redis refused it). `patient`: wait for Redis's answer (up to the
+/// command timeout) even while the link is not ready, rather than say
+/// `202` at once — an outbox consumer deletes a row only on a `200`, and a
+/// late canary must not make it publish the row again.
+pub async fn answer(
+    w: &Worker,
+    channel: &str,
+    outcome: Published,
+    patient: bool,
+) -> (u16, serde_json::Value) {
     let local = w.hub.borrow().subscriber_count(channel);
     match outcome {
         Published::Local(n) => (
@@ -348,7 +356,7 @@ pub async fn answer(w: &Worker, channel: &str, outcome: Published) -> (u16, serd
             503,
             serde_json::json!({ "error": "redis unavailable and the publish buffer is full" }),
         ),
-        Published::Queued(waiter) => confirmation(w, waiter, channel, local).await,
+        Published::Queued(waiter) => confirmation(w, waiter, (channel, local), patient).await,
         Published::Counting(id, _) => {
             let n = counted(w, id).await;
             (
@@ -434,12 +442,12 @@ pub(super) async fn wait_for_backlog(w: &Worker) -> bool {
 async fn confirmation(
     w: &Worker,
     waiter: Option<Rc<ReplyWaiter>>,
-    channel: &str,
-    local: usize,
+    (channel, local): (&str, usize),
+    patient: bool,
 ) -> (u16, serde_json::Value) {
     let link = w.redis.as_ref().expect("queued implies redis mode");
     let confirmed = match waiter {
-        Some(waiter) if link.readiness().is_ok() => {
+        Some(waiter) if patient || link.readiness().is_ok() => {
             monoio::time::timeout(link.command_timeout(), waiter.wait())
                 .await
                 .ok()

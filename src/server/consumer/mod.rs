@@ -1,7 +1,8 @@
 //! Outbox consumers at the edge (`--consumer`): one thread,
 //! `corecast-consumers`, runs every consumer on a current-thread tokio
 //! runtime of its own (the PostgreSQL client needs tokio; no worker ever
-//! runs it), and publishes through one worker over a socket pair — the
+//! runs it): PostgreSQL outbox tables and Redis streams. It publishes
+//! through one worker over a socket pair — the
 //! server API's publish, so a row goes where `POST /publish` would
 //! (namespace rules, history, Redis, the other workers).
 //!
@@ -12,18 +13,25 @@
 //! - `postgres`: one consumer's loop — connect, `LISTEN`, claim a batch
 //!   (`FOR UPDATE SKIP LOCKED`), publish, dead-letter the poison, delete
 //!   what was published, commit; reconnect with backoff.
+//! - `stream`: one Redis stream consumer's loop — `XREADGROUP` with a
+//!   consumer group, `XACK` once published, `XAUTOCLAIM` of what a dead
+//!   consumer left pending, poison to a dead-letter stream.
+//! - `ctx`: what the consumers share, and the loop that reconnects one.
 //! - `client`: the consumer thread's end of the socket pair (requests
 //!   out, replies matched by `seq`).
 //! - `serve`: the worker's end (requests published in arrival order,
 //!   replies as each publish is confirmed).
 //!
-//! Imports: `postgres` → `client`, `counters`; `serve` stands alone (it runs on the
+//! Imports: `postgres`, `stream` → `ctx` → `client`, `counters`; `serve`
+//! stands alone (it runs on the
 //! worker); nothing here imports the worker but `serve`.
 
 mod client;
 mod counters;
+mod ctx;
 mod postgres;
 pub mod serve;
+mod stream;
 
 use std::io;
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -31,7 +39,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
-use crate::consumer::ConsumerConfig;
+use crate::consumer::{ConsumerConfig, Kind as ConsumerKind};
 use crate::log;
 use crate::stats::ConsumerStats;
 
@@ -66,10 +74,14 @@ pub fn start(cfg: &Config, stop: Arc<AtomicBool>) -> io::Result<Option<Handle>> 
     let mut jobs = Vec::new();
     let mut counters = Vec::new();
     for c in &cfg.consumers {
-        let pg: tokio_postgres::Config = c
-            .dsn
-            .parse()
-            .map_err(|e| invalid(format!("--consumer {}: {e}", c.redacted())))?;
+        let pg = match c.kind {
+            ConsumerKind::Postgres => Some(
+                c.dsn
+                    .parse::<tokio_postgres::Config>()
+                    .map_err(|e| invalid(format!("--consumer {}: {e}", c.redacted())))?,
+            ),
+            ConsumerKind::RedisStream(_) => None,
+        };
         let tls = crate::tls::client::config(c.tls_ca.as_deref())
             .map_err(|e| invalid(format!("--consumer {}: {e}", c.name)))?;
         let n = Arc::new(Counters::default());
@@ -91,7 +103,7 @@ pub fn start(cfg: &Config, stop: Arc<AtomicBool>) -> io::Result<Option<Handle>> 
 
 type Job = (
     ConsumerConfig,
-    tokio_postgres::Config,
+    Option<tokio_postgres::Config>,
     Arc<rustls::ClientConfig>,
     Arc<Counters>,
 );
@@ -120,13 +132,23 @@ fn run(jobs: Vec<Job>, socket: StdUnixStream, max_message: usize, stop: Arc<Atom
         };
         let mut tasks = Vec::new();
         for (c, pg, tls, n) in jobs {
-            let ctx = postgres::Ctx {
+            let ctx = ctx::Ctx {
                 bridge: bridge.clone(),
                 counters: n,
                 stop: stop.clone(),
                 max_message,
             };
-            tasks.push(tokio::task::spawn_local(postgres::run(c, pg, tls, ctx)));
+            let task = match (&c.kind, pg) {
+                (ConsumerKind::RedisStream(src), _) => {
+                    let src = src.clone();
+                    tokio::task::spawn_local(stream::run(c, src, tls, ctx))
+                }
+                (ConsumerKind::Postgres, Some(pg)) => {
+                    tokio::task::spawn_local(postgres::run(c, pg, tls, ctx))
+                }
+                (ConsumerKind::Postgres, None) => continue,
+            };
+            tasks.push(task);
         }
         for t in tasks {
             let _ = t.await;

@@ -1,8 +1,7 @@
 //! One PostgreSQL outbox consumer: connect (TLS through rustls when the
 //! connection string asks), check both tables, `LISTEN`, then claim,
 //! publish and delete batches until the server stops; on any error
-//! reconnect with backoff (100 ms doubling to 5 s), logging each distinct
-//! error once.
+//! reconnect (`ctx::forever`).
 //!
 //! A batch is one transaction: `SELECT … FOR UPDATE SKIP LOCKED` (other
 //! instances skip these rows), every row sent to the worker in id order,
@@ -12,41 +11,27 @@
 //! leaves the rows to be claimed again: at most a duplicate, which
 //! carries the same idempotency key (`NAME:ID`), never a loss.
 
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_postgres::{AsyncMessage, Client};
 
-use super::client::Bridge;
 use super::counters::Counters;
+use super::ctx::{forever, Ctx, MIN_BACKOFF};
 use crate::consumer::bridge::Request;
 use crate::consumer::row::{self, Row};
 use crate::consumer::{sql, ConsumerConfig};
 use crate::log;
 
 /// Longest a batch waits for its publishes to be confirmed.
-const CONFIRM_WAIT: Duration = Duration::from_secs(30);
+pub(super) const CONFIRM_WAIT: Duration = Duration::from_secs(30);
 /// Pause after a batch left rows for later (Redis down, overloaded).
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
-
-/// What a consumer shares with the thread.
-pub struct Ctx {
-    pub bridge: Rc<Bridge>,
-    pub counters: Arc<Counters>,
-    pub stop: Arc<AtomicBool>,
-    pub max_message: usize,
-}
-
-impl Ctx {
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.bridge.closed()
-    }
-}
+pub(super) const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// Runs the consumer until the server stops.
 pub async fn run(
@@ -55,25 +40,10 @@ pub async fn run(
     tls: Arc<rustls::ClientConfig>,
     ctx: Ctx,
 ) {
-    let mut backoff = Duration::from_millis(100);
-    let mut logged: Option<String> = None;
-    while !ctx.stopping() {
-        let e = session(&c, &pg, &tls, &ctx, &mut backoff).await;
-        ctx.counters.connected.store(0, Ordering::Relaxed);
-        let Err(e) = e else { return };
-        Counters::add(&ctx.counters.errors, 1);
-        if logged.as_deref() != Some(e.as_str()) {
-            log!(
-                Error,
-                "outbox consumer failed, retrying",
-                consumer = c.name,
-                error = e
-            );
-            logged = Some(e);
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+    forever(&c.name, &ctx, |backoff| {
+        session(&c, &pg, &tls, &ctx, backoff)
+    })
+    .await;
 }
 
 /// One connection: `Ok` when the server stops, else why it ended.
@@ -82,7 +52,7 @@ async fn session(
     pg: &tokio_postgres::Config,
     tls: &Arc<rustls::ClientConfig>,
     ctx: &Ctx,
-    backoff: &mut Duration,
+    backoff: Rc<Cell<Duration>>,
 ) -> Result<(), String> {
     let connector = tokio_postgres_rustls::MakeRustlsConnect::new((**tls).clone());
     let (mut client, mut conn) = pg.connect(connector).await.map_err(|e| e.to_string())?;
@@ -101,7 +71,7 @@ async fn session(
             }
         }
     });
-    let out = consume(c, &mut client, &woken, ctx, backoff).await;
+    let out = consume(c, &mut client, &woken, ctx, &backoff).await;
     drop(client);
     let closed = driver.await.unwrap_or_else(|e| e.to_string());
     out.map_err(|e| if e.is_empty() { closed } else { e })
@@ -112,7 +82,7 @@ async fn consume(
     client: &mut Client,
     woken: &Notify,
     ctx: &Ctx,
-    backoff: &mut Duration,
+    backoff: &Cell<Duration>,
 ) -> Result<(), String> {
     let err = |e: tokio_postgres::Error| e.to_string();
     for q in sql::probe(&c.table, &c.dead_letter) {
@@ -128,7 +98,7 @@ async fn consume(
         consumer = c.name,
         table = c.table
     );
-    *backoff = Duration::from_millis(100);
+    backoff.set(MIN_BACKOFF);
     let stmts = (
         client.prepare(&sql::claim(&c.table)).await.map_err(err)?,
         client.prepare(&sql::delete(&c.table)).await.map_err(err)?,

@@ -107,7 +107,7 @@ async fn publish_one(w: &Rc<Worker>, req: Request, out: &Rc<RefCell<Out>>) {
         Ok(outcome) => {
             let (w, out) = (w.clone(), out.clone());
             monoio::spawn(async move {
-                let (status, v) = publish::answer(&w, &req.channel, outcome).await;
+                let (status, v) = publish::answer(&w, &req.channel, outcome, true).await;
                 let error = v["error"].as_str().map(str::to_string);
                 reply(&out, req.seq, status, error);
             });
