@@ -107,7 +107,7 @@ CORECAST_TEST_WORKERS=2 cargo test -p corecast --test access --test broadcast --
     --test limits --test tls_abuse --test history --test presence --test presence_refusals \
     --test pusher_protocol --test pusher_js --test cache --test origin_tls --test filters \
     --test filters_redis --test conflation --test deltas --test deltas_redis --test redis_sentinel \
-    --test outbox --test outbox_stream 2>&1 |
+    --test outbox --test outbox_stream --test outbox_tls 2>&1 |
     tee target/test-output-workers.txt
 status=${PIPESTATUS[0]}
 set -e

@@ -18,6 +18,8 @@ pub struct Postgres {
     dir: PathBuf,
     bin: PathBuf,
     running: bool,
+    /// `-c ssl=on` with the certificate and key copied in (`start_tls`).
+    tls: bool,
 }
 
 /// The newest installed PostgreSQL's `bin` directory.
@@ -46,6 +48,15 @@ fn as_root() -> bool {
 impl Postgres {
     /// A fresh cluster, started, with trust authentication on 127.0.0.1.
     pub fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    /// [`Postgres::start`] serving TLS too, with this certificate and key.
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Postgres {
+        Postgres::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&std::path::Path, &std::path::Path)>) -> Postgres {
         let dir = std::env::temp_dir().join(format!(
             "corecast-pg-{}-{}",
             std::process::id(),
@@ -57,10 +68,19 @@ impl Postgres {
             dir,
             bin: bin_dir(),
             running: false,
+            tls: tls.is_some(),
         };
+        if let Some((cert, key)) = tls {
+            // Where the server's user can read them; a key must be 0600.
+            std::fs::copy(cert, pg.dir.join("server.crt")).expect("copy cert");
+            std::fs::copy(key, pg.dir.join("server.key")).expect("copy key");
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(pg.dir.join("server.key"), mode).expect("chmod key");
+        }
         if as_root() {
             let ok = Command::new("chown")
-                .args(["postgres:postgres", pg.dir.to_str().unwrap()])
+                .args(["-R", "postgres:postgres", pg.dir.to_str().unwrap()])
                 .status()
                 .expect("chown");
             assert!(ok.success(), "chown the data directory to postgres");
@@ -109,12 +129,18 @@ impl Postgres {
     /// at once.
     pub fn up(&mut self) {
         let data = self.dir.join("data");
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50 \
              -c client_connection_check_interval=100ms",
             self.port,
             self.dir.display()
         );
+        if self.tls {
+            let d = self.dir.display();
+            opts.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={d}/server.crt -c ssl_key_file={d}/server.key"
+            ));
+        }
         let out = self
             .cmd("pg_ctl")
             .args(["-D", data.to_str().unwrap(), "-o", &opts, "-w", "-t", "30"])
