@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures_util::SinkExt;
-use pg_support::{documented_ddl, Postgres};
+use pg_support::{block, documented_ddl, Postgres};
 use redis_support::*;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -379,4 +379,42 @@ async fn a_crash_between_publish_and_commit_repeats_with_the_same_key() {
         s["consumers"]["corecast_outbox"]["published"] == 10
     })
     .await;
+}
+
+/// The README's and the book's worked example, as written: the same DDL
+/// and transaction in both, and what a subscriber receives is the frame
+/// the book shows (its id aside).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worked_example_works_as_written() {
+    let (readme, book) = (
+        include_str!("../README.md"),
+        include_str!("../docs/src/outbox.md"),
+    );
+    assert_eq!(block(readme, "sql"), block(book, "sql"), "the DDL differs");
+    assert_eq!(
+        block(readme, "sql,example"),
+        block(book, "sql,example"),
+        "the example differs"
+    );
+    let pg = Postgres::start();
+    ddl(&pg).await;
+    let client = pg.client().await;
+    client
+        .batch_execute("CREATE TABLE orders (id int PRIMARY KEY, status text); INSERT INTO orders VALUES (42, 'new')")
+        .await
+        .expect("the application's table");
+    let url = pg.url("");
+    let srv = TestServer::start(|c| c.consumers.push(url.parse().expect("consumer url")));
+    let mut ws = subscriber(srv.addr, "orders").await;
+    client
+        .batch_execute(&block(book, "sql,example"))
+        .await
+        .expect("the example runs");
+    let got = next_json(&mut ws).await;
+    let shown: Value = serde_json::from_str(&block(book, "json")).expect("the book's frame");
+    let key = got["idempotency_key"].as_str().expect("a key");
+    assert!(key.starts_with("corecast_outbox:"), "{got}");
+    let mut got = got.clone();
+    got["idempotency_key"] = shown["idempotency_key"].clone();
+    assert_eq!(got, shown);
 }

@@ -212,6 +212,13 @@ impl Drop for Postgres {
     }
 }
 
+/// The first block of `page` whose info string is `info` (its lines).
+pub fn block(page: &str, info: &str) -> String {
+    let start = page.find(&format!("```{info}\n")).expect("the block") + info.len() + 4;
+    let end = page[start..].find("```").expect("its end");
+    page[start..start + end].to_string()
+}
+
 /// The SQL of the book's "Publishing from your database" page (its
 /// ```sql blocks, in order; the worked example is ```sql,example):
 /// what a user runs is what is tested.
