@@ -115,17 +115,17 @@ async fn main() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut lat: Vec<f64> = Vec::new();
     while Instant::now() < deadline {
-        let r = received.lock().unwrap();
-        if committed.iter().all(|(i, _)| r[*i as usize].is_some()) {
-            lat = committed
+        let all = {
+            let r = received.lock().unwrap();
+            committed
                 .iter()
-                .map(|(i, t)| {
-                    (r[*i as usize].unwrap().saturating_duration_since(*t)).as_secs_f64() * 1e3
-                })
-                .collect();
+                .map(|(i, t)| r[*i as usize].map(|at| at.saturating_duration_since(*t)))
+                .collect::<Option<Vec<_>>>()
+        };
+        if let Some(all) = all {
+            lat = all.iter().map(|d| d.as_secs_f64() * 1e3).collect();
             break;
         }
-        drop(r);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(lat.len() as u64, singles, "every single row received");
