@@ -153,6 +153,27 @@ async fn kept_by(port: u16, channel: &str) -> HashSet<usize> {
     out
 }
 
+/// When the first message through the new master arrived, from the
+/// trigger: the first after a gap notice (the old master kept
+/// delivering until the switch), else the first after the longest pause
+/// (a killed master delivers nothing more).
+fn first_from_new_master(seen: &[Seen], at: &[Instant], triggered: Instant) -> Duration {
+    let mut k = 0;
+    let mut after_gap = false;
+    for s in seen {
+        match s {
+            Seen::Gap(_) => after_gap = true,
+            Seen::Msg(..) if after_gap => return at[k] - triggered,
+            Seen::Msg(..) => k += 1,
+        }
+    }
+    let i = (1..at.len())
+        .filter(|&i| at[i] > triggered)
+        .max_by_key(|&i| at[i] - at[i - 1])
+        .unwrap_or(0);
+    at[i].saturating_duration_since(triggered)
+}
+
 /// Waits until both instances follow the new master and are ready.
 async fn wait_followed(a: &TestServer, b: &TestServer) {
     wait_until("both instances re-pointed and ready", || async {
@@ -235,10 +256,12 @@ async fn through_a_failover(kind: Failover) {
         .map(|w| w[1] - w[0])
         .max()
         .unwrap_or_default();
+    let through_new = first_from_new_master(&seen_a, &at_a, triggered);
     eprintln!(
-        "sentinel failover ({kind:?}): both instances ready {ready:?} after the trigger; \
-         longest delivery pause on A {pause:?}; lost by Redis {}; duplicates {da}/{db}, \
-         gap notices {ga}/{gb}, not received {ma}/{mb}",
+        "sentinel failover ({kind:?}): first delivery through the new master {through_new:?} \
+         after the trigger, both instances ready {ready:?}; longest delivery pause on A \
+         {pause:?}; lost by Redis {}; duplicates {da}/{db}, gap notices {ga}/{gb}, \
+         not received {ma}/{mb}",
         MESSAGES - kept.len()
     );
     let s = stats(a.addr).await;
