@@ -6,6 +6,7 @@
 
 mod common;
 mod redis_support;
+mod tls_support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -385,4 +386,44 @@ async fn a_sentinel_naming_a_replica_is_refused_by_role() {
     let r = post(srv.addr, "/publish/lie", b"hello").await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(next_text(&mut ws).await, "hello");
+}
+
+/// `rediss+sentinel://`: the Sentinel and the data nodes over TLS, each
+/// certificate verified against `--redis-tls-ca`; a client with another
+/// CA is refused by the Sentinel already, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_the_master_over_tls_are_verified() {
+    let pki = tls_support::Pki::new("sentinel");
+    let (cert, key) = pki.leaf("redis", "IP:127.0.0.1,DNS:localhost");
+    let ca = pki.ca();
+    let set = SentinelSet::start_tls((&cert, &key, &ca)).await;
+    let url = set.tls_url();
+    let srv = TestServer::start(|cfg| {
+        cfg.redis.set_url(&url).expect("a sentinel url");
+        cfg.redis.tls_ca = Some(ca.clone());
+        cfg.redis.canary_interval = Duration::from_millis(100);
+    });
+    wait_readyz(srv.addr, 200).await;
+    let mut ws = ws_connect(srv.addr, "/ws/secure").await;
+    let mut master = RespConn::open(set.master.port, None).await;
+    master.wait_numsub("secure", 1).await;
+    let r = post(srv.addr, "/publish/secure", b"over tls").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(next_text(&mut ws).await, "over tls");
+    let s = stats(srv.addr).await;
+    assert_eq!(counter(&s, "redis_tls_failures"), 0, "{s}");
+
+    let other = tls_support::Pki::new("sentinel-other");
+    let srv = TestServer::start(|cfg| {
+        cfg.redis.set_url(&url).expect("a sentinel url");
+        cfg.redis.tls_ca = Some(other.ca());
+    });
+    let named = format!("127.0.0.1:{}:", set.sentinel.tls_port.expect("tls"));
+    let reason = wait_reason(srv.addr, &named).await;
+    assert!(reason.contains("no master known"), "{reason}");
+    assert!(
+        reason.contains("certificate") || reason.contains("UnknownIssuer"),
+        "{reason}"
+    );
+    wait_stat(srv.addr, "redis_tls_failures", |n| n >= 1).await;
 }

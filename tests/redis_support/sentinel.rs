@@ -14,17 +14,46 @@ pub const MASTER: &str = "mymaster";
 /// One Sentinel process.
 pub struct Sentinel {
     pub port: u16,
+    /// Its TLS port (`start_tls`).
+    pub tls_port: Option<u16>,
     child: Option<Child>,
+}
+
+/// `(certificate, key, CA)` files for a set that speaks TLS.
+pub type Tls<'a> = (
+    &'a std::path::Path,
+    &'a std::path::Path,
+    &'a std::path::Path,
+);
+
+/// `redis-server` arguments for TLS on `port` beside the plain port
+/// (which the tests' own client uses), replication over TLS.
+fn tls_args(port: u16, (cert, key, ca): Tls<'_>) -> Vec<String> {
+    [
+        "--tls-port".to_string(),
+        port.to_string(),
+        "--tls-cert-file".into(),
+        cert.display().to_string(),
+        "--tls-key-file".into(),
+        key.display().to_string(),
+        "--tls-ca-cert-file".into(),
+        ca.display().to_string(),
+        "--tls-auth-clients".into(),
+        "no".into(),
+        "--tls-replication".into(),
+        "yes".into(),
+    ]
+    .to_vec()
 }
 
 impl Sentinel {
     /// Starts a Sentinel watching `master_port` (its config file in
     /// `dir`, which Sentinel rewrites as it learns).
-    pub async fn start(dir: &std::path::Path, master_port: u16) -> Sentinel {
+    pub async fn start(dir: &std::path::Path, master_port: u16, tls: Option<Tls<'_>>) -> Sentinel {
         for _ in 0..3 {
             let port = free_port();
             let conf = dir.join(format!("sentinel-{port}.conf"));
-            let text = format!(
+            let mut text = format!(
                 "port {port}\nbind 127.0.0.1\ndir {}\n\
                  sentinel monitor {MASTER} 127.0.0.1 {master_port} 1\n\
                  sentinel down-after-milliseconds {MASTER} 1000\n\
@@ -32,6 +61,17 @@ impl Sentinel {
                  sentinel parallel-syncs {MASTER} 1\n",
                 dir.display()
             );
+            let tls_port = tls.map(|(cert, key, ca)| {
+                let tp = free_port();
+                text.push_str(&format!(
+                    "tls-port {tp}\ntls-cert-file {}\ntls-key-file {}\n\
+                     tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                    cert.display(),
+                    key.display(),
+                    ca.display()
+                ));
+                tp
+            });
             std::fs::write(&conf, text).expect("sentinel config");
             let child = Command::new("redis-server")
                 .arg(&conf)
@@ -43,6 +83,7 @@ impl Sentinel {
                 .expect("redis-server (apt-get install redis-server) must be installed");
             let mut s = Sentinel {
                 port,
+                tls_port,
                 child: Some(child),
             };
             if s.wait_up().await {
@@ -121,6 +162,17 @@ impl SentinelSet {
     /// Starts all three and waits until the Sentinel knows the replica
     /// (a failover needs one).
     pub async fn start() -> SentinelSet {
+        SentinelSet::start_with(None).await
+    }
+
+    /// [`SentinelSet::start`] with TLS everywhere beside the plain ports:
+    /// replication over TLS, the Sentinel monitoring the master's TLS
+    /// port (so that is the address it names).
+    pub async fn start_tls(tls: Tls<'_>) -> SentinelSet {
+        SentinelSet::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<Tls<'_>>) -> SentinelSet {
         let dir = std::env::temp_dir().join(format!(
             "corecast-sentinel-{}-{}",
             std::process::id(),
@@ -128,14 +180,29 @@ impl SentinelSet {
         ));
         std::fs::create_dir_all(&dir).expect("sentinel dir");
         let d = dir.display().to_string();
-        let common = ["--repl-diskless-sync-delay", "0", "--dir", &d];
-        let master = RedisServer::start(&common).await;
-        let mp = master.port.to_string();
-        let mut args = common.to_vec();
-        args.extend(["--replicaof", "127.0.0.1", &mp]);
-        let replica = RedisServer::start(&args).await;
+        let (mtp, rtp) = (free_port(), free_port());
+        let mut margs: Vec<String> = ["--repl-diskless-sync-delay", "0", "--dir", &d]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut rargs = margs.clone();
+        if let Some(t) = tls {
+            margs.extend(tls_args(mtp, t));
+            rargs.extend(tls_args(rtp, t));
+        }
+        let margs: Vec<&str> = margs.iter().map(String::as_str).collect();
+        let master = RedisServer::start(&margs).await;
+        // Over TLS the replica replicates from, and announces, TLS ports.
+        let mp = match tls {
+            Some(_) => mtp.to_string(),
+            None => master.port.to_string(),
+        };
+        rargs.extend(["--replicaof".into(), "127.0.0.1".into(), mp]);
+        let rargs: Vec<&str> = rargs.iter().map(String::as_str).collect();
+        let replica = RedisServer::start(&rargs).await;
         wait_synced(replica.port).await;
-        let sentinel = Sentinel::start(&dir, master.port).await;
+        let monitored = if tls.is_some() { mtp } else { master.port };
+        let sentinel = Sentinel::start(&dir, monitored, tls).await;
         let set = SentinelSet {
             master,
             replica,
@@ -152,6 +219,12 @@ impl SentinelSet {
         let mut hosts = first.to_vec();
         hosts.push(format!("127.0.0.1:{}", self.sentinel.port));
         format!("redis+sentinel://{}?master={MASTER}", hosts.join(","))
+    }
+
+    /// `rediss+sentinel://` to the Sentinel's TLS port (`start_tls`).
+    pub fn tls_url(&self) -> String {
+        let p = self.sentinel.tls_port.expect("a TLS set");
+        format!("rediss+sentinel://127.0.0.1:{p}?master={MASTER}")
     }
 
     async fn wait_replica_known(&self) {
