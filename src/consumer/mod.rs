@@ -223,17 +223,34 @@ impl ConsumerConfig {
         Ok(())
     }
 
-    /// The connection string with its password replaced, for logs.
+    /// The connection string with its password replaced (in the
+    /// userinfo or a `password=` parameter), for logs.
     pub fn redacted(&self) -> String {
-        let Some((scheme, rest)) = self.dsn.split_once("://") else {
-            return self.dsn.clone();
-        };
-        match rest.split_once('@') {
-            Some((user, host)) => {
+        let (base, query) = self.dsn.split_once('?').unwrap_or((&self.dsn, ""));
+        let base = match base
+            .split_once("://")
+            .and_then(|(s, r)| Some((s, r.split_once('@')?)))
+        {
+            Some((scheme, (user, host))) => {
                 let user = user.split(':').next().unwrap_or("");
                 format!("{scheme}://{user}:***@{host}")
             }
-            None => self.dsn.clone(),
+            None => base.to_string(),
+        };
+        let query: Vec<&str> = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                if p.starts_with("password=") {
+                    "password=***"
+                } else {
+                    p
+                }
+            })
+            .collect();
+        match query.is_empty() {
+            true => base,
+            false => format!("{base}?{}", query.join("&")),
         }
     }
 }
